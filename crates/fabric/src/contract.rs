@@ -1,0 +1,150 @@
+//! The fabric contract: what a backend promises a coordinator, and nothing more.
+
+use crate::{Batch, FabricError, NodeId};
+use std::task::Poll;
+
+/// One coordinator's connection to the memory pool: its worker thread's queue pairs (QPs), one
+/// per memory node. A backend (`sim`, `shm`, later `ucx`) implements this; protocols never see it
+/// directly, they use [`crate::Endpoint`], which builds batches, checks them and counts them.
+///
+/// # Verbs
+///
+/// | verb | semantics |
+/// |---|---|
+/// | READ(addr, len) | copies remote bytes; atomic **only per aligned 64-byte line**; the lines of one READ are fetched in any order, at distinct instants (G2, G3) |
+/// | WRITE(addr, bytes) | applied line by line, each line atomically, in increasing address order (G3, G4); not atomic across lines |
+/// | CAS(addr, expect, new), FAA(addr, add) | atomic on one aligned 8-byte word; return the old value |
+/// | FLUSH(node) | executes after every earlier WRITE on this QP; in persistent-memory mode makes them durable |
+/// | RPC(node, req) | a two-sided call served by the memory node's [`RpcHandler`], one at a time per node |
+///
+/// # Ordering (the one-sided-sync paper's table G1-G10, for RDMA RC)
+///
+/// Guaranteed:
+/// - **Doorbell batch.** Ops posted together ([`Fabric::submit`] of one [`Batch`]) go out
+///   together and complete together: one round trip, however many memory nodes they reach.
+/// - **G6: an atomic executes before every later op on the same QP** (the same memory node, in
+///   this batch or a later one). So CAS(lock) + READ(record) in one batch is "lock, then read":
+///   if the CAS succeeded the READ sees the record under the lock.
+/// - **G4: WRITEs on one QP are applied in post order**, and each WRITE line by line in
+///   increasing address order.
+/// - **Completion means executed.** When a batch completes, every effect of its ops is visible to
+///   every op posted afterwards by anyone (there is no visibility lag after a completion).
+/// - FLUSH executes after every earlier WRITE on its QP.
+///
+/// **Not** guaranteed (a backend may, and `sim` does, exercise each of these):
+/// - **G2/G3: a READ of several lines is not atomic**: its lines are fetched in any order at
+///   different instants, so a concurrent WRITE can tear it across lines (never inside a line).
+/// - **G5: two READs on one QP are not ordered**, even across batches, and a READ is not ordered
+///   after an earlier WRITE or before a later WRITE on the same QP: to read after a write, wait
+///   for the write's completion.
+/// - An atomic is not ordered after earlier (non-atomic) ops on its QP.
+/// - **G7: ops on different QPs are not ordered** (different threads, different memory nodes).
+/// - **G8: a WRITE and an atomic on the same word do not compose**: a WRITE that lands while a
+///   concurrent FAA updates the word may be lost. A word released by WRITE must be CAS-only.
+/// - Durability: in persistent-memory mode, a WRITE is durable only after a later FLUSH on the
+///   same QP completes; a memory-node crash drops any unflushed line, at random.
+/// - Ops of a batch whose completion was never awaited (the coordinator crashed, or posted it
+///   detached) may be executed in part, as a prefix of each QP's ops.
+///
+/// G9 (one NIC per region) and G10 (atomics serialize per `addr mod 4096` slot) are performance
+/// facts, modelled by the `sim` hardware profile, not ordering rules.
+pub trait Fabric {
+    /// Rings the doorbells: starts every op of `batch`. The backend copies what it needs, or
+    /// (a backend that executes at once) writes results into the batch now; the caller reads
+    /// them only after [`Fabric::poll_complete`] says `Ready`. With `detached`, nobody will wait
+    /// for the completion: results are discarded and errors ignored.
+    fn submit(&mut self, batch: &mut Batch, detached: bool) -> Result<(), FabricError>;
+
+    /// Polls the one outstanding awaited batch; when it is complete, writes the results (READ
+    /// data into its span of `batch.buf`, old values into `batch.words`, RPC responses) and
+    /// returns `Ready`.
+    fn poll_complete(&mut self, batch: &mut Batch) -> Poll<Result<(), FabricError>>;
+
+    /// The coordinator's clock in nanoseconds: virtual on `sim`, wall time since the run started
+    /// on `shm`.
+    fn now_ns(&self) -> u64;
+
+    /// Sleeping: the `first` poll registers the wake-up and always returns `Pending` (so a zero
+    /// sleep still yields to the thread's other coroutines); later polls are `Ready` once
+    /// `now_ns() >= deadline_ns`.
+    fn poll_sleep(&mut self, deadline_ns: u64, first: bool) -> Poll<()>;
+
+    /// Charges `ns` of compute-side CPU work to this coordinator's thread (`sim` only; the real
+    /// backends spend real CPU instead).
+    fn charge_cpu(&mut self, ns: u64);
+
+    /// Region size of every memory node, in bytes.
+    fn node_sizes(&self) -> &[u64];
+}
+
+/// Memory-node-side access to one region, by its own CPU: loading tables before a run, serving
+/// RPCs, inspecting memory after a run. Line atomicity holds as for the verbs; nothing here is
+/// ordered with remote ops.
+pub trait LocalMem {
+    fn size(&self) -> u64;
+    fn read(&mut self, addr: u64, buf: &mut [u8]);
+    fn write(&mut self, addr: u64, data: &[u8]);
+    fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64;
+    fn faa(&mut self, addr: u64, add: u64) -> u64;
+
+    fn read_u64(&mut self, addr: u64) -> u64 {
+        let mut b = [0u8; 8];
+        self.read(addr, &mut b);
+        u64::from_le_bytes(b)
+    }
+
+    fn write_u64(&mut self, addr: u64, v: u64) {
+        self.write(addr, &v.to_le_bytes());
+    }
+}
+
+/// Serves two-sided calls on memory nodes (Scythe's RPC-assisted locking, RCC's hybrids). The
+/// handler runs on the memory node's CPU, one request at a time per node. Each of its
+/// [`LocalMem`] accesses is atomic per line (per word for CAS/FAA) like a verb, but the handler as
+/// a whole is not atomic with respect to concurrent one-sided verbs (the `sim` happens to run it
+/// at one instant; do not rely on that).
+pub trait RpcHandler: Send + Sync {
+    /// Handles `req` on `node`, appending the response to `resp`.
+    fn handle(&self, node: NodeId, mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>);
+}
+
+pub(crate) fn check_op(
+    op: &crate::Op,
+    sizes: &[u64],
+    has_rpc: bool,
+) -> Result<(), FabricError> {
+    let node = op.node;
+    let size = *sizes.get(node as usize).ok_or(FabricError::NoSuchNode {
+        node,
+        nodes: sizes.len(),
+    })?;
+    use crate::OpKind::*;
+    let len = match op.kind {
+        Read | Write => op.len as u64,
+        Cas | Faa => {
+            if op.addr % 8 != 0 {
+                return Err(FabricError::Misaligned {
+                    node,
+                    addr: op.addr,
+                });
+            }
+            8
+        }
+        Flush => 0,
+        Rpc => {
+            if !has_rpc {
+                return Err(FabricError::NoRpcHandler(node));
+            }
+            0
+        }
+    };
+    if op.addr.checked_add(len).is_none_or(|end| end > size) {
+        return Err(FabricError::OutOfBounds {
+            node,
+            addr: op.addr,
+            len,
+            size,
+        });
+    }
+    Ok(())
+}

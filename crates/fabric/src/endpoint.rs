@@ -1,0 +1,369 @@
+//! A coordinator's handle on the fabric: builds doorbell batches, posts them, counts them.
+
+use crate::contract::Fabric;
+use crate::stats::Stats;
+use crate::verbs::{Batch, Op, OpId, OpKind};
+use crate::{FabricError, NodeId};
+use rand::SeedableRng;
+use std::cell::Cell;
+use std::future::Future;
+use std::rc::Rc;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+/// Where a coordinator runs: compute node, worker thread, coroutine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CoordId {
+    pub compute_node: u32,
+    pub thread: u32,
+    pub coroutine: u32,
+    /// Dense index over all coordinators of the run.
+    pub index: u32,
+}
+
+/// The deterministic RNG handed to coordinators (seeded from the run seed and the coordinator).
+pub type CoordRng = rand_pcg::Pcg64Mcg;
+
+/// One coordinator's access to the memory pool.
+///
+/// Build a batch with [`read`](Self::read), [`write`](Self::write), [`cas`](Self::cas),
+/// [`faa`](Self::faa), [`flush`](Self::flush) and [`rpc`](Self::rpc); each returns an [`OpId`].
+/// [`post`](Self::post) rings the doorbells and resolves when every op has completed: one round
+/// trip. The results ([`bytes`](Self::bytes), [`old`](Self::old)) stay readable until the next
+/// op is added. The guarantees are those of [`Fabric`], nothing more.
+///
+/// A coordinator future may await only what its `Endpoint` hands out (`post`, `sleep`,
+/// `yield_now`): the executors know no other wake-up source.
+pub struct Endpoint {
+    id: CoordId,
+    fabric: Box<dyn Fabric>,
+    batch: Batch,
+    /// True while `batch` holds the results of the last posted batch.
+    completed: bool,
+    /// Shared with the executor, which reports the counters even of a coordinator whose compute
+    /// node crashed (its future, and this endpoint with it, is dropped mid-flight).
+    stats: Rc<Cell<Stats>>,
+    rng: CoordRng,
+}
+
+impl Endpoint {
+    pub fn new(id: CoordId, seed: u64, fabric: Box<dyn Fabric>) -> Endpoint {
+        let mix = seed ^ (u64::from(id.index) + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        Endpoint {
+            id,
+            fabric,
+            batch: Batch::default(),
+            completed: false,
+            stats: Rc::default(),
+            rng: CoordRng::seed_from_u64(mix),
+        }
+    }
+
+    pub fn id(&self) -> CoordId {
+        self.id
+    }
+
+    /// Counters since this coordinator started.
+    pub fn stats(&self) -> Stats {
+        self.stats.get()
+    }
+
+    pub(crate) fn stats_cell(&self) -> Rc<Cell<Stats>> {
+        self.stats.clone()
+    }
+
+    pub fn rng(&mut self) -> &mut CoordRng {
+        &mut self.rng
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.fabric.now_ns()
+    }
+
+    /// Number of memory nodes and their region sizes.
+    pub fn node_sizes(&self) -> &[u64] {
+        self.fabric.node_sizes()
+    }
+
+    /// Charges compute-side CPU work (virtual time on `sim`; no-op elsewhere).
+    pub fn compute(&mut self, ns: u64) {
+        self.fabric.charge_cpu(ns);
+    }
+
+    fn start_op(&mut self) {
+        if self.completed {
+            self.batch.clear();
+            self.completed = false;
+        }
+    }
+
+    /// READ `len` bytes at `addr` on `node`.
+    pub fn read(&mut self, node: NodeId, addr: u64, len: usize) -> OpId {
+        self.start_op();
+        let data = self.batch.reserve_buf(len);
+        self.batch.push(Op {
+            kind: OpKind::Read,
+            node,
+            addr,
+            len: len as u32,
+            data,
+            arg0: 0,
+            arg1: 0,
+        })
+    }
+
+    /// WRITE `bytes` at `addr` on `node`.
+    pub fn write(&mut self, node: NodeId, addr: u64, bytes: &[u8]) -> OpId {
+        self.write_with(node, addr, bytes.len(), |b| b.copy_from_slice(bytes))
+    }
+
+    /// WRITE `len` bytes at `addr`, encoded in place by `fill` (no staging copy).
+    pub fn write_with(
+        &mut self,
+        node: NodeId,
+        addr: u64,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> OpId {
+        self.start_op();
+        let data = self.batch.reserve_buf(len);
+        fill(&mut self.batch.buf[data as usize..data as usize + len]);
+        self.batch.push(Op {
+            kind: OpKind::Write,
+            node,
+            addr,
+            len: len as u32,
+            data,
+            arg0: 0,
+            arg1: 0,
+        })
+    }
+
+    /// CAS the aligned word at `addr`: if it holds `expect`, store `new`. [`old`](Self::old)
+    /// tells what it held; [`cas_ok`](Self::cas_ok) whether the swap happened.
+    pub fn cas(&mut self, node: NodeId, addr: u64, expect: u64, new: u64) -> OpId {
+        self.start_op();
+        self.batch.push(Op {
+            kind: OpKind::Cas,
+            node,
+            addr,
+            len: 8,
+            data: 0,
+            arg0: expect,
+            arg1: new,
+        })
+    }
+
+    /// FAA: add `add` (wrapping) to the aligned word at `addr`; [`old`](Self::old) is its old value.
+    pub fn faa(&mut self, node: NodeId, addr: u64, add: u64) -> OpId {
+        self.start_op();
+        self.batch.push(Op {
+            kind: OpKind::Faa,
+            node,
+            addr,
+            len: 8,
+            data: 0,
+            arg0: add,
+            arg1: 0,
+        })
+    }
+
+    /// FLUSH: executes after every earlier WRITE on `node`'s QP and makes them durable.
+    pub fn flush(&mut self, node: NodeId) -> OpId {
+        self.start_op();
+        self.batch.push(Op {
+            kind: OpKind::Flush,
+            node,
+            addr: 0,
+            len: 0,
+            data: 0,
+            arg0: 0,
+            arg1: 0,
+        })
+    }
+
+    /// RPC: a two-sided request to `node`'s handler; [`bytes`](Self::bytes) is the response.
+    pub fn rpc(&mut self, node: NodeId, req: &[u8]) -> OpId {
+        self.start_op();
+        let data = self.batch.reserve_buf(req.len());
+        self.batch.buf[data as usize..data as usize + req.len()].copy_from_slice(req);
+        self.batch.push(Op {
+            kind: OpKind::Rpc,
+            node,
+            addr: 0,
+            len: req.len() as u32,
+            data,
+            arg0: 0,
+            arg1: 0,
+        })
+    }
+
+    /// Number of ops in the batch being built.
+    pub fn pending(&self) -> usize {
+        if self.completed {
+            0
+        } else {
+            self.batch.ops.len()
+        }
+    }
+
+    fn count(&mut self, awaited: bool) {
+        let mut s = self.stats.get();
+        s.batches += 1;
+        if awaited {
+            s.round_trips += 1;
+        }
+        for op in &self.batch.ops {
+            s.verbs[op.kind as usize] += 1;
+            match op.kind {
+                OpKind::Read => s.bytes_in += u64::from(op.len),
+                OpKind::Write | OpKind::Rpc => s.bytes_out += u64::from(op.len),
+                OpKind::Cas => {
+                    s.bytes_out += 16;
+                    s.bytes_in += 8;
+                }
+                OpKind::Faa => {
+                    s.bytes_out += 8;
+                    s.bytes_in += 8;
+                }
+                OpKind::Flush => {}
+            }
+        }
+        self.stats.set(s);
+    }
+
+    /// Posts the batch built so far (one doorbell per memory node it touches) and resolves when
+    /// all of it has completed: one round trip on the critical path. An empty batch completes at
+    /// once and costs nothing.
+    pub fn post(&mut self) -> Post<'_> {
+        let state = if self.completed || self.batch.is_empty() {
+            self.batch.clear();
+            self.completed = true;
+            Err(None)
+        } else {
+            self.count(true);
+            match self.fabric.submit(&mut self.batch, false) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    self.completed = true;
+                    Err(Some(e))
+                }
+            }
+        };
+        Post { ep: self, state }
+    }
+
+    /// Posts the batch built so far without waiting for it (e.g. a background lock release):
+    /// its verbs are counted, no round trip is. Results and errors are dropped; the backend may
+    /// execute it after this coordinator's later ops on other QPs (and, if the coordinator
+    /// crashes, only in part).
+    pub fn post_detached(&mut self) -> Result<(), FabricError> {
+        if self.completed || self.batch.is_empty() {
+            self.batch.clear();
+            self.completed = false;
+            return Ok(());
+        }
+        self.count(false);
+        let r = self.fabric.submit(&mut self.batch, true);
+        self.batch.clear();
+        r
+    }
+
+    /// Bytes of a completed READ, or the response of a completed RPC.
+    pub fn bytes(&self, id: OpId) -> &[u8] {
+        debug_assert!(self.completed, "results read before the batch completed");
+        let op = &self.batch.ops[id.0 as usize];
+        match op.kind {
+            OpKind::Rpc => {
+                let w = self.batch.words[id.0 as usize];
+                let (off, len) = ((w >> 32) as usize, (w & 0xffff_ffff) as usize);
+                &self.batch.resp[off..off + len]
+            }
+            _ => self.batch.data(op),
+        }
+    }
+
+    /// The 8-byte little-endian word at `offset` in a completed READ.
+    pub fn word(&self, id: OpId, offset: usize) -> u64 {
+        let b = self.bytes(id);
+        u64::from_le_bytes(b[offset..offset + 8].try_into().expect("8 bytes"))
+    }
+
+    /// Old value of a completed CAS or FAA.
+    pub fn old(&self, id: OpId) -> u64 {
+        debug_assert!(self.completed, "results read before the batch completed");
+        self.batch.words[id.0 as usize]
+    }
+
+    /// Whether a completed CAS swapped.
+    pub fn cas_ok(&self, id: OpId) -> bool {
+        let op = &self.batch.ops[id.0 as usize];
+        debug_assert_eq!(op.kind, OpKind::Cas);
+        self.old(id) == op.arg0
+    }
+
+    /// Sleeps (without using CPU) for `ns`: backoff.
+    pub fn sleep(&mut self, ns: u64) -> Sleep<'_> {
+        let deadline = self.fabric.now_ns().saturating_add(ns);
+        Sleep {
+            ep: self,
+            deadline,
+            first: true,
+        }
+    }
+
+    /// Lets the other coroutines of this thread run.
+    pub fn yield_now(&mut self) -> Sleep<'_> {
+        self.sleep(0)
+    }
+}
+
+/// The future of [`Endpoint::post`].
+pub struct Post<'a> {
+    ep: &'a mut Endpoint,
+    /// `Ok`: in flight; `Err(None)`: done; `Err(Some(e))`: failed at submit.
+    state: Result<(), Option<FabricError>>,
+}
+
+impl Future for Post<'_> {
+    type Output = Result<(), FabricError>;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match &mut this.state {
+            Err(e) => Poll::Ready(match e.take() {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }),
+            Ok(()) => {
+                let ep = &mut *this.ep;
+                match ep.fabric.poll_complete(&mut ep.batch) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(r) => {
+                        ep.completed = true;
+                        this.state = Err(None);
+                        Poll::Ready(r)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The future of [`Endpoint::sleep`] and [`Endpoint::yield_now`]. A zero sleep still yields
+/// once, so that the other coroutines of the thread get to run.
+pub struct Sleep<'a> {
+    ep: &'a mut Endpoint,
+    deadline: u64,
+    first: bool,
+}
+
+impl Future for Sleep<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let first = std::mem::replace(&mut this.first, false);
+        this.ep.fabric.poll_sleep(this.deadline, first)
+    }
+}

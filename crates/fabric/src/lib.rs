@@ -1,0 +1,28 @@
+//! One-sided verbs to memory nodes: the fabric layer of dtxn.
+//!
+//! A coordinator reaches the memory pool through an [`Endpoint`]: it builds a doorbell batch of
+//! READ/WRITE/CAS/FAA/FLUSH (and optionally RPC) ops, posts it, and awaits its completion, one
+//! round trip. What the verbs promise, and what they do not, is the [`Fabric`] contract.
+//! Backends: [`sim`] (deterministic, adversarial, virtual time) and [`shm`] (real memory and
+//! CPU atomics, one or several processes).
+
+mod contract;
+mod endpoint;
+mod error;
+mod profile;
+mod runtime;
+pub mod shm;
+pub mod sim;
+mod stats;
+mod verbs;
+
+pub use contract::{Fabric, LocalMem, RpcHandler};
+pub use endpoint::{CoordId, CoordRng, Endpoint, Post, Sleep};
+pub use error::FabricError;
+pub use profile::{Profile, ProfileError};
+pub use runtime::{RunReport, Topology};
+pub use stats::Stats;
+pub use verbs::{lines_of, Batch, Op, OpId, OpKind, LINE};
+
+/// Memory nodes are numbered from 0.
+pub type NodeId = u16;

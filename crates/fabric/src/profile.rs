@@ -1,0 +1,190 @@
+//! Hardware profiles for the `sim` backend: what a verb costs, in virtual time.
+
+use serde::{Deserialize, Serialize};
+
+/// The cost model of a simulated cluster. Every field has a unit suffix; zero means "free".
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Name shown in reports.
+    pub name: String,
+    /// One-way network latency between a compute node and a memory node (half a round trip).
+    pub one_way_ns: u64,
+    /// Link bandwidth, for the transfer time of payloads (0 = infinite).
+    pub link_gbps: f64,
+    /// Ops per second one memory node's NIC executes, in millions (0 = unlimited).
+    pub nic_mops: f64,
+    /// Service time of one atomic per NIC atomic-table slot (`addr mod 4096`): atomics that hit
+    /// the same slot serialize at this interval (paper G10: about 2.5 M ops/s, i.e. 400 ns).
+    pub atomic_slot_ns: u64,
+    /// Persistent-memory write bandwidth of a memory node (0 = DRAM speed), used in
+    /// persistent-memory mode.
+    pub pm_write_gbps: f64,
+    /// Compute-side CPU cost of posting one verb.
+    pub cpu_per_verb_ns: u64,
+    /// Compute-side CPU cost of each resumption of a coordinator (one transaction step).
+    pub cpu_per_step_ns: u64,
+    /// Memory-node CPU cost of serving one RPC.
+    pub rpc_cpu_ns: u64,
+}
+
+impl Profile {
+    /// The built-in profiles, by name.
+    pub const PRESETS: [&'static str; 3] = ["cx5-100g", "cx5-100g-pm", "ideal"];
+
+    /// ConnectX-5 100 Gb/s, the FORD and Motor testbeds: round trip about 2 us.
+    pub fn cx5_100g() -> Profile {
+        Profile {
+            name: "cx5-100g".into(),
+            one_way_ns: 1000,
+            link_gbps: 100.0,
+            nic_mops: 60.0,
+            atomic_slot_ns: 400,
+            pm_write_gbps: 0.0,
+            cpu_per_verb_ns: 60,
+            cpu_per_step_ns: 300,
+            rpc_cpu_ns: 500,
+        }
+    }
+
+    /// `cx5-100g` with Optane persistent memory on the memory nodes (FORD's set-up).
+    pub fn cx5_100g_pm() -> Profile {
+        Profile {
+            name: "cx5-100g-pm".into(),
+            pm_write_gbps: 13.0,
+            ..Profile::cx5_100g()
+        }
+    }
+
+    /// Every round trip costs 1 us and nothing else costs anything: pure round-trip counting.
+    pub fn ideal() -> Profile {
+        Profile {
+            name: "ideal".into(),
+            one_way_ns: 500,
+            link_gbps: 0.0,
+            nic_mops: 0.0,
+            atomic_slot_ns: 0,
+            pm_write_gbps: 0.0,
+            cpu_per_verb_ns: 0,
+            cpu_per_step_ns: 0,
+            rpc_cpu_ns: 0,
+        }
+    }
+
+    pub fn preset(name: &str) -> Option<Profile> {
+        match name {
+            "cx5-100g" => Some(Profile::cx5_100g()),
+            "cx5-100g-pm" => Some(Profile::cx5_100g_pm()),
+            "ideal" => Some(Profile::ideal()),
+            _ => None,
+        }
+    }
+
+    /// A preset name, or the path of a TOML file holding a profile.
+    pub fn load(name_or_path: &str) -> Result<Profile, ProfileError> {
+        if let Some(p) = Profile::preset(name_or_path) {
+            return Ok(p);
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|e| ProfileError::Read {
+            path: name_or_path.into(),
+            presets: Profile::PRESETS.join(", "),
+            err: e.to_string(),
+        })?;
+        Profile::from_toml(&text).map_err(|err| ProfileError::Parse {
+            path: name_or_path.into(),
+            err,
+        })
+    }
+
+    pub fn from_toml(text: &str) -> Result<Profile, String> {
+        let p: Profile = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("link_gbps", self.link_gbps),
+            ("nic_mops", self.nic_mops),
+            ("pm_write_gbps", self.pm_write_gbps),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!("{name} must be a non-negative number, not {v}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Nanoseconds to move `bytes` over the link.
+    pub(crate) fn transfer_ns(&self, bytes: u64) -> u64 {
+        per_byte_ns(self.link_gbps, bytes)
+    }
+
+    /// Nanoseconds a memory node's NIC is busy with one op of `bytes` payload.
+    pub(crate) fn nic_service_ns(&self, bytes: u64) -> u64 {
+        let op = if self.nic_mops > 0.0 {
+            (1000.0 / self.nic_mops) as u64
+        } else {
+            0
+        };
+        op.max(self.transfer_ns(bytes))
+    }
+
+    pub(crate) fn pm_write_ns(&self, bytes: u64) -> u64 {
+        per_byte_ns(self.pm_write_gbps, bytes)
+    }
+}
+
+fn per_byte_ns(gbps: f64, bytes: u64) -> u64 {
+    if gbps > 0.0 {
+        (bytes as f64 * 8.0 / gbps) as u64
+    } else {
+        0
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    #[error("profile '{path}' is neither a preset ({presets}) nor a readable file: {err}")]
+    Read {
+        path: String,
+        presets: String,
+        err: String,
+    },
+    #[error("profile file '{path}' does not parse: {err}")]
+    Parse { path: String, err: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_round_trip_through_toml() {
+        for name in Profile::PRESETS {
+            let p = Profile::preset(name).unwrap();
+            let text = toml::to_string(&p).unwrap();
+            assert_eq!(Profile::from_toml(&text).unwrap(), p);
+        }
+    }
+
+    #[test]
+    fn cx5_round_trip_is_about_two_microseconds() {
+        let p = Profile::cx5_100g();
+        assert_eq!(2 * p.one_way_ns, 2000);
+        // 2.5 M atomics per second on one slot.
+        assert_eq!(p.atomic_slot_ns, 400);
+    }
+
+    #[test]
+    fn bad_profiles_are_rejected_with_a_reason() {
+        let e = Profile::from_toml("name = 3").unwrap_err();
+        assert!(e.contains("invalid type"), "{e}");
+        let mut p = Profile::ideal();
+        p.link_gbps = -1.0;
+        let e = Profile::from_toml(&toml::to_string(&p).unwrap()).unwrap_err();
+        assert!(e.contains("link_gbps"), "{e}");
+        let e = Profile::load("/nonexistent/profile.toml").unwrap_err();
+        assert!(e.to_string().contains("neither a preset"), "{e}");
+    }
+}

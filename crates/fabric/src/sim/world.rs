@@ -1,0 +1,726 @@
+//! The simulated cluster: memory nodes, queue pairs, the event queue and the adversary.
+//!
+//! Time is virtual (nanoseconds). A posted op leaves its compute node after the thread's CPU
+//! cost, crosses the network, queues at the memory node's NIC, and executes: a READ line by line
+//! at random instants (G2), a WRITE line by line in address order (G4), an atomic at one instant
+//! after the previous atomic on its NIC atomic-table slot (G10). Every execution is an event in
+//! one heap ordered by (time, sequence number), so a run is a pure function of the seed.
+
+use super::config::{Adversary, SimConfig};
+use crate::contract::{check_op, LocalMem, RpcHandler};
+use crate::profile::Profile;
+use crate::verbs::{lines_of, Batch, OpKind, LINE};
+use crate::{FabricError, NodeId};
+use rand::{Rng, SeedableRng};
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+
+type SimRng = rand_pcg::Pcg64Mcg;
+
+/// One executed op (or op line), for debugging a seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceEntry {
+    pub time_ns: u64,
+    pub coord: u32,
+    pub node: NodeId,
+    pub kind: OpKind,
+    pub addr: u64,
+    pub len: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Ev {
+    /// Execute line `line` (relative to the op's first line) of op `op` of batch record `rec`;
+    /// `line == u32::MAX` executes the whole op at once.
+    Exec { rec: u32, op: u32, line: u32 },
+    BatchDone { rec: u32 },
+    Wake { coord: u32 },
+    CrashCompute { cn: u32 },
+    CrashMemory { node: u16, down_ns: u64 },
+    RestartMemory { node: u16 },
+}
+
+const WHOLE: u32 = u32::MAX;
+
+struct MemNode {
+    mem: Vec<u8>,
+    up: bool,
+    epoch: u32,
+    nic_free_at: u64,
+    /// Next free instant of each NIC atomic-table slot (`addr mod 4096`, per 8-byte word).
+    slot_free_at: Vec<u64>,
+    /// Words an FAA holds in the NIC's atomic buffer: (addr, value, until).
+    faa_held: Vec<(u64, u64, u64)>,
+    /// Persistent-memory mode: the durable image and the lines written since their last flush.
+    persisted: Vec<u8>,
+    dirty: Vec<bool>,
+    dirty_lines: Vec<u64>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Qp {
+    /// Instant the last WRITE on this QP finished applying (later WRITEs and FLUSHes follow it).
+    write_end: u64,
+    /// Instant of the last atomic on this QP (every later op follows it).
+    atomic_at: u64,
+}
+
+struct Coord {
+    thread: u32,
+    cn: u32,
+    alive: bool,
+    /// The awaited batch in flight.
+    rec: Option<u32>,
+}
+
+#[derive(Default)]
+struct Rec {
+    coord: u32,
+    thread: u32,
+    detached: bool,
+    complete: bool,
+    batch: Batch,
+    /// Memory-node epoch at submission, per op: an op executing after its node restarted fails.
+    epochs: Vec<u32>,
+    error: Option<FabricError>,
+}
+
+pub(crate) struct World {
+    pub now: u64,
+    seq: u64,
+    heap: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    rng: SimRng,
+    pub profile: Profile,
+    adv: Adversary,
+    persistent: bool,
+    nodes: Vec<MemNode>,
+    pub sizes: Vec<u64>,
+    pub rpc: Option<Arc<dyn RpcHandler>>,
+    threads_cpu_free_at: Vec<u64>,
+    qps: Vec<Qp>,
+    coords: Vec<Coord>,
+    recs: Vec<Rec>,
+    free_recs: Vec<u32>,
+    pub ready: Vec<u32>,
+    /// Per compute node: ops of its coordinators executing after this instant are lost.
+    cutoff: Vec<u64>,
+    /// Coordinators whose compute node crashed, for the executor to drop.
+    pub killed: Vec<u32>,
+    pub hash: u64,
+    pub verbs_executed: u64,
+    pub trace: Option<Vec<TraceEntry>>,
+    delay_prob: f64,
+    delay_max_ns: u64,
+}
+
+fn mix(h: u64, x: u64) -> u64 {
+    (h ^ x).wrapping_mul(0x0000_0100_0000_01b3).rotate_left(29)
+}
+
+fn mix_bytes(mut h: u64, b: &[u8]) -> u64 {
+    for c in b.chunks(8) {
+        let mut w = [0u8; 8];
+        w[..c.len()].copy_from_slice(c);
+        h = mix(h, u64::from_le_bytes(w));
+    }
+    h
+}
+
+impl World {
+    pub fn new(cfg: &SimConfig) -> Result<World, FabricError> {
+        cfg.profile.validate().map_err(FabricError::Setup)?;
+        if cfg.node_sizes.is_empty() {
+            return Err(FabricError::Setup("a pool needs at least one memory node".into()));
+        }
+        let mut nodes = Vec::new();
+        for (i, &size) in cfg.node_sizes.iter().enumerate() {
+            if size == 0 || size % LINE != 0 {
+                return Err(FabricError::Setup(format!(
+                    "memory node {i}: region size {size} is not a positive multiple of 64 bytes"
+                )));
+            }
+            let lines = (size / LINE) as usize;
+            nodes.push(MemNode {
+                mem: vec![0; size as usize],
+                up: true,
+                epoch: 0,
+                nic_free_at: 0,
+                slot_free_at: vec![0; 4096 / 8],
+                faa_held: Vec::new(),
+                persisted: if cfg.persistent {
+                    vec![0; size as usize]
+                } else {
+                    Vec::new()
+                },
+                dirty: if cfg.persistent {
+                    vec![false; lines]
+                } else {
+                    Vec::new()
+                },
+                dirty_lines: Vec::new(),
+            });
+        }
+        Ok(World {
+            now: 0,
+            seq: 0,
+            heap: BinaryHeap::new(),
+            rng: SimRng::seed_from_u64(cfg.seed),
+            profile: cfg.profile.clone(),
+            adv: cfg.adversary.clone(),
+            persistent: cfg.persistent,
+            nodes,
+            sizes: cfg.node_sizes.clone(),
+            rpc: None,
+            threads_cpu_free_at: Vec::new(),
+            qps: Vec::new(),
+            coords: Vec::new(),
+            recs: Vec::new(),
+            free_recs: Vec::new(),
+            ready: Vec::new(),
+            cutoff: Vec::new(),
+            killed: Vec::new(),
+            hash: cfg.seed,
+            verbs_executed: 0,
+            trace: if cfg.keep_trace { Some(Vec::new()) } else { None },
+            delay_prob: cfg.faults.delay_prob,
+            delay_max_ns: cfg.faults.delay_max_ns,
+        })
+    }
+
+    fn push(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Reverse((at, self.seq, ev)));
+    }
+
+    /// Sets up a run's coordinators: `threads[i]` is the compute node of thread `i`,
+    /// `coords[j]` the thread of coordinator `j`.
+    pub fn start_run(&mut self, compute_nodes: u32, thread_cn: &[u32], coord_thread: &[u32]) {
+        self.threads_cpu_free_at = vec![self.now; thread_cn.len()];
+        self.qps = vec![Qp::default(); thread_cn.len() * self.nodes.len()];
+        self.coords = coord_thread
+            .iter()
+            .map(|&t| Coord {
+                thread: t,
+                cn: thread_cn[t as usize],
+                alive: true,
+                rec: None,
+            })
+            .collect();
+        self.cutoff = vec![u64::MAX; compute_nodes as usize];
+        self.ready = (0..coord_thread.len() as u32).collect();
+        self.killed.clear();
+    }
+
+    pub fn schedule_faults(&mut self, faults: &super::config::Faults) {
+        let base = self.now;
+        for c in &faults.compute_crashes {
+            self.push(base + c.at_ns, Ev::CrashCompute { cn: c.compute_node });
+        }
+        for c in &faults.memory_crashes {
+            self.push(
+                base + c.at_ns,
+                Ev::CrashMemory {
+                    node: c.node,
+                    down_ns: c.down_ns,
+                },
+            );
+        }
+    }
+
+    /// Ends a run: forget pending events (ops of coordinators that no longer exist).
+    pub fn end_run(&mut self) {
+        self.heap.clear();
+        self.recs.clear();
+        self.free_recs.clear();
+        self.ready.clear();
+    }
+
+    pub fn coord_now(&self, coord: u32) -> u64 {
+        let t = self.coords[coord as usize].thread as usize;
+        self.now.max(self.threads_cpu_free_at[t])
+    }
+
+    pub fn charge_cpu(&mut self, coord: u32, ns: u64) {
+        let t = self.coords[coord as usize].thread as usize;
+        self.threads_cpu_free_at[t] = self.now.max(self.threads_cpu_free_at[t]) + ns;
+    }
+
+    /// Picks a ready coordinator in seeded random order. If its thread's CPU is still busy, the
+    /// coordinator is postponed to when it is free; otherwise the thread is charged one step.
+    pub fn next_ready(&mut self) -> Option<u32> {
+        while !self.ready.is_empty() {
+            let i = self.rng.random_range(0..self.ready.len());
+            let c = self.ready.swap_remove(i);
+            let coord = &self.coords[c as usize];
+            if !coord.alive {
+                continue;
+            }
+            let t = coord.thread as usize;
+            if self.threads_cpu_free_at[t] > self.now {
+                let at = self.threads_cpu_free_at[t];
+                self.push(at, Ev::Wake { coord: c });
+                continue;
+            }
+            self.threads_cpu_free_at[t] = self.now + self.profile.cpu_per_step_ns;
+            return Some(c);
+        }
+        None
+    }
+
+    pub fn next_event_time(&self) -> Option<u64> {
+        self.heap.peek().map(|Reverse((t, _, _))| *t)
+    }
+
+    pub fn register_sleep(&mut self, coord: u32, deadline: u64) {
+        let at = deadline.max(self.now);
+        self.push(at, Ev::Wake { coord });
+    }
+
+    fn alloc_rec(&mut self) -> u32 {
+        match self.free_recs.pop() {
+            Some(r) => r,
+            None => {
+                self.recs.push(Rec::default());
+                (self.recs.len() - 1) as u32
+            }
+        }
+    }
+
+    fn rand_below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.rng.random_range(0..=n)
+        }
+    }
+
+    /// Posts a batch: schedules the execution of every op and the batch's completion.
+    pub fn submit(
+        &mut self,
+        coord: u32,
+        batch: &Batch,
+        detached: bool,
+    ) -> Result<(), FabricError> {
+        let has_rpc = self.rpc.is_some();
+        for op in &batch.ops {
+            check_op(op, &self.sizes, has_rpc)?;
+        }
+        let c = &self.coords[coord as usize];
+        debug_assert!(c.alive);
+        debug_assert!(detached || c.rec.is_none(), "one awaited batch at a time");
+        let thread = c.thread;
+        let r = self.alloc_rec();
+        {
+            let rec = &mut self.recs[r as usize];
+            rec.coord = coord;
+            rec.thread = thread;
+            rec.detached = detached;
+            rec.complete = false;
+            rec.error = None;
+            rec.batch.assign(batch);
+            rec.epochs.clear();
+        }
+        let p = &self.profile;
+        let (one_way, per_verb, spread) = (p.one_way_ns, p.cpu_per_verb_ns, self.adv.window_ns);
+        let mut depart = self.now.max(self.threads_cpu_free_at[thread as usize]);
+        let mut done_at = depart;
+        let n_nodes = self.nodes.len();
+        for (i, op) in batch.ops.iter().enumerate() {
+            depart += per_verb;
+            let node = op.node as usize;
+            let (out_bytes, in_bytes) = match op.kind {
+                OpKind::Read => (0, u64::from(op.len)),
+                OpKind::Write | OpKind::Rpc => (u64::from(op.len), 0),
+                OpKind::Cas => (16, 8),
+                OpKind::Faa => (8, 8),
+                OpKind::Flush => (0, 0),
+            };
+            let mut arrive = depart + one_way + self.profile.transfer_ns(out_bytes);
+            if self.delay_prob > 0.0 && self.rng.random_bool(self.delay_prob.min(1.0)) {
+                arrive += self.rand_below(self.delay_max_ns);
+            }
+            // The NIC works through ops in arrival order; execution may then lag by the
+            // adversary's window, which is what lets the contract's unordered ops overtake.
+            let mut service = self.profile.nic_service_ns(out_bytes + in_bytes);
+            if self.persistent && op.kind == OpKind::Write {
+                service += self.profile.pm_write_ns(out_bytes);
+            }
+            if op.kind == OpKind::Rpc {
+                service += self.profile.rpc_cpu_ns;
+            }
+            let mn = &mut self.nodes[node];
+            let nic_start = arrive.max(mn.nic_free_at);
+            mn.nic_free_at = nic_start + service;
+            let qp = self.qps[thread as usize * n_nodes + node];
+            let mut exec = nic_start.max(qp.atomic_at);
+            if matches!(op.kind, OpKind::Write | OpKind::Flush) {
+                exec = exec.max(qp.write_end);
+            }
+            if self.adv.reorder {
+                exec += self.rand_below(spread);
+            }
+            if op.kind.is_atomic() {
+                let slot = ((op.addr % 4096) / 8) as usize;
+                let mn = &mut self.nodes[node];
+                exec = exec.max(mn.slot_free_at[slot]);
+                mn.slot_free_at[slot] = exec + self.profile.atomic_slot_ns;
+            }
+            let (_, lines) = lines_of(op.addr, u64::from(op.len));
+            let mut end = exec;
+            match op.kind {
+                OpKind::Read if self.adv.tear_reads && lines > 1 => {
+                    let window = service.max(spread).max(lines);
+                    for l in 0..lines {
+                        let at = exec + self.rand_below(window);
+                        end = end.max(at);
+                        self.push(
+                            at,
+                            Ev::Exec {
+                                rec: r,
+                                op: i as u32,
+                                line: l as u32,
+                            },
+                        );
+                    }
+                }
+                OpKind::Write if self.adv.tear_reads && lines > 1 => {
+                    let step = (service.max(spread) / lines).max(1);
+                    for l in 0..lines {
+                        end = exec + l * step;
+                        self.push(
+                            end,
+                            Ev::Exec {
+                                rec: r,
+                                op: i as u32,
+                                line: l as u32,
+                            },
+                        );
+                    }
+                }
+                _ => self.push(
+                    exec,
+                    Ev::Exec {
+                        rec: r,
+                        op: i as u32,
+                        line: WHOLE,
+                    },
+                ),
+            }
+            let qp = &mut self.qps[thread as usize * n_nodes + node];
+            if op.kind == OpKind::Write {
+                qp.write_end = qp.write_end.max(end);
+            }
+            if op.kind.is_atomic() {
+                qp.atomic_at = qp.atomic_at.max(exec);
+            }
+            let back = end + one_way + self.profile.transfer_ns(in_bytes);
+            done_at = done_at.max(back);
+            let epoch = self.nodes[node].epoch;
+            self.recs[r as usize].epochs.push(epoch);
+        }
+        self.threads_cpu_free_at[thread as usize] = depart;
+        self.push(done_at, Ev::BatchDone { rec: r });
+        if !detached {
+            self.coords[coord as usize].rec = Some(r);
+        }
+        Ok(())
+    }
+
+    /// If the coordinator's awaited batch is complete, hands its results over.
+    pub fn take_completion(
+        &mut self,
+        coord: u32,
+        batch: &mut Batch,
+    ) -> Option<Result<(), FabricError>> {
+        let r = self.coords[coord as usize].rec?;
+        let rec = &mut self.recs[r as usize];
+        if !rec.complete {
+            return None;
+        }
+        batch.take_results(&rec.batch);
+        let result = match rec.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+        self.coords[coord as usize].rec = None;
+        self.free_recs.push(r);
+        Some(result)
+    }
+
+    /// Executes the next event. Returns false when there is none.
+    pub fn step(&mut self) -> bool {
+        let Some(Reverse((at, _, ev))) = self.heap.pop() else {
+            return false;
+        };
+        debug_assert!(at >= self.now);
+        self.now = at;
+        match ev {
+            Ev::Exec { rec, op, line } => self.exec(rec, op, line),
+            Ev::BatchDone { rec } => {
+                let rc = &mut self.recs[rec as usize];
+                let coord = rc.coord;
+                if rc.detached || !self.coords[coord as usize].alive {
+                    self.free_recs.push(rec);
+                } else {
+                    rc.complete = true;
+                    self.ready.push(coord);
+                }
+            }
+            Ev::Wake { coord } => {
+                if self.coords[coord as usize].alive {
+                    self.ready.push(coord);
+                }
+            }
+            Ev::CrashCompute { cn } => self.crash_compute(cn),
+            Ev::CrashMemory { node, down_ns } => self.crash_memory(node, down_ns),
+            Ev::RestartMemory { node } => {
+                if let Some(n) = self.nodes.get_mut(node as usize) {
+                    n.up = true;
+                }
+            }
+        }
+        true
+    }
+
+    fn crash_compute(&mut self, cn: u32) {
+        if cn as usize >= self.cutoff.len() || self.cutoff[cn as usize] != u64::MAX {
+            return;
+        }
+        // Ops already on the wire may still land; after a random instant, none does.
+        let window = 2 * self.profile.one_way_ns + self.adv.window_ns;
+        self.cutoff[cn as usize] = self.now + self.rand_below(window);
+        self.hash = mix(self.hash, 0xc0 ^ u64::from(cn));
+        for (i, c) in self.coords.iter_mut().enumerate() {
+            if c.cn == cn && c.alive {
+                c.alive = false;
+                self.killed.push(i as u32);
+            }
+        }
+    }
+
+    fn crash_memory(&mut self, node: u16, down_ns: u64) {
+        let Some(n) = self.nodes.get_mut(node as usize) else {
+            return;
+        };
+        if !n.up {
+            return;
+        }
+        n.up = false;
+        n.epoch += 1;
+        n.faa_held.clear();
+        if self.persistent {
+            // Each unflushed line may or may not have reached the media.
+            let mut lines = std::mem::take(&mut n.dirty_lines);
+            for &l in &lines {
+                let keep = self.rng.random_bool(0.5);
+                let n = &mut self.nodes[node as usize];
+                let span = (l * LINE) as usize..((l + 1) * LINE) as usize;
+                if keep {
+                    n.persisted[span.clone()].copy_from_slice(&n.mem[span]);
+                } else {
+                    let (mem, per) = (&mut n.mem, &n.persisted);
+                    mem[span.clone()].copy_from_slice(&per[span]);
+                }
+                n.dirty[l as usize] = false;
+            }
+            lines.clear();
+            self.nodes[node as usize].dirty_lines = lines;
+        } else {
+            self.nodes[node as usize].mem.fill(0);
+        }
+        self.hash = mix(self.hash, 0xd0 ^ u64::from(node));
+        let at = self.now + down_ns;
+        self.push(at, Ev::RestartMemory { node });
+    }
+
+    fn exec(&mut self, r: u32, i: u32, line: u32) {
+        let rec = &self.recs[r as usize];
+        let coord = rec.coord;
+        let cn = self.coords[coord as usize].cn;
+        if self.now > self.cutoff[cn as usize] {
+            return; // lost with its crashed compute node
+        }
+        let op = rec.batch.ops[i as usize];
+        let node = op.node as usize;
+        if !self.nodes[node].up || self.nodes[node].epoch != rec.epochs[i as usize] {
+            self.recs[r as usize].error = Some(FabricError::NodeDown(op.node));
+            return;
+        }
+        if line == 0 || line == WHOLE {
+            self.verbs_executed += 1;
+        }
+        let (lo, hi) = if line == WHOLE {
+            (op.addr, op.addr + u64::from(op.len))
+        } else {
+            let (first, _) = lines_of(op.addr, u64::from(op.len));
+            let l = first + u64::from(line);
+            (
+                op.addr.max(l * LINE),
+                (op.addr + u64::from(op.len)).min((l + 1) * LINE),
+            )
+        };
+        let mut h = mix(self.hash, self.now);
+        h = mix(h, (u64::from(coord) << 32) | ((op.node as u64) << 8) | op.kind as u64);
+        h = mix(h, lo);
+        let now = self.now;
+        let World {
+            nodes, recs, rpc, ..
+        } = self;
+        let mn = &mut nodes[node];
+        let rec = &mut recs[r as usize];
+        match op.kind {
+            OpKind::Read => {
+                let off = (op.data as u64 + lo - op.addr) as usize;
+                let dst = &mut rec.batch.buf[off..off + (hi - lo) as usize];
+                dst.copy_from_slice(&mn.mem[lo as usize..hi as usize]);
+                h = mix_bytes(h, dst);
+            }
+            OpKind::Write => {
+                let off = (op.data as u64 + lo - op.addr) as usize;
+                let src = &rec.batch.buf[off..off + (hi - lo) as usize];
+                mn.mem[lo as usize..hi as usize].copy_from_slice(src);
+                h = mix_bytes(h, src);
+                if self.adv.lose_write_under_faa && !mn.faa_held.is_empty() {
+                    mn.faa_held.retain(|&(_, _, until)| until >= now);
+                    for &(a, v, _) in &mn.faa_held {
+                        if a >= lo && a < hi {
+                            // The NIC writes its buffered FAA result back over this WRITE.
+                            mn.mem[a as usize..a as usize + 8].copy_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                }
+                if self.persistent {
+                    for l in lo / LINE..hi.div_ceil(LINE) {
+                        if !mn.dirty[l as usize] {
+                            mn.dirty[l as usize] = true;
+                            mn.dirty_lines.push(l);
+                        }
+                    }
+                }
+            }
+            OpKind::Cas | OpKind::Faa => {
+                let a = op.addr as usize;
+                let old = u64::from_le_bytes(mn.mem[a..a + 8].try_into().expect("word"));
+                let new = if op.kind == OpKind::Cas {
+                    if old == op.arg0 {
+                        op.arg1
+                    } else {
+                        old
+                    }
+                } else {
+                    let new = old.wrapping_add(op.arg0);
+                    if self.adv.lose_write_under_faa {
+                        let hold = self.profile.atomic_slot_ns.max(self.adv.window_ns);
+                        mn.faa_held.push((op.addr, new, now + hold));
+                    }
+                    new
+                };
+                mn.mem[a..a + 8].copy_from_slice(&new.to_le_bytes());
+                if self.persistent {
+                    let l = op.addr / LINE;
+                    if !mn.dirty[l as usize] {
+                        mn.dirty[l as usize] = true;
+                        mn.dirty_lines.push(l);
+                    }
+                }
+                rec.batch.words[i as usize] = old;
+                h = mix(h, old);
+            }
+            OpKind::Flush => {
+                if self.persistent {
+                    // Conservative: persist every dirty line of the node, which includes all
+                    // earlier WRITEs of this QP (the contract promises no less).
+                    for &l in &mn.dirty_lines {
+                        let span = (l * LINE) as usize..((l + 1) * LINE) as usize;
+                        mn.persisted[span.clone()].copy_from_slice(&mn.mem[span]);
+                        mn.dirty[l as usize] = false;
+                    }
+                    mn.dirty_lines.clear();
+                }
+            }
+            OpKind::Rpc => {
+                let handler = rpc.clone().expect("checked at submit");
+                let off = rec.batch.resp.len();
+                let req_span = op.data as usize..op.data as usize + op.len as usize;
+                let req = rec.batch.buf[req_span].to_vec();
+                let mut mem = VecMem {
+                    mem: &mut mn.mem,
+                    persisted: if self.persistent {
+                        Some(&mut mn.persisted)
+                    } else {
+                        None
+                    },
+                };
+                handler.handle(op.node, &mut mem, &req, &mut rec.batch.resp);
+                let len = rec.batch.resp.len() - off;
+                rec.batch.words[i as usize] = ((off as u64) << 32) | len as u64;
+                h = mix_bytes(h, &rec.batch.resp[off..]);
+            }
+        }
+        self.hash = h;
+        if let Some(t) = &mut self.trace {
+            t.push(TraceEntry {
+                time_ns: now,
+                coord,
+                node: op.node,
+                kind: op.kind,
+                addr: lo,
+                len: (hi - lo) as u32,
+            });
+        }
+    }
+
+    /// The memory node's CPU view of its region. Its writes are durable at once (a CPU store
+    /// followed by a cache-line flush).
+    pub fn mem(&mut self, node: NodeId) -> VecMem<'_> {
+        let persistent = self.persistent;
+        let n = &mut self.nodes[node as usize];
+        VecMem {
+            mem: &mut n.mem,
+            persisted: if persistent {
+                Some(&mut n.persisted)
+            } else {
+                None
+            },
+        }
+    }
+}
+
+/// A simulated memory node's region seen by its own CPU.
+pub struct VecMem<'a> {
+    mem: &'a mut Vec<u8>,
+    persisted: Option<&'a mut Vec<u8>>,
+}
+
+impl LocalMem for VecMem<'_> {
+    fn size(&self) -> u64 {
+        self.mem.len() as u64
+    }
+
+    fn read(&mut self, addr: u64, buf: &mut [u8]) {
+        buf.copy_from_slice(&self.mem[addr as usize..addr as usize + buf.len()]);
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        let span = addr as usize..addr as usize + data.len();
+        self.mem[span.clone()].copy_from_slice(data);
+        if let Some(p) = &mut self.persisted {
+            p[span].copy_from_slice(data);
+        }
+    }
+
+    fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
+        let old = self.read_u64(addr);
+        if old == expect {
+            self.write_u64(addr, new);
+        }
+        old
+    }
+
+    fn faa(&mut self, addr: u64, add: u64) -> u64 {
+        let old = self.read_u64(addr);
+        self.write_u64(addr, old.wrapping_add(add));
+        old
+    }
+}

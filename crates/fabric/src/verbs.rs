@@ -1,0 +1,152 @@
+//! The ops of a doorbell batch and the buffers they read from and complete into.
+
+use crate::NodeId;
+
+/// The one-sided verbs (and the optional two-sided RPC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum OpKind {
+    Read = 0,
+    Write = 1,
+    Cas = 2,
+    Faa = 3,
+    Flush = 4,
+    Rpc = 5,
+}
+
+impl OpKind {
+    pub const ALL: [OpKind; 6] = [
+        OpKind::Read,
+        OpKind::Write,
+        OpKind::Cas,
+        OpKind::Faa,
+        OpKind::Flush,
+        OpKind::Rpc,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Read => "read",
+            OpKind::Write => "write",
+            OpKind::Cas => "cas",
+            OpKind::Faa => "faa",
+            OpKind::Flush => "flush",
+            OpKind::Rpc => "rpc",
+        }
+    }
+
+    pub fn is_atomic(self) -> bool {
+        matches!(self, OpKind::Cas | OpKind::Faa)
+    }
+}
+
+/// One posted op. `data..data+len` is its span in [`Batch::buf`]: the payload of a WRITE or an
+/// RPC request on the way out, the destination of a READ on the way back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Op {
+    pub kind: OpKind,
+    pub node: NodeId,
+    pub addr: u64,
+    pub len: u32,
+    pub data: u32,
+    /// CAS: the expected value; FAA: the addend.
+    pub arg0: u64,
+    /// CAS: the new value.
+    pub arg1: u64,
+}
+
+/// Names one op of the batch being built; valid until the next batch is started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpId(pub(crate) u32);
+
+/// A doorbell batch: the ops a coordinator posts together, and after completion their results.
+/// Owned by the coordinator's [`crate::Endpoint`] and reused, so posting allocates nothing once
+/// the buffers have grown to the largest batch.
+#[derive(Debug, Default, Clone)]
+pub struct Batch {
+    pub ops: Vec<Op>,
+    /// WRITE payloads and RPC requests; READ results land here too.
+    pub buf: Vec<u8>,
+    /// Per op, after completion: the old value of a CAS/FAA; for an RPC, `(offset << 32) | len`
+    /// of its response in `resp`.
+    pub words: Vec<u64>,
+    /// RPC responses.
+    pub resp: Vec<u8>,
+}
+
+impl Batch {
+    pub fn clear(&mut self) {
+        self.ops.clear();
+        self.buf.clear();
+        self.words.clear();
+        self.resp.clear();
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Makes this batch a copy of `from`, reusing its buffers (no allocation once grown).
+    pub fn assign(&mut self, from: &Batch) {
+        self.ops.clone_from(&from.ops);
+        self.buf.clone_from(&from.buf);
+        self.words.clone_from(&from.words);
+        self.resp.clone_from(&from.resp);
+    }
+
+    /// Copies a completed batch's results (READ data, old values, RPC responses) from `from`,
+    /// which holds the same ops.
+    pub fn take_results(&mut self, from: &Batch) {
+        debug_assert_eq!(self.ops.len(), from.ops.len());
+        self.buf.clear();
+        self.buf.extend_from_slice(&from.buf);
+        self.words.clear();
+        self.words.extend_from_slice(&from.words);
+        self.resp.clear();
+        self.resp.extend_from_slice(&from.resp);
+    }
+
+    pub(crate) fn push(&mut self, op: Op) -> OpId {
+        let id = OpId(self.ops.len() as u32);
+        self.ops.push(op);
+        self.words.push(0);
+        id
+    }
+
+    pub(crate) fn reserve_buf(&mut self, len: usize) -> u32 {
+        let off = self.buf.len();
+        self.buf.resize(off + len, 0);
+        off as u32
+    }
+
+    pub fn data(&self, op: &Op) -> &[u8] {
+        &self.buf[op.data as usize..op.data as usize + op.len as usize]
+    }
+}
+
+/// Cache-line size: the unit of atomicity of READ and WRITE.
+pub const LINE: u64 = 64;
+
+/// The 64-byte lines that `addr..addr+len` touches, as `(first, count)`.
+pub fn lines_of(addr: u64, len: u64) -> (u64, u64) {
+    if len == 0 {
+        return (addr / LINE, 0);
+    }
+    let first = addr / LINE;
+    let last = (addr + len - 1) / LINE;
+    (first, last - first + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_of_counts_partial_lines() {
+        assert_eq!(lines_of(0, 64), (0, 1));
+        assert_eq!(lines_of(0, 65), (0, 2));
+        assert_eq!(lines_of(60, 8), (0, 2));
+        assert_eq!(lines_of(128, 256), (2, 4));
+        assert_eq!(lines_of(100, 0), (1, 0));
+    }
+}
