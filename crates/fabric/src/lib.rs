@@ -9,6 +9,7 @@
 mod contract;
 mod endpoint;
 mod error;
+mod pool;
 mod profile;
 mod runtime;
 pub mod shm;
@@ -19,6 +20,7 @@ mod verbs;
 pub use contract::{Fabric, LocalMem, RpcHandler};
 pub use endpoint::{CoordId, CoordRng, Endpoint, Post, Sleep};
 pub use error::FabricError;
+pub use pool::Pool;
 pub use profile::{Profile, ProfileError};
 pub use runtime::{RunReport, Topology};
 pub use stats::Stats;
