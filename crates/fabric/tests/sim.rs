@@ -1,0 +1,325 @@
+//! The simulator's own promises: determinism, the adversary's freedoms actually exercised, faults.
+
+use dtxn_fabric::sim::{Adversary, ComputeCrash, MemoryCrash, SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, FabricError, LocalMem, Profile, RunReport, Topology};
+use rand::Rng;
+
+fn topo(compute_nodes: u32, threads: u32, coroutines: u32) -> Topology {
+    Topology {
+        compute_nodes,
+        threads,
+        coroutines,
+    }
+}
+
+/// A busy mixed workload: multi-line READs and WRITEs, CAS and FAA on shared words.
+async fn mixed(mut ep: Endpoint, ops: u32) -> u64 {
+    let mut sum = 0u64;
+    for i in 0..ops {
+        let node = ep.rng().random_range(0..2u16);
+        let rec = ep.rng().random_range(0..32u64) * 256;
+        match i % 4 {
+            0 => {
+                let r = ep.read(node, rec, 256);
+                ep.post().await.unwrap();
+                sum = sum.wrapping_add(ep.word(r, 64));
+            }
+            1 => {
+                let v = u64::from(ep.id().index) << 20 | u64::from(i);
+                ep.write_with(node, rec, 256, |b| {
+                    for w in b.chunks_mut(8) {
+                        w.copy_from_slice(&v.to_le_bytes());
+                    }
+                });
+                ep.post().await.unwrap();
+            }
+            2 => {
+                let c = ep.cas(node, 8192 + rec / 32, 0, 1);
+                let r = ep.read(node, rec, 128);
+                ep.post().await.unwrap();
+                sum = sum.wrapping_add(ep.old(c) ^ ep.word(r, 0));
+            }
+            _ => {
+                let f = ep.faa(node, 8192, 1);
+                ep.post().await.unwrap();
+                sum = sum.wrapping_add(ep.old(f));
+            }
+        }
+    }
+    sum
+}
+
+fn run_mixed(cfg: SimConfig) -> RunReport<u64> {
+    let mut pool = SimPool::new(cfg).unwrap();
+    pool.run(topo(2, 2, 4), None, |ep| mixed(ep, 200)).unwrap()
+}
+
+#[test]
+fn same_seed_same_run_bit_for_bit() {
+    let mut cfg = SimConfig::new(42, 2, 1 << 16);
+    cfg.keep_trace = true;
+    let a = run_mixed(cfg.clone());
+    let b = run_mixed(cfg.clone());
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.elapsed_ns, b.elapsed_ns);
+    assert_eq!(a.outputs, b.outputs);
+    // The full traces agree too, not just their hashes.
+    let trace = |cfg: SimConfig| {
+        let mut p = SimPool::new(cfg).unwrap();
+        p.run(topo(2, 2, 4), None, |ep| mixed(ep, 50)).unwrap();
+        p.trace()
+    };
+    let (ta, tb) = (trace(cfg.clone()), trace(cfg.clone()));
+    assert!(ta.len() > 1000);
+    assert_eq!(ta, tb);
+    cfg.seed = 43;
+    let c = run_mixed(cfg);
+    assert_ne!(a.trace_hash, c.trace_hash, "different seeds, different runs");
+}
+
+/// G2: a multi-line READ concurrent with WRITEs comes back torn across lines, under the
+/// adversary only.
+#[test]
+fn the_adversary_tears_multi_line_reads() {
+    let count_torn = |adv: Adversary| {
+        let mut cfg = SimConfig::new(7, 1, 4096);
+        cfg.adversary = adv;
+        let mut pool = SimPool::new(cfg).unwrap();
+        let r = pool
+            .run(topo(1, 3, 1), None, |mut ep: Endpoint| async move {
+                let mut torn = 0;
+                for i in 1..=500u64 {
+                    if ep.id().thread == 0 {
+                        ep.write_with(0, 0, 512, |b| {
+                            for w in b.chunks_mut(8) {
+                                w.copy_from_slice(&i.to_le_bytes());
+                            }
+                        });
+                        ep.post().await.unwrap();
+                    } else {
+                        let r = ep.read(0, 0, 512);
+                        ep.post().await.unwrap();
+                        let b = ep.bytes(r);
+                        if b.chunks(64).any(|l| l[..8] != b[..8]) {
+                            torn += 1;
+                        }
+                    }
+                }
+                torn
+            })
+            .unwrap();
+        r.outputs.iter().flatten().sum::<u32>()
+    };
+    assert!(count_torn(Adversary::hostile()) > 0);
+    assert_eq!(count_torn(Adversary::off()), 0);
+}
+
+/// G5: two READs in one batch on one QP may execute in either order. The writer bumps X, then
+/// Y (ordered, G4); a reader that reads Y then X in one batch can see the new Y with the old X
+/// only if its READs were reordered.
+#[test]
+fn the_adversary_reorders_reads_on_one_qp() {
+    let reordered = |adv: Adversary| {
+        let mut cfg = SimConfig::new(3, 1, 4096);
+        cfg.adversary = adv;
+        cfg.profile = Profile::ideal();
+        let mut pool = SimPool::new(cfg).unwrap();
+        let r = pool
+            .run(topo(1, 2, 1), None, |mut ep: Endpoint| async move {
+                let mut seen = 0;
+                for v in 1..=2000u64 {
+                    if ep.id().thread == 0 {
+                        ep.write(0, 0, &v.to_le_bytes());
+                        ep.write(0, 1024, &v.to_le_bytes());
+                        ep.post().await.unwrap();
+                    } else {
+                        let y = ep.read(0, 1024, 8);
+                        let x = ep.read(0, 0, 8);
+                        ep.post().await.unwrap();
+                        if ep.word(x, 0) < ep.word(y, 0) {
+                            seen += 1;
+                        }
+                    }
+                }
+                seen
+            })
+            .unwrap();
+        r.outputs.iter().flatten().sum::<u32>()
+    };
+    assert!(reordered(Adversary::hostile()) > 0);
+    assert_eq!(reordered(Adversary::off()), 0);
+}
+
+/// G8 (PF-4): a WRITE that lands while an FAA holds the word is lost, if the knob is on.
+#[test]
+fn a_write_under_a_concurrent_faa_can_be_lost() {
+    let lost_in = |lose: bool| {
+        let mut lost = 0;
+        for seed in 0..40 {
+            let mut cfg = SimConfig::new(seed, 1, 4096);
+            cfg.adversary.lose_write_under_faa = lose;
+            let mut pool = SimPool::new(cfg).unwrap();
+            pool.run(topo(1, 2, 1), None, |mut ep: Endpoint| async move {
+                if ep.id().thread == 0 {
+                    for _ in 0..40 {
+                        ep.faa(0, 0, 1);
+                        ep.post().await.unwrap();
+                    }
+                } else {
+                    let wait = ep.rng().random_range(0..40_000);
+                    ep.sleep(wait).await;
+                    ep.write(0, 0, &(1u64 << 40).to_le_bytes());
+                    ep.post().await.unwrap();
+                }
+            })
+            .unwrap();
+            if pool.with_local(0, |m| m.read_u64(0)) < 1 << 40 {
+                lost += 1;
+            }
+        }
+        lost
+    };
+    assert!(lost_in(true) > 0);
+    assert_eq!(lost_in(false), 0);
+}
+
+/// Persistent-memory mode: a memory-node crash keeps flushed WRITEs and drops unflushed lines
+/// at random.
+#[test]
+fn a_memory_crash_drops_only_unflushed_lines() {
+    let survivors = |flush: bool| {
+        let mut kept = 0;
+        for seed in 0..8 {
+            let mut cfg = SimConfig::new(seed, 1, 1 << 16);
+            cfg.persistent = true;
+            cfg.faults.memory_crashes.push(MemoryCrash {
+                at_ns: 1_000_000,
+                node: 0,
+                down_ns: 1000,
+            });
+            let mut pool = SimPool::new(cfg).unwrap();
+            pool.run(topo(1, 1, 1), None, |mut ep: Endpoint| async move {
+                for l in 0..64u64 {
+                    ep.write(0, l * 64, &[0xab; 64]);
+                }
+                if flush {
+                    ep.flush(0);
+                }
+                ep.post().await.unwrap();
+                ep.sleep(2_000_000).await;
+            })
+            .unwrap();
+            kept += (0..64)
+                .filter(|l| pool.with_local(0, |m| m.read_u64(l * 64)) == 0xabab_abab_abab_abab)
+                .count();
+        }
+        kept
+    };
+    assert_eq!(survivors(true), 8 * 64);
+    let unflushed = survivors(false);
+    assert!(unflushed > 0 && unflushed < 8 * 64, "{unflushed}");
+}
+
+/// A crashed memory node fails the ops sent to it; after its restart it serves again (DRAM
+/// mode: empty).
+#[test]
+fn ops_to_a_crashed_memory_node_fail_until_it_restarts() {
+    let mut cfg = SimConfig::new(5, 2, 4096);
+    cfg.faults.memory_crashes.push(MemoryCrash {
+        at_ns: 50_000,
+        node: 1,
+        down_ns: 100_000,
+    });
+    let mut pool = SimPool::new(cfg).unwrap();
+    pool.with_local(1, |m| m.write_u64(0, 77));
+    let r = pool
+        .run(topo(1, 1, 1), None, |mut ep: Endpoint| async move {
+            let mut seen = Vec::new();
+            for _ in 0..100 {
+                let r = ep.read(1, 0, 8);
+                match ep.post().await {
+                    Ok(()) => seen.push(Some(ep.word(r, 0))),
+                    Err(e) => {
+                        assert_eq!(e, FabricError::NodeDown(1));
+                        seen.push(None)
+                    }
+                }
+                ep.sleep(2000).await;
+            }
+            seen
+        })
+        .unwrap();
+    let seen = r.outputs[0].clone().unwrap();
+    assert_eq!(seen[0], Some(77));
+    assert!(seen.contains(&None));
+    assert_eq!(*seen.last().unwrap(), Some(0), "DRAM comes back empty");
+}
+
+/// A compute-node crash drops its coordinators mid-flight; the others finish.
+#[test]
+fn a_compute_crash_drops_its_coordinators_only() {
+    let mut cfg = SimConfig::new(9, 2, 1 << 16);
+    cfg.faults.compute_crashes.push(ComputeCrash {
+        at_ns: 30_000,
+        compute_node: 1,
+    });
+    let mut pool = SimPool::new(cfg).unwrap();
+    let r = pool
+        .run(topo(3, 2, 2), None, |ep| async move { mixed(ep, 100).await })
+        .unwrap_or_else(|e| panic!("{e}"));
+    for (i, o) in r.outputs.iter().enumerate() {
+        let cn = i / 4;
+        assert_eq!(o.is_some(), cn != 1, "coordinator {i}");
+    }
+    // They did post ops before they died.
+    assert!(r.stats[4].round_trips > 0 && r.stats[4].round_trips < 100);
+}
+
+/// The papers' cluster scale on one core: 6 compute nodes x 20 threads x 8 coroutines.
+#[test]
+fn thousands_of_coordinators() {
+    let mut pool = SimPool::new(SimConfig::new(1, 2, 1 << 16)).unwrap();
+    let r = pool
+        .run(topo(6, 20, 8), None, |ep| async move { mixed(ep, 8).await })
+        .unwrap();
+    assert_eq!(r.outputs.iter().flatten().count(), 960);
+    assert_eq!(r.total_stats().round_trips, 960 * 8);
+    assert_eq!(r.verbs_executed, r.total_stats().verbs_total());
+}
+
+/// A run can be cut off at a virtual time; the coordinators still running are dropped.
+#[test]
+fn stop_at_ends_the_run() {
+    let mut pool = SimPool::new(SimConfig::new(1, 1, 4096)).unwrap();
+    let r = pool
+        .run(topo(1, 1, 2), Some(100_000), |mut ep: Endpoint| async move {
+            loop {
+                ep.faa(0, 0, 1);
+                ep.post().await.unwrap();
+            }
+        })
+        .unwrap();
+    assert!(r.outputs.iter().all(Option::is_none));
+    assert_eq!(r.elapsed_ns, 100_000);
+    let n = pool.with_local(0, |m| m.read_u64(0));
+    // About one FAA per 2-us round trip per coordinator.
+    assert!((60..=110).contains(&n), "{n}");
+}
+
+/// A round trip costs what the profile says.
+#[test]
+fn a_round_trip_on_cx5_takes_about_two_microseconds() {
+    let mut pool = SimPool::new(SimConfig::new(1, 1, 4096)).unwrap();
+    let r = pool
+        .run(topo(1, 1, 1), None, |mut ep: Endpoint| async move {
+            let t0 = ep.now_ns();
+            for _ in 0..100 {
+                ep.read(0, 0, 64);
+                ep.post().await.unwrap();
+            }
+            ep.now_ns() - t0
+        })
+        .unwrap();
+    let per = r.outputs[0].unwrap() / 100;
+    assert!((2000..2900).contains(&per), "{per} ns per round trip");
+}
