@@ -10,7 +10,11 @@ use probe::{ProbeCounts, ProbeParams, Scheme};
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
-#[command(name = "dtxn", version, about = "Distributed transactions on disaggregated memory")]
+#[command(
+    name = "dtxn",
+    version,
+    about = "Distributed transactions on disaggregated memory"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -118,8 +122,8 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
             a.records, a.readers, a.writers
         );
         println!(
-            "{:<14} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11}  {}",
-            "scheme", "bytes", "reads", "accepted", "rejected", "torn det", "TORN UNDET", "scheme is"
+            "{:<14} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11}  scheme is",
+            "scheme", "bytes", "reads", "accepted", "rejected", "torn det", "TORN UNDET"
         );
         for r in &rows {
             let c = &r.counts;
@@ -132,7 +136,11 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
                 c.rejected,
                 c.torn_detected,
                 c.torn_undetected,
-                if r.correct_scheme { "correct" } else { "broken" }
+                if r.correct_scheme {
+                    "correct"
+                } else {
+                    "broken"
+                }
             );
         }
     }

@@ -99,7 +99,7 @@ fn is_meta(scheme: Scheme, words: usize, i: usize) -> bool {
         Scheme::Bookend => i == 0 || i == words - 1,
         Scheme::SingleRead | Scheme::MarkInPlace | Scheme::TwoRead | Scheme::Lock => i < 2,
         // Line 0: lock and stamp; every further line: its stamp first.
-        Scheme::PerLine => i < 2 || (i % 8 == 0),
+        Scheme::PerLine => i < 2 || i.is_multiple_of(8),
     }
 }
 
@@ -171,7 +171,10 @@ pub fn run_probe(pool: &mut Pool, p: &ProbeParams) -> Result<ProbeCounts> {
     let need = layout.stride * p.records as u64;
     let have = pool.node_sizes()[0];
     if need > have {
-        bail!("{} records of {size} bytes need {need} bytes; the memory node has {have}", p.records);
+        bail!(
+            "{} records of {size} bytes need {need} bytes; the memory node has {have}",
+            p.records
+        );
     }
     // Version 1 of every record, loaded by the memory node's CPU.
     pool.with_local(0, |mem| {
@@ -225,7 +228,9 @@ async fn writer(
     writers: u32,
     readers_left: &AtomicU64,
 ) -> Result<ProbeCounts> {
-    let mine: Vec<usize> = (0..l.records).filter(|r| r % writers as usize == me as usize).collect();
+    let mine: Vec<usize> = (0..l.records)
+        .filter(|r| r % writers as usize == me as usize)
+        .collect();
     let mut versions = vec![1u64; l.records];
     let mut img = vec![0u8; l.size];
     let mut counts = ProbeCounts::default();

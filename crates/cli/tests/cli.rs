@@ -16,7 +16,14 @@ fn stderr(o: &Output) -> String {
 #[test]
 fn probe_on_sim_separates_broken_from_correct_schemes() {
     let o = dtxn(&[
-        "probe", "--backend", "sim", "--record-size", "256", "--reads", "3000", "--json",
+        "probe",
+        "--backend",
+        "sim",
+        "--record-size",
+        "256",
+        "--reads",
+        "3000",
+        "--json",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -40,7 +47,14 @@ fn probe_on_sim_separates_broken_from_correct_schemes() {
 fn probe_is_reproducible_from_its_seed() {
     let run = |seed: &str| {
         let o = dtxn(&[
-            "probe", "--record-size", "128", "--reads", "500", "--seed", seed, "--json",
+            "probe",
+            "--record-size",
+            "128",
+            "--reads",
+            "500",
+            "--seed",
+            seed,
+            "--json",
         ]);
         assert!(o.status.success(), "{}", stderr(&o));
         o.stdout
@@ -64,7 +78,10 @@ fn bad_input_is_a_one_line_error_and_a_nonzero_exit() {
             vec!["probe", "--profile", bad_profile.to_str().unwrap()],
             "does not parse",
         ),
-        (vec!["probe", "--profile", "no-such-nic"], "neither a preset"),
+        (
+            vec!["probe", "--profile", "no-such-nic"],
+            "neither a preset",
+        ),
         (vec!["frobnicate"], "unrecognized subcommand"),
     ];
     for (args, want) in cases {

@@ -108,11 +108,7 @@ pub trait RpcHandler: Send + Sync {
     fn handle(&self, node: NodeId, mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>);
 }
 
-pub(crate) fn check_op(
-    op: &crate::Op,
-    sizes: &[u64],
-    has_rpc: bool,
-) -> Result<(), FabricError> {
+pub(crate) fn check_op(op: &crate::Op, sizes: &[u64], has_rpc: bool) -> Result<(), FabricError> {
     let node = op.node;
     let size = *sizes.get(node as usize).ok_or(FabricError::NoSuchNode {
         node,
@@ -122,7 +118,7 @@ pub(crate) fn check_op(
     let len = match op.kind {
         Read | Write => op.len as u64,
         Cas | Faa => {
-            if op.addr % 8 != 0 {
+            if !op.addr.is_multiple_of(8) {
                 return Err(FabricError::Misaligned {
                     node,
                     addr: op.addr,

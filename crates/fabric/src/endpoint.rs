@@ -7,8 +7,8 @@ use crate::{FabricError, NodeId};
 use rand::SeedableRng;
 use std::cell::Cell;
 use std::future::Future;
-use std::rc::Rc;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::task::{Context, Poll};
 
 /// Where a coordinator runs: compute node, worker thread, coroutine.

@@ -15,7 +15,12 @@ pub enum FabricError {
     NoSuchNode { node: NodeId, nodes: usize },
     /// The op reaches outside the memory node's region.
     #[error("op on memory node {node} at {addr:#x}+{len} is outside its {size}-byte region")]
-    OutOfBounds { node: NodeId, addr: u64, len: u64, size: u64 },
+    OutOfBounds {
+        node: NodeId,
+        addr: u64,
+        len: u64,
+        size: u64,
+    },
     /// CAS and FAA work on aligned 8-byte words only (G3 of the sync paper).
     #[error("atomic on memory node {node} at {addr:#x} is not 8-byte aligned")]
     Misaligned { node: NodeId, addr: u64 },

@@ -114,8 +114,15 @@ fn lock_then_read_in_one_batch_sees_its_own_lock() {
             })
             .unwrap();
         let wrong: u32 = r.outputs.iter().flatten().sum();
-        assert_eq!(wrong, 0, "{name}: a lock+read batch did not see its own lock");
-        assert_eq!(read_word(pool, 0, 136), 6 * 50, "{name}: mutual exclusion broken");
+        assert_eq!(
+            wrong, 0,
+            "{name}: a lock+read batch did not see its own lock"
+        );
+        assert_eq!(
+            read_word(pool, 0, 136),
+            6 * 50,
+            "{name}: mutual exclusion broken"
+        );
     });
 }
 
@@ -223,7 +230,10 @@ fn a_batch_is_one_round_trip_and_counts_are_exact() {
         assert_eq!(one.verb(OpKind::Faa), 1, "{name}");
         assert_eq!(one.bytes_in, 100 + 8 + 8, "{name}");
         assert_eq!(one.bytes_out, 40 + 16 + 8, "{name}");
-        assert_eq!(two.round_trips, 1, "{name}: detached batches are off the critical path");
+        assert_eq!(
+            two.round_trips, 1,
+            "{name}: detached batches are off the critical path"
+        );
         assert_eq!(two.batches, 2, "{name}");
         assert_eq!(two.verb(OpKind::Write), 2, "{name}");
         assert_eq!(r.total_stats(), two, "{name}");

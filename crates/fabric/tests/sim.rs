@@ -1,7 +1,7 @@
 //! The simulator's own promises: determinism, the adversary's freedoms actually exercised, faults.
 
 use dtxn_fabric::sim::{Adversary, ComputeCrash, MemoryCrash, SimConfig, SimPool};
-use dtxn_fabric::{Endpoint, FabricError, LocalMem, Profile, RunReport, Topology};
+use dtxn_fabric::{Endpoint, FabricError, Profile, RunReport, Topology};
 use rand::Rng;
 
 fn topo(compute_nodes: u32, threads: u32, coroutines: u32) -> Topology {
@@ -74,7 +74,10 @@ fn same_seed_same_run_bit_for_bit() {
     assert_eq!(ta, tb);
     cfg.seed = 43;
     let c = run_mixed(cfg);
-    assert_ne!(a.trace_hash, c.trace_hash, "different seeds, different runs");
+    assert_ne!(
+        a.trace_hash, c.trace_hash,
+        "different seeds, different runs"
+    );
 }
 
 /// G2: a multi-line READ concurrent with WRITEs comes back torn across lines, under the
@@ -265,7 +268,11 @@ fn a_compute_crash_drops_its_coordinators_only() {
     });
     let mut pool = SimPool::new(cfg).unwrap();
     let r = pool
-        .run(topo(3, 2, 2), None, |ep| async move { mixed(ep, 100).await })
+        .run(
+            topo(3, 2, 2),
+            None,
+            |ep| async move { mixed(ep, 100).await },
+        )
         .unwrap_or_else(|e| panic!("{e}"));
     for (i, o) in r.outputs.iter().enumerate() {
         let cn = i / 4;
@@ -292,12 +299,16 @@ fn thousands_of_coordinators() {
 fn stop_at_ends_the_run() {
     let mut pool = SimPool::new(SimConfig::new(1, 1, 4096)).unwrap();
     let r = pool
-        .run(topo(1, 1, 2), Some(100_000), |mut ep: Endpoint| async move {
-            loop {
-                ep.faa(0, 0, 1);
-                ep.post().await.unwrap();
-            }
-        })
+        .run(
+            topo(1, 1, 2),
+            Some(100_000),
+            |mut ep: Endpoint| async move {
+                loop {
+                    ep.faa(0, 0, 1);
+                    ep.post().await.unwrap();
+                }
+            },
+        )
         .unwrap();
     assert!(r.outputs.iter().all(Option::is_none));
     assert_eq!(r.elapsed_ns, 100_000);

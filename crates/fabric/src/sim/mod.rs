@@ -132,7 +132,9 @@ impl SimPool {
         loop {
             let next = self.world.borrow_mut().next_ready();
             if let Some(c) = next {
-                let t = tasks[c as usize].as_mut().expect("a ready coordinator is live");
+                let t = tasks[c as usize]
+                    .as_mut()
+                    .expect("a ready coordinator is live");
                 if let Poll::Ready((r, _)) = poll_once(t) {
                     outputs[c as usize] = Some(r);
                     tasks[c as usize] = None;

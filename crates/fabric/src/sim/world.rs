@@ -33,12 +33,27 @@ pub struct TraceEntry {
 enum Ev {
     /// Execute line `line` (relative to the op's first line) of op `op` of batch record `rec`;
     /// `line == u32::MAX` executes the whole op at once.
-    Exec { rec: u32, op: u32, line: u32 },
-    BatchDone { rec: u32 },
-    Wake { coord: u32 },
-    CrashCompute { cn: u32 },
-    CrashMemory { node: u16, down_ns: u64 },
-    RestartMemory { node: u16 },
+    Exec {
+        rec: u32,
+        op: u32,
+        line: u32,
+    },
+    BatchDone {
+        rec: u32,
+    },
+    Wake {
+        coord: u32,
+    },
+    CrashCompute {
+        cn: u32,
+    },
+    CrashMemory {
+        node: u16,
+        down_ns: u64,
+    },
+    RestartMemory {
+        node: u16,
+    },
 }
 
 const WHOLE: u32 = u32::MAX;
@@ -131,7 +146,9 @@ impl World {
     pub fn new(cfg: &SimConfig) -> Result<World, FabricError> {
         cfg.profile.validate().map_err(FabricError::Setup)?;
         if cfg.node_sizes.is_empty() {
-            return Err(FabricError::Setup("a pool needs at least one memory node".into()));
+            return Err(FabricError::Setup(
+                "a pool needs at least one memory node".into(),
+            ));
         }
         let mut nodes = Vec::new();
         for (i, &size) in cfg.node_sizes.iter().enumerate() {
@@ -182,7 +199,11 @@ impl World {
             killed: Vec::new(),
             hash: cfg.seed,
             verbs_executed: 0,
-            trace: if cfg.keep_trace { Some(Vec::new()) } else { None },
+            trace: if cfg.keep_trace {
+                Some(Vec::new())
+            } else {
+                None
+            },
             delay_prob: cfg.faults.delay_prob,
             delay_max_ns: cfg.faults.delay_max_ns,
         })
@@ -296,12 +317,7 @@ impl World {
     }
 
     /// Posts a batch: schedules the execution of every op and the batch's completion.
-    pub fn submit(
-        &mut self,
-        coord: u32,
-        batch: &Batch,
-        detached: bool,
-    ) -> Result<(), FabricError> {
+    pub fn submit(&mut self, coord: u32, batch: &Batch, detached: bool) -> Result<(), FabricError> {
         let has_rpc = self.rpc.is_some();
         for op in &batch.ops {
             check_op(op, &self.sizes, has_rpc)?;
@@ -561,7 +577,10 @@ impl World {
             )
         };
         let mut h = mix(self.hash, self.now);
-        h = mix(h, (u64::from(coord) << 32) | ((op.node as u64) << 8) | op.kind as u64);
+        h = mix(
+            h,
+            (u64::from(coord) << 32) | ((op.node as u64) << 8) | op.kind as u64,
+        );
         h = mix(h, lo);
         let now = self.now;
         let World {
