@@ -51,6 +51,59 @@ pub struct Faults {
     pub delay_max_ns: u64,
 }
 
+/// How many faults of each kind a seeded fault plan draws (see [`Faults::draw`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct FaultRates {
+    /// Compute nodes that crash (each at most once; never all of them).
+    pub compute_crashes: u32,
+    /// Memory-node crash-and-restart events.
+    pub memory_crashes: u32,
+    /// How long a crashed memory node stays down.
+    pub memory_down_ns: u64,
+    pub delay_prob: f64,
+    pub delay_max_ns: u64,
+}
+
+impl Faults {
+    /// A fault plan drawn from `seed`: the crashes fall at uniformly random instants in
+    /// `[0, horizon_ns)`, on random nodes. The same inputs give the same plan.
+    pub fn draw(
+        seed: u64,
+        horizon_ns: u64,
+        compute_nodes: u32,
+        memory_nodes: u16,
+        rates: FaultRates,
+    ) -> Faults {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(seed ^ 0xfa17_fa17_fa17_fa17);
+        let horizon = horizon_ns.max(1);
+        let mut victims: Vec<u32> = (0..compute_nodes).collect();
+        let mut compute_crashes = Vec::new();
+        let crashes = rates.compute_crashes.min(compute_nodes.saturating_sub(1));
+        for _ in 0..crashes {
+            let i = rng.random_range(0..victims.len());
+            compute_crashes.push(ComputeCrash {
+                at_ns: rng.random_range(0..horizon),
+                compute_node: victims.swap_remove(i),
+            });
+        }
+        let memory_crashes = (0..rates.memory_crashes)
+            .filter(|_| memory_nodes > 0)
+            .map(|_| MemoryCrash {
+                at_ns: rng.random_range(0..horizon),
+                node: rng.random_range(0..memory_nodes),
+                down_ns: rates.memory_down_ns,
+            })
+            .collect();
+        Faults {
+            compute_crashes,
+            memory_crashes,
+            delay_prob: rates.delay_prob,
+            delay_max_ns: rates.delay_max_ns,
+        }
+    }
+}
+
 /// A compute node stops: its coordinators are dropped at whatever await point they are on, and
 /// of the ops they had in flight, those executing after a random cut-off are lost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -95,5 +148,35 @@ impl SimConfig {
             faults: Faults::default(),
             keep_trace: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fault_plans_come_from_the_seed() {
+        let rates = FaultRates {
+            compute_crashes: 2,
+            memory_crashes: 3,
+            memory_down_ns: 10,
+            ..FaultRates::default()
+        };
+        let a = Faults::draw(1, 1_000_000, 4, 3, rates);
+        assert_eq!(a, Faults::draw(1, 1_000_000, 4, 3, rates));
+        assert_ne!(a, Faults::draw(2, 1_000_000, 4, 3, rates));
+        assert_eq!(a.compute_crashes.len(), 2);
+        assert_ne!(
+            a.compute_crashes[0].compute_node,
+            a.compute_crashes[1].compute_node
+        );
+        assert_eq!(a.memory_crashes.len(), 3);
+        assert!(a
+            .memory_crashes
+            .iter()
+            .all(|c| c.node < 3 && c.at_ns < 1_000_000));
+        // Some compute node always survives.
+        assert_eq!(Faults::draw(1, 10, 1, 1, rates).compute_crashes.len(), 0);
     }
 }

@@ -10,7 +10,7 @@
 mod config;
 mod world;
 
-pub use config::{Adversary, ComputeCrash, Faults, MemoryCrash, SimConfig};
+pub use config::{Adversary, ComputeCrash, FaultRates, Faults, MemoryCrash, SimConfig};
 pub use world::TraceEntry;
 
 use crate::contract::{Fabric, LocalMem, RpcHandler};
