@@ -1,1 +1,27 @@
-//! placeholder
+//! The memory pool's layout: what lives where on each memory node, and how a compute node
+//! finds it with one-sided verbs only.
+//!
+//! - [`layout`]: the superblock and the catalog at the start of every region.
+//! - [`plan`]: sizing and replica placement (same offsets on every replica).
+//! - [`index`]: the hash index of buckets and overflow chains.
+//! - [`record`]: record formats; a version stamp per cache line detects torn READs.
+//! - [`log`]: per-coordinator log slices for recovery without the coordinator.
+//! - [`cache`]: the compute-side address cache.
+//! - [`pool`]: bootstrap ([`PoolMap::bootstrap`]), formatting and loading.
+
+pub mod cache;
+mod error;
+pub mod index;
+pub mod layout;
+pub mod log;
+pub mod plan;
+pub mod pool;
+pub mod record;
+pub mod remote;
+
+pub use cache::{AddrCache, SlotCheck};
+pub use error::StoreError;
+pub use index::TableInfo;
+pub use plan::{Plan, PoolShape, TableSpec};
+pub use pool::{Loader, PoolMap};
+pub use record::{RecordFormat, RecordHeader, SingleVersion, Torn};

@@ -1,0 +1,274 @@
+//! The bytes at the start of every memory node: superblock and catalog.
+//!
+//! ```text
+//! region offset
+//! 0          superblock (one line; the rest of the first 4 KiB is reserved)
+//! 4096       catalog: one 128-byte entry per table replica on this node
+//! log_off    log region: log_slices x log_slice_bytes, one slice per coordinator
+//! ...        tables (hash buckets, then their overflow area), at the same offsets on
+//!            every replica
+//! ```
+//!
+//! Superblock (64 bytes):
+//! ```text
+//! 0 magic "DTXNPOOL" | 8 layout version u32 | 12 node id u16 | 14 node count u16
+//! 16 region size u64 | 24 catalog offset u64 | 32 catalog entries u32 | 36 catalog crc32 u32
+//! 40 log offset u64 | 48 log slice bytes u64 | 56 log slices u32 | 60 superblock crc32 u32
+//! ```
+//!
+//! Catalog entry (128 bytes):
+//! ```text
+//! 0 table id u32 | 4 format u8 | 5 rank u8 (0 = primary) | 6 replica count u8 | 7 -
+//! 8 replica nodes [u16; 8], by rank | 24 value size u32 | 28 record bytes u32
+//! 32 table offset u64 | 40 bucket count u64 | 48 slots per bucket u32 | 52 bucket bytes u32
+//! 56 overflow offset u64 | 64 overflow buckets u64 | 72 name, 48 bytes UTF-8, zero-padded
+//! ```
+
+use crate::error::StoreError;
+use crate::record::RecordFormat;
+use dtxn_fabric::NodeId;
+
+pub const MAGIC: u64 = u64::from_le_bytes(*b"DTXNPOOL");
+/// Bumped on every incompatible change of any layout in this crate.
+pub const LAYOUT_VERSION: u32 = 1;
+pub const SUPERBLOCK_BYTES: usize = 64;
+pub const CATALOG_OFF: u64 = 4096;
+pub const ENTRY_BYTES: usize = 128;
+pub const MAX_REPLICAS: usize = 8;
+pub const NAME_BYTES: usize = 48;
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes(b[o..o + 2].try_into().expect("2 bytes"))
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Superblock {
+    pub node: NodeId,
+    pub nodes: u16,
+    pub region_size: u64,
+    pub catalog_entries: u32,
+    pub catalog_crc: u32,
+    pub log_off: u64,
+    pub log_slice_bytes: u64,
+    pub log_slices: u32,
+}
+
+impl Superblock {
+    pub fn encode(&self) -> [u8; SUPERBLOCK_BYTES] {
+        let mut b = [0u8; SUPERBLOCK_BYTES];
+        b[0..8].copy_from_slice(&MAGIC.to_le_bytes());
+        b[8..12].copy_from_slice(&LAYOUT_VERSION.to_le_bytes());
+        b[12..14].copy_from_slice(&self.node.to_le_bytes());
+        b[14..16].copy_from_slice(&self.nodes.to_le_bytes());
+        b[16..24].copy_from_slice(&self.region_size.to_le_bytes());
+        b[24..32].copy_from_slice(&CATALOG_OFF.to_le_bytes());
+        b[32..36].copy_from_slice(&self.catalog_entries.to_le_bytes());
+        b[36..40].copy_from_slice(&self.catalog_crc.to_le_bytes());
+        b[40..48].copy_from_slice(&self.log_off.to_le_bytes());
+        b[48..56].copy_from_slice(&self.log_slice_bytes.to_le_bytes());
+        b[56..60].copy_from_slice(&self.log_slices.to_le_bytes());
+        let crc = crc32fast::hash(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes the superblock that memory node `node` holds, checking what a stranger's bytes
+    /// would fail: magic, layout version, checksum, node id.
+    pub fn decode(node: NodeId, b: &[u8]) -> Result<Superblock, StoreError> {
+        let magic = u64_at(b, 0);
+        if magic != MAGIC {
+            return Err(StoreError::BadMagic { node, magic });
+        }
+        let found = u32_at(b, 8);
+        if found != LAYOUT_VERSION {
+            return Err(StoreError::LayoutVersion {
+                node,
+                found,
+                expected: LAYOUT_VERSION,
+            });
+        }
+        if crc32fast::hash(&b[..60]) != u32_at(b, 60) {
+            return Err(StoreError::Checksum {
+                node,
+                what: "superblock",
+            });
+        }
+        let sb = Superblock {
+            node: u16_at(b, 12),
+            nodes: u16_at(b, 14),
+            region_size: u64_at(b, 16),
+            catalog_entries: u32_at(b, 32),
+            catalog_crc: u32_at(b, 36),
+            log_off: u64_at(b, 40),
+            log_slice_bytes: u64_at(b, 48),
+            log_slices: u32_at(b, 56),
+        };
+        if sb.node != node {
+            return Err(StoreError::Corrupt {
+                node,
+                what: format!("its superblock says it is memory node {}", sb.node),
+            });
+        }
+        if u64_at(b, 24) != CATALOG_OFF {
+            return Err(StoreError::Corrupt {
+                node,
+                what: format!("catalog at {:#x}", u64_at(b, 24)),
+            });
+        }
+        Ok(sb)
+    }
+
+    pub fn catalog_bytes(&self) -> usize {
+        self.catalog_entries as usize * ENTRY_BYTES
+    }
+}
+
+/// One table replica, as the catalog of its memory node describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CatalogEntry {
+    pub table: u32,
+    pub name: String,
+    pub format: RecordFormat,
+    /// 0 for the primary, 1.. for the backups.
+    pub rank: u8,
+    /// Every replica's memory node, by rank (so one node's catalog names all of them).
+    pub replicas: Vec<NodeId>,
+    pub value_size: u32,
+    pub record_bytes: u32,
+    pub table_off: u64,
+    pub bucket_count: u64,
+    pub slots_per_bucket: u32,
+    pub bucket_bytes: u32,
+    pub overflow_off: u64,
+    pub overflow_buckets: u64,
+}
+
+impl CatalogEntry {
+    pub fn encode(&self, b: &mut [u8]) {
+        assert_eq!(b.len(), ENTRY_BYTES);
+        assert!(self.replicas.len() <= MAX_REPLICAS);
+        b.fill(0);
+        b[0..4].copy_from_slice(&self.table.to_le_bytes());
+        b[4] = self.format.code();
+        b[5] = self.rank;
+        b[6] = self.replicas.len() as u8;
+        for (i, n) in self.replicas.iter().enumerate() {
+            b[8 + 2 * i..10 + 2 * i].copy_from_slice(&n.to_le_bytes());
+        }
+        b[24..28].copy_from_slice(&self.value_size.to_le_bytes());
+        b[28..32].copy_from_slice(&self.record_bytes.to_le_bytes());
+        b[32..40].copy_from_slice(&self.table_off.to_le_bytes());
+        b[40..48].copy_from_slice(&self.bucket_count.to_le_bytes());
+        b[48..52].copy_from_slice(&self.slots_per_bucket.to_le_bytes());
+        b[52..56].copy_from_slice(&self.bucket_bytes.to_le_bytes());
+        b[56..64].copy_from_slice(&self.overflow_off.to_le_bytes());
+        b[64..72].copy_from_slice(&self.overflow_buckets.to_le_bytes());
+        let name = self.name.as_bytes();
+        let n = name.len().min(NAME_BYTES);
+        b[72..72 + n].copy_from_slice(&name[..n]);
+    }
+
+    pub fn decode(node: NodeId, b: &[u8]) -> Result<CatalogEntry, StoreError> {
+        let corrupt = |what: String| StoreError::Corrupt { node, what };
+        let format = RecordFormat::from_code(b[4])
+            .ok_or_else(|| corrupt(format!("record format {}", b[4])))?;
+        let count = b[6] as usize;
+        if count == 0 || count > MAX_REPLICAS || b[5] as usize >= count {
+            return Err(corrupt(format!("replica rank {} of {count}", b[5])));
+        }
+        let replicas = (0..count).map(|i| u16_at(b, 8 + 2 * i)).collect();
+        let name_raw = &b[72..72 + NAME_BYTES];
+        let end = name_raw.iter().position(|&c| c == 0).unwrap_or(NAME_BYTES);
+        let name = String::from_utf8(name_raw[..end].to_vec())
+            .map_err(|_| corrupt("a table name is not UTF-8".into()))?;
+        Ok(CatalogEntry {
+            table: u32_at(b, 0),
+            name,
+            format,
+            rank: b[5],
+            replicas,
+            value_size: u32_at(b, 24),
+            record_bytes: u32_at(b, 28),
+            table_off: u64_at(b, 32),
+            bucket_count: u64_at(b, 40),
+            slots_per_bucket: u32_at(b, 48),
+            bucket_bytes: u32_at(b, 52),
+            overflow_off: u64_at(b, 56),
+            overflow_buckets: u64_at(b, 64),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sb() -> Superblock {
+        Superblock {
+            node: 2,
+            nodes: 3,
+            region_size: 1 << 20,
+            catalog_entries: 4,
+            catalog_crc: 99,
+            log_off: 8192,
+            log_slice_bytes: 4096,
+            log_slices: 16,
+        }
+    }
+
+    #[test]
+    fn superblock_round_trips_and_checks() {
+        let b = sb().encode();
+        assert_eq!(Superblock::decode(2, &b), Ok(sb()));
+        assert_eq!(
+            Superblock::decode(1, &b).unwrap_err().to_string(),
+            "memory node 1: its superblock says it is memory node 2"
+        );
+        let mut v1 = b;
+        v1[8..12].copy_from_slice(&7u32.to_le_bytes());
+        assert_eq!(
+            Superblock::decode(2, &v1).unwrap_err().to_string(),
+            "memory node 2 has layout v7, this binary reads v1"
+        );
+        let mut bad = b;
+        bad[20] ^= 1;
+        assert_eq!(
+            Superblock::decode(2, &bad).unwrap_err().to_string(),
+            "memory node 2: superblock checksum mismatch (corrupt or half-written layout)"
+        );
+        assert!(Superblock::decode(2, &[0u8; 64])
+            .unwrap_err()
+            .to_string()
+            .contains("has no dtxn pool"));
+    }
+
+    #[test]
+    fn catalog_entries_round_trip() {
+        let e = CatalogEntry {
+            table: 7,
+            name: "stock".into(),
+            format: RecordFormat::Single,
+            rank: 1,
+            replicas: vec![2, 0],
+            value_size: 300,
+            record_bytes: 384,
+            table_off: 1 << 16,
+            bucket_count: 1000,
+            slots_per_bucket: 4,
+            bucket_bytes: 64 + 4 * 384,
+            overflow_off: 1 << 22,
+            overflow_buckets: 200,
+        };
+        let mut b = [0u8; ENTRY_BYTES];
+        e.encode(&mut b);
+        assert_eq!(CatalogEntry::decode(0, &b), Ok(e));
+        b[4] = 9;
+        assert!(CatalogEntry::decode(0, &b).is_err());
+    }
+}

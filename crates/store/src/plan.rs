@@ -1,0 +1,334 @@
+//! Sizing and placement: from table specs and the pool's shape to every table's geometry and
+//! offsets, identical on all of its replicas.
+
+use crate::error::StoreError;
+use crate::index::TableInfo;
+use crate::layout::{CATALOG_OFF, ENTRY_BYTES, MAX_REPLICAS, NAME_BYTES};
+use crate::record::RecordFormat;
+use dtxn_fabric::NodeId;
+
+/// What a workload asks of the store for one table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableSpec {
+    pub id: u32,
+    pub name: String,
+    pub format: RecordFormat,
+    pub value_size: usize,
+    /// Rows expected (loaded plus inserted later).
+    pub rows: u64,
+    pub slots_per_bucket: u32,
+    /// Rows per slot of the main buckets, in (0, 1].
+    pub load_factor: f64,
+    /// Overflow buckets as a fraction of the main buckets.
+    pub overflow_fraction: f64,
+}
+
+impl TableSpec {
+    pub fn new(id: u32, name: &str, value_size: usize, rows: u64) -> TableSpec {
+        TableSpec {
+            id,
+            name: name.into(),
+            format: RecordFormat::Single,
+            value_size,
+            rows,
+            slots_per_bucket: 4,
+            load_factor: 0.75,
+            overflow_fraction: 0.25,
+        }
+    }
+}
+
+/// The pool: how many memory nodes, how many replicas per table, how big the log is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolShape {
+    pub memory_nodes: u16,
+    /// Copies of every table: a primary and `replicas - 1` backups (FORD's f + 1).
+    pub replicas: usize,
+    /// Coordinators that may log (one slice each, on every memory node).
+    pub log_slices: u32,
+    pub log_slice_bytes: u64,
+    /// Region size per memory node; `None` sizes the regions to fit.
+    pub region_bytes: Option<u64>,
+}
+
+impl Default for PoolShape {
+    fn default() -> PoolShape {
+        PoolShape {
+            memory_nodes: 2,
+            replicas: 2,
+            log_slices: 1024,
+            log_slice_bytes: 32 << 10,
+            region_bytes: None,
+        }
+    }
+}
+
+/// The layout of a pool: what every memory node's superblock and catalog will say.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub shape: PoolShape,
+    pub tables: Vec<TableInfo>,
+    pub log_off: u64,
+    /// Bytes each memory node needs.
+    pub node_need: Vec<u64>,
+    /// The region size of every memory node.
+    pub region_bytes: u64,
+}
+
+const PAGE: u64 = 4096;
+const MAX_VALUE: usize = 1 << 20;
+
+fn round_up(x: u64, to: u64) -> u64 {
+    x.div_ceil(to) * to
+}
+
+impl Plan {
+    pub fn new(specs: &[TableSpec], shape: &PoolShape) -> Result<Plan, StoreError> {
+        let nodes = shape.memory_nodes as usize;
+        if nodes == 0 {
+            return Err(StoreError::NoNodes);
+        }
+        if shape.replicas == 0 {
+            return Err(StoreError::NoReplicas);
+        }
+        if shape.replicas > nodes || shape.replicas > MAX_REPLICAS {
+            return Err(StoreError::TooManyReplicas {
+                replicas: shape.replicas,
+                nodes: nodes.min(MAX_REPLICAS),
+            });
+        }
+        let mut ids: Vec<u32> = specs.iter().map(|s| s.id).collect();
+        ids.sort_unstable();
+        if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
+            return Err(StoreError::DuplicateTable(w[0]));
+        }
+        let catalog = round_up((specs.len() * ENTRY_BYTES) as u64, PAGE).max(PAGE);
+        let log_off = CATALOG_OFF + catalog;
+        let log_bytes = u64::from(shape.log_slices) * round_up(shape.log_slice_bytes, 64);
+        let base = round_up(log_off + log_bytes, PAGE);
+        let mut next_free = vec![base; nodes];
+        let mut tables = Vec::new();
+        for (i, s) in specs.iter().enumerate() {
+            check_spec(s)?;
+            let record_bytes = s.format.record_bytes(s.value_size) as u64;
+            let stride = spread_stride(record_bytes);
+            let slots = s.slots_per_bucket;
+            let bucket_bytes = 64 + u64::from(slots) * stride;
+            let per_bucket = f64::from(slots) * s.load_factor;
+            let bucket_count = ((s.rows as f64 / per_bucket).ceil() as u64).max(1);
+            let overflow_buckets =
+                ((bucket_count as f64 * s.overflow_fraction).ceil() as u64).max(1);
+            let bytes = 64 + (bucket_count + overflow_buckets) * bucket_bytes;
+            if bucket_bytes > u64::from(u32::MAX) {
+                return Err(StoreError::BadTable {
+                    name: s.name.clone(),
+                    what: format!("a bucket of {bucket_bytes} bytes is too large"),
+                });
+            }
+            // Primaries spread round-robin (FORD's SmallBank case study: one node holding every
+            // primary is the bottleneck); backups on the following nodes.
+            let replicas: Vec<NodeId> = (0..shape.replicas)
+                .map(|r| ((i + r) % nodes) as NodeId)
+                .collect();
+            // Same offset on every replica; tables start at varying line offsets within a page
+            // so that their first lock words do not share a NIC atomic-table slot.
+            let start = replicas
+                .iter()
+                .map(|&n| next_free[n as usize])
+                .max()
+                .expect("a replica");
+            let table_off = round_up(start, PAGE) + (i as u64 % 64) * 64;
+            for &n in &replicas {
+                next_free[n as usize] = table_off + bytes;
+            }
+            tables.push(TableInfo {
+                id: s.id,
+                name: s.name.clone(),
+                format: s.format,
+                value_size: s.value_size as u32,
+                record_bytes: record_bytes as u32,
+                slot_stride: stride,
+                slots_per_bucket: slots,
+                bucket_bytes,
+                bucket_count,
+                overflow_buckets,
+                table_off,
+                overflow_off: table_off + 64 + bucket_count * bucket_bytes,
+                replicas,
+            });
+        }
+        let node_need: Vec<u64> = next_free;
+        let needed = round_up(*node_need.iter().max().expect("a node"), 1 << 20);
+        let region_bytes = shape.region_bytes.unwrap_or(needed);
+        for (n, &need) in node_need.iter().enumerate() {
+            if need > region_bytes {
+                let table = tables
+                    .iter()
+                    .rev()
+                    .find(|t| t.replicas.contains(&(n as NodeId)))
+                    .map_or("(logs)".to_string(), |t| t.name.clone());
+                return Err(StoreError::DoesNotFit {
+                    node: n as NodeId,
+                    table,
+                    need,
+                    have: region_bytes,
+                });
+            }
+        }
+        Ok(Plan {
+            shape: shape.clone(),
+            tables,
+            log_off,
+            node_need,
+            region_bytes,
+        })
+    }
+
+    pub fn table(&self, id: u32) -> Option<&TableInfo> {
+        self.tables.iter().find(|t| t.id == id)
+    }
+}
+
+fn check_spec(s: &TableSpec) -> Result<(), StoreError> {
+    let bad = |what: String| StoreError::BadTable {
+        name: s.name.clone(),
+        what,
+    };
+    if s.name.is_empty() || s.name.len() > NAME_BYTES {
+        return Err(bad(format!("names are 1 to {NAME_BYTES} bytes")));
+    }
+    if s.value_size > MAX_VALUE {
+        return Err(bad(format!("values are at most {MAX_VALUE} bytes")));
+    }
+    if !(1..=64).contains(&s.slots_per_bucket) {
+        return Err(bad("slots per bucket must be 1 to 64".into()));
+    }
+    if !(s.load_factor > 0.0 && s.load_factor <= 1.0) {
+        return Err(bad(format!(
+            "load factor {} is not in (0, 1]",
+            s.load_factor
+        )));
+    }
+    if !(s.overflow_fraction >= 0.0 && s.overflow_fraction.is_finite()) {
+        return Err(bad(format!("overflow fraction {}", s.overflow_fraction)));
+    }
+    Ok(())
+}
+
+/// The distance between consecutive record slots: the record rounded to lines, plus one line
+/// if otherwise fewer than 16 consecutive records would have distinct `addr mod 4096` (the NIC
+/// serializes atomics on those bits, G10: lock words at a 4 KiB stride behave like one lock).
+pub fn spread_stride(record_bytes: u64) -> u64 {
+    let mut stride = round_up(record_bytes.max(64), 64);
+    while PAGE / gcd(stride, PAGE) < 16 {
+        stride += 64;
+    }
+    stride
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(nodes: u16, replicas: usize) -> PoolShape {
+        PoolShape {
+            memory_nodes: nodes,
+            replicas,
+            log_slices: 8,
+            log_slice_bytes: 4096,
+            region_bytes: None,
+        }
+    }
+
+    #[test]
+    fn replicas_share_offsets_on_distinct_nodes_and_primaries_spread() {
+        let specs: Vec<TableSpec> = (0..6)
+            .map(|i| TableSpec::new(i, &format!("t{i}"), 40 + 100 * i as usize, 1000))
+            .collect();
+        let p = Plan::new(&specs, &shape(3, 2)).unwrap();
+        let mut primaries = [0; 3];
+        for t in &p.tables {
+            assert_eq!(t.replicas.len(), 2);
+            assert_ne!(t.replicas[0], t.replicas[1]);
+            primaries[t.replicas[0] as usize] += 1;
+            assert!(t.table_off >= p.log_off + 8 * 4096);
+            assert_eq!(t.table_off % 64, 0);
+        }
+        assert_eq!(primaries, [2, 2, 2]);
+        // No two tables overlap on any node.
+        for n in 0..3u16 {
+            let mut spans: Vec<(u64, u64)> = p
+                .tables
+                .iter()
+                .filter(|t| t.replicas.contains(&n))
+                .map(|t| (t.table_off, t.table_off + t.bytes()))
+                .collect();
+            spans.sort_unstable();
+            assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0), "{spans:?}");
+            assert!(spans.last().unwrap().1 <= p.region_bytes);
+        }
+    }
+
+    #[test]
+    fn bad_shapes_and_tables_are_errors_with_reasons() {
+        let t = [TableSpec::new(1, "a", 8, 10)];
+        assert_eq!(
+            Plan::new(&t, &shape(2, 3)).unwrap_err().to_string(),
+            "3 replicas need 3 distinct memory nodes; the pool has 2"
+        );
+        assert_eq!(
+            Plan::new(&t, &shape(2, 0)).unwrap_err(),
+            StoreError::NoReplicas
+        );
+        let mut small = shape(1, 1);
+        small.region_bytes = Some(1 << 16);
+        let big = [TableSpec::new(1, "stock", 300, 100_000)];
+        let e = Plan::new(&big, &small).unwrap_err().to_string();
+        assert!(e.starts_with("memory node 0 needs "), "{e}");
+        assert!(
+            e.contains("its region has 65536 (table 'stock' does not fit)"),
+            "{e}"
+        );
+        let dup = [TableSpec::new(1, "a", 8, 10), TableSpec::new(1, "b", 8, 10)];
+        assert_eq!(
+            Plan::new(&dup, &shape(1, 1)).unwrap_err(),
+            StoreError::DuplicateTable(1)
+        );
+        let mut lf = TableSpec::new(1, "a", 8, 10);
+        lf.load_factor = 0.0;
+        assert!(Plan::new(&[lf], &shape(1, 1))
+            .unwrap_err()
+            .to_string()
+            .contains("load factor"));
+    }
+
+    /// G10: consecutive records' lock words fall in distinct NIC atomic-table slots.
+    #[test]
+    fn lock_words_of_consecutive_records_spread_mod_4096() {
+        for value_size in (0..9000).step_by(8) {
+            let rec = RecordFormat::Single.record_bytes(value_size) as u64;
+            let stride = spread_stride(rec);
+            assert!(stride >= rec && stride.is_multiple_of(64));
+            assert!(
+                stride - round_up(rec, 64) <= 64,
+                "at most one line of padding"
+            );
+            let mut residues: Vec<u64> = (0..16).map(|i| (i * stride) % 4096).collect();
+            residues.sort_unstable();
+            residues.dedup();
+            assert_eq!(
+                residues.len(),
+                16,
+                "value size {value_size}, stride {stride}"
+            );
+        }
+    }
+}

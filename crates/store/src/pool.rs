@@ -1,0 +1,320 @@
+//! A compute node's map of the pool, learnt with one-sided READs only; and the memory-node side
+//! that writes the layout and loads tables at start-up.
+
+use crate::error::StoreError;
+use crate::index::TableInfo;
+use crate::layout::{CatalogEntry, Superblock, CATALOG_OFF, ENTRY_BYTES, SUPERBLOCK_BYTES};
+use crate::plan::Plan;
+use crate::record::RecordHeader;
+use dtxn_fabric::{Endpoint, LocalMem, NodeId, Pool};
+use std::collections::BTreeMap;
+
+/// Everything a coordinator needs to find data and logs. It never changes after start-up, so
+/// compute nodes never synchronize it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolMap {
+    pub nodes: Vec<Superblock>,
+    pub tables: BTreeMap<u32, TableInfo>,
+}
+
+impl PoolMap {
+    pub fn table(&self, id: u32) -> Result<&TableInfo, StoreError> {
+        self.tables.get(&id).ok_or(StoreError::NoSuchTable(id))
+    }
+
+    pub fn table_by_name(&self, name: &str) -> Option<&TableInfo> {
+        self.tables.values().find(|t| t.name == name)
+    }
+
+    /// The log slice of coordinator `slice` (same offset on every memory node).
+    pub fn log_slice(&self, slice: u32) -> Option<(u64, u64)> {
+        let sb = &self.nodes[0];
+        (slice < sb.log_slices).then(|| {
+            (
+                sb.log_off + u64::from(slice) * sb.log_slice_bytes,
+                sb.log_slice_bytes,
+            )
+        })
+    }
+
+    /// Learns the pool from its memory nodes with one-sided READs: the superblocks of all
+    /// nodes in one batch, then all catalogs in another (two round trips).
+    pub async fn bootstrap(ep: &mut Endpoint) -> Result<PoolMap, StoreError> {
+        let n = ep.node_sizes().len();
+        let reads: Vec<_> = (0..n)
+            .map(|node| ep.read(node as NodeId, 0, SUPERBLOCK_BYTES))
+            .collect();
+        ep.post().await?;
+        let mut nodes = Vec::with_capacity(n);
+        for (node, id) in reads.into_iter().enumerate() {
+            nodes.push(Superblock::decode(node as NodeId, ep.bytes(id))?);
+        }
+        for sb in &nodes {
+            if usize::from(sb.nodes) != n {
+                return Err(StoreError::Corrupt {
+                    node: sb.node,
+                    what: format!("it belongs to a pool of {} memory nodes, not {n}", sb.nodes),
+                });
+            }
+        }
+        let reads: Vec<_> = nodes
+            .iter()
+            .map(|sb| ep.read(sb.node, CATALOG_OFF, sb.catalog_bytes()))
+            .collect();
+        ep.post().await?;
+        let mut catalogs = Vec::with_capacity(n);
+        for (sb, id) in nodes.iter().zip(reads) {
+            let bytes = ep.bytes(id);
+            if crc32fast::hash(bytes) != sb.catalog_crc {
+                return Err(StoreError::Checksum {
+                    node: sb.node,
+                    what: "catalog",
+                });
+            }
+            let entries = bytes
+                .chunks(ENTRY_BYTES)
+                .map(|e| CatalogEntry::decode(sb.node, e))
+                .collect::<Result<Vec<_>, _>>()?;
+            catalogs.push(entries);
+        }
+        PoolMap::from_catalogs(nodes, catalogs)
+    }
+
+    /// Merges the per-node catalogs, checking that every replica tells the same story.
+    pub fn from_catalogs(
+        nodes: Vec<Superblock>,
+        catalogs: Vec<Vec<CatalogEntry>>,
+    ) -> Result<PoolMap, StoreError> {
+        let mut tables: BTreeMap<u32, TableInfo> = BTreeMap::new();
+        let mut seen: BTreeMap<u32, Vec<NodeId>> = BTreeMap::new();
+        for (node, entries) in catalogs.iter().enumerate() {
+            for e in entries {
+                let node = node as NodeId;
+                let inconsistent = |what: String| StoreError::Inconsistent {
+                    table: e.table,
+                    what,
+                };
+                if e.replicas.get(e.rank as usize) != Some(&node) {
+                    return Err(inconsistent(format!(
+                        "memory node {node} holds rank {} but the catalog places it on {:?}",
+                        e.rank, e.replicas
+                    )));
+                }
+                let info = info_of(e);
+                match tables.get(&e.table) {
+                    None => {
+                        tables.insert(e.table, info);
+                    }
+                    Some(t) if *t != info => {
+                        return Err(inconsistent(format!(
+                            "memory node {node} describes it differently from memory node {}",
+                            t.replicas[seen[&e.table][0] as usize]
+                        )))
+                    }
+                    Some(_) => {}
+                }
+                seen.entry(e.table).or_default().push(e.rank.into());
+            }
+        }
+        for (table, ranks) in &mut seen {
+            ranks.sort_unstable();
+            let want: Vec<NodeId> = (0..tables[table].replicas.len() as NodeId).collect();
+            if *ranks != want {
+                return Err(StoreError::Inconsistent {
+                    table: *table,
+                    what: format!("replica ranks {ranks:?} found, {want:?} expected"),
+                });
+            }
+        }
+        Ok(PoolMap { nodes, tables })
+    }
+}
+
+fn info_of(e: &CatalogEntry) -> TableInfo {
+    TableInfo {
+        id: e.table,
+        name: e.name.clone(),
+        format: e.format,
+        value_size: e.value_size,
+        record_bytes: e.record_bytes,
+        slot_stride: (u64::from(e.bucket_bytes) - 64) / u64::from(e.slots_per_bucket.max(1)),
+        slots_per_bucket: e.slots_per_bucket,
+        bucket_bytes: u64::from(e.bucket_bytes),
+        bucket_count: e.bucket_count,
+        overflow_buckets: e.overflow_buckets,
+        table_off: e.table_off,
+        overflow_off: e.overflow_off,
+        replicas: e.replicas.clone(),
+    }
+}
+
+impl Plan {
+    /// What memory node `node`'s catalog says: one entry per table replica it holds.
+    pub fn catalog_of(&self, node: NodeId) -> Vec<CatalogEntry> {
+        self.tables
+            .iter()
+            .filter_map(|t| {
+                let rank = t.replicas.iter().position(|&n| n == node)?;
+                Some(CatalogEntry {
+                    table: t.id,
+                    name: t.name.clone(),
+                    format: t.format,
+                    rank: rank as u8,
+                    replicas: t.replicas.clone(),
+                    value_size: t.value_size,
+                    record_bytes: t.record_bytes,
+                    table_off: t.table_off,
+                    bucket_count: t.bucket_count,
+                    slots_per_bucket: t.slots_per_bucket,
+                    bucket_bytes: t.bucket_bytes as u32,
+                    overflow_off: t.overflow_off,
+                    overflow_buckets: t.overflow_buckets,
+                })
+            })
+            .collect()
+    }
+
+    /// Formats every memory node of `pool` (see [`Plan::format`]).
+    pub fn format_pool(&self, pool: &Pool) -> Result<(), StoreError> {
+        for node in 0..self.shape.memory_nodes {
+            pool.with_local(node, |m| self.format(node, m))?;
+        }
+        Ok(())
+    }
+
+    /// Writes memory node `node`'s superblock, catalog, and empty tables and logs, with the
+    /// node's own CPU (allowed at start-up only, as in the papers). The catalog goes first and
+    /// the superblock last, so a half-formatted region never passes bootstrap.
+    pub fn format(&self, node: NodeId, mem: &mut dyn LocalMem) -> Result<(), StoreError> {
+        if mem.size() < self.region_bytes {
+            return Err(StoreError::DoesNotFit {
+                node,
+                table: "(whole pool)".into(),
+                need: self.region_bytes,
+                have: mem.size(),
+            });
+        }
+        let entries = self.catalog_of(node);
+        let mut cat = vec![0u8; entries.len() * ENTRY_BYTES];
+        for (e, b) in entries.iter().zip(cat.chunks_mut(ENTRY_BYTES)) {
+            e.encode(b);
+        }
+        mem.write(0, &[0u8; SUPERBLOCK_BYTES]);
+        mem.write(CATALOG_OFF, &cat);
+        let zero = vec![0u8; 1 << 16];
+        let log_end = self.log_off
+            + u64::from(self.shape.log_slices) * self.shape.log_slice_bytes.div_ceil(64) * 64;
+        zero_range(mem, self.log_off, log_end, &zero);
+        for t in self.tables.iter().filter(|t| t.replicas.contains(&node)) {
+            zero_range(mem, t.table_off, t.table_off + t.bytes(), &zero);
+        }
+        let sb = Superblock {
+            node,
+            nodes: self.shape.memory_nodes,
+            region_size: mem.size(),
+            catalog_entries: entries.len() as u32,
+            catalog_crc: crc32fast::hash(&cat),
+            log_off: self.log_off,
+            log_slice_bytes: self.shape.log_slice_bytes.div_ceil(64) * 64,
+            log_slices: self.shape.log_slices,
+        };
+        mem.write(0, &sb.encode());
+        Ok(())
+    }
+}
+
+fn zero_range(mem: &mut dyn LocalMem, from: u64, to: u64, zero: &[u8]) {
+    let mut at = from;
+    while at < to {
+        let n = (to - at).min(zero.len() as u64);
+        mem.write(at, &zero[..n as usize]);
+        at += n;
+    }
+}
+
+/// Bulk-loads records at start-up with the memory nodes' CPUs: each record is placed once (on
+/// the primary's index) and the same bytes are written at the same offsets on every replica.
+pub struct Loader<'a> {
+    table: &'a TableInfo,
+    record: Vec<u8>,
+    bucket: Vec<u8>,
+}
+
+impl<'a> Loader<'a> {
+    pub fn new(table: &'a TableInfo) -> Loader<'a> {
+        Loader {
+            table,
+            record: vec![0; table.record_bytes as usize],
+            bucket: vec![0; table.bucket_bytes as usize],
+        }
+    }
+
+    /// Inserts `key` with version 0 (the initial load) into every replica in `pool`. Returns
+    /// the record's offset.
+    pub fn insert(&mut self, pool: &Pool, key: u64, value: &[u8]) -> Result<u64, StoreError> {
+        let t = self.table;
+        if value.len() != t.value_size as usize {
+            return Err(StoreError::ValueSize {
+                table: t.id,
+                got: value.len(),
+                want: t.value_size as usize,
+            });
+        }
+        t.codec().encode(
+            &RecordHeader {
+                lock: 0,
+                version: 0,
+                key,
+                table: t.id,
+                valid: true,
+            },
+            value,
+            &mut self.record,
+        );
+        // Find the slot on the primary: walk the chain, remember the first free slot.
+        let mut bucket = t.home_bucket(key);
+        let mut free = None;
+        let mut chain_end;
+        let mut new_overflow = None;
+        loop {
+            pool.with_local(t.primary(), |m| m.read(bucket, &mut self.bucket));
+            let scan = t.scan(bucket, &self.bucket, key);
+            if scan.found.is_some() {
+                return Err(StoreError::DuplicateKey { table: t.id, key });
+            }
+            if free.is_none() {
+                free = scan.free.map(|(_, off)| off);
+            }
+            chain_end = bucket;
+            match scan.next {
+                Some(n) => bucket = n,
+                None => break,
+            }
+        }
+        let slot = match free {
+            Some(s) => s,
+            None => {
+                let used = pool.with_local(t.primary(), |m| m.read_u64(t.overflow_counter()));
+                if used >= t.overflow_buckets {
+                    return Err(StoreError::OverflowFull {
+                        table: t.id,
+                        buckets: t.overflow_buckets,
+                    });
+                }
+                new_overflow = Some(used);
+                t.slot(t.overflow_bucket(used), 0)
+            }
+        };
+        let record = &self.record;
+        for &node in &t.replicas {
+            pool.with_local(node, |m| {
+                if let Some(i) = new_overflow {
+                    m.write_u64(t.overflow_counter(), i + 1);
+                    m.write_u64(chain_end, i + 1);
+                }
+                m.write(slot, record);
+            });
+        }
+        Ok(slot)
+    }
+}

@@ -1,0 +1,182 @@
+//! A pool end to end on the simulated fabric: plan, format, load, bootstrap with READs only,
+//! look every key up on every replica.
+
+use dtxn_fabric::sim::{SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_store::remote::lookup;
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, StoreError, TableSpec};
+
+fn one() -> Topology {
+    Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    }
+}
+
+fn value_of(table: u32, key: u64, size: usize) -> Vec<u8> {
+    (0..size)
+        .map(|i| (key as usize * 31 + i * 7 + table as usize) as u8)
+        .collect()
+}
+
+fn specs() -> Vec<TableSpec> {
+    let mut small = TableSpec::new(3, "chained", 100, 40);
+    // Few buckets, so most keys overflow into chains.
+    small.load_factor = 1.0;
+    small.slots_per_bucket = 1;
+    small.overflow_fraction = 20.0;
+    vec![
+        TableSpec::new(1, "savings", 8, 500),
+        TableSpec::new(2, "customer", 664, 200),
+        small,
+    ]
+}
+
+fn build(seed: u64, nodes: u16, replicas: usize) -> (Pool, Plan) {
+    let shape = PoolShape {
+        memory_nodes: nodes,
+        replicas,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let mut specs = specs();
+    specs[2].rows = 10; // 10 buckets of one slot for 120 keys: chains of about 12
+    let plan = Plan::new(&specs, &shape).unwrap();
+    let pool =
+        Pool::Sim(SimPool::new(SimConfig::new(seed, nodes as usize, plan.region_bytes)).unwrap());
+    plan.format_pool(&pool).unwrap();
+    for t in &plan.tables {
+        let mut loader = Loader::new(t);
+        let keys = if t.id == 3 { 120 } else { t.bucket_count * 2 };
+        for key in 0..keys {
+            let v = value_of(t.id, key * 3, t.value_size as usize);
+            loader.insert(&pool, key * 3, &v).unwrap();
+        }
+    }
+    (pool, plan)
+}
+
+#[test]
+fn bootstrap_learns_the_plan_and_every_key_is_found_on_every_replica() {
+    for (seed, nodes, replicas) in [(1, 3, 2), (2, 2, 2), (3, 1, 1), (4, 3, 3)] {
+        let (mut pool, plan) = build(seed, nodes, replicas);
+        let r = pool
+            .run(one(), None, |mut ep: Endpoint| async move {
+                let map = PoolMap::bootstrap(&mut ep).await?;
+                let mut found = 0u64;
+                for t in map.tables.values() {
+                    let keys = if t.id == 3 { 120 } else { t.bucket_count * 2 };
+                    let mut v = vec![0u8; t.value_size as usize];
+                    for &node in &t.replicas {
+                        for key in 0..keys {
+                            let f = lookup(&mut ep, t, node, key * 3, &mut v).await.unwrap();
+                            let f =
+                                f.unwrap_or_else(|| panic!("table {} key {} lost", t.id, key * 3));
+                            assert_eq!(f.header.version, 0);
+                            assert_eq!(v, value_of(t.id, key * 3, v.len()));
+                            // Keys that were never loaded are absent.
+                            assert_eq!(
+                                lookup(&mut ep, t, node, key * 3 + 1, &mut v).await.unwrap(),
+                                None
+                            );
+                            found += 1;
+                        }
+                    }
+                }
+                Ok::<_, StoreError>((map, found))
+            })
+            .unwrap();
+        let (map, found) = r.outputs.into_iter().next().unwrap().unwrap().unwrap();
+        assert_eq!(
+            map.tables.values().cloned().collect::<Vec<_>>(),
+            plan.tables
+        );
+        assert!(found > 0);
+        // Bootstrap cost exactly two round trips.
+        assert!(r.stats[0].round_trips >= 2);
+    }
+}
+
+#[test]
+fn overflow_chains_are_used_and_identical_on_replicas() {
+    let (pool, plan) = build(7, 2, 2);
+    let t = plan.table(3).unwrap();
+    let used = |n| pool.with_local(n, |m| m.read_u64(t.overflow_counter()));
+    assert!(used(0) > 50, "{}", used(0));
+    assert_eq!(used(0), used(1));
+    let dump = |n| {
+        let mut b = vec![0u8; t.bytes() as usize];
+        pool.with_local(n, |m| m.read(t.table_off, &mut b));
+        b
+    };
+    assert!(dump(0) == dump(1), "replicas differ byte for byte");
+}
+
+#[test]
+fn duplicate_keys_and_wrong_sizes_are_refused() {
+    let (pool, plan) = build(1, 1, 1);
+    let t = plan.table(1).unwrap();
+    let mut l = Loader::new(t);
+    let e = l.insert(&pool, 0, &[0; 8]).unwrap_err();
+    assert_eq!(e.to_string(), "table 1: key 0 is already loaded");
+    let e = l.insert(&pool, 1, &[0; 9]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "table 1: value of 9 bytes, the table's records hold 8"
+    );
+    let small = plan.table(3).unwrap();
+    let mut l = Loader::new(small);
+    let mut full = None;
+    for key in 1000..2000 {
+        if let Err(e) = l.insert(&pool, key, &[0; 100]) {
+            full = Some(e);
+            break;
+        }
+    }
+    assert!(
+        matches!(full, Some(StoreError::OverflowFull { table: 3, .. })),
+        "{full:?}"
+    );
+}
+
+fn bootstrap_error(pool: &mut Pool) -> String {
+    let r = pool
+        .run(one(), None, |mut ep: Endpoint| async move {
+            PoolMap::bootstrap(&mut ep).await.map(|_| ())
+        })
+        .unwrap();
+    r.outputs
+        .into_iter()
+        .next()
+        .unwrap()
+        .unwrap()
+        .unwrap_err()
+        .to_string()
+}
+
+#[test]
+fn strangers_and_corruption_are_clear_errors() {
+    let mut blank = Pool::Sim(SimPool::new(SimConfig::new(1, 2, 1 << 16)).unwrap());
+    assert_eq!(
+        bootstrap_error(&mut blank),
+        "memory node 0 has no dtxn pool (bad magic 0x0000000000000000)"
+    );
+    // The layout version is checked before the checksum: a v1 pool read by v2 says so.
+    let (mut old, _) = build(1, 3, 2);
+    old.with_local(2, |m| m.write(8, &2u32.to_le_bytes()));
+    assert_eq!(
+        bootstrap_error(&mut old),
+        "memory node 2 has layout v2, this binary reads v1"
+    );
+    let (mut bad, _) = build(1, 3, 2);
+    bad.with_local(1, |m| {
+        let b = m.read_u64(4096 + 40);
+        m.write_u64(4096 + 40, b ^ 1);
+    });
+    assert_eq!(
+        bootstrap_error(&mut bad),
+        "memory node 1: catalog checksum mismatch (corrupt or half-written layout)"
+    );
+}
