@@ -4,7 +4,9 @@
 //! table_off      table header line: 0 overflow buckets allocated u64 (FAA on the primary)
 //! table_off+64   bucket 0 .. bucket_count-1, then the overflow buckets
 //!
-//! bucket         0 next u64 (0 = end of chain, else overflow bucket index + 1) | 8..64 reserved
+//! bucket         0 next u64 (0 = end of chain, else overflow bucket index + 1)
+//!                8 insert lock u64 (home buckets: CAS-only; serializes inserts into the chain)
+//!                16..64 reserved
 //!                64 + i*slot_stride: slot i, one record (see crate::record)
 //! ```
 //!
@@ -78,6 +80,11 @@ impl TableInfo {
     /// The word counting allocated overflow buckets.
     pub fn overflow_counter(&self) -> u64 {
         self.table_off
+    }
+
+    /// The insert lock of the chain starting at `bucket` (a home bucket).
+    pub fn insert_lock(&self, bucket: u64) -> u64 {
+        bucket + 8
     }
 
     pub fn home_bucket(&self, key: u64) -> u64 {
