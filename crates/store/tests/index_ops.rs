@@ -98,7 +98,7 @@ fn concurrent_inserts_deletes_and_lookups_keep_the_index_exact() {
                                 mine.insert(key, val(key, round));
                             }
                             Err(IndexOpError::Busy) | Err(IndexOpError::Exists { .. }) => {
-                                assert!(shared || matches!(present, None), "own key {key}");
+                                assert!(shared || present.is_none(), "own key {key}");
                             }
                             Err(e) => panic!("{e}"),
                         }
