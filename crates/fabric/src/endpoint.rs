@@ -40,6 +40,8 @@ pub struct Endpoint {
     batch: Batch,
     /// True while `batch` holds the results of the last posted batch.
     completed: bool,
+    /// A background batch is outstanding.
+    background: bool,
     /// Shared with the executor, which reports the counters even of a coordinator whose compute
     /// node crashed (its future, and this endpoint with it, is dropped mid-flight).
     stats: Rc<Cell<Stats>>,
@@ -54,6 +56,7 @@ impl Endpoint {
             fabric,
             batch: Batch::default(),
             completed: false,
+            background: false,
             stats: Rc::default(),
             rng: CoordRng::seed_from_u64(mix),
         }
@@ -269,6 +272,36 @@ impl Endpoint {
         r
     }
 
+    /// Posts the batch built so far in the background: it executes while the coordinator goes
+    /// on, and [`wait_background`](Self::wait_background) waits for its completion (FORD's undo
+    /// log, written in parallel with the transaction's logic and acknowledged before the
+    /// commit). Verbs and bytes are counted, no round trip is: by the papers' accounting it is
+    /// off the critical path. At most one background batch is outstanding: a second call waits
+    /// for nothing and replaces nothing, it is an error.
+    pub fn post_background(&mut self) -> Result<(), FabricError> {
+        if self.completed || self.batch.is_empty() {
+            self.batch.clear();
+            self.completed = false;
+            return Ok(());
+        }
+        if self.background {
+            return Err(FabricError::Setup(
+                "a background batch is already outstanding; wait for it first".into(),
+            ));
+        }
+        self.count(false);
+        let r = self.fabric.submit_background(&mut self.batch);
+        self.batch.clear();
+        self.background = r.is_ok();
+        r
+    }
+
+    /// Resolves when the background batch has completed (at once if there is none), with its
+    /// outcome: a failed background batch (a memory node down) is reported here.
+    pub fn wait_background(&mut self) -> WaitBackground<'_> {
+        WaitBackground { ep: self }
+    }
+
     /// Bytes of a completed READ, or the response of a completed RPC.
     pub fn bytes(&self, id: OpId) -> &[u8] {
         debug_assert!(self.completed, "results read before the batch completed");
@@ -365,5 +398,28 @@ impl Future for Sleep<'_> {
         let this = self.get_mut();
         let first = std::mem::replace(&mut this.first, false);
         this.ep.fabric.poll_sleep(this.deadline, first)
+    }
+}
+
+/// The future of [`Endpoint::wait_background`].
+pub struct WaitBackground<'a> {
+    ep: &'a mut Endpoint,
+}
+
+impl Future for WaitBackground<'_> {
+    type Output = Result<(), FabricError>;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let ep = &mut *self.get_mut().ep;
+        if !ep.background {
+            return Poll::Ready(Ok(()));
+        }
+        match ep.fabric.poll_background() {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                ep.background = false;
+                Poll::Ready(r)
+            }
+        }
     }
 }

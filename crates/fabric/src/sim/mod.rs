@@ -196,7 +196,25 @@ struct SimPort {
 
 impl Fabric for SimPort {
     fn submit(&mut self, batch: &mut Batch, detached: bool) -> Result<(), FabricError> {
-        self.world.borrow_mut().submit(self.coord, batch, detached)
+        let mode = if detached {
+            world::Mode::Detached
+        } else {
+            world::Mode::Awaited
+        };
+        self.world.borrow_mut().submit(self.coord, batch, mode)
+    }
+
+    fn submit_background(&mut self, batch: &mut Batch) -> Result<(), FabricError> {
+        self.world
+            .borrow_mut()
+            .submit(self.coord, batch, world::Mode::Background)
+    }
+
+    fn poll_background(&mut self) -> Poll<Result<(), FabricError>> {
+        match self.world.borrow_mut().take_background(self.coord) {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
+        }
     }
 
     fn poll_complete(&mut self, batch: &mut Batch) -> Poll<Result<(), FabricError>> {
