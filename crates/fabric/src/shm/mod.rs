@@ -1,54 +1,624 @@
-//! The `shm` backend: real memory, real CPU atomics. (Stub: being written.)
+//! The `shm` backend: real memory, real CPU atomics, real threads.
+//!
+//! Each memory node is a mapped region: anonymous memory for one process, or one file per node
+//! (`node-{i}.dtxn` in [`ShmConfig::dir`], e.g. under `/dev/shm`) that several processes can map
+//! at once. READ and WRITE are atomic per aligned 64-byte line through per-line seqlocks (a
+//! plain memcpy is not); CAS and FAA take the line's seqlock too, so a READ never sees a line
+//! half updated.
+//!
+//! # Region layout (anonymous and file-backed alike)
+//!
+//! ```text
+//! offset 0      header, 4096 bytes: magic "DTXNSHM1" | layout version u64 | data size u64 |
+//!               line count u64 | zeroes          (all little-endian)
+//! offset 4096   one 8-byte sequence word per 64-byte data line, rounded up to 4096 bytes
+//! offset D      the data (D = 4096 + that), `data size` bytes
+//! ```
+//!
+//! [`ShmPool::open`] refuses a file whose magic, [`LAYOUT_VERSION`] or size does not match.
+//!
+//! Ops execute at [`Fabric::submit`], in post order, on the posting thread. That is stronger than
+//! the contract asks (every op is ordered after every earlier op of the batch, and the lines of a
+//! READ are fetched in address order) and weaker in nothing. Completion is immediate unless
+//! [`ShmConfig::delay_ns`] emulates a network round trip.
+//!
+//! [`ShmPool::run`] gives each worker thread of the topology an OS thread that polls its
+//! coordinator coroutines round-robin; a coroutine that posts a batch lets the others run before
+//! it resumes (when the thread has more than one), as if polling a completion queue.
+//!
+//! # Limits
+//!
+//! - FLUSH orders but does not persist: files on a DAX mount would need `clwb` of the written
+//!   lines for durability, which this backend does not issue.
+//! - RPC handlers run one at a time per memory node within one process, not across processes.
+//! - A process that dies inside a WRITE, CAS or FAA leaves that line locked for everyone
+//!   (re-create the pool).
 
-use crate::contract::{LocalMem, RpcHandler};
-use crate::runtime::{RunReport, Topology};
-use crate::{Endpoint, FabricError, NodeId};
+mod region;
+#[cfg(test)]
+mod tests;
+
+use crate::contract::{check_op, Fabric, LocalMem, RpcHandler};
+use crate::runtime::{poll_once, task, RunReport, Task, Topology};
+use crate::stats::Stats;
+use crate::verbs::{Batch, OpKind};
+use crate::{CoordId, Endpoint, FabricError, NodeId};
+use region::Region;
+use std::cell::Cell;
 use std::future::Future;
-use std::path::PathBuf;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+pub use region::LAYOUT_VERSION;
 
 /// A shared-memory pool.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ShmConfig {
-    /// Region size of each memory node, in bytes (a multiple of 64).
+    /// Region size of each memory node, in bytes (a positive multiple of 64).
     pub node_sizes: Vec<u64>,
     /// `None`: anonymous memory, this process only. `Some(dir)`: one file per memory node in
-    /// `dir` (e.g. under /dev/shm, or a DAX mount for durability), shareable between processes.
+    /// `dir` (e.g. under /dev/shm), shareable between processes.
     pub dir: Option<PathBuf>,
     /// Emulated network latency: each batch completes this long after it was posted.
     pub delay_ns: u64,
 }
 
+/// The file of memory node `node` in `dir`.
+pub fn node_file(dir: &Path, node: usize) -> PathBuf {
+    dir.join(format!("node-{node}.dtxn"))
+}
+
+/// What every coordinator's port shares.
+struct Shared {
+    regions: Vec<Region>,
+    sizes: Vec<u64>,
+    /// Serializes RPC handlers per memory node (within this process).
+    rpc_locks: Vec<Mutex<()>>,
+}
+
+/// A memory pool in this process's (or this host's shared) memory. It outlives runs: load it,
+/// run coordinators against it, inspect it, run again.
 pub struct ShmPool {
-    _cfg: ShmConfig,
+    cfg: ShmConfig,
+    /// Seeds the coordinators' RNGs. Kept out of [`ShmConfig`] so that its struct literals
+    /// elsewhere in the workspace keep compiling.
+    seed: u64,
+    shared: Arc<Shared>,
+    rpc: Option<Arc<dyn RpcHandler>>,
+    runs: AtomicU64,
+}
+
+impl std::fmt::Debug for ShmPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShmPool")
+            .field("cfg", &self.cfg)
+            .field("seed", &self.seed)
+            .field("rpc", &self.rpc.is_some())
+            .finish()
+    }
 }
 
 impl ShmPool {
+    /// Maps a fresh, zeroed pool. With [`ShmConfig::dir`], creates the directory if needed and
+    /// creates, or truncates and re-initialises, `node-{i}.dtxn` for every node (removing files
+    /// of nodes beyond the configured count, so that [`ShmPool::open`] sees this pool). A
+    /// process that still maps an old file of a larger size gets SIGBUS on its next access:
+    /// re-create only when nobody is attached.
     pub fn create(cfg: ShmConfig) -> Result<ShmPool, FabricError> {
-        Err(FabricError::Setup(format!("shm is not implemented yet ({cfg:?})")))
+        if cfg.node_sizes.is_empty() {
+            return Err(FabricError::Setup(
+                "a pool needs at least one memory node".into(),
+            ));
+        }
+        for (i, &size) in cfg.node_sizes.iter().enumerate() {
+            region::check_size(i, size)?;
+        }
+        let regions = match &cfg.dir {
+            None => cfg
+                .node_sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &size)| Region::anon(i, size))
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    FabricError::Setup(format!("cannot create {}: {e}", dir.display()))
+                })?;
+                for stale in node_files(dir)?
+                    .into_iter()
+                    .filter(|&n| n >= cfg.node_sizes.len())
+                {
+                    let path = node_file(dir, stale);
+                    std::fs::remove_file(&path).map_err(|e| {
+                        FabricError::Setup(format!("cannot remove stale {}: {e}", path.display()))
+                    })?;
+                }
+                cfg.node_sizes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &size)| Region::create_file(i, &node_file(dir, i), size))
+                    .collect::<Result<Vec<_>, _>>()?
+            }
+        };
+        Ok(ShmPool::with_regions(cfg, regions))
+    }
+
+    /// Attaches to the pool another process created in `dir` (its files `node-0.dtxn`,
+    /// `node-1.dtxn`, ...), checking each file's magic, layout version and size.
+    pub fn open(dir: impl AsRef<Path>, delay_ns: u64) -> Result<ShmPool, FabricError> {
+        let dir = dir.as_ref();
+        let nodes = node_files(dir)?;
+        if nodes.is_empty() {
+            return Err(FabricError::Setup(format!(
+                "{} holds no memory node files (node-0.dtxn, ...)",
+                dir.display()
+            )));
+        }
+        if let Some(missing) = (0..nodes.len()).find(|i| !nodes.contains(i)) {
+            return Err(FabricError::Setup(format!(
+                "memory node {missing} file {} is missing (the highest node file is node-{}.dtxn)",
+                node_file(dir, missing).display(),
+                nodes.iter().max().expect("not empty")
+            )));
+        }
+        let regions = (0..nodes.len())
+            .map(|i| Region::open_file(i, &node_file(dir, i)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cfg = ShmConfig {
+            node_sizes: regions.iter().map(Region::size).collect(),
+            dir: Some(dir.to_path_buf()),
+            delay_ns,
+        };
+        Ok(ShmPool::with_regions(cfg, regions))
+    }
+
+    fn with_regions(cfg: ShmConfig, regions: Vec<Region>) -> ShmPool {
+        let shared = Shared {
+            sizes: regions.iter().map(Region::size).collect(),
+            rpc_locks: regions.iter().map(|_| Mutex::new(())).collect(),
+            regions,
+        };
+        ShmPool {
+            cfg,
+            seed: 0,
+            shared: Arc::new(shared),
+            rpc: None,
+            runs: AtomicU64::new(0),
+        }
+    }
+
+    pub fn config(&self) -> &ShmConfig {
+        &self.cfg
+    }
+
+    /// Seeds the coordinators' RNGs ([`Endpoint::rng`]) of later runs and endpoints; each run
+    /// derives its own stream from it. A new pool's seed is 0.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
     }
 
     pub fn node_sizes(&self) -> Vec<u64> {
-        Vec::new()
+        self.shared.sizes.clone()
     }
 
-    pub fn with_local<T>(&self, _node: NodeId, _f: impl FnOnce(&mut dyn LocalMem) -> T) -> T {
-        unimplemented!()
+    /// The memory node's own CPU view of its region (loading, inspection, checks). Each access
+    /// is line-atomic like a verb, so this may run while coordinators do.
+    ///
+    /// # Panics
+    ///
+    /// If `node` does not exist, or an access of `f` falls outside the region.
+    pub fn with_local<T>(&self, node: NodeId, f: impl FnOnce(&mut dyn LocalMem) -> T) -> T {
+        let region = self.shared.regions.get(node as usize).unwrap_or_else(|| {
+            panic!(
+                "memory node {node} does not exist (the pool has {})",
+                self.shared.regions.len()
+            )
+        });
+        f(&mut RegionMem(region))
     }
 
-    pub fn set_rpc_handler(&mut self, _handler: Arc<dyn RpcHandler>) {}
+    /// Installs the handler that serves RPC verbs (for the next runs and endpoints).
+    pub fn set_rpc_handler(&mut self, handler: Arc<dyn RpcHandler>) {
+        self.rpc = Some(handler);
+    }
 
+    fn port(
+        &self,
+        start: Instant,
+        interleave: bool,
+        progress: Rc<Cell<bool>>,
+        abort: Arc<AtomicBool>,
+    ) -> ShmPort {
+        ShmPort {
+            shared: self.shared.clone(),
+            abort,
+            rpc: self.rpc.clone(),
+            start,
+            delay: Duration::from_nanos(self.cfg.delay_ns),
+            interleave,
+            pending: Completion::Done,
+            progress,
+        }
+    }
+
+    /// A coordinator endpoint outside of [`ShmPool::run`], driven by the caller (benchmarks,
+    /// tools): its batches complete at once (or after [`ShmConfig::delay_ns`]), and its clock
+    /// starts now.
+    pub fn endpoint(&self, id: CoordId) -> Endpoint {
+        let port = self.port(Instant::now(), false, Rc::default(), Arc::default());
+        Endpoint::new(id, self.seed, Box::new(port))
+    }
+
+    /// Runs `f` as every coordinator of `topo`: `topo.threads` OS threads, each polling its
+    /// `topo.coroutines` coordinators round-robin, until all of them return. `stop_at_ns`, if
+    /// given, ends the run after that much wall time, dropping the coordinators still running
+    /// (their outputs are `None`; a coordinator is dropped only while it waits, never inside a
+    /// poll).
+    ///
+    /// If a coordinator panics, the run ends with that panic rather than leaving the other
+    /// threads' coordinators spinning on what it left behind (say, a lock it held): their later
+    /// posts fail, and their threads drop them at their next wait.
     pub fn run<F, Fut, R>(
         &self,
-        _topo: Topology,
-        _stop_at_ns: Option<u64>,
-        _f: F,
+        topo: Topology,
+        stop_at_ns: Option<u64>,
+        f: F,
     ) -> Result<RunReport<R>, FabricError>
     where
         F: Fn(Endpoint) -> Fut + Sync,
         Fut: Future<Output = R> + 'static,
         R: Send + 'static,
     {
-        Err(FabricError::Setup("shm is not implemented yet".into()))
+        topo.validate().map_err(FabricError::Setup)?;
+        if topo.compute_nodes != 1 {
+            return Err(FabricError::Setup(
+                "shm runs one compute node; use threads and coroutines".into(),
+            ));
+        }
+        let runs = self.runs.fetch_add(1, Ordering::Relaxed);
+        let seed = self.seed ^ runs.wrapping_mul(0xa076_1d64_78bd_642f);
+        let start = Instant::now();
+        let stop = stop_at_ns.map(|ns| start + Duration::from_nanos(ns));
+        let f = &f;
+        let ctx = &RunCtx {
+            topo,
+            seed,
+            start,
+            stop,
+            abort: Arc::new(AtomicBool::new(false)),
+        };
+        let joined = std::thread::scope(|s| {
+            let mut handles = Vec::with_capacity(topo.threads as usize);
+            for thread in 0..topo.threads {
+                let h = std::thread::Builder::new()
+                    .name(format!("shm-worker-{thread}"))
+                    .spawn_scoped(s, move || {
+                        let _guard = AbortOnPanic(&ctx.abort);
+                        self.worker(ctx, thread, f)
+                    })
+                    .map_err(|e| {
+                        FabricError::Setup(format!("cannot spawn worker thread {thread}: {e}"))
+                    });
+                // The threads already spawned finish their coordinators before the scope
+                // returns; the run as a whole fails.
+                handles.push(h?);
+            }
+            Ok(handles.into_iter().map(|h| h.join()).collect::<Vec<_>>())
+        })?;
+        let mut per_thread = Vec::with_capacity(joined.len());
+        for j in joined {
+            match j {
+                Ok(out) => per_thread.push(out),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        let elapsed_ns = start.elapsed().as_nanos() as u64;
+        let mut outputs = Vec::with_capacity(topo.coordinators() as usize);
+        let mut stats = Vec::with_capacity(topo.coordinators() as usize);
+        for (o, s) in per_thread.into_iter().flatten() {
+            outputs.push(o);
+            stats.push(s);
+        }
+        let verbs_executed = stats.iter().map(Stats::verbs_total).sum();
+        Ok(RunReport {
+            outputs,
+            stats,
+            elapsed_ns,
+            virtual_time: false,
+            trace_hash: 0,
+            verbs_executed,
+        })
+    }
+
+    /// One worker thread: builds its coordinators and polls them round-robin. The futures are
+    /// `!Send`; they live and die on this thread, and only their outputs leave it.
+    fn worker<F, Fut, R>(&self, ctx: &RunCtx, thread: u32, f: &F) -> Vec<(Option<R>, Stats)>
+    where
+        F: Fn(Endpoint) -> Fut,
+        Fut: Future<Output = R> + 'static,
+        R: 'static,
+    {
+        let RunCtx {
+            topo,
+            seed,
+            start,
+            stop,
+            ref abort,
+        } = *ctx;
+        let n = topo.coroutines as usize;
+        let progress = Rc::new(Cell::new(false));
+        let mut tasks: Vec<Option<Task<R>>> = Vec::with_capacity(n);
+        let mut cells = Vec::with_capacity(n);
+        for coroutine in 0..topo.coroutines {
+            let id = CoordId {
+                compute_node: 0,
+                thread,
+                coroutine,
+                index: thread * topo.coroutines + coroutine,
+            };
+            let port = self.port(start, n > 1, progress.clone(), abort.clone());
+            let ep = Endpoint::new(id, seed, Box::new(port));
+            cells.push(ep.stats_cell());
+            tasks.push(Some(task(f, ep)));
+        }
+        let mut outputs: Vec<Option<R>> = (0..n).map(|_| None).collect();
+        let mut live = n;
+        let mut idle_rounds = 0u32;
+        let mut rounds = 0u32;
+        while live > 0 {
+            progress.set(false);
+            for (slot, out) in tasks.iter_mut().zip(outputs.iter_mut()) {
+                if let Some(t) = slot {
+                    if let Poll::Ready((r, _)) = poll_once(t) {
+                        *out = Some(r);
+                        *slot = None;
+                        live -= 1;
+                        progress.set(true);
+                    }
+                }
+            }
+            if progress.get() {
+                idle_rounds = 0;
+            } else {
+                // Everyone waits for a deadline (a sleep, an emulated delay): spin a little for
+                // precision, then let the other threads have the core.
+                idle_rounds = idle_rounds.saturating_add(1);
+                if idle_rounds < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            if abort.load(Ordering::Relaxed) {
+                break;
+            }
+            rounds = rounds.wrapping_add(1);
+            // Reading the clock costs more than a round of immediate completions: look only now
+            // and then (and whenever idle, where it costs nothing).
+            if let Some(stop) = stop {
+                if (rounds & 63 == 0 || idle_rounds > 0) && Instant::now() >= stop {
+                    break;
+                }
+            }
+        }
+        // Coordinators still running at the stop are dropped here, on their own thread.
+        drop(tasks);
+        outputs
+            .into_iter()
+            .zip(cells.iter().map(|c| c.get()))
+            .collect()
+    }
+}
+
+/// What the worker threads of one run share.
+struct RunCtx {
+    topo: Topology,
+    seed: u64,
+    start: Instant,
+    stop: Option<Instant>,
+    /// Set when a worker thread unwinds.
+    abort: Arc<AtomicBool>,
+}
+
+/// Tells the other worker threads of a run that this one is unwinding.
+struct AbortOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Names of the node files present in `dir`: the `i` of every `node-{i}.dtxn`.
+fn node_files(dir: &Path) -> Result<Vec<usize>, FabricError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            return Err(FabricError::Setup(format!(
+                "cannot list {}: {e}",
+                dir.display()
+            )))
+        }
+    };
+    let mut nodes = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.map_err(|e| FabricError::Setup(format!("cannot list {}: {e}", dir.display())))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let index = name
+            .strip_prefix("node-")
+            .and_then(|r| r.strip_suffix(".dtxn"))
+            .and_then(|i| i.parse::<usize>().ok());
+        // `node-01.dtxn` parses too but is not ours: only the canonical spelling counts.
+        if let Some(i) = index.filter(|i| format!("node-{i}.dtxn") == name) {
+            nodes.push(i);
+        }
+    }
+    nodes.sort_unstable();
+    Ok(nodes)
+}
+
+/// A region seen by its memory node's CPU.
+struct RegionMem<'a>(&'a Region);
+
+impl LocalMem for RegionMem<'_> {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+
+    fn read(&mut self, addr: u64, buf: &mut [u8]) {
+        self.0.read(addr, buf);
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        self.0.write(addr, data);
+    }
+
+    fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
+        self.0.cas(addr, expect, new)
+    }
+
+    fn faa(&mut self, addr: u64, add: u64) -> u64 {
+        self.0.faa(addr, add)
+    }
+}
+
+/// Where the awaited batch stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Completion {
+    /// Complete (or nothing posted).
+    Done,
+    /// Complete, but the other coroutines of the thread get one turn first.
+    YieldOnce,
+    /// Complete at this instant (emulated latency).
+    At(Instant),
+}
+
+/// A coordinator's queue pairs: direct access to the regions.
+struct ShmPort {
+    shared: Arc<Shared>,
+    /// Set when a coordinator of the run panicked: posting fails from then on.
+    abort: Arc<AtomicBool>,
+    rpc: Option<Arc<dyn RpcHandler>>,
+    start: Instant,
+    delay: Duration,
+    /// The thread runs other coroutines: yield to them after each post.
+    interleave: bool,
+    pending: Completion,
+    /// Shared by the thread's ports and its executor: set whenever a coordinator moved on, so
+    /// that the executor knows when a whole round only waited.
+    progress: Rc<Cell<bool>>,
+}
+
+impl ShmPort {
+    fn execute(&self, batch: &mut Batch) {
+        let Batch {
+            ops,
+            buf,
+            words,
+            resp,
+        } = batch;
+        for (i, op) in ops.iter().enumerate() {
+            let region = &self.shared.regions[op.node as usize];
+            let span = op.data as usize..op.data as usize + op.len as usize;
+            match op.kind {
+                OpKind::Read => region.read(op.addr, &mut buf[span]),
+                OpKind::Write => region.write(op.addr, &buf[span]),
+                OpKind::Cas => words[i] = region.cas(op.addr, op.arg0, op.arg1),
+                OpKind::Faa => words[i] = region.faa(op.addr, op.arg0),
+                // Every store above is already visible to every thread and process mapping the
+                // region: there is nothing to flush for DRAM or /dev/shm. A file on a DAX
+                // (persistent-memory) mount would need clwb/clflushopt of the written lines and
+                // an sfence here to make them durable; the fence only keeps the ordering
+                // promise explicit.
+                OpKind::Flush => std::sync::atomic::fence(Ordering::SeqCst),
+                OpKind::Rpc => {
+                    let handler = self.rpc.as_ref().expect("checked by check_op");
+                    // A handler that panicked poisoned the lock, not the region: carry on.
+                    let _serial = self.shared.rpc_locks[op.node as usize]
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner());
+                    let off = resp.len();
+                    handler.handle(op.node, &mut RegionMem(region), &buf[span], resp);
+                    let len = resp.len() - off;
+                    words[i] = ((off as u64) << 32) | len as u64;
+                }
+            }
+        }
+    }
+}
+
+impl Fabric for ShmPort {
+    fn submit(&mut self, batch: &mut Batch, detached: bool) -> Result<(), FabricError> {
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(FabricError::Setup(
+                "the run is aborting: a coordinator on another worker thread panicked".into(),
+            ));
+        }
+        let has_rpc = self.rpc.is_some();
+        for op in &batch.ops {
+            check_op(op, &self.shared.sizes, has_rpc)?;
+        }
+        self.execute(batch);
+        self.progress.set(true);
+        if !detached {
+            self.pending = if !self.delay.is_zero() {
+                Completion::At(Instant::now() + self.delay)
+            } else if self.interleave {
+                Completion::YieldOnce
+            } else {
+                Completion::Done
+            };
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn poll_complete(&mut self, _batch: &mut Batch) -> Poll<Result<(), FabricError>> {
+        match self.pending {
+            Completion::Done => {}
+            Completion::YieldOnce => {
+                self.pending = Completion::Done;
+                return Poll::Pending;
+            }
+            Completion::At(t) => {
+                if Instant::now() < t {
+                    return Poll::Pending;
+                }
+                self.pending = Completion::Done;
+            }
+        }
+        self.progress.set(true);
+        Poll::Ready(Ok(()))
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn poll_sleep(&mut self, deadline_ns: u64, first: bool) -> Poll<()> {
+        if !first && self.now_ns() >= deadline_ns {
+            self.progress.set(true);
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn charge_cpu(&mut self, _ns: u64) {}
+
+    fn node_sizes(&self) -> &[u64] {
+        &self.shared.sizes
     }
 }

@@ -1,0 +1,441 @@
+//! One memory node's region: a mapping, its layout, and the per-line seqlocks that make READ and
+//! WRITE atomic per 64-byte line.
+//!
+//! The byte layout is documented on the `shm` module.
+//!
+//! # Seqlocks
+//!
+//! A line's sequence word is even when the line is stable and odd while someone (a WRITE, CAS or
+//! FAA, from any thread or process) changes it. Writers take it with a CAS even -> odd, store
+//! their words, and release with `seq + 2` (a CAS that swapped nothing restores `seq`, so that
+//! polling a lock word does not make READs of its line retry). Readers copy the words between two loads of the
+//! sequence and retry if it was odd or moved. Every access to the mapped words is atomic (relaxed
+//! loads and stores ordered by the sequence word), so concurrent access from other threads and
+//! processes is defined behaviour, and no READ sees a line half written.
+//!
+//! A process that dies while holding a line leaves it odd: every later access to that line spins
+//! forever. [`super::ShmPool::create`] re-initialises the files; nothing repairs them in place.
+
+use crate::verbs::LINE;
+use crate::FabricError;
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+
+pub(super) const MAGIC: [u8; 8] = *b"DTXNSHM1";
+/// The region layout (see the `shm` module docs); bump on any change: `open` refuses other
+/// versions.
+pub const LAYOUT_VERSION: u64 = 1;
+pub(super) const HEADER_BYTES: u64 = 4096;
+const PAGE: u64 = 4096;
+const WORD: u64 = 8;
+const WORDS_PER_LINE: usize = (LINE / WORD) as usize;
+
+// Alignment is tested with masks (`is_multiple_of` needs Rust 1.87; the MSRV is 1.85).
+const _: () = assert!(LINE.is_power_of_two() && WORD.is_power_of_two() && LINE >= WORD);
+const _: () = assert!(HEADER_BYTES & (PAGE - 1) == 0 && HEADER_BYTES >= 4 * WORD);
+
+/// Bytes of the sequence array for `lines` lines.
+fn seq_bytes(lines: u64) -> u64 {
+    (lines * WORD).div_ceil(PAGE) * PAGE
+}
+
+/// Total mapping size for a region of `size` data bytes.
+pub(super) fn mapping_bytes(size: u64) -> u64 {
+    HEADER_BYTES + seq_bytes(size / LINE) + size
+}
+
+/// Sizes must be positive multiples of a line: the seqlocks cover whole lines.
+pub(super) fn check_size(node: usize, size: u64) -> Result<(), FabricError> {
+    if size == 0 || size & (LINE - 1) != 0 {
+        return Err(FabricError::Setup(format!(
+            "memory node {node}: region size {size} is not a positive multiple of {LINE} bytes"
+        )));
+    }
+    // Leave room for the header and the sequence words without overflowing u64 or usize.
+    if size > u64::MAX / 4 || usize::try_from(mapping_bytes(size)).is_err() {
+        return Err(FabricError::Setup(format!(
+            "memory node {node}: region size {size} is too large to map"
+        )));
+    }
+    Ok(())
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> FabricError {
+    FabricError::Setup(format!("{what} {}: {e}", path.display()))
+}
+
+/// A mapped region. All unsafe code of the backend lives in this type.
+pub(super) struct Region {
+    /// Keeps the mapping alive (and unmaps it on drop); `base` points into it.
+    map: MmapRaw,
+    base: *mut u8,
+    /// Offset of the data from `base`.
+    data_off: usize,
+    size: u64,
+}
+
+// SAFETY: `Region` only hands out shared references to `AtomicU64`s inside the mapping, which
+// are `Sync`; `base` is never used for non-atomic access after construction, and the mapping
+// lives (unmoved: mmap memory does not move with the `MmapRaw` handle) as long as the `Region`.
+unsafe impl Send for Region {}
+// SAFETY: as above: every access through `&Region` is atomic.
+unsafe impl Sync for Region {}
+
+impl Region {
+    fn from_map(map: MmapRaw, size: u64) -> Region {
+        let base = map.as_mut_ptr();
+        debug_assert_eq!(base as usize % PAGE as usize, 0, "mmap is page-aligned");
+        debug_assert_eq!(map.len() as u64, mapping_bytes(size));
+        Region {
+            base,
+            data_off: (HEADER_BYTES + seq_bytes(size / LINE)) as usize,
+            size,
+            map,
+        }
+    }
+
+    /// Anonymous memory: this process only, zero-filled.
+    pub(super) fn anon(node: usize, size: u64) -> Result<Region, FabricError> {
+        check_size(node, size)?;
+        let len = mapping_bytes(size) as usize;
+        let map = MmapOptions::new().len(len).map_anon().map_err(|e| {
+            FabricError::Setup(format!(
+                "memory node {node}: cannot map {len} bytes of anonymous memory: {e}"
+            ))
+        })?;
+        let r = Region::from_map(MmapRaw::from(map), size);
+        r.write_header();
+        Ok(r)
+    }
+
+    /// Creates (or truncates and re-initialises) the file of memory node `node`.
+    pub(super) fn create_file(node: usize, path: &Path, size: u64) -> Result<Region, FabricError> {
+        check_size(node, size)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(path)
+            .map_err(|e| io_err("cannot create", path, e))?;
+        // Truncated to zero first, so the whole region (sequence words included) reads as zeroes.
+        file.set_len(mapping_bytes(size))
+            .map_err(|e| io_err("cannot size", path, e))?;
+        let map = MmapOptions::new()
+            .map_raw(&file)
+            .map_err(|e| io_err("cannot map", path, e))?;
+        let r = Region::from_map(map, size);
+        r.write_header();
+        Ok(r)
+    }
+
+    /// Attaches to the existing file of memory node `node`, checking its header.
+    pub(super) fn open_file(node: usize, path: &Path) -> Result<Region, FabricError> {
+        let file: File = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io_err(&format!("memory node {node}: cannot open"), path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| io_err("cannot stat", path, e))?
+            .len();
+        let bad = |why: String| {
+            FabricError::Setup(format!("memory node {node} file {} {why}", path.display()))
+        };
+        if len < HEADER_BYTES {
+            return Err(bad(format!(
+                "is {len} bytes, too short for the {HEADER_BYTES}-byte header"
+            )));
+        }
+        let map = MmapOptions::new()
+            .map_raw(&file)
+            .map_err(|e| io_err("cannot map", path, e))?;
+        if map.len() as u64 != len {
+            return Err(bad(format!(
+                "changed size while being mapped ({len} bytes)"
+            )));
+        }
+        let h = |i: usize| {
+            // SAFETY: the mapping is page-aligned and at least HEADER_BYTES long (checked above),
+            // so word `i < 4` is in bounds and 8-aligned; `map` outlives this use; other
+            // processes touch the header only with atomic accesses.
+            let w = unsafe { &*(map.as_ptr().add(i * 8) as *const AtomicU64) };
+            u64::from_le(w.load(Ordering::Acquire))
+        };
+        let magic = h(0).to_le_bytes();
+        if magic != MAGIC {
+            return Err(bad(format!(
+                "is not a dtxn shm region (magic {:?}, expected {:?})",
+                String::from_utf8_lossy(&magic),
+                String::from_utf8_lossy(&MAGIC)
+            )));
+        }
+        let version = h(1);
+        if version != LAYOUT_VERSION {
+            return Err(bad(format!(
+                "has layout v{version}, this binary reads v{LAYOUT_VERSION}"
+            )));
+        }
+        let (size, lines) = (h(2), h(3));
+        if size == 0 || size & (LINE - 1) != 0 || lines != size / LINE || size > u64::MAX / 4 {
+            return Err(bad(format!(
+                "has a corrupt header: {size} data bytes in {lines} lines"
+            )));
+        }
+        if len != mapping_bytes(size) {
+            return Err(bad(format!(
+                "is {len} bytes, but its header describes {size} data bytes, which take {}",
+                mapping_bytes(size)
+            )));
+        }
+        Ok(Region::from_map(map, size))
+    }
+
+    /// Writes the header, magic last, so that a concurrent `open` sees either no region or a
+    /// complete header.
+    fn write_header(&self) {
+        let h = |i: usize| {
+            // SAFETY: the mapping is page-aligned and starts with the HEADER_BYTES header, so
+            // word `i < 4` is in bounds and 8-aligned; `self.map` outlives the reference; all
+            // accesses to mapped words are atomic.
+            unsafe { &*(self.base.add(i * 8) as *const AtomicU64) }
+        };
+        h(1).store(LAYOUT_VERSION.to_le(), Ordering::Relaxed);
+        h(2).store(self.size.to_le(), Ordering::Relaxed);
+        h(3).store((self.size / LINE).to_le(), Ordering::Relaxed);
+        h(0).store(u64::from_le_bytes(MAGIC).to_le(), Ordering::Release);
+    }
+
+    pub(super) fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The region's bytes `addr..addr+len` must lie inside it: every accessor checks this first,
+    /// which is what makes the pointer arithmetic below sound. Verbs are checked earlier (with
+    /// an error) by `check_op`; reaching this panic is a bug of the caller of [`LocalMem`].
+    ///
+    /// [`LocalMem`]: crate::LocalMem
+    #[inline]
+    fn check(&self, addr: u64, len: u64) {
+        assert!(
+            addr.checked_add(len).is_some_and(|end| end <= self.size),
+            "access at {addr:#x}+{len} is outside the {}-byte region",
+            self.size
+        );
+    }
+
+    /// The sequence word of data line `line`. Callers guarantee `line < size / LINE`.
+    #[inline]
+    fn seq(&self, line: u64) -> &AtomicU64 {
+        debug_assert!(line < self.size / LINE);
+        // SAFETY: `line < size / LINE` (callers bounds-check their byte range first), so the
+        // word lies inside the sequence array, which starts at the page-aligned HEADER_BYTES
+        // offset and is 8-aligned; the mapping lives as long as `&self`; the mapped words are
+        // only ever accessed atomically, by this and other processes.
+        unsafe { &*(self.base.add(HEADER_BYTES as usize + line as usize * 8) as *const AtomicU64) }
+    }
+
+    /// Data word `w` (byte address `8 w`). Callers guarantee `8 w < size`.
+    #[inline]
+    fn word(&self, w: u64) -> &AtomicU64 {
+        debug_assert!(w * WORD < self.size);
+        // SAFETY: `8 w < size` (callers bounds-check their byte range first); the data starts at
+        // a page-aligned offset, so the word is in bounds and 8-aligned; the mapping lives as
+        // long as `&self`; the mapped words are only ever accessed atomically, by this and other
+        // processes.
+        unsafe { &*(self.base.add(self.data_off + w as usize * 8) as *const AtomicU64) }
+    }
+
+    /// Takes line `line`'s seqlock; returns the (even) sequence value it held.
+    #[inline]
+    fn lock(&self, line: u64) -> u64 {
+        let seq = self.seq(line);
+        let mut spins = 0;
+        loop {
+            let s = seq.load(Ordering::Relaxed);
+            if s & 1 == 0
+                && seq
+                    .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                // Orders the odd sequence before our data stores: a reader that sees any of them
+                // then sees the sequence changed (its Acquire fence pairs with this one).
+                fence(Ordering::Release);
+                return s;
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    #[inline]
+    fn unlock(&self, line: u64, seq: u64) {
+        self.seq(line).store(seq, Ordering::Release);
+    }
+
+    /// Copies `dst.len()` bytes from `addr`, each line atomically, lines in address order.
+    pub(super) fn read(&self, addr: u64, dst: &mut [u8]) {
+        self.check(addr, dst.len() as u64);
+        let end = addr + dst.len() as u64;
+        let mut a = addr;
+        while a < end {
+            let stop = ((a / LINE + 1) * LINE).min(end);
+            let off = (a - addr) as usize;
+            self.read_in_line(a, &mut dst[off..off + (stop - a) as usize]);
+            a = stop;
+        }
+    }
+
+    /// `addr..addr+dst.len()` lies inside one line and inside the region.
+    #[inline]
+    fn read_in_line(&self, addr: u64, dst: &mut [u8]) {
+        let line = addr / LINE;
+        let w0 = addr / WORD;
+        // A whole line (the common case) goes straight into `dst`, which is ours to overwrite
+        // on a retry: no staging copy, whose 8-byte stores reloaded as wider vectors would
+        // stall store forwarding.
+        if let Ok(out) = <&mut [u8; LINE as usize]>::try_from(&mut *dst) {
+            self.stable_read(line, || {
+                for (k, o) in out.chunks_exact_mut(8).enumerate() {
+                    let v = self.word(w0 + k as u64).load(Ordering::Relaxed);
+                    o.copy_from_slice(&v.to_ne_bytes());
+                }
+            });
+            return;
+        }
+        let w1 = (addr + dst.len() as u64).div_ceil(WORD);
+        debug_assert!(w1 - w0 <= WORDS_PER_LINE as u64);
+        let mut copy = [0u8; LINE as usize];
+        self.stable_read(line, || {
+            for (k, w) in (w0..w1).enumerate() {
+                let v = self.word(w).load(Ordering::Relaxed);
+                copy[k * 8..k * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+            }
+        });
+        let start = (addr % WORD) as usize;
+        dst.copy_from_slice(&copy[start..start + dst.len()]);
+    }
+
+    /// Runs `copy` (relaxed loads of line `line`'s words) until it ran while nobody changed the
+    /// line.
+    #[inline]
+    fn stable_read(&self, line: u64, mut copy: impl FnMut()) {
+        let seq = self.seq(line);
+        let mut spins = 0;
+        loop {
+            let s = seq.load(Ordering::Acquire);
+            if s & 1 == 0 {
+                copy();
+                // Pairs with the writer's Release fence: if we saw any of its stores, the reload
+                // below sees its odd (or a later) sequence value.
+                fence(Ordering::Acquire);
+                if seq.load(Ordering::Relaxed) == s {
+                    return;
+                }
+            }
+            backoff(&mut spins);
+        }
+    }
+
+    /// Stores `src` at `addr`, line by line in increasing address order, each line atomically.
+    pub(super) fn write(&self, addr: u64, src: &[u8]) {
+        self.check(addr, src.len() as u64);
+        let end = addr + src.len() as u64;
+        let mut a = addr;
+        while a < end {
+            let stop = ((a / LINE + 1) * LINE).min(end);
+            let off = (a - addr) as usize;
+            self.write_in_line(a, &src[off..off + (stop - a) as usize]);
+            a = stop;
+        }
+    }
+
+    /// `addr..addr+src.len()` lies inside one line and inside the region.
+    #[inline]
+    fn write_in_line(&self, addr: u64, src: &[u8]) {
+        let end = addr + src.len() as u64;
+        let line = addr / LINE;
+        let s = self.lock(line);
+        // Nothing between lock and unlock can panic (the ranges are in bounds by construction):
+        // a panic here would leave the line locked for good.
+        for w in addr / WORD..end.div_ceil(WORD) {
+            let (wa, atom) = (w * WORD, self.word(w));
+            let (lo, hi) = (addr.max(wa), end.min(wa + WORD));
+            let part = &src[(lo - addr) as usize..(hi - addr) as usize];
+            let v = if hi - lo == WORD {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(part);
+                u64::from_ne_bytes(b)
+            } else {
+                // An edge word: keep the bytes outside the op (we hold the line, so this
+                // read-modify-write cannot lose anyone's update).
+                let mut b = atom.load(Ordering::Relaxed).to_ne_bytes();
+                b[(lo - wa) as usize..(hi - wa) as usize].copy_from_slice(part);
+                u64::from_ne_bytes(b)
+            };
+            atom.store(v, Ordering::Relaxed);
+        }
+        self.unlock(line, s + 2);
+    }
+
+    fn check_word(&self, addr: u64) {
+        self.check(addr, WORD);
+        assert!(
+            addr & (WORD - 1) == 0,
+            "atomic at {addr:#x} is not 8-byte aligned"
+        );
+    }
+
+    /// Compare-and-swap on the aligned little-endian word at `addr`; returns the old value.
+    pub(super) fn cas(&self, addr: u64, expect: u64, new: u64) -> u64 {
+        self.check_word(addr);
+        let line = addr / LINE;
+        let s = self.lock(line);
+        let atom = self.word(addr / WORD);
+        let old = u64::from_le(atom.load(Ordering::Relaxed));
+        if old == expect {
+            atom.store(new.to_le(), Ordering::Relaxed);
+            self.unlock(line, s + 2);
+        } else {
+            // Nothing changed: restoring the old sequence spares concurrent READs of the line
+            // (typically a record whose lock word this CAS polls) a useless retry.
+            self.unlock(line, s);
+        }
+        old
+    }
+
+    /// Fetch-and-add (wrapping) on the aligned little-endian word at `addr`; returns the old value.
+    pub(super) fn faa(&self, addr: u64, add: u64) -> u64 {
+        self.check_word(addr);
+        let line = addr / LINE;
+        let s = self.lock(line);
+        let atom = self.word(addr / WORD);
+        let old = u64::from_le(atom.load(Ordering::Relaxed));
+        atom.store(old.wrapping_add(add).to_le(), Ordering::Relaxed);
+        self.unlock(line, s + 2);
+        old
+    }
+}
+
+/// Waiting for a line held by another thread: spin briefly, then give the CPU away, since the
+/// holder may be descheduled (more worker threads than cores).
+#[inline]
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("size", &self.size)
+            .field("mapped", &self.map.len())
+            .finish()
+    }
+}
