@@ -42,6 +42,8 @@ pub struct Endpoint {
     completed: bool,
     /// A background batch is outstanding.
     background: bool,
+    /// An op of the batch being built was too large for one verb.
+    too_large: Option<u64>,
     /// Shared with the executor, which reports the counters even of a coordinator whose compute
     /// node crashed (its future, and this endpoint with it, is dropped mid-flight).
     stats: Rc<Cell<Stats>>,
@@ -57,6 +59,7 @@ impl Endpoint {
             batch: Batch::default(),
             completed: false,
             background: false,
+            too_large: None,
             stats: Rc::default(),
             rng: CoordRng::seed_from_u64(mix),
         }
@@ -97,12 +100,23 @@ impl Endpoint {
         if self.completed {
             self.batch.clear();
             self.completed = false;
+            self.too_large = None;
         }
+    }
+
+    /// Lengths and batch offsets are 32-bit: a larger op is refused at post time.
+    fn check_len(&mut self, len: usize) -> usize {
+        if len > u32::MAX as usize || self.batch.buf.len() + len > u32::MAX as usize {
+            self.too_large = Some(len as u64);
+            return 0;
+        }
+        len
     }
 
     /// READ `len` bytes at `addr` on `node`.
     pub fn read(&mut self, node: NodeId, addr: u64, len: usize) -> OpId {
         self.start_op();
+        let len = self.check_len(len);
         let data = self.batch.reserve_buf(len);
         self.batch.push(Op {
             kind: OpKind::Read,
@@ -129,6 +143,17 @@ impl Endpoint {
         fill: impl FnOnce(&mut [u8]),
     ) -> OpId {
         self.start_op();
+        if self.check_len(len) != len {
+            return self.batch.push(Op {
+                kind: OpKind::Write,
+                node,
+                addr,
+                len: 0,
+                data: 0,
+                arg0: 0,
+                arg1: 0,
+            });
+        }
         let data = self.batch.reserve_buf(len);
         fill(&mut self.batch.buf[data as usize..data as usize + len]);
         self.batch.push(Op {
@@ -188,6 +213,7 @@ impl Endpoint {
     /// RPC: a two-sided request to `node`'s handler; [`bytes`](Self::bytes) is the response.
     pub fn rpc(&mut self, node: NodeId, req: &[u8]) -> OpId {
         self.start_op();
+        let req = &req[..self.check_len(req.len())];
         let data = self.batch.reserve_buf(req.len());
         self.batch.buf[data as usize..data as usize + req.len()].copy_from_slice(req);
         self.batch.push(Op {
@@ -239,7 +265,11 @@ impl Endpoint {
     /// all of it has completed: one round trip on the critical path. An empty batch completes at
     /// once and costs nothing.
     pub fn post(&mut self) -> Post<'_> {
-        let state = if self.completed || self.batch.is_empty() {
+        let state = if let Some(len) = self.too_large.take() {
+            self.batch.clear();
+            self.completed = true;
+            Err(Some(FabricError::TooLarge(len)))
+        } else if self.completed || self.batch.is_empty() {
             self.batch.clear();
             self.completed = true;
             Err(None)
@@ -261,6 +291,10 @@ impl Endpoint {
     /// execute it after this coordinator's later ops on other QPs (and, if the coordinator
     /// crashes, only in part).
     pub fn post_detached(&mut self) -> Result<(), FabricError> {
+        if let Some(len) = self.too_large.take() {
+            self.batch.clear();
+            return Err(FabricError::TooLarge(len));
+        }
         if self.completed || self.batch.is_empty() {
             self.batch.clear();
             self.completed = false;
@@ -279,6 +313,10 @@ impl Endpoint {
     /// off the critical path. At most one background batch is outstanding: a second call waits
     /// for nothing and replaces nothing, it is an error.
     pub fn post_background(&mut self) -> Result<(), FabricError> {
+        if let Some(len) = self.too_large.take() {
+            self.batch.clear();
+            return Err(FabricError::TooLarge(len));
+        }
         if self.completed || self.batch.is_empty() {
             self.batch.clear();
             self.completed = false;

@@ -326,7 +326,10 @@ fn a_background_batch_completes_before_its_wait_resolves() {
                     ep.write(0, me, &v.to_le_bytes());
                     ep.write(1, me, &v.to_le_bytes());
                     ep.post_background().unwrap();
-                    assert!(ep.post_background().is_ok(), "an empty batch is no second batch");
+                    assert!(
+                        ep.post_background().is_ok(),
+                        "an empty batch is no second batch"
+                    );
                     ep.faa(0, 2048, 1);
                     ep.post().await.unwrap();
                     ep.wait_background().await.unwrap();
@@ -348,9 +351,38 @@ fn a_background_batch_completes_before_its_wait_resolves() {
             .unwrap();
         for (bad, second, stats) in r.outputs.into_iter().flatten() {
             assert_eq!(bad, 0, "{name}");
-            assert!(second, "{name}: two background batches at once must be refused");
-            assert_eq!(stats.round_trips, 100, "{name}: background batches cost no round trip");
+            assert!(
+                second,
+                "{name}: two background batches at once must be refused"
+            );
+            assert_eq!(
+                stats.round_trips, 100,
+                "{name}: background batches cost no round trip"
+            );
             assert_eq!(stats.batches, 151, "{name}");
         }
+    });
+}
+
+#[test]
+fn an_op_too_large_for_one_verb_is_refused_not_truncated() {
+    each_backend(1, 4096, |name, pool| {
+        let r = pool
+            .run(topo(1, 1), None, |mut ep: Endpoint| async move {
+                ep.read(0, 0, 8);
+                ep.read(0, 0, 1 << 32);
+                let e = ep.post().await.unwrap_err();
+                let f = ep.faa(0, 0, 1);
+                ep.post().await.unwrap();
+                (e, ep.old(f), ep.stats().verbs_total())
+            })
+            .unwrap();
+        let (e, old, verbs) = r.outputs[0].clone().unwrap();
+        assert_eq!(e, FabricError::TooLarge(1 << 32), "{name}");
+        assert_eq!(
+            (old, verbs),
+            (0, 1),
+            "{name}: nothing of the refused batch ran"
+        );
     });
 }

@@ -144,10 +144,12 @@ fn mix(h: u64, x: u64) -> u64 {
 }
 
 fn mix_bytes(mut h: u64, b: &[u8]) -> u64 {
-    for c in b.chunks(8) {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        h = mix(h, u64::from_le_bytes(w));
+    let mut words = b.chunks_exact(8);
+    for c in &mut words {
+        h = mix(h, u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    }
+    for &byte in words.remainder() {
+        h = mix(h, u64::from(byte));
     }
     h
 }
@@ -242,6 +244,9 @@ impl World {
         self.cutoff = vec![u64::MAX; compute_nodes as usize];
         self.ready = (0..coord_thread.len() as u32).collect();
         self.killed.clear();
+        // Each run's report covers that run only (the pool's memory carries over, counters do
+        // not); the hash still depends on everything before, through the memory.
+        self.verbs_executed = 0;
     }
 
     pub fn schedule_faults(&mut self, faults: &super::config::Faults) {
@@ -335,8 +340,14 @@ impl World {
         }
         let c = &self.coords[coord as usize];
         debug_assert!(c.alive);
-        debug_assert!(mode != Mode::Awaited || c.rec.is_none(), "one awaited batch at a time");
-        debug_assert!(mode != Mode::Background || c.bg.is_none(), "one background batch");
+        debug_assert!(
+            mode != Mode::Awaited || c.rec.is_none(),
+            "one awaited batch at a time"
+        );
+        debug_assert!(
+            mode != Mode::Background || c.bg.is_none(),
+            "one background batch"
+        );
         let thread = c.thread;
         let r = self.alloc_rec();
         {
