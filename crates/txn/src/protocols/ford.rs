@@ -1,0 +1,481 @@
+//! FORD (Zhang et al., FAST'22 and TOS'23): OCC on disaggregated memory.
+//!
+//! Phases, with their verbs and critical-path round trips (addresses cached):
+//!
+//! 1. **Execute** (1 RT per batch of reads). Read-write items: CAS(lock) + READ(record) on the
+//!    primary in one doorbell batch (*hitchhiked locking*, G6); a failed CAS aborts at once
+//!    (no-wait). Read-only items: READ(record) from the primary, or a backup with
+//!    `backup_reads`. Cold items (address not cached) READ their bucket chain first; cold
+//!    read-write items are locked at validation. Then the **undo log** (old images of the
+//!    read-write set) goes to every replica's log slice in the background, while the
+//!    application's logic runs.
+//! 2. **Validate** (1 RT, skipped when there is nothing to validate). Cold read-write items:
+//!    CAS(lock) + READ(header), version unchanged. Read-only items: READ(header) from the
+//!    replica they were read from, version unchanged and not invisible. Read-only
+//!    transactions are validated too, even with a single item.
+//! 3. **Commit** (1 RT, *coalescent*). After the undo log's completion, every replica of every
+//!    written record gets the new record in place in one batch, its lock word carrying the
+//!    *invisible* bit (primary: owner | invisible; backups: invisible); with `flush`, each
+//!    backup is flushed after its last WRITE (*selective remote flush*). A failed replica rolls
+//!    the transaction back from its old images.
+//! 4. **Release** (detached, off the critical path): lock words to 0 (unlock and make visible),
+//!    the log entry to committed.
+//!
+//! So a read-write transaction without read-only items costs 2 RTs, with read-only items 3.
+//!
+//! Where dtxn differs from the published FORD, and why (reference/ford.md section 9):
+//! - A READ of a record is trusted only if its per-line version stamps agree (the store's
+//!   torn-read detection): FORD's "invisible bit, then update in place" read in one READ is
+//!   the sync paper's broken scheme S5. The invisible bit remains, for what it is right for:
+//!   atomic visibility across items (a reader re-reads an invisible record, so it never sees
+//!   one item of a committing transaction new and another old without validation noticing).
+//! - Versions are `old + 1` under the lock: monotonic per key, never repeated, across any
+//!   number of compute nodes.
+//! - The commit writes lock word, version and data of a record in one WRITE: line 0 carries
+//!   both, so no reader sees the new version without the invisible bit.
+
+use crate::abort::{Abort, AbortReason};
+use crate::txn::{Access, Item, NewValue, TxKind, Txn};
+use dtxn_fabric::{NodeId, OpId};
+use dtxn_store::cache::{check_slot, SlotCheck};
+use dtxn_store::log::{LogEntry, LogItem, LogStatus, STATUS_OFF};
+use dtxn_store::record::RecordHeader;
+use dtxn_store::{PoolMap, TableInfo};
+
+/// Bit 63 of a lock word: the record is being installed by a committing transaction.
+pub(crate) const INVISIBLE: u64 = 1 << 63;
+
+/// What an execution round does for one item.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// READ the record at this offset, with CAS(lock) first if `lock`.
+    Record { off: u64, lock: bool },
+    /// READ a bucket of the item's chain.
+    Bucket(u64),
+}
+
+fn abort(reason: AbortReason, it: &Item) -> Abort {
+    Abort {
+        reason,
+        table: it.table,
+        key: it.key,
+    }
+}
+
+fn table(map: &PoolMap, id: u32) -> &TableInfo {
+    map.tables.get(&id).expect("checked when the item was added")
+}
+
+/// Execution: fetch `accesses` (new items, or read items now wanted for update).
+pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let hitchhike = tx.c.cfg.ford.hitchhiked_locking;
+    // (item, stage, version it must still have: an upgraded read-only item)
+    let mut work: Vec<(usize, Stage, Option<u64>)> = Vec::new();
+    for a in accesses {
+        let bad = Abort {
+            reason: AbortReason::BadRequest,
+            table: a.table,
+            key: a.key,
+        };
+        if a.for_update && tx.kind == TxKind::ReadOnly {
+            return Err(bad);
+        }
+        if let Some(i) = tx.find(a.table, a.key) {
+            let it = &mut tx.items[i];
+            if a.for_update && !it.rw {
+                it.rw = true;
+                if let Some(off) = it.offset.filter(|_| it.exists) {
+                    let v = it.version;
+                    it.node = table(&map, a.table).primary();
+                    work.push((i, Stage::Record { off, lock: true }, Some(v)));
+                }
+            }
+            continue;
+        }
+        let Ok(t) = tx.c.map.table(a.table) else {
+            return Err(bad);
+        };
+        let node = if !a.for_update && tx.c.cfg.ford.backup_reads && t.replicas.len() > 1 {
+            t.replicas[1]
+        } else {
+            t.primary()
+        };
+        let stage = match tx.c.cache.get(a.table, a.key) {
+            Some(off) => Stage::Record {
+                off,
+                lock: a.for_update && hitchhike,
+            },
+            None => Stage::Bucket(t.home_bucket(a.key)),
+        };
+        tx.items.push(Item {
+            table: a.table,
+            key: a.key,
+            rw: a.for_update,
+            offset: None,
+            node,
+            exists: false,
+            version: 0,
+            locked: false,
+            cold: false,
+            value: vec![0; t.value_size as usize],
+            image: Vec::new(),
+            new: NewValue::Keep,
+        });
+        work.push((tx.items.len() - 1, stage, None));
+    }
+    let mut rereads = 0;
+    let mut ids: Vec<(Option<OpId>, OpId)> = Vec::new();
+    while !work.is_empty() {
+        ids.clear();
+        for &(i, stage, _) in &work {
+            let it = &tx.items[i];
+            let t = table(&map, it.table);
+            let ep = &mut tx.c.ep;
+            ids.push(match stage {
+                Stage::Record { off, lock: true } => {
+                    let c = ep.cas(t.primary(), off, 0, tx.c.owner);
+                    (Some(c), ep.read(t.primary(), off, t.record_bytes as usize))
+                }
+                Stage::Record { off, lock: false } => {
+                    (None, ep.read(it.node, off, t.record_bytes as usize))
+                }
+                Stage::Bucket(b) => (None, ep.read(it.node, b, t.bucket_bytes as usize)),
+            });
+        }
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
+        }
+        let mut next = Vec::new();
+        let mut again = false;
+        for (&(i, stage, expect), &(cas, read)) in work.iter().zip(&ids) {
+            let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
+            let t = table(&map, table_id).clone();
+            let codec = t.codec();
+            match stage {
+                Stage::Record { off, lock } => {
+                    if let Some(c) = cas {
+                        if !tx.c.ep.cas_ok(c) {
+                            return Err(abort(AbortReason::LockConflict, &tx.items[i]));
+                        }
+                        tx.items[i].locked = true;
+                    }
+                    let it = &mut tx.items[i];
+                    let bytes = tx.c.ep.bytes(read);
+                    let Ok(h) = codec.decode(bytes, &mut it.value) else {
+                        next.push((i, Stage::Record { off, lock: false }, expect));
+                        again = true;
+                        continue;
+                    };
+                    if check_slot(&h, table_id, key) == SlotCheck::Stale {
+                        // The slot was freed or reused: drop the address, give back a lock
+                        // taken through it, and find the record through its bucket.
+                        tx.c.cache.invalidate(table_id, key);
+                        if lock {
+                            tx.c.ep.write(t.primary(), off, &0u64.to_le_bytes());
+                            let _ = tx.c.ep.post_detached();
+                            it.locked = false;
+                        }
+                        next.push((i, Stage::Bucket(t.home_bucket(key)), expect));
+                        continue;
+                    }
+                    if !it.locked && h.lock & INVISIBLE != 0 {
+                        next.push((i, Stage::Record { off, lock: false }, expect));
+                        again = true;
+                        continue;
+                    }
+                    if expect.is_some_and(|v| v != h.version) {
+                        return Err(abort(AbortReason::Validation, it));
+                    }
+                    it.exists = true;
+                    it.version = h.version;
+                    it.offset = Some(off);
+                    it.image.clear();
+                    it.image.extend_from_slice(bytes);
+                    // An item read for update without its lock (hitchhiking off) is locked at
+                    // validation.
+                    it.cold = rw && !it.locked;
+                }
+                Stage::Bucket(b) => {
+                    let bytes = tx.c.ep.bytes(read);
+                    let scan = t.scan(b, bytes, key);
+                    let it = &mut tx.items[i];
+                    if let Some((slot, off)) = scan.found {
+                        tx.c.cache.insert(table_id, key, off);
+                        let rec = t.slot_bytes(bytes, slot);
+                        match codec.decode(rec, &mut it.value) {
+                            Ok(h) if h.lock & INVISIBLE == 0 => {
+                                it.exists = true;
+                                it.version = h.version;
+                                it.offset = Some(off);
+                                it.image.clear();
+                                it.image.extend_from_slice(rec);
+                                it.cold = rw;
+                            }
+                            _ => {
+                                next.push((i, Stage::Record { off, lock: false }, expect));
+                                again = true;
+                            }
+                        }
+                    } else if let Some(n) = scan.next {
+                        next.push((i, Stage::Bucket(n), expect));
+                    } else {
+                        it.exists = false;
+                        it.version = scan
+                            .tombstone
+                            .map_or(0, |(slot, _)| codec.header(t.slot_bytes(bytes, slot)).version);
+                    }
+                }
+            }
+        }
+        if again {
+            rereads += 1;
+            if rereads > tx.c.cfg.reread_limit {
+                let (i, _, _) = next[0];
+                return Err(abort(AbortReason::Invisible, &tx.items[i]));
+            }
+        }
+        work = next;
+    }
+    log_undo(tx).await
+}
+
+/// Writes the undo log (the old image of every read-write item) to every replica of the
+/// tables written, in the background. Waits first for the previous log write of this
+/// transaction, so that at most one is outstanding.
+async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let images = tx.items.iter().filter(|i| i.rw && i.exists).count();
+    if images == tx.logged || images == 0 {
+        return Ok(());
+    }
+    let first = tx.items.iter().find(|i| i.rw).expect("a read-write item");
+    let fail = abort(AbortReason::ReplicaFailure, first);
+    if tx.c.ep.wait_background().await.is_err() {
+        return Err(fail);
+    }
+    let Some((slice, slice_bytes)) = tx.c.log_slice else {
+        return Err(abort(AbortReason::BadRequest, first));
+    };
+    let entry = LogEntry {
+        txn: tx.id,
+        coordinator: tx.c.ep.id().index,
+        status: LogStatus::Pending,
+        items: tx
+            .items
+            .iter()
+            .filter(|i| i.rw && i.exists)
+            .map(|i| LogItem {
+                table: i.table,
+                offset: i.offset.expect("exists"),
+                insert: false,
+                old_image: i.image.clone(),
+            })
+            .collect(),
+    };
+    let mut buf = std::mem::take(&mut tx.c.log_buf);
+    if entry.encode(slice_bytes, &mut buf).is_err() {
+        tx.c.log_buf = buf;
+        return Err(abort(AbortReason::BadRequest, first));
+    }
+    let nodes = log_nodes(tx);
+    for &n in &nodes {
+        tx.c.ep.write(n, slice, &buf);
+        if tx.c.cfg.ford.flush {
+            tx.c.ep.flush(n);
+        }
+    }
+    tx.c.log_buf = buf;
+    if tx.c.ep.post_background().is_err() {
+        return Err(fail);
+    }
+    tx.logged = images;
+    Ok(())
+}
+
+/// The memory nodes that hold a replica of a table this transaction may write.
+fn log_nodes(tx: &Txn<'_>) -> Vec<NodeId> {
+    let map = tx.c.map.clone();
+    let mut nodes: Vec<NodeId> = tx
+        .items
+        .iter()
+        .filter(|i| i.rw)
+        .flat_map(|i| table(&map, i.table).replicas.iter().copied())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes
+}
+
+/// Validation, coalescent commit and background release.
+pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    validate(tx).await?;
+    let writes = tx.items.iter().any(|i| i.new != NewValue::Keep);
+    if writes {
+        install(tx).await?;
+    }
+    release(tx, LogStatus::Committed);
+    Ok(())
+}
+
+async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let mut checks: Vec<(usize, Option<OpId>, OpId)> = Vec::new();
+    for (i, it) in tx.items.iter().enumerate() {
+        let Some(off) = it.offset.filter(|_| it.exists) else {
+            // Absent keys stay absent: no protocol inserts yet (see the module docs).
+            continue;
+        };
+        let t = table(&map, it.table);
+        let ep = &mut tx.c.ep;
+        if it.rw && it.cold {
+            let c = ep.cas(t.primary(), off, 0, owner);
+            checks.push((i, Some(c), ep.read(t.primary(), off, 64)));
+        } else if !it.rw {
+            checks.push((i, None, ep.read(it.node, off, 64)));
+        }
+    }
+    if checks.is_empty() {
+        return Ok(());
+    }
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
+    }
+    let mut failed = None;
+    for &(i, cas, read) in &checks {
+        let it = &mut tx.items[i];
+        if let Some(c) = cas {
+            if tx.c.ep.cas_ok(c) {
+                it.locked = true;
+                it.cold = false;
+            } else {
+                failed.get_or_insert(abort(AbortReason::LockConflict, it));
+                continue;
+            }
+        }
+        let h = table_codec_header(tx.c.ep.bytes(read));
+        let mut changed = h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale;
+        if cas.is_none() {
+            changed |= h.lock & INVISIBLE != 0;
+        }
+        if changed {
+            failed.get_or_insert(abort(AbortReason::Validation, it));
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+fn table_codec_header(line0: &[u8]) -> RecordHeader {
+    dtxn_store::SingleVersion::new(0).header(line0)
+}
+
+/// The coalescent commit: every replica of every written record in one round trip.
+async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let first = tx.items.iter().find(|i| i.new != NewValue::Keep).expect("a write");
+    let fail = abort(AbortReason::ReplicaFailure, first);
+    if tx.c.ep.wait_background().await.is_err() {
+        return Err(fail);
+    }
+    let owner = tx.c.owner;
+    let flush = tx.c.cfg.ford.flush;
+    let mut flushed: Vec<NodeId> = Vec::new();
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        if it.new == NewValue::Keep {
+            continue;
+        }
+        let t = table(&map, it.table);
+        let codec = t.codec();
+        let off = it.offset.expect("written items exist");
+        let h = RecordHeader {
+            lock: INVISIBLE,
+            version: it.version + 1,
+            key: it.key,
+            table: it.table,
+            valid: it.new != NewValue::Delete,
+        };
+        let len = t.record_bytes as usize;
+        for &n in t.backups() {
+            tx.c.ep.write_with(n, off, len, |b| codec.encode(&h, &it.value, b));
+            if flush && !flushed.contains(&n) {
+                flushed.push(n);
+            }
+        }
+        let primary = RecordHeader {
+            lock: owner | INVISIBLE,
+            ..h
+        };
+        tx.c.ep
+            .write_with(t.primary(), off, len, |b| codec.encode(&primary, &it.value, b));
+    }
+    // Selective remote flush: each backup once, after its last WRITE (FLUSH follows every
+    // earlier WRITE on its QP). The primary is never flushed: a lost primary is rebuilt from
+    // its backups.
+    for n in flushed {
+        tx.c.ep.flush(n);
+    }
+    tx.installed = true;
+    if tx.c.ep.post().await.is_ok() {
+        return Ok(());
+    }
+    roll_back(tx).await;
+    Err(fail)
+}
+
+/// A replica failed during the commit: put the old images back wherever we can reach.
+async fn roll_back(tx: &mut Txn<'_>) {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+        let t = table(&map, it.table);
+        let off = it.offset.expect("written items exist");
+        for (rank, &n) in t.replicas.iter().enumerate() {
+            let lock = if rank == 0 { owner } else { 0 };
+            tx.c.ep.write_with(n, off, it.image.len(), |b| {
+                b.copy_from_slice(&it.image);
+                b[..8].copy_from_slice(&lock.to_le_bytes());
+            });
+        }
+    }
+    // Best effort: the failed node's copy is rebuilt when it is replaced.
+    let _ = tx.c.ep.post().await;
+    tx.installed = false;
+}
+
+/// Unlock and make visible, and close the log entry: posted detached, nobody waits.
+fn release(tx: &mut Txn<'_>, status: LogStatus) {
+    let map = tx.c.map.clone();
+    let zero = 0u64.to_le_bytes();
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        let Some(off) = it.offset else { continue };
+        let t = table(&map, it.table);
+        if it.new != NewValue::Keep && tx.installed {
+            for &n in t.backups() {
+                tx.c.ep.write(n, off, &zero);
+            }
+        }
+        if it.locked {
+            tx.c.ep.write(t.primary(), off, &zero);
+        }
+    }
+    if tx.logged > 0 {
+        if let Some((slice, _)) = tx.c.log_slice {
+            for n in log_nodes(tx) {
+                tx.c.ep.write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
+            }
+        }
+    }
+    // A memory node that is down loses nothing here: its replica is rebuilt on recovery.
+    let _ = tx.c.ep.post_detached();
+    for it in &mut tx.items {
+        it.locked = false;
+    }
+}
+
+/// An abort: wait for the undo log (so that the next transaction may log), release.
+pub(crate) async fn release_on_abort(tx: &mut Txn<'_>) {
+    let _ = tx.c.ep.wait_background().await;
+    release(tx, LogStatus::Aborted);
+}
