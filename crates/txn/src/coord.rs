@@ -27,7 +27,10 @@ impl CoordStats {
     }
 
     pub fn count_abort(&mut self, r: AbortReason) {
-        let i = AbortReason::ALL.iter().position(|&x| x == r).expect("listed");
+        let i = AbortReason::ALL
+            .iter()
+            .position(|&x| x == r)
+            .expect("listed");
         self.aborted[i] += 1;
     }
 }

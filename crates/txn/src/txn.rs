@@ -108,7 +108,9 @@ impl<'c> Txn<'c> {
     }
 
     pub(crate) fn find(&self, table: u32, key: u64) -> Option<usize> {
-        self.items.iter().position(|i| i.table == table && i.key == key)
+        self.items
+            .iter()
+            .position(|i| i.table == table && i.key == key)
     }
 
     /// Reads `key` of `table` as a read-only item: `None` if it does not exist.
@@ -180,7 +182,9 @@ impl<'c> Txn<'c> {
 
     /// Deletes a record read for update.
     pub async fn delete(&mut self, table: u32, key: u64) -> Result<(), Abort> {
-        let r = self.writable(table, key).map(|i| self.items[i].new = NewValue::Delete);
+        let r = self
+            .writable(table, key)
+            .map(|i| self.items[i].new = NewValue::Delete);
         if let Err(a) = r {
             self.abort_with(a).await;
         }

@@ -132,9 +132,10 @@ impl SimPool {
         loop {
             let next = self.world.borrow_mut().next_ready();
             if let Some(c) = next {
-                let t = tasks[c as usize]
-                    .as_mut()
-                    .expect("a ready coordinator is live");
+                // A finished coordinator can still be woken by its last ops' completions.
+                let Some(t) = tasks[c as usize].as_mut() else {
+                    continue;
+                };
                 if let Poll::Ready((r, _)) = poll_once(t) {
                     outputs[c as usize] = Some(r);
                     tasks[c as usize] = None;
@@ -142,9 +143,8 @@ impl SimPool {
                 }
                 continue;
             }
-            if live == 0 {
-                break;
-            }
+            // With every coordinator done, ops still on the wire (detached releases) land;
+            // the run ends when nothing is left in flight.
             let (more, killed) = {
                 let mut w = self.world.borrow_mut();
                 if let (Some(stop), Some(t)) = (stop, w.next_event_time()) {

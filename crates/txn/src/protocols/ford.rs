@@ -63,7 +63,9 @@ fn abort(reason: AbortReason, it: &Item) -> Abort {
 }
 
 fn table(map: &PoolMap, id: u32) -> &TableInfo {
-    map.tables.get(&id).expect("checked when the item was added")
+    map.tables
+        .get(&id)
+        .expect("checked when the item was added")
 }
 
 /// Execution: fetch `accesses` (new items, or read items now wanted for update).
@@ -148,6 +150,10 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
         }
         let mut next = Vec::new();
         let mut again = false;
+        // Every completion of the round is looked at before an abort is reported, so that no
+        // lock won in this round goes unrecorded (and unreleased).
+        let mut failed = None;
+        let mut give_back: Vec<(NodeId, u64)> = Vec::new();
         for (&(i, stage, expect), &(cas, read)) in work.iter().zip(&ids) {
             let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
             let t = table(&map, table_id).clone();
@@ -156,9 +162,11 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 Stage::Record { off, lock } => {
                     if let Some(c) = cas {
                         if !tx.c.ep.cas_ok(c) {
-                            return Err(abort(AbortReason::LockConflict, &tx.items[i]));
+                            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+                            continue;
                         }
                         tx.items[i].locked = true;
+                        tx.items[i].offset = Some(off);
                     }
                     let it = &mut tx.items[i];
                     let bytes = tx.c.ep.bytes(read);
@@ -172,9 +180,9 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                         // taken through it, and find the record through its bucket.
                         tx.c.cache.invalidate(table_id, key);
                         if lock {
-                            tx.c.ep.write(t.primary(), off, &0u64.to_le_bytes());
-                            let _ = tx.c.ep.post_detached();
+                            give_back.push((t.primary(), off));
                             it.locked = false;
+                            it.offset = None;
                         }
                         next.push((i, Stage::Bucket(t.home_bucket(key)), expect));
                         continue;
@@ -185,7 +193,8 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                         continue;
                     }
                     if expect.is_some_and(|v| v != h.version) {
-                        return Err(abort(AbortReason::Validation, it));
+                        failed.get_or_insert(abort(AbortReason::Validation, it));
+                        continue;
                     }
                     it.exists = true;
                     it.version = h.version;
@@ -221,12 +230,21 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                         next.push((i, Stage::Bucket(n), expect));
                     } else {
                         it.exists = false;
-                        it.version = scan
-                            .tombstone
-                            .map_or(0, |(slot, _)| codec.header(t.slot_bytes(bytes, slot)).version);
+                        it.version = scan.tombstone.map_or(0, |(slot, _)| {
+                            codec.header(t.slot_bytes(bytes, slot)).version
+                        });
                     }
                 }
             }
+        }
+        if !give_back.is_empty() {
+            for (n, off) in give_back {
+                tx.c.ep.write(n, off, &0u64.to_le_bytes());
+            }
+            let _ = tx.c.ep.post_detached();
+        }
+        if let Some(a) = failed {
+            return Err(a);
         }
         if again {
             rereads += 1;
@@ -318,22 +336,26 @@ pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
 }
 
 async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    // Every lock before any validation READ: a read-only item checked while another
+    // transaction's lock is still to come lets two transactions each miss the other's write
+    // (write skew). So cold read-write items are locked in a round of their own.
+    lock_cold(tx).await?;
+    validate_reads(tx).await
+}
+
+/// Locks the read-write items read without their lock (cold, or hitchhiking off), checking
+/// their versions: CAS + READ(header) on the primary.
+async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
-    let mut checks: Vec<(usize, Option<OpId>, OpId)> = Vec::new();
+    let mut checks: Vec<(usize, OpId, OpId)> = Vec::new();
     for (i, it) in tx.items.iter().enumerate() {
-        let Some(off) = it.offset.filter(|_| it.exists) else {
-            // Absent keys stay absent: no protocol inserts yet (see the module docs).
+        let Some(off) = it.offset.filter(|_| it.exists && it.rw && it.cold) else {
             continue;
         };
         let t = table(&map, it.table);
-        let ep = &mut tx.c.ep;
-        if it.rw && it.cold {
-            let c = ep.cas(t.primary(), off, 0, owner);
-            checks.push((i, Some(c), ep.read(t.primary(), off, 64)));
-        } else if !it.rw {
-            checks.push((i, None, ep.read(it.node, off, 64)));
-        }
+        let c = tx.c.ep.cas(t.primary(), off, 0, owner);
+        checks.push((i, c, tx.c.ep.read(t.primary(), off, 64)));
     }
     if checks.is_empty() {
         return Ok(());
@@ -344,35 +366,67 @@ async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let mut failed = None;
     for &(i, cas, read) in &checks {
         let it = &mut tx.items[i];
-        if let Some(c) = cas {
-            if tx.c.ep.cas_ok(c) {
-                it.locked = true;
-                it.cold = false;
-            } else {
-                failed.get_or_insert(abort(AbortReason::LockConflict, it));
-                continue;
-            }
+        if !tx.c.ep.cas_ok(cas) {
+            failed.get_or_insert(abort(AbortReason::LockConflict, it));
+            continue;
         }
-        let h = table_codec_header(tx.c.ep.bytes(read));
-        let mut changed = h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale;
-        if cas.is_none() {
-            changed |= h.lock & INVISIBLE != 0;
-        }
-        if changed {
+        it.locked = true;
+        it.cold = false;
+        let h = header(tx.c.ep.bytes(read));
+        if h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale {
             failed.get_or_insert(abort(AbortReason::Validation, it));
         }
     }
     failed.map_or(Ok(()), Err)
 }
 
-fn table_codec_header(line0: &[u8]) -> RecordHeader {
+/// Validates the read-only items: each still has the version read and is not locked (a
+/// locked item may be about to change under a transaction already serialized before us).
+/// The header is read from the primary even for items read from a backup: the primary's lock
+/// word is the only one writers take, and the commit installs every replica before it
+/// unlocks, so an unlocked primary at version v means every replica is at v.
+async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let mut checks: Vec<(usize, OpId)> = Vec::new();
+    for (i, it) in tx.items.iter().enumerate() {
+        let Some(off) = it.offset.filter(|_| it.exists && !it.rw) else {
+            // Absent keys stay absent: no protocol inserts yet (see the module docs).
+            continue;
+        };
+        let t = table(&map, it.table);
+        checks.push((i, tx.c.ep.read(t.primary(), off, 64)));
+    }
+    if checks.is_empty() {
+        return Ok(());
+    }
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
+    }
+    for &(i, read) in &checks {
+        let it = &tx.items[i];
+        let h = header(tx.c.ep.bytes(read));
+        if h.version != it.version
+            || h.lock != 0
+            || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+        {
+            return Err(abort(AbortReason::Validation, it));
+        }
+    }
+    Ok(())
+}
+
+fn header(line0: &[u8]) -> RecordHeader {
     dtxn_store::SingleVersion::new(0).header(line0)
 }
 
 /// The coalescent commit: every replica of every written record in one round trip.
 async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let first = tx.items.iter().find(|i| i.new != NewValue::Keep).expect("a write");
+    let first = tx
+        .items
+        .iter()
+        .find(|i| i.new != NewValue::Keep)
+        .expect("a write");
     let fail = abort(AbortReason::ReplicaFailure, first);
     if tx.c.ep.wait_background().await.is_err() {
         return Err(fail);
@@ -397,7 +451,8 @@ async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
         };
         let len = t.record_bytes as usize;
         for &n in t.backups() {
-            tx.c.ep.write_with(n, off, len, |b| codec.encode(&h, &it.value, b));
+            tx.c.ep
+                .write_with(n, off, len, |b| codec.encode(&h, &it.value, b));
             if flush && !flushed.contains(&n) {
                 flushed.push(n);
             }
@@ -406,8 +461,9 @@ async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
             lock: owner | INVISIBLE,
             ..h
         };
-        tx.c.ep
-            .write_with(t.primary(), off, len, |b| codec.encode(&primary, &it.value, b));
+        tx.c.ep.write_with(t.primary(), off, len, |b| {
+            codec.encode(&primary, &it.value, b)
+        });
     }
     // Selective remote flush: each backup once, after its last WRITE (FLUSH follows every
     // earlier WRITE on its QP). The primary is never flushed: a lost primary is rebuilt from
@@ -463,7 +519,8 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
     if tx.logged > 0 {
         if let Some((slice, _)) = tx.c.log_slice {
             for n in log_nodes(tx) {
-                tx.c.ep.write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
+                tx.c.ep
+                    .write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
             }
         }
     }
