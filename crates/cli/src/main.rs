@@ -1,6 +1,7 @@
 //! `dtxn`: distributed transactions on disaggregated memory.
 
 mod backend;
+mod bench;
 mod probe;
 
 use anyhow::{bail, Result};
@@ -24,6 +25,9 @@ struct Cli {
 enum Cmd {
     /// Torn-read probe: which read schemes a fabric lets accept torn records.
     Probe(ProbeArgs),
+    /// Run a benchmark (SmallBank, kv, TATP, TPC-C) and report throughput, aborts, latency
+    /// and per-transaction costs.
+    Bench(Box<bench::BenchArgs>),
 }
 
 #[derive(Debug, clap::Args)]
@@ -161,7 +165,7 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
 }
 
 /// clap's multi-line usage errors, folded into the one line a script can grep.
-fn one_line(e: &clap::Error) -> String {
+pub(crate) fn one_line(e: &clap::Error) -> String {
     e.to_string()
         .lines()
         .map(str::trim)
@@ -185,6 +189,7 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Probe(a) => probe(a),
+        Cmd::Bench(a) => bench::main(*a),
     };
     match r {
         Ok(code) => code,

@@ -1,0 +1,304 @@
+//! `dtxn bench`: one workload, one protocol, one backend; throughput, aborts, latency and
+//! per-transaction costs, as a table, JSON or CSV.
+
+pub mod args;
+pub mod engine;
+pub mod report;
+
+use crate::backend::Backend;
+use anyhow::{anyhow, bail, Context, Result};
+pub use args::{BenchArgs, WorkloadArgs};
+use dtxn_fabric::Topology;
+use dtxn_store::{Plan, PoolShape, TableSpec};
+use dtxn_workloads::{kv, smallbank, tatp, tpcc, Workload};
+use engine::{Shared, Stop};
+use indicatif::{ProgressBar, ProgressStyle};
+use report::{BenchReport, ConfigReport};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A workload chosen by name, with its options.
+pub enum Chosen {
+    SmallBank(smallbank::SmallBank),
+    Kv(kv::Kv),
+    Tatp(tatp::Tatp),
+    Tpcc(tpcc::Tpcc),
+}
+
+impl Chosen {
+    pub fn tables(&self) -> Vec<TableSpec> {
+        match self {
+            Chosen::SmallBank(w) => w.tables(),
+            Chosen::Kv(w) => w.tables(),
+            Chosen::Tatp(w) => w.tables(),
+            Chosen::Tpcc(w) => w.tables(),
+        }
+    }
+
+    pub fn options_json(&self) -> serde_json::Value {
+        let v = match self {
+            Chosen::SmallBank(w) => serde_json::to_value(w.options()),
+            Chosen::Kv(w) => serde_json::to_value(w.options()),
+            Chosen::Tatp(w) => serde_json::to_value(w.options()),
+            Chosen::Tpcc(w) => serde_json::to_value(w.options()),
+        };
+        v.unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Builds the workload `a.workload` names, refusing options of other workloads.
+pub fn choose(a: &WorkloadArgs, txns_hint: Option<u64>) -> Result<Chosen> {
+    let given: Vec<(&str, bool, &str)> = vec![
+        ("--accounts", a.accounts.is_some(), "smallbank"),
+        ("--hot-accounts", a.hot_accounts.is_some(), "smallbank"),
+        ("--hot-pct", a.hot_pct.is_some(), "smallbank"),
+        ("--mix", a.mix.is_some(), "smallbank"),
+        ("--keys", a.keys.is_some(), "kv"),
+        ("--value-size", a.value_size.is_some(), "kv"),
+        ("--theta", a.theta.is_some(), "kv"),
+        ("--read-only-pct", a.read_only_pct.is_some(), "kv"),
+        ("--items", a.items.is_some(), "kv"),
+        ("--subscribers", a.subscribers.is_some(), "tatp"),
+        ("--warehouses", a.warehouses.is_some(), "tpcc"),
+        ("--spec-sizes", a.spec_sizes, "tpcc"),
+        (
+            "--new-orders-per-district",
+            a.new_orders_per_district.is_some(),
+            "tpcc",
+        ),
+    ];
+    if !dtxn_workloads::NAMES.contains(&a.workload.as_str()) {
+        bail!(
+            "unknown workload '{}' (valid: {})",
+            a.workload,
+            dtxn_workloads::NAMES.join(", ")
+        );
+    }
+    if let Some((flag, _, owner)) = given
+        .iter()
+        .find(|(_, set, owner)| *set && *owner != a.workload)
+    {
+        bail!("{flag} is an option of {owner}, not of {}", a.workload);
+    }
+    Ok(match a.workload.as_str() {
+        "smallbank" => {
+            let d = smallbank::Options::default();
+            let accounts = a.accounts.unwrap_or(d.accounts);
+            let mix = match a.mix.as_deref() {
+                None | Some("standard") => smallbank::Mix::Standard,
+                Some("transfer") => smallbank::Mix::Transfer,
+                Some(other) => {
+                    bail!("unknown smallbank mix '{other}' (valid: standard, transfer)")
+                }
+            };
+            Chosen::SmallBank(smallbank::SmallBank::new(smallbank::Options {
+                accounts,
+                // FORD's proportion (4,000 of 100,000) when only the accounts are given.
+                hot: a
+                    .hot_accounts
+                    .unwrap_or((accounts * d.hot / d.accounts).clamp(2, accounts)),
+                hot_pct: a.hot_pct.unwrap_or(d.hot_pct),
+                mix,
+            })?)
+        }
+        "kv" => {
+            let d = kv::Options::default();
+            Chosen::Kv(kv::Kv::new(kv::Options {
+                keys: a.keys.unwrap_or(d.keys),
+                value_size: a.value_size.unwrap_or(d.value_size),
+                theta: a.theta.unwrap_or(d.theta),
+                read_only_pct: a.read_only_pct.unwrap_or(d.read_only_pct),
+                items: a.items.unwrap_or(d.items),
+            })?)
+        }
+        "tatp" => {
+            let d = tatp::Options::default();
+            Chosen::Tatp(tatp::Tatp::new(tatp::Options {
+                subscribers: a.subscribers.unwrap_or(d.subscribers),
+                ..d
+            })?)
+        }
+        _ => {
+            let mut o = if a.spec_sizes {
+                tpcc::Options::spec()
+            } else {
+                tpcc::Options::default()
+            };
+            if let Some(w) = a.warehouses {
+                o.warehouses = w;
+            }
+            o.new_orders_per_district = match a.new_orders_per_district {
+                Some(n) => n,
+                None => tpcc::Options::room_for(txns_hint, o.warehouses),
+            };
+            Chosen::Tpcc(tpcc::Tpcc::new(o)?)
+        }
+    })
+}
+
+/// The pool's shape for these options and this many coordinators.
+pub fn shape(a: &BenchArgs, coordinators: u32) -> Result<PoolShape> {
+    if a.memory_nodes == 0 {
+        bail!("--memory-nodes must be at least 1");
+    }
+    if a.replicas == 0 {
+        bail!("--replicas must be at least 1");
+    }
+    if a.replicas > usize::from(a.memory_nodes) {
+        bail!(
+            "--replicas {} needs as many memory nodes; --memory-nodes is {}",
+            a.replicas,
+            a.memory_nodes
+        );
+    }
+    Ok(PoolShape {
+        memory_nodes: a.memory_nodes,
+        replicas: a.replicas,
+        log_slices: coordinators,
+        log_slice_bytes: a.log_slice_bytes.unwrap_or(32 << 10),
+        region_bytes: a.node_memory,
+    })
+}
+
+pub fn topology(a: &BenchArgs) -> Result<Topology> {
+    let topo = Topology {
+        compute_nodes: a.compute_nodes,
+        threads: a.threads(),
+        coroutines: a.coroutines(),
+    };
+    if topo.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    if topo.coroutines == 0 {
+        bail!("--coroutines must be at least 1");
+    }
+    if topo.compute_nodes == 0 {
+        bail!("--compute-nodes must be at least 1");
+    }
+    if a.backend == Backend::Shm && topo.compute_nodes != 1 {
+        bail!("--compute-nodes is a sim option: shm runs one compute node (use --threads)");
+    }
+    Ok(topo)
+}
+
+/// Runs `dtxn bench` and prints its report.
+pub fn main(a: BenchArgs) -> Result<ExitCode> {
+    let a = args::with_config(a, "bench")?;
+    let r = run(&a, !a.json)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", r.table());
+    }
+    if let Some(p) = &a.csv {
+        std::fs::write(p, r.csv(&[])).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    match &r.verify {
+        Some(v) if !v.ok => Ok(ExitCode::from(1)),
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Builds the pool, loads it, runs, verifies: everything but the printing.
+pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
+    let cfg = a.txn_config()?;
+    let topo = topology(a)?;
+    if a.duration == Some(0) {
+        bail!("--duration must be more than 0");
+    }
+    if a.txns == Some(0) {
+        bail!("--txns must be at least 1");
+    }
+    let w = choose(&a.workload, a.txns)?;
+    let shape = shape(a, topo.coordinators())?;
+    let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
+    match w {
+        Chosen::SmallBank(x) => go(a, x, &plan, topo, cfg, progress),
+        Chosen::Kv(x) => go(a, x, &plan, topo, cfg, progress),
+        Chosen::Tatp(x) => go(a, x, &plan, topo, cfg, progress),
+        Chosen::Tpcc(x) => go(a, x, &plan, topo, cfg, progress),
+    }
+}
+
+fn go<W: Workload + report::Described>(
+    a: &BenchArgs,
+    w: W,
+    plan: &Plan,
+    topo: Topology,
+    cfg: dtxn_txn::TxnConfig,
+    progress: bool,
+) -> Result<BenchReport> {
+    let load_start = Instant::now();
+    let mut pool = a
+        .backend_args()
+        .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+    plan.format_pool(&pool)?;
+    w.load(&pool, plan, a.seed)?;
+    let load_ns = load_start.elapsed().as_nanos() as u64;
+    let stop = match a.txns {
+        Some(txns) => Stop::Txns {
+            warmup_ns: a.warmup_ns(),
+            txns,
+        },
+        None => Stop::Duration {
+            warmup_ns: a.warmup_ns(),
+            measure_ns: a.duration_ns(),
+        },
+    };
+    let bar = if progress {
+        progress_bar(stop, a.backend)
+    } else {
+        ProgressBar::hidden()
+    };
+    let sh = Arc::new(Shared::new(
+        stop,
+        a.seed,
+        a.verify,
+        topo.coordinators(),
+        bar.clone(),
+        a.record.as_deref(),
+    )?);
+    let w = Arc::new(w);
+    let out = engine::run(&mut pool, &w, topo, &cfg, &sh)?;
+    bar.finish_and_clear();
+    Arc::try_unwrap(sh)
+        .map_err(|_| anyhow!("a coordinator outlived the run"))?
+        .finish_record()?;
+    let verify = if a.verify {
+        Some(match w.verify(&pool, plan, a.seed, &out.tallies) {
+            Ok(checks) => report::Verdict { ok: true, checks },
+            Err(e) => report::Verdict {
+                ok: false,
+                checks: vec![e.to_string()],
+            },
+        })
+    } else {
+        None
+    };
+    let config = ConfigReport::new(a, &*w, &cfg, topo, plan, stop);
+    Ok(BenchReport::new(config, &*w, &out, verify, load_ns))
+}
+
+fn progress_bar(stop: Stop, backend: Backend) -> ProgressBar {
+    let (len, unit) = match stop {
+        Stop::Duration {
+            warmup_ns,
+            measure_ns,
+        } => ((warmup_ns + measure_ns) / 1_000_000, "ms"),
+        Stop::Txns { txns, .. } => (txns, "txns"),
+    };
+    let clock = if backend == Backend::Sim && unit == "ms" {
+        " (virtual)"
+    } else {
+        ""
+    };
+    let bar = ProgressBar::new(len);
+    let style = ProgressStyle::with_template(&format!(
+        "{{spinner}} {{bar:40}} {{pos}}/{{len}} {unit}{clock} [{{elapsed}}]"
+    ));
+    if let Ok(s) = style {
+        bar.set_style(s);
+    }
+    bar
+}
