@@ -23,6 +23,12 @@
 //!
 //! So a read-write transaction without read-only items costs 2 RTs, with read-only items 3.
 //!
+//! Inserts lock the key's chain (the home bucket's insert lock) at execution and a free slot at
+//! commit; reads of absent keys are validated by re-reading the chain (no phantoms). A deleted
+//! record's slot keeps its key and version as a tombstone, reused only by an insert of the
+//! same key: so a key's versions only grow, across deletes and re-inserts, and a read of an
+//! absent key reports the version it observed. (The price: deleted keys keep their slots.)
+//!
 //! Where dtxn differs from the published FORD, and why (reference/ford.md section 9):
 //! - A READ of a record is trusted only if its per-line version stamps agree (the store's
 //!   torn-read detection): FORD's "invisible bit, then update in place" read in one READ is
@@ -123,6 +129,8 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             value: vec![0; t.value_size as usize],
             image: Vec::new(),
             new: NewValue::Keep,
+            chain_lock: None,
+            install: None,
         });
         work.push((tx.items.len() - 1, stage, None));
     }
@@ -209,6 +217,15 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                     let bytes = tx.c.ep.bytes(read);
                     let scan = t.scan(b, bytes, key);
                     let it = &mut tx.items[i];
+                    if b == t.home_bucket(key) {
+                        it.version = 0;
+                    }
+                    // The key's tombstone may be in any bucket of the chain: the greatest seen
+                    // is the version a read of the absent key observes.
+                    if let Some((slot, _)) = scan.tombstone {
+                        let v = codec.header(t.slot_bytes(bytes, slot)).version;
+                        it.version = it.version.max(v);
+                    }
                     if let Some((slot, off)) = scan.found {
                         tx.c.cache.insert(table_id, key, off);
                         let rec = t.slot_bytes(bytes, slot);
@@ -230,9 +247,6 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                         next.push((i, Stage::Bucket(n), expect));
                     } else {
                         it.exists = false;
-                        it.version = scan.tombstone.map_or(0, |(slot, _)| {
-                            codec.header(t.slot_bytes(bytes, slot)).version
-                        });
                     }
                 }
             }
@@ -262,7 +276,8 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
 /// tables written, in the background. Waits first for the previous log write of this
 /// transaction, so that at most one is outstanding.
 async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
-    let images = tx.items.iter().filter(|i| i.rw && i.exists).count();
+    let logged = |i: &&Item| i.rw && (i.exists || i.new == NewValue::Insert);
+    let images = tx.items.iter().filter(logged).count();
     if images == tx.logged || images == 0 {
         return Ok(());
     }
@@ -281,12 +296,16 @@ async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
         items: tx
             .items
             .iter()
-            .filter(|i| i.rw && i.exists)
+            .filter(logged)
             .map(|i| LogItem {
                 table: i.table,
                 offset: i.offset.expect("exists"),
-                insert: false,
-                old_image: i.image.clone(),
+                insert: i.new == NewValue::Insert,
+                old_image: if i.new == NewValue::Insert {
+                    Vec::new()
+                } else {
+                    i.image.clone()
+                },
             })
             .collect(),
     };
@@ -340,7 +359,8 @@ async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
     // transaction's lock is still to come lets two transactions each miss the other's write
     // (write skew). So cold read-write items are locked in a round of their own.
     lock_cold(tx).await?;
-    validate_reads(tx).await
+    validate_reads(tx).await?;
+    validate_absent(tx).await
 }
 
 /// Locks the read-write items read without their lock (cold, or hitchhiking off), checking
@@ -350,7 +370,8 @@ async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let owner = tx.c.owner;
     let mut checks: Vec<(usize, OpId, OpId)> = Vec::new();
     for (i, it) in tx.items.iter().enumerate() {
-        let Some(off) = it.offset.filter(|_| it.exists && it.rw && it.cold) else {
+        let wanted = it.rw && it.cold && (it.exists || it.new == NewValue::Insert);
+        let Some(off) = it.offset.filter(|_| wanted) else {
             continue;
         };
         let t = table(&map, it.table);
@@ -373,7 +394,13 @@ async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
         it.locked = true;
         it.cold = false;
         let h = header(tx.c.ep.bytes(read));
-        if h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale {
+        let changed = if it.new == NewValue::Insert {
+            // The free slot we picked: still free, stamped below the version we install.
+            h.valid || h.version >= it.new_version()
+        } else {
+            h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+        };
+        if changed {
             failed.get_or_insert(abort(AbortReason::Validation, it));
         }
     }
@@ -390,7 +417,7 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let mut checks: Vec<(usize, OpId)> = Vec::new();
     for (i, it) in tx.items.iter().enumerate() {
         let Some(off) = it.offset.filter(|_| it.exists && !it.rw) else {
-            // Absent keys stay absent: no protocol inserts yet (see the module docs).
+            // Absent keys are validated by `validate_absent`.
             continue;
         };
         let t = table(&map, it.table);
@@ -444,7 +471,7 @@ async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
         let off = it.offset.expect("written items exist");
         let h = RecordHeader {
             lock: INVISIBLE,
-            version: it.version + 1,
+            version: it.new_version(),
             key: it.key,
             table: it.table,
             valid: it.new != NewValue::Delete,
@@ -516,6 +543,11 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
             tx.c.ep.write(t.primary(), off, &zero);
         }
     }
+    for it in &tx.items {
+        if let Some((n, addr)) = it.chain_lock {
+            tx.c.ep.write(n, addr, &zero);
+        }
+    }
     if tx.logged > 0 {
         if let Some((slice, _)) = tx.c.log_slice {
             for n in log_nodes(tx) {
@@ -528,6 +560,7 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
     let _ = tx.c.ep.post_detached();
     for it in &mut tx.items {
         it.locked = false;
+        it.chain_lock = None;
     }
 }
 
@@ -535,4 +568,225 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
 pub(crate) async fn release_on_abort(tx: &mut Txn<'_>) {
     let _ = tx.c.ep.wait_background().await;
     release(tx, LogStatus::Aborted);
+}
+
+/// Insert: lock the key's chain (CAS on the home bucket's insert lock + READ of the bucket, one
+/// batch, G6), make sure the key is absent, pick a free slot (chaining a new overflow bucket
+/// if there is none), and lock that slot with the other cold items at commit. Holding the
+/// chain lock until release keeps every other insert of the chain out, so a key is never
+/// placed twice, and lets readers validate absence.
+pub(crate) async fn insert(
+    tx: &mut Txn<'_>,
+    table_id: u32,
+    key: u64,
+    value: &[u8],
+) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let bad = |reason| Abort {
+        reason,
+        table: table_id,
+        key,
+    };
+    if tx.kind == TxKind::ReadOnly {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    let Ok(t) = map.table(table_id) else {
+        return Err(bad(AbortReason::BadRequest));
+    };
+    if value.len() != t.value_size as usize {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    let i = match tx.find(table_id, key) {
+        Some(i) => {
+            let it = &mut tx.items[i];
+            match (&it.new, it.exists) {
+                (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
+                    return Err(bad(AbortReason::Exists))
+                }
+                (NewValue::Delete, true) => {
+                    // Deleted, then inserted again by the same transaction: an update.
+                    it.value.copy_from_slice(value);
+                    it.new = NewValue::Update;
+                    return Ok(());
+                }
+                _ => {
+                    it.rw = true;
+                    i
+                }
+            }
+        }
+        None => {
+            tx.items.push(Item {
+                table: table_id,
+                key,
+                rw: true,
+                offset: None,
+                node: t.primary(),
+                exists: false,
+                version: 0,
+                locked: false,
+                cold: false,
+                value: vec![0; t.value_size as usize],
+                image: Vec::new(),
+                new: NewValue::Keep,
+                chain_lock: None,
+                install: None,
+            });
+            tx.items.len() - 1
+        }
+    };
+    let owner = tx.c.owner;
+    let primary = t.primary();
+    let home = t.home_bucket(key);
+    let lock_addr = t.insert_lock(home);
+    let held = tx
+        .items
+        .iter()
+        .any(|o| o.chain_lock == Some((primary, lock_addr)));
+    let mut read = if held {
+        tx.c.ep.read(primary, home, t.bucket_bytes as usize)
+    } else {
+        let c = tx.c.ep.cas(primary, lock_addr, 0, owner);
+        let r = tx.c.ep.read(primary, home, t.bucket_bytes as usize);
+        if tx.c.ep.post().await.is_err() {
+            return Err(bad(AbortReason::ReplicaFailure));
+        }
+        if !tx.c.ep.cas_ok(c) {
+            return Err(bad(AbortReason::LockConflict));
+        }
+        tx.items[i].chain_lock = Some((primary, lock_addr));
+        r
+    };
+    if held && tx.c.ep.post().await.is_err() {
+        return Err(bad(AbortReason::ReplicaFailure));
+    }
+    let codec = t.codec();
+    let taken: Vec<u64> = tx.items.iter().filter_map(|o| o.offset).collect();
+    let mut bucket = home;
+    let mut tombstone = 0;
+    let mut free: Option<(u64, Vec<u8>)> = None;
+    let chain_end;
+    loop {
+        let bytes = tx.c.ep.bytes(read);
+        let scan = t.scan(bucket, bytes, key);
+        if scan.found.is_some() {
+            return Err(bad(AbortReason::Exists));
+        }
+        if let Some((slot, _)) = scan.tombstone {
+            tombstone = tombstone.max(codec.header(t.slot_bytes(bytes, slot)).version);
+        }
+        // A free slot is one never used, or our key's own tombstone: another key's
+        // tombstone stays, because it carries that key's last version (a later insert of it
+        // must install above, and reads of it absent report it).
+        for s in 0..t.slots_per_bucket {
+            let off = t.slot(bucket, s);
+            let rec = t.slot_bytes(bytes, s);
+            let h = codec.header(rec);
+            let own = h.key == key && h.table == table_id;
+            let usable = !h.valid && (h.version == 0 || own) && !taken.contains(&off);
+            if usable && (free.is_none() || own) {
+                free = Some((off, rec.to_vec()));
+            }
+        }
+        match scan.next {
+            Some(n) => {
+                bucket = n;
+                read = tx.c.ep.read(primary, n, t.bucket_bytes as usize);
+                if tx.c.ep.post().await.is_err() {
+                    return Err(bad(AbortReason::ReplicaFailure));
+                }
+            }
+            None => {
+                chain_end = bucket;
+                break;
+            }
+        }
+    }
+    let (slot, image) = match free {
+        Some(f) => f,
+        None => {
+            // Chain a new overflow bucket (we hold the chain's insert lock, so nobody else
+            // links one here): claim it on the primary, link it on every replica.
+            let f = tx.c.ep.faa(primary, t.overflow_counter(), 1);
+            if tx.c.ep.post().await.is_err() {
+                return Err(bad(AbortReason::ReplicaFailure));
+            }
+            let index = tx.c.ep.old(f);
+            if index >= t.overflow_buckets {
+                // The table is full: a sizing problem, reported as a bad request.
+                return Err(bad(AbortReason::BadRequest));
+            }
+            for &n in &t.replicas {
+                tx.c.ep.write(n, chain_end, &(index + 1).to_le_bytes());
+            }
+            if tx.c.ep.post().await.is_err() {
+                return Err(bad(AbortReason::ReplicaFailure));
+            }
+            (
+                t.slot(t.overflow_bucket(index), 0),
+                vec![0; t.record_bytes as usize],
+            )
+        }
+    };
+    let stamp = codec.header(&image).version;
+    let it = &mut tx.items[i];
+    it.offset = Some(slot);
+    it.node = primary;
+    it.version = tombstone;
+    it.install = Some(stamp.max(tombstone) + 1);
+    it.value.copy_from_slice(value);
+    it.image = image;
+    it.new = NewValue::Insert;
+    it.cold = true;
+    log_undo(tx).await
+}
+
+/// Absent keys read by the transaction must still be absent at validation: their chain holds
+/// no valid record of the key, and nobody holds the chain's insert lock (an insert in
+/// progress). One READ per bucket of the chain.
+async fn validate_absent(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        if it.exists || it.new == NewValue::Insert || it.offset.is_some() && it.locked {
+            continue;
+        }
+        let t = table(&map, it.table);
+        let codec = t.codec();
+        let (key, seen, fail) = (it.key, it.version, abort(AbortReason::Validation, it));
+        let mut bucket = t.home_bucket(key);
+        let mut first = true;
+        let mut tombstone = 0;
+        loop {
+            let r = tx.c.ep.read(t.primary(), bucket, t.bucket_bytes as usize);
+            if tx.c.ep.post().await.is_err() {
+                return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
+            }
+            let bytes = tx.c.ep.bytes(r);
+            if first {
+                let lock = u64::from_le_bytes(bytes[8..16].try_into().expect("word"));
+                if lock != 0 && lock != owner {
+                    return Err(fail);
+                }
+                first = false;
+            }
+            let scan = t.scan(bucket, bytes, key);
+            if scan.found.is_some() {
+                return Err(fail);
+            }
+            if let Some((slot, _)) = scan.tombstone {
+                tombstone = tombstone.max(codec.header(t.slot_bytes(bytes, slot)).version);
+            }
+            match scan.next {
+                Some(n) => bucket = n,
+                None => break,
+            }
+        }
+        // Inserted and deleted again since the read: absent, but not the absence we saw.
+        if tombstone != seen {
+            return Err(fail);
+        }
+    }
+    Ok(())
 }
