@@ -53,7 +53,7 @@ fn main() -> std::io::Result<()> {
         let commit = next() % 100 != 0;
         let mut txn = store.run(i % 64, &ops, commit);
         for r in &mut txn.reads {
-            if r.version > 0 && next() % 1_000_000 < stale_per_million {
+            if stale_per_million > 0 && r.version > 0 && next() % 1_000_000 < stale_per_million {
                 r.version -= 1;
             }
         }

@@ -771,7 +771,7 @@ impl Cycles<'_> {
 
     /// Looks for a cycle with exactly one anti-dependency among `nodes` (those marked in
     /// `member`): an rw edge whose target reaches its source by ww and wr edges. Certain and
-    /// cheap when both ends are in one ww/wr component; otherwise a bounded search.
+    /// cheap when both ends are in one ww/wr component (`c1`); otherwise a bounded search.
     #[allow(clippy::too_many_arguments)]
     fn g_single(
         &mut self,
@@ -799,11 +799,15 @@ impl Cycles<'_> {
                 return true;
             }
         }
-        for (x, e, w) in rw().filter(|&(x, _, w)| c1[x] != c1[w] && member[w]) {
+        // Tarjan numbers components in reverse topological order: what w reaches by ww and wr
+        // edges has a component number no greater than w's. So only rw edges that point up
+        // can close a cycle, and a search needs no node numbered below x's component.
+        for (x, e, w) in rw().filter(|&(x, _, w)| c1[w] > c1[x] && member[w]) {
             if *budget == 0 {
                 break;
             }
-            if let Some(p) = bfs.path(v1, w, x, |y| member[y], budget) {
+            let floor = c1[x];
+            if let Some(p) = bfs.path(v1, w, x, |y| member[y] && c1[y] >= floor, budget) {
                 self.report(r, false, Kind::GSingle, &close(x, e, p));
                 return true;
             }
