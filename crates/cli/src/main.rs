@@ -1,6 +1,7 @@
 //! `dtxn`: distributed transactions on disaggregated memory.
 
 mod backend;
+mod check;
 mod probe;
 
 use anyhow::{bail, Result};
@@ -24,6 +25,8 @@ struct Cli {
 enum Cmd {
     /// Torn-read probe: which read schemes a fabric lets accept torn records.
     Probe(ProbeArgs),
+    /// Check a history file for serializability or snapshot isolation anomalies.
+    Check(check::CheckArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -185,6 +188,7 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Probe(a) => probe(a),
+        Cmd::Check(a) => check::run(a),
     };
     match r {
         Ok(code) => code,
