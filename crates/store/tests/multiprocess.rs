@@ -29,7 +29,9 @@ fn plan() -> Plan {
 }
 
 fn value(table: u32, key: u64, size: usize) -> Vec<u8> {
-    (0..size).map(|i| (key as usize + i + table as usize) as u8).collect()
+    (0..size)
+        .map(|i| (key as usize + i + table as usize) as u8)
+        .collect()
 }
 
 /// The memory-node side, run in a child process by the test below (ignored when run alone).
@@ -61,7 +63,13 @@ fn bootstrap_from_a_pool_another_process_created() {
     let dir = std::env::temp_dir().join(format!("dtxn-mp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let status = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "memnode_child", "--test-threads", "1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "memnode_child",
+            "--test-threads",
+            "1",
+        ])
         .env(DIR_VAR, &dir)
         .status()
         .unwrap();
@@ -92,7 +100,10 @@ fn bootstrap_from_a_pool_another_process_created() {
         .unwrap();
     let (map, found) = r.outputs.into_iter().next().unwrap().unwrap();
     let plan = plan();
-    assert_eq!(map.tables.values().cloned().collect::<Vec<_>>(), plan.tables);
+    assert_eq!(
+        map.tables.values().cloned().collect::<Vec<_>>(),
+        plan.tables
+    );
     assert!(found > 100);
     std::fs::remove_dir_all(&dir).unwrap();
 }
