@@ -52,7 +52,7 @@ struct Run {
 }
 
 fn run(seed: u64, replicas: usize, value_size: usize, ford: FordOptions, profile: Profile) -> Run {
-    run_with(seed, replicas, value_size, ford, profile, 400)
+    run_with(seed, replicas, value_size, ford, profile, 400, false)
 }
 
 fn run_with(
@@ -62,6 +62,7 @@ fn run_with(
     ford: FordOptions,
     profile: Profile,
     window_ns: u64,
+    localized_validation: bool,
 ) -> Run {
     let shape = PoolShape {
         memory_nodes: 3,
@@ -91,11 +92,13 @@ fn run_with(
         ford,
         ..TxnConfig::default()
     });
+    // Localized validation needs every writer on one Vcache: one compute process.
     let topo = Topology {
-        compute_nodes: 2,
+        compute_nodes: if localized_validation { 1 } else { 2 },
         threads: 2,
-        coroutines: 3,
+        coroutines: if localized_validation { 6 } else { 3 },
     };
+    let vcache = std::sync::Arc::new(dtxn_txn::Vcache::new(1 << 12));
     // The sim runs every coordinator on this thread, so they may share Rc state.
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
@@ -104,10 +107,14 @@ fn run_with(
         .run(topo, None, |ep: Endpoint| {
             let history = history.clone();
             let txn_cfg = txn_cfg.clone();
+            let vcache = vcache.clone();
             async move {
                 let mut ep = ep;
                 let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
                 let mut c = Coordinator::new(ep, map, txn_cfg);
+                if localized_validation {
+                    c.set_vcache(vcache);
+                }
                 c.set_recorder(Box::new(Collect(history)));
                 let mut audits = 0;
                 let mut torn = 0;
@@ -342,6 +349,26 @@ fn abort_reasons_are_counted() {
     let _ = AbortReason::LockConflict;
 }
 
+#[test]
+fn localized_validation_is_serializable() {
+    for seed in 1..=10 {
+        let r = run_with(
+            seed,
+            2,
+            200,
+            FordOptions::default(),
+            Profile::cx5_100g(),
+            400,
+            true,
+        );
+        let what = format!("seed {seed}, localized validation");
+        assert_eq!(r.total, ACCOUNTS * START, "{what}");
+        assert_eq!(r.torn, 0, "{what}");
+        assert!(r.audits > 0, "{what}");
+        assert_serializable(&r.history, &what);
+    }
+}
+
 /// Negative control: the published FORD read path (trust the invisible bit, update in place,
 /// one READ) accepts torn records under the adversary, and the harness sees it: money is
 /// created or destroyed, or an audit sees a wrong total, or the checker finds a cycle.
@@ -355,7 +382,15 @@ fn trusting_the_invisible_bit_is_caught() {
     for seed in 1..=6 {
         let r = std::panic::catch_unwind(|| {
             // Wide adversary windows: reads and commit WRITEs overlap more often.
-            let r = run_with(seed, 2, 1000, ford.clone(), Profile::cx5_100g(), 3000);
+            let r = run_with(
+                seed,
+                2,
+                1000,
+                ford.clone(),
+                Profile::cx5_100g(),
+                3000,
+                false,
+            );
             let report = check(
                 &r.history,
                 Options {

@@ -23,6 +23,10 @@
 //!
 //! So a read-write transaction without read-only items costs 2 RTs, with read-only items 3.
 //!
+//! **Localized validation** (with a [`crate::Vcache`]): read-only items whose version the
+//! compute process's Vcache holds are validated locally, so validation costs no round trip on
+//! a hit (read-write with read-only items: 2 RTs). See `vcache.rs` for what writers keep in it.
+//!
 //! Inserts lock the key's chain (the home bucket's insert lock) at execution and a free slot at
 //! commit; reads of absent keys are validated by re-reading the chain (no phantoms). A deleted
 //! record's slot keeps its key and version as a tombstone, reused only by an insert of the
@@ -42,6 +46,7 @@
 
 use crate::abort::{Abort, AbortReason};
 use crate::txn::{Access, Item, NewValue, TxKind, Txn};
+use crate::vcache::Check;
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::log::{LogEntry, LogItem, LogStatus, STATUS_OFF};
@@ -218,6 +223,11 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                     // An item read for update without its lock (hitchhiking off) is locked at
                     // validation.
                     it.cold = rw && !it.locked;
+                    if it.locked {
+                        if let Some(v) = &tx.c.vcache {
+                            v.lock(table_id, key, h.version, tx.c.owner);
+                        }
+                    }
                 }
                 Stage::Bucket(b) => {
                     let bytes = tx.c.ep.bytes(read);
@@ -405,6 +415,9 @@ async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
         it.locked = true;
         it.cold = false;
         let h = header(tx.c.ep.bytes(read));
+        if let Some(v) = &tx.c.vcache {
+            v.lock(it.table, it.key, it.version, owner);
+        }
         let changed = if it.new == NewValue::Insert {
             // The free slot we picked: still free, stamped below the version we install.
             h.valid || h.version >= it.new_version()
@@ -430,11 +443,20 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
         return Ok(());
     }
     let mut checks: Vec<(usize, OpId)> = Vec::new();
+    let owner = tx.c.owner;
     for (i, it) in tx.items.iter().enumerate() {
         let Some(off) = it.offset.filter(|_| it.exists && !it.rw) else {
             // Absent keys are validated by `validate_absent`.
             continue;
         };
+        // Localized validation: a hit decides without a round trip.
+        if let Some(v) = &tx.c.vcache {
+            match v.check(it.table, it.key, it.version, owner) {
+                Check::Valid => continue,
+                Check::Invalid => return Err(abort(AbortReason::Validation, it)),
+                Check::Miss => {}
+            }
+        }
         let t = table(&map, it.table);
         checks.push((i, tx.c.ep.read(t.primary(), off, 64)));
     }
@@ -452,6 +474,9 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
             || check_slot(&h, it.table, it.key) == SlotCheck::Stale
         {
             return Err(abort(AbortReason::Validation, it));
+        }
+        if let Some(v) = &tx.c.vcache {
+            v.fill(it.table, it.key, it.version);
         }
     }
     Ok(())
@@ -507,6 +532,13 @@ async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
             codec.encode(&primary, &it.value, b)
         });
     }
+    // Localized validation: the new versions go into the Vcache before the remote commit,
+    // so that a validator never passes against a version the memory already replaced.
+    if let Some(v) = &tx.c.vcache {
+        for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+            v.set_version(it.table, it.key, it.new_version(), owner);
+        }
+    }
     // Selective remote flush: each backup once, after its last WRITE (FLUSH follows every
     // earlier WRITE on its QP). The primary is never flushed: a lost primary is rebuilt from
     // its backups.
@@ -539,6 +571,11 @@ async fn roll_back(tx: &mut Txn<'_>) {
     // Best effort: the failed node's copy is rebuilt when it is replaced.
     let _ = tx.c.ep.post().await;
     tx.installed = false;
+    if let Some(v) = &tx.c.vcache {
+        for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+            v.set_version(it.table, it.key, it.version, owner);
+        }
+    }
 }
 
 /// Unlock and make visible, and close the log entry: posted detached, nobody waits.
@@ -556,6 +593,9 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
         }
         if it.locked {
             tx.c.ep.write(t.primary(), off, &zero);
+            if let Some(v) = &tx.c.vcache {
+                v.unlock(it.table, it.key, tx.c.owner);
+            }
         }
     }
     for it in &tx.items {
