@@ -2,6 +2,7 @@
 
 mod backend;
 mod bench;
+mod check;
 mod probe;
 
 use anyhow::{bail, Result};
@@ -28,6 +29,8 @@ enum Cmd {
     /// Run a benchmark (SmallBank, kv, TATP, TPC-C) and report throughput, aborts, latency
     /// and per-transaction costs.
     Bench(Box<bench::BenchArgs>),
+    /// Check a history file for serializability or snapshot isolation anomalies.
+    Check(check::CheckArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -190,6 +193,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Probe(a) => probe(a),
         Cmd::Bench(a) => bench::main(*a),
+        Cmd::Check(a) => check::run(a),
     };
     match r {
         Ok(code) => code,

@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! region offset
-//! 0          superblock (one line; the rest of the first 4 KiB is reserved)
+//! 0          superblock (one line)
+//! 64         node 0 only: the compute processes' claim word (the rest of the page reserved)
 //! 4096       catalog: one 128-byte entry per table replica on this node
 //! log_off    log region: log_slices x log_slice_bytes, one slice per coordinator
 //! ...        tables (hash buckets, then their overflow area), at the same offsets on
@@ -32,6 +33,11 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"DTXNPOOL");
 /// Bumped on every incompatible change of any layout in this crate.
 pub const LAYOUT_VERSION: u32 = 1;
 pub const SUPERBLOCK_BYTES: usize = 64;
+/// Memory node 0: the compute processes' claim word, right after the superblock (CAS and FAA
+/// only). Bit 63: one process holds the pool alone (FORD's localized validation needs every
+/// writer on its Vcache); bits 0..63: how many processes share it.
+pub const CLAIM_OFF: u64 = 64;
+pub const CLAIM_EXCLUSIVE: u64 = 1 << 63;
 pub const CATALOG_OFF: u64 = 4096;
 pub const ENTRY_BYTES: usize = 128;
 pub const MAX_REPLICAS: usize = 8;

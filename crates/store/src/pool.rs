@@ -200,6 +200,7 @@ impl Plan {
             e.encode(b);
         }
         mem.write(0, &[0u8; SUPERBLOCK_BYTES]);
+        mem.write_u64(crate::layout::CLAIM_OFF, 0);
         mem.write(CATALOG_OFF, &cat);
         let zero = vec![0u8; 1 << 16];
         let log_end = self.log_off

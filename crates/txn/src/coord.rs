@@ -3,10 +3,12 @@
 use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
 use crate::txn::{TxKind, Txn};
+use crate::vcache::Vcache;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, Stats};
 use dtxn_store::{AddrCache, PoolMap};
 use std::rc::Rc;
+use std::sync::Arc;
 
 /// Receives the history of every transaction (committed and aborted), for `dtxn check`.
 pub trait Recorder {
@@ -60,6 +62,8 @@ pub struct Coordinator {
     pub(crate) recorder: Option<Box<dyn Recorder>>,
     pub stats: CoordStats,
     pub(crate) last: Option<TxnOutcome>,
+    /// FORD's localized validation: the compute process's shared version cache.
+    pub(crate) vcache: Option<Arc<Vcache>>,
 }
 
 impl Coordinator {
@@ -77,7 +81,14 @@ impl Coordinator {
             recorder: None,
             stats: CoordStats::default(),
             last: None,
+            vcache: None,
         }
+    }
+
+    /// Turns on FORD's localized validation with the compute process's Vcache. Every writer of
+    /// the pool must use this same Vcache (see [`Vcache`]).
+    pub fn set_vcache(&mut self, v: Arc<Vcache>) {
+        self.vcache = Some(v);
     }
 
     pub fn set_recorder(&mut self, r: Box<dyn Recorder>) {

@@ -9,12 +9,16 @@
 //! ```
 
 mod abort;
+pub mod attach;
 mod config;
 mod coord;
 mod protocols;
 mod txn;
+pub mod vcache;
 
 pub use abort::{Abort, AbortReason};
+pub use attach::{attach, detach, AttachError, Attachment};
 pub use config::{FordOptions, Protocol, TxnConfig};
 pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use txn::{Access, TxKind, Txn};
+pub use vcache::Vcache;

@@ -46,6 +46,8 @@ pub(crate) enum NewValue {
     Keep,
     Update,
     Delete,
+    /// A new record in a free slot of the key's chain (whose insert lock we hold).
+    Insert,
 }
 
 /// A record in the transaction's read or read-write set.
@@ -70,6 +72,18 @@ pub(crate) struct Item {
     /// The record's bytes as read: the undo image.
     pub image: Vec<u8>,
     pub new: NewValue,
+    /// Inserts: the chain's insert lock we hold, as (node, address).
+    pub chain_lock: Option<(NodeId, u64)>,
+    /// Inserts: the version the new record gets (above the slot's old stamps and the key's
+    /// tombstone, so that neither ever repeats).
+    pub install: Option<u64>,
+}
+
+impl Item {
+    /// The version a commit of this item installs.
+    pub fn new_version(&self) -> u64 {
+        self.install.unwrap_or(self.version + 1)
+    }
 }
 
 /// A transaction in progress. Reads return the value the transaction sees (its own writes
@@ -107,6 +121,13 @@ impl<'c> Txn<'c> {
         self.id
     }
 
+    /// The coordinator's endpoint: its clock, RNG and sleep (e.g. think time inside a
+    /// transaction, or a scripted interleaving in a test). Ops posted on it directly are
+    /// outside the transaction.
+    pub fn endpoint(&mut self) -> &mut dtxn_fabric::Endpoint {
+        &mut self.c.ep
+    }
+
     pub(crate) fn find(&self, table: u32, key: u64) -> Option<usize> {
         self.items
             .iter()
@@ -142,7 +163,8 @@ impl<'c> Txn<'c> {
     /// The value of a fetched record as this transaction sees it (`None`: absent or deleted).
     pub fn get(&self, table: u32, key: u64) -> Option<&[u8]> {
         let i = &self.items[self.find(table, key)?];
-        (i.exists && i.new != NewValue::Delete).then_some(i.value.as_slice())
+        let visible = (i.exists && i.new != NewValue::Delete) || i.new == NewValue::Insert;
+        visible.then_some(i.value.as_slice())
     }
 
     fn writable(&mut self, table: u32, key: u64) -> Result<usize, Abort> {
@@ -153,7 +175,8 @@ impl<'c> Txn<'c> {
         if !self.items[i].rw || self.kind == TxKind::ReadOnly {
             return Err(abort(AbortReason::BadRequest));
         }
-        if !self.items[i].exists || self.items[i].new == NewValue::Delete {
+        let it = &self.items[i];
+        if it.new != NewValue::Insert && (!it.exists || it.new == NewValue::Delete) {
             return Err(abort(AbortReason::Missing));
         }
         Ok(i)
@@ -171,7 +194,9 @@ impl<'c> Txn<'c> {
                 });
             }
             it.value.copy_from_slice(value);
-            it.new = NewValue::Update;
+            if it.new != NewValue::Insert {
+                it.new = NewValue::Update;
+            }
             Ok(())
         });
         if let Err(a) = r {
@@ -189,6 +214,19 @@ impl<'c> Txn<'c> {
             self.abort_with(a).await;
         }
         r
+    }
+
+    /// Inserts a new record. Aborts with `Exists` if the key is present.
+    pub async fn insert(&mut self, table: u32, key: u64, value: &[u8]) -> Result<(), Abort> {
+        assert!(!self.finished, "the transaction is over");
+        let r = match self.c.cfg.protocol {
+            Protocol::Ford => ford::insert(self, table, key, value).await,
+        };
+        if let Err(a) = r {
+            self.abort_with(a).await;
+            return Err(a);
+        }
+        Ok(())
     }
 
     /// Validates and commits. `Ok` means durable on every replica and serialized.
@@ -259,7 +297,8 @@ impl<'c> Txn<'c> {
             .map(|i| history::Read {
                 table: i.table,
                 key: i.key,
-                version: if i.exists { i.version } else { 0 },
+                // For an absent key, the tombstone's version (0 if it never existed).
+                version: i.version,
             })
             .collect();
         let writes = if committed || self.installed {
@@ -269,7 +308,7 @@ impl<'c> Txn<'c> {
                 .map(|i| history::Write {
                     table: i.table,
                     key: i.key,
-                    version: i.version + 1,
+                    version: i.new_version(),
                     deleted: i.new == NewValue::Delete,
                 })
                 .collect()
@@ -292,17 +331,5 @@ impl<'c> Txn<'c> {
     }
 }
 
-impl Drop for Txn<'_> {
-    fn drop(&mut self) {
-        // A transaction dropped mid-way would leave its locks held: finish it with commit or
-        // rollback. (Aborted ones are finished already.) A crashed compute node drops its
-        // coordinators too; that is what recovery is for, not a bug.
-        if !self.finished && !std::thread::panicking() {
-            debug_assert!(
-                self.items.iter().all(|i| !i.locked),
-                "transaction {} dropped while holding locks",
-                self.id
-            );
-        }
-    }
-}
+// A `Txn` dropped without `commit` or `rollback` keeps its locks: that is a bug of the caller
+// (or a crashed compute node, whose coordinators are dropped mid-flight: what recovery is for).

@@ -23,6 +23,16 @@
 //!
 //! So a read-write transaction without read-only items costs 2 RTs, with read-only items 3.
 //!
+//! **Localized validation** (with a [`crate::Vcache`]): read-only items whose version the
+//! compute process's Vcache holds are validated locally, so validation costs no round trip on
+//! a hit (read-write with read-only items: 2 RTs). See `vcache.rs` for what writers keep in it.
+//!
+//! Inserts lock the key's chain (the home bucket's insert lock) at execution and a free slot at
+//! commit; reads of absent keys are validated by re-reading the chain (no phantoms). A deleted
+//! record's slot keeps its key and version as a tombstone, reused only by an insert of the
+//! same key: so a key's versions only grow, across deletes and re-inserts, and a read of an
+//! absent key reports the version it observed. (The price: deleted keys keep their slots.)
+//!
 //! Where dtxn differs from the published FORD, and why (reference/ford.md section 9):
 //! - A READ of a record is trusted only if its per-line version stamps agree (the store's
 //!   torn-read detection): FORD's "invisible bit, then update in place" read in one READ is
@@ -36,6 +46,7 @@
 
 use crate::abort::{Abort, AbortReason};
 use crate::txn::{Access, Item, NewValue, TxKind, Txn};
+use crate::vcache::Check;
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::log::{LogEntry, LogItem, LogStatus, STATUS_OFF};
@@ -72,6 +83,7 @@ fn table(map: &PoolMap, id: u32) -> &TableInfo {
 pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let hitchhike = tx.c.cfg.ford.hitchhiked_locking;
+    let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
     // (item, stage, version it must still have: an upgraded read-only item)
     let mut work: Vec<(usize, Stage, Option<u64>)> = Vec::new();
     for a in accesses {
@@ -123,6 +135,8 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             value: vec![0; t.value_size as usize],
             image: Vec::new(),
             new: NewValue::Keep,
+            chain_lock: None,
+            install: None,
         });
         work.push((tx.items.len() - 1, stage, None));
     }
@@ -170,7 +184,12 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                     }
                     let it = &mut tx.items[i];
                     let bytes = tx.c.ep.bytes(read);
-                    let Ok(h) = codec.decode(bytes, &mut it.value) else {
+                    let decoded = if trust_inv {
+                        Ok(codec.decode_unchecked(bytes, &mut it.value))
+                    } else {
+                        codec.decode(bytes, &mut it.value)
+                    };
+                    let Ok(h) = decoded else {
                         next.push((i, Stage::Record { off, lock: false }, expect));
                         again = true;
                         continue;
@@ -204,15 +223,34 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                     // An item read for update without its lock (hitchhiking off) is locked at
                     // validation.
                     it.cold = rw && !it.locked;
+                    if it.locked {
+                        if let Some(v) = &tx.c.vcache {
+                            v.lock(table_id, key, h.version, tx.c.owner);
+                        }
+                    }
                 }
                 Stage::Bucket(b) => {
                     let bytes = tx.c.ep.bytes(read);
                     let scan = t.scan(b, bytes, key);
                     let it = &mut tx.items[i];
+                    if b == t.home_bucket(key) {
+                        it.version = 0;
+                    }
+                    // The key's tombstone may be in any bucket of the chain: the greatest seen
+                    // is the version a read of the absent key observes.
+                    if let Some((slot, _)) = scan.tombstone {
+                        let v = codec.header(t.slot_bytes(bytes, slot)).version;
+                        it.version = it.version.max(v);
+                    }
                     if let Some((slot, off)) = scan.found {
                         tx.c.cache.insert(table_id, key, off);
                         let rec = t.slot_bytes(bytes, slot);
-                        match codec.decode(rec, &mut it.value) {
+                        let decoded = if trust_inv {
+                            Ok(codec.decode_unchecked(rec, &mut it.value))
+                        } else {
+                            codec.decode(rec, &mut it.value)
+                        };
+                        match decoded {
                             Ok(h) if h.lock & INVISIBLE == 0 => {
                                 it.exists = true;
                                 it.version = h.version;
@@ -230,9 +268,6 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                         next.push((i, Stage::Bucket(n), expect));
                     } else {
                         it.exists = false;
-                        it.version = scan.tombstone.map_or(0, |(slot, _)| {
-                            codec.header(t.slot_bytes(bytes, slot)).version
-                        });
                     }
                 }
             }
@@ -262,7 +297,8 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
 /// tables written, in the background. Waits first for the previous log write of this
 /// transaction, so that at most one is outstanding.
 async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
-    let images = tx.items.iter().filter(|i| i.rw && i.exists).count();
+    let logged = |i: &&Item| i.rw && (i.exists || i.new == NewValue::Insert);
+    let images = tx.items.iter().filter(logged).count();
     if images == tx.logged || images == 0 {
         return Ok(());
     }
@@ -281,12 +317,16 @@ async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
         items: tx
             .items
             .iter()
-            .filter(|i| i.rw && i.exists)
+            .filter(logged)
             .map(|i| LogItem {
                 table: i.table,
                 offset: i.offset.expect("exists"),
-                insert: false,
-                old_image: i.image.clone(),
+                insert: i.new == NewValue::Insert,
+                old_image: if i.new == NewValue::Insert {
+                    Vec::new()
+                } else {
+                    i.image.clone()
+                },
             })
             .collect(),
     };
@@ -340,7 +380,8 @@ async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
     // transaction's lock is still to come lets two transactions each miss the other's write
     // (write skew). So cold read-write items are locked in a round of their own.
     lock_cold(tx).await?;
-    validate_reads(tx).await
+    validate_reads(tx).await?;
+    validate_absent(tx).await
 }
 
 /// Locks the read-write items read without their lock (cold, or hitchhiking off), checking
@@ -350,7 +391,8 @@ async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let owner = tx.c.owner;
     let mut checks: Vec<(usize, OpId, OpId)> = Vec::new();
     for (i, it) in tx.items.iter().enumerate() {
-        let Some(off) = it.offset.filter(|_| it.exists && it.rw && it.cold) else {
+        let wanted = it.rw && it.cold && (it.exists || it.new == NewValue::Insert);
+        let Some(off) = it.offset.filter(|_| wanted) else {
             continue;
         };
         let t = table(&map, it.table);
@@ -373,7 +415,16 @@ async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
         it.locked = true;
         it.cold = false;
         let h = header(tx.c.ep.bytes(read));
-        if h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale {
+        if let Some(v) = &tx.c.vcache {
+            v.lock(it.table, it.key, it.version, owner);
+        }
+        let changed = if it.new == NewValue::Insert {
+            // The free slot we picked: still free, stamped below the version we install.
+            h.valid || h.version >= it.new_version()
+        } else {
+            h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+        };
+        if changed {
             failed.get_or_insert(abort(AbortReason::Validation, it));
         }
     }
@@ -387,12 +438,25 @@ async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
 /// unlocks, so an unlocked primary at version v means every replica is at v.
 async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
+    if tx.c.cfg.ford.trust_invisible_bit && tx.kind == TxKind::ReadOnly && tx.items.len() == 1 {
+        // The published code's shortcut (negative control only): one item, no validation.
+        return Ok(());
+    }
     let mut checks: Vec<(usize, OpId)> = Vec::new();
+    let owner = tx.c.owner;
     for (i, it) in tx.items.iter().enumerate() {
         let Some(off) = it.offset.filter(|_| it.exists && !it.rw) else {
-            // Absent keys stay absent: no protocol inserts yet (see the module docs).
+            // Absent keys are validated by `validate_absent`.
             continue;
         };
+        // Localized validation: a hit decides without a round trip.
+        if let Some(v) = &tx.c.vcache {
+            match v.check(it.table, it.key, it.version, owner) {
+                Check::Valid => continue,
+                Check::Invalid => return Err(abort(AbortReason::Validation, it)),
+                Check::Miss => {}
+            }
+        }
         let t = table(&map, it.table);
         checks.push((i, tx.c.ep.read(t.primary(), off, 64)));
     }
@@ -410,6 +474,9 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
             || check_slot(&h, it.table, it.key) == SlotCheck::Stale
         {
             return Err(abort(AbortReason::Validation, it));
+        }
+        if let Some(v) = &tx.c.vcache {
+            v.fill(it.table, it.key, it.version);
         }
     }
     Ok(())
@@ -444,7 +511,7 @@ async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
         let off = it.offset.expect("written items exist");
         let h = RecordHeader {
             lock: INVISIBLE,
-            version: it.version + 1,
+            version: it.new_version(),
             key: it.key,
             table: it.table,
             valid: it.new != NewValue::Delete,
@@ -464,6 +531,13 @@ async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
         tx.c.ep.write_with(t.primary(), off, len, |b| {
             codec.encode(&primary, &it.value, b)
         });
+    }
+    // Localized validation: the new versions go into the Vcache before the remote commit,
+    // so that a validator never passes against a version the memory already replaced.
+    if let Some(v) = &tx.c.vcache {
+        for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+            v.set_version(it.table, it.key, it.new_version(), owner);
+        }
     }
     // Selective remote flush: each backup once, after its last WRITE (FLUSH follows every
     // earlier WRITE on its QP). The primary is never flushed: a lost primary is rebuilt from
@@ -497,6 +571,11 @@ async fn roll_back(tx: &mut Txn<'_>) {
     // Best effort: the failed node's copy is rebuilt when it is replaced.
     let _ = tx.c.ep.post().await;
     tx.installed = false;
+    if let Some(v) = &tx.c.vcache {
+        for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+            v.set_version(it.table, it.key, it.version, owner);
+        }
+    }
 }
 
 /// Unlock and make visible, and close the log entry: posted detached, nobody waits.
@@ -514,6 +593,14 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
         }
         if it.locked {
             tx.c.ep.write(t.primary(), off, &zero);
+            if let Some(v) = &tx.c.vcache {
+                v.unlock(it.table, it.key, tx.c.owner);
+            }
+        }
+    }
+    for it in &tx.items {
+        if let Some((n, addr)) = it.chain_lock {
+            tx.c.ep.write(n, addr, &zero);
         }
     }
     if tx.logged > 0 {
@@ -528,6 +615,7 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
     let _ = tx.c.ep.post_detached();
     for it in &mut tx.items {
         it.locked = false;
+        it.chain_lock = None;
     }
 }
 
@@ -535,4 +623,225 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
 pub(crate) async fn release_on_abort(tx: &mut Txn<'_>) {
     let _ = tx.c.ep.wait_background().await;
     release(tx, LogStatus::Aborted);
+}
+
+/// Insert: lock the key's chain (CAS on the home bucket's insert lock + READ of the bucket, one
+/// batch, G6), make sure the key is absent, pick a free slot (chaining a new overflow bucket
+/// if there is none), and lock that slot with the other cold items at commit. Holding the
+/// chain lock until release keeps every other insert of the chain out, so a key is never
+/// placed twice, and lets readers validate absence.
+pub(crate) async fn insert(
+    tx: &mut Txn<'_>,
+    table_id: u32,
+    key: u64,
+    value: &[u8],
+) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let bad = |reason| Abort {
+        reason,
+        table: table_id,
+        key,
+    };
+    if tx.kind == TxKind::ReadOnly {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    let Ok(t) = map.table(table_id) else {
+        return Err(bad(AbortReason::BadRequest));
+    };
+    if value.len() != t.value_size as usize {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    let i = match tx.find(table_id, key) {
+        Some(i) => {
+            let it = &mut tx.items[i];
+            match (&it.new, it.exists) {
+                (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
+                    return Err(bad(AbortReason::Exists))
+                }
+                (NewValue::Delete, true) => {
+                    // Deleted, then inserted again by the same transaction: an update.
+                    it.value.copy_from_slice(value);
+                    it.new = NewValue::Update;
+                    return Ok(());
+                }
+                _ => {
+                    it.rw = true;
+                    i
+                }
+            }
+        }
+        None => {
+            tx.items.push(Item {
+                table: table_id,
+                key,
+                rw: true,
+                offset: None,
+                node: t.primary(),
+                exists: false,
+                version: 0,
+                locked: false,
+                cold: false,
+                value: vec![0; t.value_size as usize],
+                image: Vec::new(),
+                new: NewValue::Keep,
+                chain_lock: None,
+                install: None,
+            });
+            tx.items.len() - 1
+        }
+    };
+    let owner = tx.c.owner;
+    let primary = t.primary();
+    let home = t.home_bucket(key);
+    let lock_addr = t.insert_lock(home);
+    let held = tx
+        .items
+        .iter()
+        .any(|o| o.chain_lock == Some((primary, lock_addr)));
+    let mut read = if held {
+        tx.c.ep.read(primary, home, t.bucket_bytes as usize)
+    } else {
+        let c = tx.c.ep.cas(primary, lock_addr, 0, owner);
+        let r = tx.c.ep.read(primary, home, t.bucket_bytes as usize);
+        if tx.c.ep.post().await.is_err() {
+            return Err(bad(AbortReason::ReplicaFailure));
+        }
+        if !tx.c.ep.cas_ok(c) {
+            return Err(bad(AbortReason::LockConflict));
+        }
+        tx.items[i].chain_lock = Some((primary, lock_addr));
+        r
+    };
+    if held && tx.c.ep.post().await.is_err() {
+        return Err(bad(AbortReason::ReplicaFailure));
+    }
+    let codec = t.codec();
+    let taken: Vec<u64> = tx.items.iter().filter_map(|o| o.offset).collect();
+    let mut bucket = home;
+    let mut tombstone = 0;
+    let mut free: Option<(u64, Vec<u8>)> = None;
+    let chain_end;
+    loop {
+        let bytes = tx.c.ep.bytes(read);
+        let scan = t.scan(bucket, bytes, key);
+        if scan.found.is_some() {
+            return Err(bad(AbortReason::Exists));
+        }
+        if let Some((slot, _)) = scan.tombstone {
+            tombstone = tombstone.max(codec.header(t.slot_bytes(bytes, slot)).version);
+        }
+        // A free slot is one never used, or our key's own tombstone: another key's
+        // tombstone stays, because it carries that key's last version (a later insert of it
+        // must install above, and reads of it absent report it).
+        for s in 0..t.slots_per_bucket {
+            let off = t.slot(bucket, s);
+            let rec = t.slot_bytes(bytes, s);
+            let h = codec.header(rec);
+            let own = h.key == key && h.table == table_id;
+            let usable = !h.valid && (h.version == 0 || own) && !taken.contains(&off);
+            if usable && (free.is_none() || own) {
+                free = Some((off, rec.to_vec()));
+            }
+        }
+        match scan.next {
+            Some(n) => {
+                bucket = n;
+                read = tx.c.ep.read(primary, n, t.bucket_bytes as usize);
+                if tx.c.ep.post().await.is_err() {
+                    return Err(bad(AbortReason::ReplicaFailure));
+                }
+            }
+            None => {
+                chain_end = bucket;
+                break;
+            }
+        }
+    }
+    let (slot, image) = match free {
+        Some(f) => f,
+        None => {
+            // Chain a new overflow bucket (we hold the chain's insert lock, so nobody else
+            // links one here): claim it on the primary, link it on every replica.
+            let f = tx.c.ep.faa(primary, t.overflow_counter(), 1);
+            if tx.c.ep.post().await.is_err() {
+                return Err(bad(AbortReason::ReplicaFailure));
+            }
+            let index = tx.c.ep.old(f);
+            if index >= t.overflow_buckets {
+                // The table is full: a sizing problem, reported as a bad request.
+                return Err(bad(AbortReason::BadRequest));
+            }
+            for &n in &t.replicas {
+                tx.c.ep.write(n, chain_end, &(index + 1).to_le_bytes());
+            }
+            if tx.c.ep.post().await.is_err() {
+                return Err(bad(AbortReason::ReplicaFailure));
+            }
+            (
+                t.slot(t.overflow_bucket(index), 0),
+                vec![0; t.record_bytes as usize],
+            )
+        }
+    };
+    let stamp = codec.header(&image).version;
+    let it = &mut tx.items[i];
+    it.offset = Some(slot);
+    it.node = primary;
+    it.version = tombstone;
+    it.install = Some(stamp.max(tombstone) + 1);
+    it.value.copy_from_slice(value);
+    it.image = image;
+    it.new = NewValue::Insert;
+    it.cold = true;
+    log_undo(tx).await
+}
+
+/// Absent keys read by the transaction must still be absent at validation: their chain holds
+/// no valid record of the key, and nobody holds the chain's insert lock (an insert in
+/// progress). One READ per bucket of the chain.
+async fn validate_absent(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        if it.exists || it.new == NewValue::Insert || it.offset.is_some() && it.locked {
+            continue;
+        }
+        let t = table(&map, it.table);
+        let codec = t.codec();
+        let (key, seen, fail) = (it.key, it.version, abort(AbortReason::Validation, it));
+        let mut bucket = t.home_bucket(key);
+        let mut first = true;
+        let mut tombstone = 0;
+        loop {
+            let r = tx.c.ep.read(t.primary(), bucket, t.bucket_bytes as usize);
+            if tx.c.ep.post().await.is_err() {
+                return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
+            }
+            let bytes = tx.c.ep.bytes(r);
+            if first {
+                let lock = u64::from_le_bytes(bytes[8..16].try_into().expect("word"));
+                if lock != 0 && lock != owner {
+                    return Err(fail);
+                }
+                first = false;
+            }
+            let scan = t.scan(bucket, bytes, key);
+            if scan.found.is_some() {
+                return Err(fail);
+            }
+            if let Some((slot, _)) = scan.tombstone {
+                tombstone = tombstone.max(codec.header(t.slot_bytes(bytes, slot)).version);
+            }
+            match scan.next {
+                Some(n) => bucket = n,
+                None => break,
+            }
+        }
+        // Inserted and deleted again since the read: absent, but not the absence we saw.
+        if tombstone != seen {
+            return Err(fail);
+        }
+    }
+    Ok(())
 }
