@@ -125,4 +125,19 @@ pub(crate) mod field {
     pub fn put_u32(v: &mut [u8], off: usize, x: u32) {
         v[off..off + 4].copy_from_slice(&x.to_le_bytes());
     }
+
+    pub fn add_i64(v: &mut [u8], off: usize, d: i64) {
+        let x = i64_at(v, off).wrapping_add(d);
+        put_i64(v, off, x);
+    }
+
+    pub fn add_u64(v: &mut [u8], off: usize, d: u64) {
+        let x = u64_at(v, off).wrapping_add(d);
+        put_u64(v, off, x);
+    }
+
+    pub fn add_u32(v: &mut [u8], off: usize, d: u32) {
+        let x = u32_at(v, off).wrapping_add(d);
+        put_u32(v, off, x);
+    }
 }

@@ -461,9 +461,7 @@ async fn update_subscriber_data(
 /// The subscriber of `sub_nbr`, looked up in the index (as a read-only item of `tx`).
 async fn lookup(tx: &mut dtxn_txn::Txn<'_>, sub_nbr: u64) -> Result<Option<u64>, Abort> {
     tx.fetch(&[Access::read(SEC_SUBSCRIBER, sub_nbr)]).await?;
-    Ok(tx
-        .get(SEC_SUBSCRIBER, sub_nbr)
-        .map(|v| field::u64_at(v, 0)))
+    Ok(tx.get(SEC_SUBSCRIBER, sub_nbr).map(|v| field::u64_at(v, 0)))
 }
 
 async fn update_location(c: &mut Coordinator, sub_nbr: u64, vlr: u32) -> Result<(), Abort> {

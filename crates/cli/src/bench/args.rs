@@ -435,7 +435,7 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
         }
     };
     let ns = n * scale;
-    if !(ns.is_finite() && ns >= 0.0 && ns < 1e18) {
+    if !(0.0..1e18).contains(&ns) {
         return Err(format!("'{s}' is out of range"));
     }
     Ok(ns as u64)

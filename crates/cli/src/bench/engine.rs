@@ -8,9 +8,9 @@
 //! transaction.
 
 use dtxn_check::HistoryWriter;
-use dtxn_fabric::{Endpoint, Pool, Stats, Topology};
+use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::PoolMap;
-use dtxn_txn::{AbortReason, CoordStats, Coordinator, Recorder, TxnConfig, TxnOutcome};
+use dtxn_txn::{AbortReason, Coordinator, Recorder, TxnConfig, TxnOutcome};
 use dtxn_workloads::{rng::mix, WlRng, Workload};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -170,8 +170,6 @@ pub struct Shared {
 pub struct RunOutput<T> {
     pub collector: Collector,
     pub tallies: Vec<T>,
-    pub coord_stats: CoordStats,
-    pub fabric: Stats,
     pub virtual_time: bool,
     /// Wall time of the run itself (loading excluded).
     pub wall_ns: u64,
@@ -182,7 +180,6 @@ pub struct RunOutput<T> {
 /// What a coordinator hands back.
 struct CoordOut<T> {
     tally: T,
-    stats: CoordStats,
     attempts_all: u64,
     /// `shm`: its own collector.
     collector: Option<Collector>,
@@ -197,7 +194,7 @@ async fn coordinator<W: Workload>(
     cfg: Rc<TxnConfig>,
     sh: &Shared,
     sink: Rc<RefCell<Collector>>,
-) -> Result<(W::Tally, CoordStats, u64), String> {
+) -> Result<(W::Tally, u64), String> {
     let index = ep.id().index;
     let map = PoolMap::bootstrap(&mut ep)
         .await
@@ -256,7 +253,7 @@ async fn coordinator<W: Workload>(
             }
         }
     }
-    Ok((tally, c.stats.clone(), all))
+    Ok((tally, all))
 }
 
 impl Shared {
@@ -311,7 +308,7 @@ pub fn run<W: Workload>(
 ) -> anyhow::Result<RunOutput<W::Tally>> {
     let types = w.txn_types().len();
     let started = Instant::now();
-    let (outs, fabric, virtual_time) = match pool {
+    let (outs, virtual_time) = match pool {
         Pool::Sim(sim) => {
             // One OS thread: coordinators share the collector and the configuration.
             let sink = Rc::new(RefCell::new(Collector::new(types)));
@@ -321,20 +318,18 @@ pub fn run<W: Workload>(
                 async move {
                     coordinator(ep, &*w, cfg, &sh, sink)
                         .await
-                        .map(|(tally, stats, all)| CoordOut {
+                        .map(|(tally, all)| CoordOut {
                             tally,
-                            stats,
                             attempts_all: all,
                             collector: None,
                         })
                 }
             })?;
-            let fabric = r.total_stats();
             let mut outs = collect(r.outputs)?;
             if let Some(first) = outs.first_mut() {
                 first.collector = Some(sink.borrow().clone());
             }
-            (outs, fabric, true)
+            (outs, true)
         }
         Pool::Shm(shm) => {
             let r = shm.run(topo, None, |ep| {
@@ -343,30 +338,23 @@ pub fn run<W: Workload>(
                     let sink = Rc::new(RefCell::new(Collector::new(w.txn_types().len())));
                     let out = coordinator(ep, &*w, cfg, &sh, sink.clone()).await;
                     let collector = sink.borrow().clone();
-                    out.map(|(tally, stats, all)| CoordOut {
+                    out.map(|(tally, all)| CoordOut {
                         tally,
-                        stats,
                         attempts_all: all,
                         collector: Some(collector),
                     })
                 }
             })?;
-            let fabric = r.total_stats();
-            (collect(r.outputs)?, fabric, false)
+            (collect(r.outputs)?, false)
         }
     };
     let wall_ns = started.elapsed().as_nanos() as u64;
     let mut collector = Collector::new(types);
-    let mut coord_stats = CoordStats::default();
     let mut tallies = Vec::with_capacity(outs.len());
     let mut attempts_all = 0;
     for o in outs {
         if let Some(c) = &o.collector {
             collector.merge(c);
-        }
-        coord_stats.committed += o.stats.committed;
-        for (a, b) in coord_stats.aborted.iter_mut().zip(o.stats.aborted) {
-            *a += b;
         }
         attempts_all += o.attempts_all;
         tallies.push(o.tally);
@@ -374,8 +362,6 @@ pub fn run<W: Workload>(
     Ok(RunOutput {
         collector,
         tallies,
-        coord_stats,
-        fabric,
         virtual_time,
         wall_ns,
         attempts_all,

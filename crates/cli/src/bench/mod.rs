@@ -35,20 +35,12 @@ impl Chosen {
             Chosen::Tpcc(w) => w.tables(),
         }
     }
-
-    pub fn options_json(&self) -> serde_json::Value {
-        let v = match self {
-            Chosen::SmallBank(w) => serde_json::to_value(w.options()),
-            Chosen::Kv(w) => serde_json::to_value(w.options()),
-            Chosen::Tatp(w) => serde_json::to_value(w.options()),
-            Chosen::Tpcc(w) => serde_json::to_value(w.options()),
-        };
-        v.unwrap_or(serde_json::Value::Null)
-    }
 }
 
 /// Builds the workload `a.workload` names, refusing options of other workloads.
-pub fn choose(a: &WorkloadArgs, txns_hint: Option<u64>) -> Result<Chosen> {
+/// `txns_hint`: about how many transactions the run will attempt (tables that grow are sized
+/// for it).
+pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
     let given: Vec<(&str, bool, &str)> = vec![
         ("--accounts", a.accounts.is_some(), "smallbank"),
         ("--hot-accounts", a.hot_accounts.is_some(), "smallbank"),
@@ -116,7 +108,6 @@ pub fn choose(a: &WorkloadArgs, txns_hint: Option<u64>) -> Result<Chosen> {
             let d = tatp::Options::default();
             Chosen::Tatp(tatp::Tatp::new(tatp::Options {
                 subscribers: a.subscribers.unwrap_or(d.subscribers),
-                ..d
             })?)
         }
         _ => {
@@ -135,6 +126,21 @@ pub fn choose(a: &WorkloadArgs, txns_hint: Option<u64>) -> Result<Chosen> {
             Chosen::Tpcc(tpcc::Tpcc::new(o)?)
         }
     })
+}
+
+/// A generous guess of the attempts a run makes: exact with --txns; with a duration, from
+/// rates above what FORD reaches here (shm: 150,000 per thread per second; sim: one
+/// transaction per 10 us of virtual time per coordinator).
+pub fn expected_txns(a: &BenchArgs, topo: Topology) -> u64 {
+    let warm = a.warmup_ns();
+    match (a.txns, a.backend) {
+        (Some(t), Backend::Shm) => t + (warm as f64 * 1.5e-4 * f64::from(topo.threads)) as u64,
+        (Some(t), Backend::Sim) => t + warm / 10_000 * u64::from(topo.coordinators()),
+        (None, Backend::Shm) => {
+            ((a.duration_ns() + warm) as f64 * 1.5e-4 * f64::from(topo.threads)) as u64
+        }
+        (None, Backend::Sim) => (a.duration_ns() + warm) / 10_000 * u64::from(topo.coordinators()),
+    }
 }
 
 /// The pool's shape for these options and this many coordinators.
@@ -210,7 +216,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     if a.txns == Some(0) {
         bail!("--txns must be at least 1");
     }
-    let w = choose(&a.workload, a.txns)?;
+    let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators())?;
     let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
     match w {
