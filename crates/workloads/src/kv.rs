@@ -174,7 +174,7 @@ impl Workload for Kv {
     }
 
     fn tables(&self) -> Vec<TableSpec> {
-        vec![TableSpec::new(KV, "kv", self.o.value_size, self.o.keys)]
+        vec![crate::table(KV, "kv", self.o.value_size, self.o.keys)]
     }
 
     fn load(&self, pool: &Pool, plan: &Plan, _seed: u64) -> Result<(), WorkloadError> {

@@ -66,6 +66,12 @@ pub trait Workload: Send + Sync + 'static {
     /// The tables, sized from the options (rows loaded plus rows the run may insert).
     fn tables(&self) -> Vec<TableSpec>;
 
+    /// Undo-log room one transaction needs (the old images of everything it writes), for
+    /// [`dtxn_store::PoolShape::log_slice_bytes`].
+    fn log_slice_bytes(&self) -> u64 {
+        16 << 10
+    }
+
     /// Fills the tables of a pool formatted with `plan` (deterministically from `seed`).
     fn load(&self, pool: &Pool, plan: &Plan, seed: u64) -> Result<(), WorkloadError>;
 
@@ -90,6 +96,16 @@ pub trait Workload: Send + Sync + 'static {
         seed: u64,
         tallies: &[Self::Tally],
     ) -> Result<Vec<String>, WorkloadError>;
+}
+
+/// A table spec whose overflow area also covers the chance clustering of small tables: with
+/// 4 slots per bucket at load factor 0.75, about a fifth of the buckets overflow, give or take
+/// a few standard deviations when there are few buckets.
+pub(crate) fn table(id: u32, name: &str, value_size: usize, rows: u64) -> TableSpec {
+    let mut t = TableSpec::new(id, name, value_size, rows.max(1));
+    let buckets = (rows as f64 / (f64::from(t.slots_per_bucket) * t.load_factor)).max(1.0);
+    t.overflow_fraction = 0.25 + (4.0 * buckets.sqrt() + 4.0) / buckets;
+    t
 }
 
 /// Loads one table through the store's loader, naming the table in errors.

@@ -194,8 +194,8 @@ impl Workload for SmallBank {
 
     fn tables(&self) -> Vec<TableSpec> {
         vec![
-            TableSpec::new(SAVINGS, "savings", 8, self.o.accounts),
-            TableSpec::new(CHECKING, "checking", 8, self.o.accounts),
+            crate::table(SAVINGS, "savings", 8, self.o.accounts),
+            crate::table(CHECKING, "checking", 8, self.o.accounts),
         ]
     }
 

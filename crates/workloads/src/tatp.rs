@@ -193,13 +193,13 @@ impl Workload for Tatp {
     fn tables(&self) -> Vec<TableSpec> {
         let n = self.o.subscribers;
         vec![
-            TableSpec::new(SUBSCRIBER, "subscriber", SUB_BYTES, n),
-            TableSpec::new(SEC_SUBSCRIBER, "sec_subscriber", 8, n),
-            TableSpec::new(ACCESS_INFO, "access_info", AI_BYTES, n * 5 / 2),
-            TableSpec::new(SPECIAL_FACILITY, "special_facility", SF_BYTES, n * 5 / 2),
+            crate::table(SUBSCRIBER, "subscriber", SUB_BYTES, n),
+            crate::table(SEC_SUBSCRIBER, "sec_subscriber", 8, n),
+            crate::table(ACCESS_INFO, "access_info", AI_BYTES, n * 5 / 2),
+            crate::table(SPECIAL_FACILITY, "special_facility", SF_BYTES, n * 5 / 2),
             // 3.75 rows per subscriber on average at load; inserts and deletes keep it there,
             // and a deleted row's slot is reused by its own key only: room for 5.
-            TableSpec::new(CALL_FORWARDING, "call_forwarding", CF_BYTES, n * 5),
+            crate::table(CALL_FORWARDING, "call_forwarding", CF_BYTES, n * 5),
         ]
     }
 

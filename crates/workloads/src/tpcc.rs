@@ -365,32 +365,36 @@ impl Workload for Tpcc {
         &TXN_TYPES
     }
 
+    /// Delivery writes ten customers and up to 150 order lines.
+    fn log_slice_bytes(&self) -> u64 {
+        64 << 10
+    }
+
     fn tables(&self) -> Vec<TableSpec> {
         let w = u64::from(self.o.warehouses);
         let dists = self.districts();
         let c = u64::from(self.o.customers_per_district);
         let orders = dists * (c + self.o.new_orders_per_district);
-        let mut lines = TableSpec::new(ORDER_LINE, "order_line", OL_BYTES, orders * 11);
-        // Order lines come in runs of consecutive keys; give their chains more overflow.
-        lines.overflow_fraction = 0.3;
+        let mut lines = crate::table(ORDER_LINE, "order_line", OL_BYTES, orders * 11);
+        lines.overflow_fraction = lines.overflow_fraction.max(0.3);
         vec![
-            TableSpec::new(WAREHOUSE, "warehouse", W_BYTES, w),
-            TableSpec::new(DISTRICT, "district", D_BYTES, dists),
-            TableSpec::new(CUSTOMER, "customer", C_BYTES, dists * c),
-            TableSpec::new(HISTORY, "history", H_BYTES, orders),
-            TableSpec::new(NEW_ORDER, "new_order", NO_BYTES, orders),
-            TableSpec::new(ORDER, "order", O_BYTES, orders),
+            crate::table(WAREHOUSE, "warehouse", W_BYTES, w),
+            crate::table(DISTRICT, "district", D_BYTES, dists),
+            crate::table(CUSTOMER, "customer", C_BYTES, dists * c),
+            crate::table(HISTORY, "history", H_BYTES, orders),
+            crate::table(NEW_ORDER, "new_order", NO_BYTES, orders),
+            crate::table(ORDER, "order", O_BYTES, orders),
             lines,
-            TableSpec::new(ITEM, "item", I_BYTES, u64::from(self.o.items)),
-            TableSpec::new(STOCK, "stock", S_BYTES, w * u64::from(self.o.items)),
-            TableSpec::new(
+            crate::table(ITEM, "item", I_BYTES, u64::from(self.o.items)),
+            crate::table(STOCK, "stock", S_BYTES, w * u64::from(self.o.items)),
+            crate::table(
                 CUSTOMER_BY_NAME,
                 "customer_by_name",
                 NAME_BYTES,
                 dists * c.min(1000),
             ),
-            TableSpec::new(CUSTOMER_LAST_ORDER, "customer_last_order", 8, dists * c),
-            TableSpec::new(DELIVERY_HEAD, "delivery_head", 8, dists),
+            crate::table(CUSTOMER_LAST_ORDER, "customer_last_order", 8, dists * c),
+            crate::table(DELIVERY_HEAD, "delivery_head", 8, dists),
         ]
     }
 

@@ -35,6 +35,15 @@ impl Chosen {
             Chosen::Tpcc(w) => w.tables(),
         }
     }
+
+    pub fn log_slice_bytes(&self) -> u64 {
+        match self {
+            Chosen::SmallBank(w) => w.log_slice_bytes(),
+            Chosen::Kv(w) => w.log_slice_bytes(),
+            Chosen::Tatp(w) => w.log_slice_bytes(),
+            Chosen::Tpcc(w) => w.log_slice_bytes(),
+        }
+    }
 }
 
 /// Builds the workload `a.workload` names, refusing options of other workloads.
@@ -144,7 +153,7 @@ pub fn expected_txns(a: &BenchArgs, topo: Topology) -> u64 {
 }
 
 /// The pool's shape for these options and this many coordinators.
-pub fn shape(a: &BenchArgs, coordinators: u32) -> Result<PoolShape> {
+pub fn shape(a: &BenchArgs, coordinators: u32, log_bytes: u64) -> Result<PoolShape> {
     if a.memory_nodes == 0 {
         bail!("--memory-nodes must be at least 1");
     }
@@ -162,7 +171,7 @@ pub fn shape(a: &BenchArgs, coordinators: u32) -> Result<PoolShape> {
         memory_nodes: a.memory_nodes,
         replicas: a.replicas,
         log_slices: coordinators,
-        log_slice_bytes: a.log_slice_bytes.unwrap_or(32 << 10),
+        log_slice_bytes: a.log_slice_bytes.unwrap_or(log_bytes),
         region_bytes: a.node_memory,
     })
 }
@@ -217,7 +226,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
         bail!("--txns must be at least 1");
     }
     let w = choose(&a.workload, expected_txns(a, topo))?;
-    let shape = shape(a, topo.coordinators())?;
+    let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
     match w {
         Chosen::SmallBank(x) => go(a, x, &plan, topo, cfg, progress),
