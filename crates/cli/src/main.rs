@@ -3,6 +3,7 @@
 mod backend;
 mod bench;
 mod check;
+mod layout;
 mod probe;
 
 use anyhow::{bail, Result};
@@ -29,6 +30,8 @@ enum Cmd {
     /// Run a benchmark (SmallBank, kv, TATP, TPC-C) and report throughput, aborts, latency
     /// and per-transaction costs.
     Bench(Box<bench::BenchArgs>),
+    /// A workload's memory needs: bytes per table and per memory node.
+    Layout(Box<layout::LayoutArgs>),
     /// Check a history file for serializability or snapshot isolation anomalies.
     Check(check::CheckArgs),
 }
@@ -194,6 +197,7 @@ fn main() -> ExitCode {
         Cmd::Probe(a) => probe(a),
         Cmd::Bench(a) => bench::main(*a),
         Cmd::Check(a) => check::run(a),
+        Cmd::Layout(a) => layout::run(*a),
     };
     match r {
         Ok(code) => code,

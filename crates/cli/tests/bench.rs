@@ -276,3 +276,31 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn layout_reports_tables_and_nodes() {
+    let v = json(&dtxn(&[
+        "layout",
+        "--workload",
+        "tpcc",
+        "--warehouses",
+        "2",
+        "--memory-nodes",
+        "3",
+        "--json",
+    ]));
+    let tables = v["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 12);
+    let stock = tables.iter().find(|t| t["name"] == "stock").unwrap();
+    assert_eq!(stock["value_bytes"], 312);
+    assert!(stock["bytes_per_replica"].as_u64().unwrap() > 20_000 * 312);
+    assert_eq!(stock["nodes"].as_array().unwrap().len(), 2);
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    for n in nodes {
+        assert!(n["need_bytes"].as_u64().unwrap() <= n["region_bytes"].as_u64().unwrap());
+    }
+    let o = dtxn(&["layout", "--workload", "smallbank"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("checking"));
+}

@@ -375,7 +375,7 @@ impl Workload for Tpcc {
         let dists = self.districts();
         let c = u64::from(self.o.customers_per_district);
         let orders = dists * (c + self.o.new_orders_per_district);
-        let mut lines = crate::table(ORDER_LINE, "order_line", OL_BYTES, orders * 11);
+        let mut lines = crate::table(ORDER_LINE, "order_line", OL_BYTES, orders * 10);
         lines.overflow_fraction = lines.overflow_fraction.max(0.3);
         vec![
             crate::table(WAREHOUSE, "warehouse", W_BYTES, w),

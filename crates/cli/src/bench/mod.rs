@@ -36,6 +36,16 @@ impl Chosen {
         }
     }
 
+    pub fn options_json(&self) -> serde_json::Value {
+        use report::Described;
+        match self {
+            Chosen::SmallBank(w) => w.options_json(),
+            Chosen::Kv(w) => w.options_json(),
+            Chosen::Tatp(w) => w.options_json(),
+            Chosen::Tpcc(w) => w.options_json(),
+        }
+    }
+
     pub fn log_slice_bytes(&self) -> u64 {
         match self {
             Chosen::SmallBank(w) => w.log_slice_bytes(),
@@ -138,15 +148,15 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
 }
 
 /// A generous guess of the attempts a run makes: exact with --txns; with a duration, from
-/// rates above what FORD reaches here (shm: 150,000 per thread per second; sim: one
+/// rates above what FORD reaches here (shm: 100,000 per thread per second; sim: one
 /// transaction per 10 us of virtual time per coordinator).
 pub fn expected_txns(a: &BenchArgs, topo: Topology) -> u64 {
     let warm = a.warmup_ns();
     match (a.txns, a.backend) {
-        (Some(t), Backend::Shm) => t + (warm as f64 * 1.5e-4 * f64::from(topo.threads)) as u64,
+        (Some(t), Backend::Shm) => t + (warm as f64 * 1e-4 * f64::from(topo.threads)) as u64,
         (Some(t), Backend::Sim) => t + warm / 10_000 * u64::from(topo.coordinators()),
         (None, Backend::Shm) => {
-            ((a.duration_ns() + warm) as f64 * 1.5e-4 * f64::from(topo.threads)) as u64
+            ((a.duration_ns() + warm) as f64 * 1e-4 * f64::from(topo.threads)) as u64
         }
         (None, Backend::Sim) => (a.duration_ns() + warm) / 10_000 * u64::from(topo.coordinators()),
     }

@@ -338,6 +338,13 @@ impl BenchReport {
             "(RTs, verbs, bytes: means per committed transaction; RTs are critical-path round \
              trips)"
         );
+        if let Some(n) = a.aborts.get("bad-request") {
+            let _ = writeln!(
+                s,
+                "note: {n} aborts for a bad request: a table's room for inserts or an undo-log \
+                 slice ran out (raise --new-orders-per-district or --log-slice-bytes)"
+            );
+        }
         if let Some(v) = &self.verify {
             let _ = writeln!(s);
             let _ = writeln!(
