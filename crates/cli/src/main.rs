@@ -5,6 +5,7 @@ mod bench;
 mod check;
 mod layout;
 mod probe;
+mod sweep;
 
 use anyhow::{bail, Result};
 use backend::BackendArgs;
@@ -30,6 +31,8 @@ enum Cmd {
     /// Run a benchmark (SmallBank, kv, TATP, TPC-C) and report throughput, aborts, latency
     /// and per-transaction costs.
     Bench(Box<bench::BenchArgs>),
+    /// Run `bench` over a grid of options; write one CSV and plots (PNG, SVG).
+    Sweep(Box<sweep::SweepArgs>),
     /// A workload's memory needs: bytes per table and per memory node.
     Layout(Box<layout::LayoutArgs>),
     /// Check a history file for serializability or snapshot isolation anomalies.
@@ -198,6 +201,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::main(*a),
         Cmd::Check(a) => check::run(a),
         Cmd::Layout(a) => layout::run(*a),
+        Cmd::Sweep(a) => sweep::run(*a),
     };
     match r {
         Ok(code) => code,

@@ -76,6 +76,10 @@ fn tpcc_json_has_every_figure_for_each_transaction_type() {
         "--backend",
         "sim",
         "--warehouses",
+        "4",
+        "--threads",
+        "4",
+        "--coroutines",
         "2",
         "--duration",
         "10ms",
@@ -114,7 +118,7 @@ fn tpcc_json_has_every_figure_for_each_transaction_type() {
         assert!(t["round_trips"].as_f64().unwrap() >= 2.0, "{}", t["name"]);
     }
     assert!(v["sim"]["txns_per_wall_s"].as_f64().unwrap() > 0.0);
-    assert_eq!(v["config"]["threads"], 8);
+    assert_eq!(v["config"]["coordinators"], 8);
     assert_eq!(v["config"]["txn"]["ford"]["hitchhiked_locking"], true);
 }
 
@@ -303,4 +307,43 @@ fn layout_reports_tables_and_nodes() {
     let o = dtxn(&["layout", "--workload", "smallbank"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("checking"));
+}
+
+#[test]
+fn sweep_writes_a_csv_row_per_point_and_type_and_plots() {
+    let out = tmp("sweep");
+    let o = dtxn(&[
+        "sweep",
+        "--backend",
+        "sim",
+        "--workload",
+        "kv",
+        "--keys",
+        "1000",
+        "--duration",
+        "2ms",
+        "--vary",
+        "coroutines=1,2",
+        "--vary",
+        "theta=0,0.99",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    // 4 points x (2 types + all), and the header.
+    assert_eq!(lines.len(), 1 + 4 * 3, "{csv}");
+    assert!(lines[0].starts_with("vary_coroutines,vary_theta,workload"));
+    for f in ["sweep.png", "sweep.svg"] {
+        let len = std::fs::metadata(out.join(f)).unwrap().len();
+        assert!(len > 10_000, "{f}: {len} bytes");
+    }
+    let bad = dtxn(&["sweep", "--vary", "warp=1,2"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("not a bench option"),
+        "{}",
+        stderr(&bad)
+    );
 }

@@ -213,6 +213,11 @@ struct BenchOnly {
     args: BenchArgs,
 }
 
+/// The `dtxn bench` command, for its list of options.
+pub fn bench_command() -> clap::Command {
+    BenchOnly::command()
+}
+
 /// If `--config` was given, parses the command again with the file's options first, so that
 /// the command line overrides them.
 pub fn with_config(a: BenchArgs, subcommand: &str) -> Result<BenchArgs> {
