@@ -12,10 +12,26 @@ const SLOT: u64 = 128;
 
 #[derive(Debug, Clone)]
 enum Step {
-    Read { slot: u64, off: u64, len: u64 },
-    Write { slot: u64, off: u64, byte: u8, len: u64 },
-    Cas { slot: u64, expect_current: bool, new: u64 },
-    Faa { slot: u64, add: u64 },
+    Read {
+        slot: u64,
+        off: u64,
+        len: u64,
+    },
+    Write {
+        slot: u64,
+        off: u64,
+        byte: u8,
+        len: u64,
+    },
+    Cas {
+        slot: u64,
+        expect_current: bool,
+        new: u64,
+    },
+    Faa {
+        slot: u64,
+        add: u64,
+    },
 }
 
 fn step() -> impl Strategy<Value = Step> {
