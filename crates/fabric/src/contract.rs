@@ -55,6 +55,19 @@ pub trait Fabric {
     /// for the completion: results are discarded and errors ignored.
     fn submit(&mut self, batch: &mut Batch, detached: bool) -> Result<(), FabricError>;
 
+    /// Posts a background batch: started now, awaited later with [`Fabric::poll_background`]
+    /// (e.g. FORD's undo log, written while the transaction's logic runs). At most one is
+    /// outstanding per coordinator; its results are discarded. The default suits backends
+    /// that execute ops at submit time.
+    fn submit_background(&mut self, batch: &mut Batch) -> Result<(), FabricError> {
+        self.submit(batch, true)
+    }
+
+    /// Ready when the background batch (if any) has completed, with its outcome.
+    fn poll_background(&mut self) -> Poll<Result<(), FabricError>> {
+        Poll::Ready(Ok(()))
+    }
+
     /// Polls the one outstanding awaited batch; when it is complete, writes the results (READ
     /// data into its span of `batch.buf`, old values into `batch.words`, RPC responses) and
     /// returns `Ready`.

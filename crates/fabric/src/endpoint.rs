@@ -40,6 +40,10 @@ pub struct Endpoint {
     batch: Batch,
     /// True while `batch` holds the results of the last posted batch.
     completed: bool,
+    /// A background batch is outstanding.
+    background: bool,
+    /// An op of the batch being built was too large for one verb.
+    too_large: Option<u64>,
     /// Shared with the executor, which reports the counters even of a coordinator whose compute
     /// node crashed (its future, and this endpoint with it, is dropped mid-flight).
     stats: Rc<Cell<Stats>>,
@@ -54,6 +58,8 @@ impl Endpoint {
             fabric,
             batch: Batch::default(),
             completed: false,
+            background: false,
+            too_large: None,
             stats: Rc::default(),
             rng: CoordRng::seed_from_u64(mix),
         }
@@ -94,12 +100,23 @@ impl Endpoint {
         if self.completed {
             self.batch.clear();
             self.completed = false;
+            self.too_large = None;
         }
+    }
+
+    /// Lengths and batch offsets are 32-bit: a larger op is refused at post time.
+    fn check_len(&mut self, len: usize) -> usize {
+        if len > u32::MAX as usize || self.batch.buf.len() + len > u32::MAX as usize {
+            self.too_large = Some(len as u64);
+            return 0;
+        }
+        len
     }
 
     /// READ `len` bytes at `addr` on `node`.
     pub fn read(&mut self, node: NodeId, addr: u64, len: usize) -> OpId {
         self.start_op();
+        let len = self.check_len(len);
         let data = self.batch.reserve_buf(len);
         self.batch.push(Op {
             kind: OpKind::Read,
@@ -126,6 +143,17 @@ impl Endpoint {
         fill: impl FnOnce(&mut [u8]),
     ) -> OpId {
         self.start_op();
+        if self.check_len(len) != len {
+            return self.batch.push(Op {
+                kind: OpKind::Write,
+                node,
+                addr,
+                len: 0,
+                data: 0,
+                arg0: 0,
+                arg1: 0,
+            });
+        }
         let data = self.batch.reserve_buf(len);
         fill(&mut self.batch.buf[data as usize..data as usize + len]);
         self.batch.push(Op {
@@ -185,6 +213,7 @@ impl Endpoint {
     /// RPC: a two-sided request to `node`'s handler; [`bytes`](Self::bytes) is the response.
     pub fn rpc(&mut self, node: NodeId, req: &[u8]) -> OpId {
         self.start_op();
+        let req = &req[..self.check_len(req.len())];
         let data = self.batch.reserve_buf(req.len());
         self.batch.buf[data as usize..data as usize + req.len()].copy_from_slice(req);
         self.batch.push(Op {
@@ -236,7 +265,11 @@ impl Endpoint {
     /// all of it has completed: one round trip on the critical path. An empty batch completes at
     /// once and costs nothing.
     pub fn post(&mut self) -> Post<'_> {
-        let state = if self.completed || self.batch.is_empty() {
+        let state = if let Some(len) = self.too_large.take() {
+            self.batch.clear();
+            self.completed = true;
+            Err(Some(FabricError::TooLarge(len)))
+        } else if self.completed || self.batch.is_empty() {
             self.batch.clear();
             self.completed = true;
             Err(None)
@@ -258,6 +291,10 @@ impl Endpoint {
     /// execute it after this coordinator's later ops on other QPs (and, if the coordinator
     /// crashes, only in part).
     pub fn post_detached(&mut self) -> Result<(), FabricError> {
+        if let Some(len) = self.too_large.take() {
+            self.batch.clear();
+            return Err(FabricError::TooLarge(len));
+        }
         if self.completed || self.batch.is_empty() {
             self.batch.clear();
             self.completed = false;
@@ -267,6 +304,40 @@ impl Endpoint {
         let r = self.fabric.submit(&mut self.batch, true);
         self.batch.clear();
         r
+    }
+
+    /// Posts the batch built so far in the background: it executes while the coordinator goes
+    /// on, and [`wait_background`](Self::wait_background) waits for its completion (FORD's undo
+    /// log, written in parallel with the transaction's logic and acknowledged before the
+    /// commit). Verbs and bytes are counted, no round trip is: by the papers' accounting it is
+    /// off the critical path. At most one background batch is outstanding: a second call waits
+    /// for nothing and replaces nothing, it is an error.
+    pub fn post_background(&mut self) -> Result<(), FabricError> {
+        if let Some(len) = self.too_large.take() {
+            self.batch.clear();
+            return Err(FabricError::TooLarge(len));
+        }
+        if self.completed || self.batch.is_empty() {
+            self.batch.clear();
+            self.completed = false;
+            return Ok(());
+        }
+        if self.background {
+            return Err(FabricError::Setup(
+                "a background batch is already outstanding; wait for it first".into(),
+            ));
+        }
+        self.count(false);
+        let r = self.fabric.submit_background(&mut self.batch);
+        self.batch.clear();
+        self.background = r.is_ok();
+        r
+    }
+
+    /// Resolves when the background batch has completed (at once if there is none), with its
+    /// outcome: a failed background batch (a memory node down) is reported here.
+    pub fn wait_background(&mut self) -> WaitBackground<'_> {
+        WaitBackground { ep: self }
     }
 
     /// Bytes of a completed READ, or the response of a completed RPC.
@@ -365,5 +436,28 @@ impl Future for Sleep<'_> {
         let this = self.get_mut();
         let first = std::mem::replace(&mut this.first, false);
         this.ep.fabric.poll_sleep(this.deadline, first)
+    }
+}
+
+/// The future of [`Endpoint::wait_background`].
+pub struct WaitBackground<'a> {
+    ep: &'a mut Endpoint,
+}
+
+impl Future for WaitBackground<'_> {
+    type Output = Result<(), FabricError>;
+
+    fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let ep = &mut *self.get_mut().ep;
+        if !ep.background {
+            return Poll::Ready(Ok(()));
+        }
+        match ep.fabric.poll_background() {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(r) => {
+                ep.background = false;
+                Poll::Ready(r)
+            }
+        }
     }
 }

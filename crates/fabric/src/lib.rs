@@ -20,7 +20,7 @@ pub mod ucx;
 mod verbs;
 
 pub use contract::{Fabric, LocalMem, RpcHandler};
-pub use endpoint::{CoordId, CoordRng, Endpoint, Post, Sleep};
+pub use endpoint::{CoordId, CoordRng, Endpoint, Post, Sleep, WaitBackground};
 pub use error::FabricError;
 pub use pool::Pool;
 pub use profile::{Profile, ProfileError};

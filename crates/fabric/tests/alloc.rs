@@ -56,7 +56,7 @@ fn posting_allocates_nothing_after_warm_up() {
     };
     let r = pool
         .run(topo, None, |mut ep: Endpoint| async move {
-            traffic(&mut ep, 200).await; // warm-up: buffers and queues grow
+            traffic(&mut ep, 1000).await; // warm-up: buffers and queues grow
             let before = ALLOCS.load(Ordering::Relaxed);
             traffic(&mut ep, 2000).await;
             ALLOCS.load(Ordering::Relaxed) - before

@@ -322,3 +322,75 @@ fn rpc_is_served_by_the_memory_node_handler() {
         assert_eq!(all, (0..200).map(|i| i * 2).collect::<Vec<_>>(), "{name}");
     });
 }
+
+#[test]
+fn a_background_batch_completes_before_its_wait_resolves() {
+    each_backend(2, 4096, |name, pool| {
+        let r = pool
+            .run(topo(1, 2), None, |mut ep: Endpoint| async move {
+                let me = u64::from(ep.id().index) * 512;
+                let mut bad = 0;
+                for v in 1..=50u64 {
+                    ep.write(0, me, &v.to_le_bytes());
+                    ep.write(1, me, &v.to_le_bytes());
+                    ep.post_background().unwrap();
+                    assert!(
+                        ep.post_background().is_ok(),
+                        "an empty batch is no second batch"
+                    );
+                    ep.faa(0, 2048, 1);
+                    ep.post().await.unwrap();
+                    ep.wait_background().await.unwrap();
+                    // Completion means executed: both WRITEs are visible now.
+                    let a = ep.read(0, me, 8);
+                    let b = ep.read(1, me, 8);
+                    ep.post().await.unwrap();
+                    if ep.word(a, 0) != v || ep.word(b, 0) != v {
+                        bad += 1;
+                    }
+                }
+                ep.write(0, me, &[0; 8]);
+                ep.post_background().unwrap();
+                ep.write(0, me, &[0; 8]);
+                let second = ep.post_background().is_err();
+                ep.wait_background().await.unwrap();
+                (bad, second, ep.stats())
+            })
+            .unwrap();
+        for (bad, second, stats) in r.outputs.into_iter().flatten() {
+            assert_eq!(bad, 0, "{name}");
+            assert!(
+                second,
+                "{name}: two background batches at once must be refused"
+            );
+            assert_eq!(
+                stats.round_trips, 100,
+                "{name}: background batches cost no round trip"
+            );
+            assert_eq!(stats.batches, 151, "{name}");
+        }
+    });
+}
+
+#[test]
+fn an_op_too_large_for_one_verb_is_refused_not_truncated() {
+    each_backend(1, 4096, |name, pool| {
+        let r = pool
+            .run(topo(1, 1), None, |mut ep: Endpoint| async move {
+                ep.read(0, 0, 8);
+                ep.read(0, 0, 1 << 32);
+                let e = ep.post().await.unwrap_err();
+                let f = ep.faa(0, 0, 1);
+                ep.post().await.unwrap();
+                (e, ep.old(f), ep.stats().verbs_total())
+            })
+            .unwrap();
+        let (e, old, verbs) = r.outputs[0].clone().unwrap();
+        assert_eq!(e, FabricError::TooLarge(1 << 32), "{name}");
+        assert_eq!(
+            (old, verbs),
+            (0, 1),
+            "{name}: nothing of the refused batch ran"
+        );
+    });
+}

@@ -55,6 +55,9 @@ pub struct BucketScan {
     pub free: Option<(u32, u64)>,
     /// The next bucket of the chain, as a region offset.
     pub next: Option<u64>,
+    /// A free slot that last held the key (a deleted record), as (slot index, region offset):
+    /// its version is the tombstone's, which a read of the absent key observes.
+    pub tombstone: Option<(u32, u64)>,
 }
 
 impl TableInfo {
@@ -124,12 +127,6 @@ impl TableInfo {
         for i in 0..self.slots_per_bucket {
             let s = (64 + u64::from(i) * self.slot_stride) as usize;
             let valid = bytes[s + VALID_OFF as usize] != 0;
-            if !valid {
-                if scan.free.is_none() {
-                    scan.free = Some((i, self.slot(bucket, i)));
-                }
-                continue;
-            }
             let k = u64::from_le_bytes(
                 bytes[s + KEY_OFF as usize..s + 8 + KEY_OFF as usize]
                     .try_into()
@@ -140,7 +137,17 @@ impl TableInfo {
                     .try_into()
                     .expect("word"),
             );
-            if k == key && t == self.id && scan.found.is_none() {
+            let ours = k == key && t == self.id;
+            if !valid {
+                if scan.free.is_none() {
+                    scan.free = Some((i, self.slot(bucket, i)));
+                }
+                if ours && scan.tombstone.is_none() {
+                    scan.tombstone = Some((i, self.slot(bucket, i)));
+                }
+                continue;
+            }
+            if ours && scan.found.is_none() {
                 scan.found = Some((i, self.slot(bucket, i)));
             }
         }

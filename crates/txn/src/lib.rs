@@ -1,1 +1,20 @@
-//! placeholder
+//! Transactions on disaggregated memory: the API every workload uses, and the protocols
+//! behind it, chosen at run time by name.
+//!
+//! ```ignore
+//! let mut tx = coord.begin(TxKind::ReadWrite);
+//! let from = tx.read_for_update(CHECKING, a).await?.map(|v| v.to_vec());
+//! tx.update(CHECKING, a, &new_value).await?;
+//! tx.commit().await?; // Ok(()) or Err(Abort { reason, .. }): never a silent failure
+//! ```
+
+mod abort;
+mod config;
+mod coord;
+mod protocols;
+mod txn;
+
+pub use abort::{Abort, AbortReason};
+pub use config::{FordOptions, Protocol, TxnConfig};
+pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
+pub use txn::{Access, TxKind, Txn};

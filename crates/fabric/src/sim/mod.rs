@@ -132,9 +132,10 @@ impl SimPool {
         loop {
             let next = self.world.borrow_mut().next_ready();
             if let Some(c) = next {
-                let t = tasks[c as usize]
-                    .as_mut()
-                    .expect("a ready coordinator is live");
+                // A finished coordinator can still be woken by its last ops' completions.
+                let Some(t) = tasks[c as usize].as_mut() else {
+                    continue;
+                };
                 if let Poll::Ready((r, _)) = poll_once(t) {
                     outputs[c as usize] = Some(r);
                     tasks[c as usize] = None;
@@ -142,9 +143,8 @@ impl SimPool {
                 }
                 continue;
             }
-            if live == 0 {
-                break;
-            }
+            // With every coordinator done, ops still on the wire (detached releases) land;
+            // the run ends when nothing is left in flight.
             let (more, killed) = {
                 let mut w = self.world.borrow_mut();
                 if let (Some(stop), Some(t)) = (stop, w.next_event_time()) {
@@ -196,7 +196,25 @@ struct SimPort {
 
 impl Fabric for SimPort {
     fn submit(&mut self, batch: &mut Batch, detached: bool) -> Result<(), FabricError> {
-        self.world.borrow_mut().submit(self.coord, batch, detached)
+        let mode = if detached {
+            world::Mode::Detached
+        } else {
+            world::Mode::Awaited
+        };
+        self.world.borrow_mut().submit(self.coord, batch, mode)
+    }
+
+    fn submit_background(&mut self, batch: &mut Batch) -> Result<(), FabricError> {
+        self.world
+            .borrow_mut()
+            .submit(self.coord, batch, world::Mode::Background)
+    }
+
+    fn poll_background(&mut self) -> Poll<Result<(), FabricError>> {
+        match self.world.borrow_mut().take_background(self.coord) {
+            Some(r) => Poll::Ready(r),
+            None => Poll::Pending,
+        }
     }
 
     fn poll_complete(&mut self, batch: &mut Batch) -> Poll<Result<(), FabricError>> {

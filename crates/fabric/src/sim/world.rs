@@ -87,13 +87,23 @@ struct Coord {
     alive: bool,
     /// The awaited batch in flight.
     rec: Option<u32>,
+    /// The background batch in flight.
+    bg: Option<u32>,
+}
+
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Mode {
+    #[default]
+    Awaited,
+    Background,
+    Detached,
 }
 
 #[derive(Default)]
 struct Rec {
     coord: u32,
     thread: u32,
-    detached: bool,
+    mode: Mode,
     complete: bool,
     batch: Batch,
     /// Memory-node epoch at submission, per op: an op executing after its node restarted fails.
@@ -134,10 +144,12 @@ fn mix(h: u64, x: u64) -> u64 {
 }
 
 fn mix_bytes(mut h: u64, b: &[u8]) -> u64 {
-    for c in b.chunks(8) {
-        let mut w = [0u8; 8];
-        w[..c.len()].copy_from_slice(c);
-        h = mix(h, u64::from_le_bytes(w));
+    let mut words = b.chunks_exact(8);
+    for c in &mut words {
+        h = mix(h, u64::from_le_bytes(c.try_into().expect("8 bytes")));
+    }
+    for &byte in words.remainder() {
+        h = mix(h, u64::from(byte));
     }
     h
 }
@@ -226,11 +238,15 @@ impl World {
                 cn: thread_cn[t as usize],
                 alive: true,
                 rec: None,
+                bg: None,
             })
             .collect();
         self.cutoff = vec![u64::MAX; compute_nodes as usize];
         self.ready = (0..coord_thread.len() as u32).collect();
         self.killed.clear();
+        // Each run's report covers that run only (the pool's memory carries over, counters do
+        // not); the hash still depends on everything before, through the memory.
+        self.verbs_executed = 0;
     }
 
     pub fn schedule_faults(&mut self, faults: &super::config::Faults) {
@@ -317,21 +333,28 @@ impl World {
     }
 
     /// Posts a batch: schedules the execution of every op and the batch's completion.
-    pub fn submit(&mut self, coord: u32, batch: &Batch, detached: bool) -> Result<(), FabricError> {
+    pub fn submit(&mut self, coord: u32, batch: &Batch, mode: Mode) -> Result<(), FabricError> {
         let has_rpc = self.rpc.is_some();
         for op in &batch.ops {
             check_op(op, &self.sizes, has_rpc)?;
         }
         let c = &self.coords[coord as usize];
         debug_assert!(c.alive);
-        debug_assert!(detached || c.rec.is_none(), "one awaited batch at a time");
+        debug_assert!(
+            mode != Mode::Awaited || c.rec.is_none(),
+            "one awaited batch at a time"
+        );
+        debug_assert!(
+            mode != Mode::Background || c.bg.is_none(),
+            "one background batch"
+        );
         let thread = c.thread;
         let r = self.alloc_rec();
         {
             let rec = &mut self.recs[r as usize];
             rec.coord = coord;
             rec.thread = thread;
-            rec.detached = detached;
+            rec.mode = mode;
             rec.complete = false;
             rec.error = None;
             rec.batch.assign(batch);
@@ -437,8 +460,10 @@ impl World {
         }
         self.threads_cpu_free_at[thread as usize] = depart;
         self.push(done_at, Ev::BatchDone { rec: r });
-        if !detached {
-            self.coords[coord as usize].rec = Some(r);
+        match mode {
+            Mode::Awaited => self.coords[coord as usize].rec = Some(r),
+            Mode::Background => self.coords[coord as usize].bg = Some(r),
+            Mode::Detached => {}
         }
         Ok(())
     }
@@ -464,6 +489,24 @@ impl World {
         Some(result)
     }
 
+    /// If the coordinator's background batch is complete (or there is none), its outcome.
+    pub fn take_background(&mut self, coord: u32) -> Option<Result<(), FabricError>> {
+        let Some(r) = self.coords[coord as usize].bg else {
+            return Some(Ok(()));
+        };
+        let rec = &mut self.recs[r as usize];
+        if !rec.complete {
+            return None;
+        }
+        let result = match rec.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        };
+        self.coords[coord as usize].bg = None;
+        self.free_recs.push(r);
+        Some(result)
+    }
+
     /// Executes the next event. Returns false when there is none.
     pub fn step(&mut self) -> bool {
         let Some(Reverse((at, _, ev))) = self.heap.pop() else {
@@ -476,7 +519,7 @@ impl World {
             Ev::BatchDone { rec } => {
                 let rc = &mut self.recs[rec as usize];
                 let coord = rc.coord;
-                if rc.detached || !self.coords[coord as usize].alive {
+                if rc.mode == Mode::Detached || !self.coords[coord as usize].alive {
                     self.free_recs.push(rec);
                 } else {
                     rc.complete = true;

@@ -1,0 +1,924 @@
+//! Building Adya's direct serialization graph from versions, and finding its anomalies.
+
+use crate::graph::{tarjan, Bfs, Csr, Dep, Deps, Digraph, View};
+use crate::history::{HistoryError, HistoryReader, Status, Txn};
+use crate::report::{Anomaly, Item, Kind, Report, Step, TxnRef};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+/// The isolation level to check the history against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// PL-3: no cycle in the serialization graph.
+    #[default]
+    Serializable,
+    /// PL-SI (Fekete; Cerone and Gotsman): no G0 or G1, and every cycle has two adjacent
+    /// anti-dependencies.
+    Snapshot,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    pub isolation: Isolation,
+    /// Also order each transaction after every transaction that ended before it started
+    /// (strict serializability, or strong SI).
+    pub real_time: bool,
+}
+
+/// A transaction the checker cannot take: the history is malformed, not anomalous.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidTxn {
+    #[error("txn {txn} appears twice")]
+    DuplicateTxn { txn: u64 },
+    #[error("txn {txn} ends at {end}, before its start at {start}")]
+    EndBeforeStart { txn: u64, start: u64, end: u64 },
+    #[error(
+        "txn {txn} writes version 0 of ({table}, {key}): version 0 is the initial load, which no \
+         transaction installs"
+    )]
+    WritesInitialVersion { txn: u64, table: u32, key: u64 },
+    #[error("txn {txn} writes version {version} of ({table}, {key}) twice")]
+    RepeatedWrite {
+        txn: u64,
+        table: u32,
+        key: u64,
+        version: u64,
+    },
+    #[error("more than {} transactions", MAX_TXNS)]
+    TooManyTxns,
+}
+
+/// Transactions and real-time barriers share a `u32` node space.
+const MAX_TXNS: usize = (u32::MAX / 2) as usize;
+
+/// Checks an in-memory history.
+pub fn check<'a>(
+    txns: impl IntoIterator<Item = &'a Txn>,
+    options: Options,
+) -> Result<Report, InvalidTxn> {
+    let mut c = Checker::new(options);
+    for t in txns {
+        c.add(t)?;
+    }
+    Ok(c.finish())
+}
+
+/// Reads and checks a history file, streaming: the file is never held in memory whole.
+pub fn check_file(path: impl AsRef<Path>, options: Options) -> Result<Report, HistoryError> {
+    let mut reader = HistoryReader::open(path)?;
+    let mut c = Checker::new(options);
+    while let Some(next) = reader.next() {
+        let (_, txn) = next?;
+        if let Err(e) = c.add(&txn) {
+            return Err(reader.error_here(e.to_string()));
+        }
+    }
+    Ok(c.finish())
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Meta {
+    id: u64,
+    session: u64,
+    start: u64,
+    end: u64,
+    committed: bool,
+}
+
+/// A read or write of one version, by the transaction at index `txn`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Op {
+    table: u32,
+    txn: u32,
+    key: u64,
+    version: u64,
+    /// Writes: this is the version its writer installs (its greatest of this key); otherwise
+    /// the version is intermediate.
+    last: bool,
+}
+
+impl Op {
+    fn item(&self) -> (u32, u64) {
+        (self.table, self.key)
+    }
+
+    fn order(&self) -> (u32, u64, u64, u32) {
+        (self.table, self.key, self.version, self.txn)
+    }
+}
+
+/// Collects a history one transaction at a time, then checks it.
+///
+/// Memory is about 40 bytes per transaction plus 32 per read or write; nothing of a
+/// transaction is kept beyond what the graph needs.
+pub struct Checker {
+    options: Options,
+    txns: Vec<Meta>,
+    ids: HashSet<u64>,
+    /// Reads by committed transactions.
+    reads: Vec<Op>,
+    /// Writes by committed transactions.
+    writes: Vec<Op>,
+    /// Writes by aborted transactions, only to name them in G1a reports.
+    aborted_writes: Vec<Op>,
+    scratch: Vec<(u32, u64, u64)>,
+}
+
+impl Checker {
+    pub fn new(options: Options) -> Self {
+        Self {
+            options,
+            txns: Vec::new(),
+            ids: HashSet::new(),
+            reads: Vec::new(),
+            writes: Vec::new(),
+            aborted_writes: Vec::new(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Adds one transaction. On error the checker is unchanged.
+    pub fn add(&mut self, t: &Txn) -> Result<(), InvalidTxn> {
+        if t.end < t.start {
+            return Err(InvalidTxn::EndBeforeStart {
+                txn: t.txn,
+                start: t.start,
+                end: t.end,
+            });
+        }
+        if self.txns.len() >= MAX_TXNS {
+            return Err(InvalidTxn::TooManyTxns);
+        }
+        // Sorted writes give each item's greatest version: the one the writer installs.
+        let w = &mut self.scratch;
+        w.clear();
+        w.extend(t.writes.iter().map(|w| (w.table, w.key, w.version)));
+        w.sort_unstable();
+        for (i, &(table, key, version)) in w.iter().enumerate() {
+            if version == 0 {
+                return Err(InvalidTxn::WritesInitialVersion {
+                    txn: t.txn,
+                    table,
+                    key,
+                });
+            }
+            if i > 0 && w[i - 1] == (table, key, version) {
+                return Err(InvalidTxn::RepeatedWrite {
+                    txn: t.txn,
+                    table,
+                    key,
+                    version,
+                });
+            }
+        }
+        if self.ids.contains(&t.txn) {
+            return Err(InvalidTxn::DuplicateTxn { txn: t.txn });
+        }
+        self.ids.insert(t.txn);
+        let txn = self.txns.len() as u32;
+        let committed = t.status == Status::Committed;
+        self.txns.push(Meta {
+            id: t.txn,
+            session: t.session,
+            start: t.start,
+            end: t.end,
+            committed,
+        });
+        let writes = if committed {
+            &mut self.writes
+        } else {
+            &mut self.aborted_writes
+        };
+        for x in &t.writes {
+            let after = w.partition_point(|&(tb, k, _)| (tb, k) <= (x.table, x.key));
+            writes.push(Op {
+                table: x.table,
+                txn,
+                key: x.key,
+                version: x.version,
+                last: w[after - 1].2 == x.version,
+            });
+        }
+        if committed {
+            self.reads.extend(t.reads.iter().map(|r| Op {
+                table: r.table,
+                txn,
+                key: r.key,
+                version: r.version,
+                last: false,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Builds the graph and reports every anomaly found.
+    pub fn finish(mut self) -> Report {
+        for ops in [&mut self.reads, &mut self.writes, &mut self.aborted_writes] {
+            ops.sort_unstable_by_key(Op::order);
+        }
+        let mut b = Builder {
+            h: &self,
+            edges: Vec::new(),
+            anomalies: Vec::new(),
+            lost: HashMap::new(),
+            writers: Vec::new(),
+            installed: Vec::new(),
+        };
+        b.dependencies();
+        let nodes = b.real_time_edges();
+        let Builder {
+            edges,
+            mut anomalies,
+            lost,
+            ..
+        } = b;
+        let graph = Csr::new(nodes, &edges);
+        drop(edges);
+        let labels = Labels::new(&self);
+        let mut cycles = Cycles {
+            h: &self,
+            labels: &labels,
+            lost: &lost,
+            out: &mut anomalies,
+        };
+        cycles.search(&graph);
+        anomalies.sort_by_cached_key(|a| (a.kind(), a.txns()));
+        anomalies.dedup();
+        let committed = self.txns.iter().filter(|t| t.committed).count() as u64;
+        Report {
+            options: self.options,
+            committed,
+            aborted: self.txns.len() as u64 - committed,
+            anomalies,
+        }
+    }
+
+    fn txn_ref(&self, txn: u32) -> TxnRef {
+        let m = &self.txns[txn as usize];
+        TxnRef {
+            txn: m.id,
+            session: m.session,
+        }
+    }
+}
+
+/// Splits `ops` (sorted by item) into runs of one item.
+fn runs_by<T: PartialEq>(ops: &[Op], f: impl Fn(&Op) -> T) -> impl Iterator<Item = &[Op]> {
+    ops.chunk_by(move |a, b| f(a) == f(b))
+}
+
+/// The edges of the graph, and the anomalies visible item by item (G1a, G1b, lost update,
+/// duplicate version).
+struct Builder<'a> {
+    h: &'a Checker,
+    edges: Vec<(u32, u32, Dep)>,
+    anomalies: Vec<Anomaly>,
+    /// Lost updates, by item: the transactions of each, to tell the cycle they form apart from
+    /// other cycles.
+    lost: HashMap<(u32, u64), Vec<Vec<u64>>>,
+    writers: Vec<u32>,
+    /// The installed versions of the current item: (version, range of `ws`) per version.
+    installed: Vec<(u64, usize, usize)>,
+}
+
+impl Builder<'_> {
+    fn edge(&mut self, from: u32, to: u32, dep: Dep) {
+        // A transaction is never ordered against itself.
+        if from != to {
+            self.edges.push((from, to, dep));
+        }
+    }
+
+    fn dependencies(&mut self) {
+        let (reads, writes) = (&self.h.reads[..], &self.h.writes[..]);
+        let (mut r, mut w) = (0, 0);
+        while r < reads.len() || w < writes.len() {
+            let item = match (reads.get(r), writes.get(w)) {
+                (Some(a), Some(b)) => a.item().min(b.item()),
+                (Some(a), None) => a.item(),
+                (None, Some(b)) => b.item(),
+                (None, None) => unreachable!("loop condition"),
+            };
+            let r_end = r + reads[r..].partition_point(|o| o.item() == item);
+            let w_end = w + writes[w..].partition_point(|o| o.item() == item);
+            self.item(item, &reads[r..r_end], &writes[w..w_end]);
+            (r, w) = (r_end, w_end);
+        }
+    }
+
+    /// One item: `ws` its committed writes and `rs` its committed reads, both sorted by
+    /// version then transaction.
+    fn item(&mut self, (table, key): (u32, u64), rs: &[Op], ws: &[Op]) {
+        let h = self.h;
+        for run in runs_by(ws, |o| o.version) {
+            if run.len() > 1 {
+                self.anomalies.push(Anomaly::Version {
+                    kind: Kind::DuplicateVersion,
+                    table,
+                    key,
+                    version: run[0].version,
+                    txns: run.iter().map(|o| h.txn_ref(o.txn)).collect(),
+                });
+            }
+        }
+        // The version order: each writer's last version. Where several transactions installed
+        // one version (reported above), the first stands for it and the others are ordered
+        // between its neighbours, which keeps the edge count linear.
+        self.installed.clear();
+        let mut i = 0;
+        while i < ws.len() {
+            let v = ws[i].version;
+            let end = i + ws[i..].partition_point(|o| o.version == v);
+            if ws[i..end].iter().any(|o| o.last) {
+                self.installed.push((v, i, end));
+            }
+            i = end;
+        }
+        let members = |&(_, a, b): &(u64, usize, usize)| ws[a..b].iter().filter(|o| o.last);
+        let rep = |g: &(u64, usize, usize)| members(g).next().map_or(0, |o| o.txn);
+        for pair in 0..self.installed.len().saturating_sub(1) {
+            let (prev, next) = (self.installed[pair], self.installed[pair + 1]);
+            let (p, n) = (rep(&prev), rep(&next));
+            for m in members(&next) {
+                self.edge(p, m.txn, Dep::Ww);
+            }
+            for m in members(&prev).skip(1) {
+                self.edge(m.txn, n, Dep::Ww);
+            }
+        }
+
+        self.writers.clear();
+        self.writers.extend(ws.iter().map(|o| o.txn));
+        self.writers.sort_unstable();
+        self.writers.dedup();
+        for run in runs_by(rs, |o| o.version) {
+            let v = run[0].version;
+            let (group, next) = match self.installed.binary_search_by_key(&v, |g| g.0) {
+                Ok(g) => (Some(self.installed[g]), self.installed.get(g + 1).copied()),
+                // Version 0 is installed by no transaction, before all others.
+                Err(0) if v == 0 => (None, self.installed.first().copied()),
+                Err(_) => {
+                    for rd in run {
+                        self.uninstalled_read(rd, ws, &rep);
+                    }
+                    continue;
+                }
+            };
+            let mut lost = Vec::new();
+            for rd in run {
+                let x = rd.txn;
+                if let Some(g) = group {
+                    if members(&g).any(|o| o.txn == x) {
+                        // Its own version: the ww edges order it already.
+                        continue;
+                    }
+                    self.edge(rep(&g), x, Dep::Wr);
+                }
+                if let Some(next) = next {
+                    self.edge(x, rep(&next), Dep::Rw);
+                }
+                if self.writers.binary_search(&x).is_ok() {
+                    lost.push(x);
+                }
+            }
+            lost.dedup();
+            if lost.len() > 1 {
+                self.anomalies.push(Anomaly::Version {
+                    kind: Kind::LostUpdate,
+                    table,
+                    key,
+                    version: v,
+                    txns: lost.iter().map(|&x| h.txn_ref(x)).collect(),
+                });
+                let ids = lost.iter().map(|&x| h.txns[x as usize].id).collect();
+                self.lost.entry((table, key)).or_default().push(ids);
+            }
+        }
+    }
+
+    /// A committed read of a version no committed transaction installed: G1b if a committed
+    /// transaction wrote it and then overwrote it, G1a otherwise.
+    fn uninstalled_read(&mut self, rd: &Op, ws: &[Op], rep: &dyn Fn(&(u64, usize, usize)) -> u32) {
+        let h = self.h;
+        let at = ws.partition_point(|o| o.version < rd.version);
+        if let Some(w) = ws.get(at).filter(|o| o.version == rd.version) {
+            if w.txn == rd.txn {
+                // Reading one's own intermediate write says nothing about others.
+                return;
+            }
+            let installed = ws
+                .iter()
+                .find(|o| o.txn == w.txn && o.last)
+                .map_or(rd.version, |o| o.version);
+            self.anomalies.push(Anomaly::Read {
+                kind: Kind::G1b,
+                reader: h.txn_ref(rd.txn),
+                table: rd.table,
+                key: rd.key,
+                version: rd.version,
+                writer: Some(h.txn_ref(w.txn)),
+                installed: Some(installed),
+            });
+            // The reader saw the writer's effects, and precedes whoever overwrote them.
+            self.edge(w.txn, rd.txn, Dep::Wr);
+            if let Ok(g) = self.installed.binary_search_by_key(&installed, |g| g.0) {
+                if let Some(next) = self.installed.get(g + 1).copied() {
+                    self.edge(rd.txn, rep(&next), Dep::Rw);
+                }
+            }
+            return;
+        }
+        let aw = &h.aborted_writes;
+        let at = aw.partition_point(|o| o.order() < (rd.table, rd.key, rd.version, 0));
+        let writer = aw
+            .get(at)
+            .filter(|o| (o.table, o.key, o.version) == (rd.table, rd.key, rd.version))
+            .map(|o| h.txn_ref(o.txn));
+        self.anomalies.push(Anomaly::Read {
+            kind: Kind::G1a,
+            reader: h.txn_ref(rd.txn),
+            table: rd.table,
+            key: rd.key,
+            version: rd.version,
+            writer,
+            installed: None,
+        });
+    }
+
+    /// With real time on, orders every committed transaction after those that ended before it
+    /// started, through a chain of barrier nodes (one per distinct end time) instead of the
+    /// quadratically many direct edges. Returns the number of nodes.
+    fn real_time_edges(&mut self) -> usize {
+        let n = self.h.txns.len();
+        if !self.h.options.real_time {
+            return n;
+        }
+        let committed = || self.h.txns.iter().enumerate().filter(|(_, m)| m.committed);
+        let mut ends: Vec<u64> = committed().map(|(_, m)| m.end).collect();
+        ends.sort_unstable();
+        ends.dedup();
+        let barrier = |j: usize| (n + j) as u32;
+        let mut edges = Vec::with_capacity(ends.len() + 2 * n);
+        for j in 1..ends.len() {
+            edges.push((barrier(j - 1), barrier(j), Dep::Rt));
+        }
+        for (t, m) in committed() {
+            let j = ends.partition_point(|&e| e < m.end);
+            edges.push((t as u32, barrier(j), Dep::Rt));
+            let before = ends.partition_point(|&e| e < m.start);
+            if before > 0 {
+                edges.push((barrier(before - 1), t as u32, Dep::Rt));
+            }
+        }
+        self.edges.extend(edges);
+        n + ends.len()
+    }
+}
+
+/// Each transaction's reads and writes, to say which item and versions an edge is about.
+struct Labels {
+    reads: ByTxn,
+    writes: ByTxn,
+}
+
+/// Indices into a sorted op list, grouped by transaction.
+struct ByTxn {
+    off: Vec<u32>,
+    idx: Vec<u32>,
+}
+
+impl ByTxn {
+    fn new(ops: &[Op], txns: usize) -> Self {
+        let mut off = vec![0u32; txns + 1];
+        for o in ops {
+            off[o.txn as usize + 1] += 1;
+        }
+        for i in 0..txns {
+            off[i + 1] += off[i];
+        }
+        let mut fill = off.clone();
+        let mut idx = vec![0u32; ops.len()];
+        for (i, o) in ops.iter().enumerate() {
+            let slot = &mut fill[o.txn as usize];
+            idx[*slot as usize] = i as u32;
+            *slot += 1;
+        }
+        Self { off, idx }
+    }
+
+    fn of<'a>(&'a self, ops: &'a [Op], txn: u32) -> impl Iterator<Item = &'a Op> + Clone {
+        let (a, b) = (self.off[txn as usize], self.off[txn as usize + 1]);
+        self.idx[a as usize..b as usize]
+            .iter()
+            .map(move |&i| &ops[i as usize])
+    }
+}
+
+impl Labels {
+    fn new(h: &Checker) -> Self {
+        Self {
+            reads: ByTxn::new(&h.reads, h.txns.len()),
+            writes: ByTxn::new(&h.writes, h.txns.len()),
+        }
+    }
+
+    /// The item and versions behind the edge `a -dep-> b`: the closest pair of versions if
+    /// several keys or versions give the same edge.
+    fn step(&self, h: &Checker, a: u32, b: u32, dep: Dep) -> Step {
+        let ra = self.reads.of(&h.reads, a);
+        let rb = self.reads.of(&h.reads, b);
+        let wa = self.writes.of(&h.writes, a);
+        let wb = self.writes.of(&h.writes, b);
+        let pair = |x: &Op, y: &Op| Item {
+            table: x.table,
+            key: x.key,
+            from_version: x.version,
+            to_version: y.version,
+        };
+        let item = match dep {
+            Dep::Ww => wb
+                .filter(|y| y.last)
+                .flat_map(|y| {
+                    wa.clone()
+                        .filter(move |x| x.last && x.item() == y.item() && x.version < y.version)
+                        .map(move |x| pair(x, y))
+                })
+                .min_by_key(|i| i.to_version - i.from_version),
+            Dep::Wr => rb
+                .flat_map(|y| {
+                    wa.clone()
+                        .filter(move |x| x.item() == y.item() && x.version == y.version)
+                        .map(move |x| pair(x, y))
+                })
+                .next(),
+            Dep::Rw => ra
+                .flat_map(|x| {
+                    wb.clone()
+                        .filter(move |y| y.last && x.item() == y.item() && x.version < y.version)
+                        .map(move |y| pair(x, y))
+                })
+                .min_by_key(|i| i.to_version - i.from_version),
+            Dep::Rt => None,
+        };
+        let rt = dep == Dep::Rt;
+        Step {
+            from: h.txn_ref(a),
+            to: h.txn_ref(b),
+            dep: match dep {
+                Dep::Ww => "ww",
+                Dep::Wr => "wr",
+                Dep::Rw => "rw",
+                Dep::Rt => "rt",
+            },
+            item,
+            from_end: rt.then(|| h.txns[a as usize].end),
+            to_start: rt.then(|| h.txns[b as usize].start),
+        }
+    }
+}
+
+const WW: Deps = Deps::of(&[Dep::Ww]);
+const WW_WR: Deps = Deps::of(&[Dep::Ww, Dep::Wr]);
+const WW_WR_RW: Deps = Deps::of(&[Dep::Ww, Dep::Wr, Dep::Rw]);
+const ALL: Deps = Deps::of(&[Dep::Ww, Dep::Wr, Dep::Rw, Dep::Rt]);
+
+/// The cycle search: strongly connected components of the whole graph first (linear); then,
+/// inside each one that is not a single node, witness cycles, classified by the kinds of edge
+/// they need, from the most to the least severe.
+struct Cycles<'a> {
+    h: &'a Checker,
+    labels: &'a Labels,
+    lost: &'a HashMap<(u32, u64), Vec<Vec<u64>>>,
+    out: &'a mut Vec<Anomaly>,
+}
+
+/// A cycle as found in a view: (view node, edge id) per step.
+type Cycle = Vec<(usize, usize)>;
+
+/// One non-trivial component, as a graph of its own.
+struct Region {
+    g: Csr,
+    /// Global node of each local node.
+    global: Vec<u32>,
+}
+
+impl Cycles<'_> {
+    fn search(&mut self, graph: &Csr) {
+        let all = View {
+            g: graph,
+            deps: ALL,
+            si: false,
+        };
+        let (comp, comps) = tarjan(&all);
+        let mut size = vec![0u32; comps as usize];
+        for &c in &comp {
+            size[c as usize] += 1;
+        }
+        let mut members: Vec<Vec<u32>> = vec![Vec::new(); comps as usize];
+        for (v, &c) in comp.iter().enumerate() {
+            if size[c as usize] > 1 {
+                members[c as usize].push(v as u32);
+            }
+        }
+        let mut local = vec![u32::MAX; graph.len()];
+        for nodes in members.iter().filter(|m| !m.is_empty()) {
+            for (i, &v) in nodes.iter().enumerate() {
+                local[v as usize] = i as u32;
+            }
+            let mut edges = Vec::new();
+            for (i, &v) in nodes.iter().enumerate() {
+                for e in graph.edge_range(v as usize) {
+                    let w = local[graph.dst(e)];
+                    if w != u32::MAX {
+                        edges.push((i as u32, w, graph.dep(e)));
+                    }
+                }
+            }
+            for &v in nodes {
+                local[v as usize] = u32::MAX;
+            }
+            let region = Region {
+                g: Csr::new(nodes.len(), &edges),
+                global: nodes.clone(),
+            };
+            self.region(&region);
+        }
+    }
+
+    fn region(&mut self, r: &Region) {
+        let g = &r.g;
+        let si = self.h.options.isolation == Isolation::Snapshot;
+        let mut plain = Bfs::new(g.len());
+        let mut product = Bfs::new(if si { 2 * g.len() } else { 0 });
+        // Searches past the first witness of a component are bounded, so that a history whose
+        // every transaction is in one component is still checked in about linear time.
+        let mut budget = 16 * (g.len() + g.edge_count()) as u64 + 100_000;
+
+        let v0 = View {
+            g,
+            deps: WW,
+            si: false,
+        };
+        let (c0, n0) = tarjan(&v0);
+        for cycle in first_cycles(&v0, &c0, vec![false; n0 as usize], Dep::Ww, &mut plain) {
+            self.report(r, false, Kind::G0, &cycle);
+        }
+        let v1 = View {
+            g,
+            deps: WW_WR,
+            si: false,
+        };
+        let (c1, n1) = tarjan(&v1);
+        for cycle in first_cycles(&v1, &c1, vec![false; n1 as usize], Dep::Wr, &mut plain) {
+            self.report(r, false, Kind::G1c, &cycle);
+        }
+
+        let v2 = View {
+            g,
+            deps: WW_WR_RW,
+            si,
+        };
+        let (c2, n2) = tarjan(&v2);
+        // The transactions of each component (under SI, of either of their two states).
+        let mut nodes_of: Vec<Vec<usize>> = vec![Vec::new(); n2 as usize];
+        for x in 0..g.len() {
+            if si {
+                let (a, b) = (c2[2 * x], c2[2 * x + 1]);
+                nodes_of[a as usize].push(x);
+                if b != a {
+                    nodes_of[b as usize].push(x);
+                }
+            } else {
+                nodes_of[c2[x] as usize].push(x);
+            }
+        }
+        let mut done = vec![false; n2 as usize];
+        for (v, _, w) in anchors(&v2, Dep::Rw) {
+            let c = c2[v];
+            if c2[w] != c || done[c as usize] {
+                continue;
+            }
+            done[c as usize] = true;
+            let nodes = &nodes_of[c as usize];
+            if !self.g_single(r, &v1, &c1, nodes, &mut plain, &mut budget) {
+                let bfs = if si { &mut product } else { &mut plain };
+                self.g2(r, &v2, &c2, c, nodes, bfs, &mut budget);
+            }
+        }
+
+        if self.h.options.real_time {
+            let v3 = View { g, deps: ALL, si };
+            let (c3, n3) = tarjan(&v3);
+            // Real time matters where it closes a cycle that the dependencies alone do not:
+            // a component whose transactions are all in one component without rt edges has
+            // been reported above, and an rt edge there only runs beside a dependency.
+            let n = self.h.txns.len();
+            let mut first_c2 = vec![u32::MAX; n3 as usize];
+            let mut explained = vec![true; n3 as usize];
+            for v in 0..v3.node_count() {
+                let x = if si { v / 2 } else { v };
+                if r.global[x] as usize >= n {
+                    continue;
+                }
+                let c = c3[v] as usize;
+                if first_c2[c] == u32::MAX {
+                    first_c2[c] = c2[v];
+                } else if first_c2[c] != c2[v] {
+                    explained[c] = false;
+                }
+            }
+            let bfs = if si { &mut product } else { &mut plain };
+            for cycle in first_cycles(&v3, &c3, explained, Dep::Rt, bfs) {
+                self.report(r, si, Kind::RealTime, &cycle);
+            }
+        }
+    }
+
+    /// Looks for a cycle with exactly one anti-dependency among `nodes`: an rw edge whose
+    /// target reaches its source by ww and wr edges. Certain and cheap when both ends are in
+    /// one ww/wr component; otherwise a bounded search per rw edge.
+    fn g_single(
+        &mut self,
+        r: &Region,
+        v1: &View<'_>,
+        c1: &[u32],
+        nodes: &[usize],
+        bfs: &mut Bfs,
+        budget: &mut u64,
+    ) -> bool {
+        let g = v1.g;
+        let mut in_nodes = HashSet::new();
+        in_nodes.extend(nodes.iter().copied());
+        let rw = || {
+            nodes.iter().flat_map(move |&x| {
+                g.edge_range(x)
+                    .filter(move |&e| g.dep(e) == Dep::Rw)
+                    .map(move |e| (x, e, g.dst(e)))
+            })
+        };
+        for (x, e, w) in rw().filter(|&(x, _, w)| c1[x] == c1[w]) {
+            let mut unbounded = u64::MAX;
+            let c = c1[x];
+            if let Some(p) = bfs.path(v1, w, x, |y| c1[y] == c, &mut unbounded) {
+                if self.report(r, false, Kind::GSingle, &close(x, e, p)) {
+                    return true;
+                }
+            }
+        }
+        for (x, e, w) in rw().filter(|&(x, _, w)| c1[x] != c1[w] && in_nodes.contains(&w)) {
+            if *budget == 0 {
+                break;
+            }
+            if let Some(p) = bfs.path(v1, w, x, |y| in_nodes.contains(&y), budget) {
+                if self.report(r, false, Kind::GSingle, &close(x, e, p)) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// A shortest cycle through some rw edge of component `c`, named by its anti-dependencies.
+    #[allow(clippy::too_many_arguments)]
+    fn g2(
+        &mut self,
+        r: &Region,
+        v2: &View<'_>,
+        c2: &[u32],
+        c: u32,
+        nodes: &[usize],
+        bfs: &mut Bfs,
+        budget: &mut u64,
+    ) {
+        let g = v2.g;
+        let views = |x: usize| {
+            if v2.si {
+                vec![2 * x, 2 * x + 1]
+            } else {
+                vec![x]
+            }
+        };
+        let mut first = true;
+        for v in nodes.iter().flat_map(|&x| views(x)).filter(|&v| c2[v] == c) {
+            for e in v2.edges(v).filter(|&e| g.dep(e) == Dep::Rw) {
+                let Some(w) = v2.target(v, e).filter(|&w| c2[w] == c) else {
+                    continue;
+                };
+                let mut unbounded = u64::MAX;
+                let b = if first { &mut unbounded } else { &mut *budget };
+                first = false;
+                let Some(p) = bfs.path(v2, w, v, |y| c2[y] == c, b) else {
+                    if *budget == 0 {
+                        return;
+                    }
+                    continue;
+                };
+                let cycle = close(v, e, p);
+                let rws = cycle.iter().filter(|&&(_, e)| g.dep(e) == Dep::Rw).count();
+                let kind = if rws == 1 { Kind::GSingle } else { Kind::G2 };
+                if self.report(r, v2.si, kind, &cycle) {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Turns a cycle of the region into an anomaly: transactions and labelled edges, the
+    /// barrier chains of real time folded into single rt steps, starting at the smallest
+    /// transaction id. Returns false, reporting nothing, for the cycle a reported lost update
+    /// forms.
+    fn report(&mut self, r: &Region, si: bool, kind: Kind, cycle: &Cycle) -> bool {
+        let h = self.h;
+        let n = h.txns.len();
+        let is_txn = |l: usize| (r.global[l] as usize) < n;
+        let mut local: Vec<(usize, usize, Dep)> = cycle
+            .iter()
+            .map(|&(v, e)| (if si { v / 2 } else { v }, r.g.dst(e), r.g.dep(e)))
+            .collect();
+        let Some(start) = local.iter().position(|s| is_txn(s.0)) else {
+            return false;
+        };
+        local.rotate_left(start);
+        let mut steps = Vec::with_capacity(local.len());
+        let mut i = 0;
+        while let Some(&(a, mut b, dep)) = local.get(i) {
+            i += 1;
+            while !is_txn(b) {
+                let Some(next) = local.get(i) else { break };
+                b = next.1;
+                i += 1;
+            }
+            let (ga, gb) = (r.global[a], r.global[b]);
+            steps.push(self.labels.step(h, ga, gb, dep));
+        }
+        if matches!(kind, Kind::GSingle | Kind::G2) && self.is_lost_update(&steps) {
+            return false;
+        }
+        if let Some(min) = (0..steps.len()).min_by_key(|&i| steps[i].from.txn) {
+            steps.rotate_left(min);
+        }
+        self.out.push(Anomaly::Cycle { kind, cycle: steps });
+        true
+    }
+
+    /// Whether a cycle is the one that a lost update, reported as such, forms: all its edges on
+    /// the lost item and all its transactions among those that lost an update.
+    fn is_lost_update(&self, steps: &[Step]) -> bool {
+        let Some(item) = steps.first().and_then(|s| s.item) else {
+            return false;
+        };
+        let key = (item.table, item.key);
+        let on_item = |s: &Step| s.item.is_some_and(|i| (i.table, i.key) == key);
+        if !steps.iter().all(on_item) {
+            return false;
+        }
+        self.lost.get(&key).is_some_and(|groups| {
+            groups
+                .iter()
+                .any(|g| steps.iter().all(|s| g.contains(&s.from.txn)))
+        })
+    }
+}
+
+/// The cycle made of the edge `v -e->` and a path back to `v`.
+fn close(v: usize, e: usize, path: Cycle) -> Cycle {
+    let mut cycle = Vec::with_capacity(path.len() + 1);
+    cycle.push((v, e));
+    cycle.extend(path);
+    cycle
+}
+
+/// The edges of `dep` kind a view keeps, as (node, edge id, target).
+fn anchors<'v>(view: &'v View<'_>, dep: Dep) -> impl Iterator<Item = (usize, usize, usize)> + 'v {
+    (0..view.node_count()).flat_map(move |v| {
+        view.edges(v)
+            .filter(move |&e| view.g.dep(e) == dep)
+            .filter_map(move |e| view.target(v, e).map(|w| (v, e, w)))
+    })
+}
+
+/// One shortest witness cycle through a `dep` edge per component of `comp` that has one,
+/// skipping the components already `done`.
+fn first_cycles(
+    view: &View<'_>,
+    comp: &[u32],
+    mut done: Vec<bool>,
+    dep: Dep,
+    bfs: &mut Bfs,
+) -> Vec<Cycle> {
+    let mut cycles = Vec::new();
+    for (v, e, w) in anchors(view, dep) {
+        let c = comp[v];
+        if comp[w] != c || done[c as usize] {
+            continue;
+        }
+        done[c as usize] = true;
+        let mut unbounded = u64::MAX;
+        if let Some(p) = bfs.path(view, w, v, |x| comp[x] == c, &mut unbounded) {
+            cycles.push(close(v, e, p));
+        }
+    }
+    cycles
+}

@@ -1,0 +1,358 @@
+//! The history format: JSON Lines, one transaction per line.
+//!
+//! ```text
+//! {"format": "dtxn-history", "version": 1}
+//! {"txn": 17, "session": 3, "status": "committed", "start": 1234, "end": 1250,
+//!  "reads": [{"table": 1, "key": 42, "version": 7}],
+//!  "writes": [{"table": 1, "key": 42, "version": 8, "deleted": false}]}
+//! ```
+//!
+//! (each transaction on one line). The header is optional: a file whose first line is a
+//! transaction is read as version 1. Blank lines are skipped; unknown fields are errors, so a
+//! misspelt field is caught instead of read as absent.
+//!
+//! Versions are per `(table, key)` and totally ordered by value. Version 0 is the initial load,
+//! installed by no transaction; a committed write installs a version greater than every earlier
+//! one of its key. Multi-version protocols record the commit timestamp as the version. A
+//! transaction that writes a key twice lists both writes; the greater version is the one it
+//! installs, the other is intermediate. `start` and `end` are the times the client saw the
+//! transaction begin and learn its outcome, in nanoseconds (virtual on sim).
+
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, BufWriter};
+use std::path::Path;
+
+/// The `format` field of the header line.
+pub const FORMAT: &str = "dtxn-history";
+/// The format version this crate writes and reads.
+pub const VERSION: u32 = 1;
+
+/// One transaction as its client saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Txn {
+    /// Unique in the history.
+    pub txn: u64,
+    /// The client (coordinator) that ran it.
+    pub session: u64,
+    pub status: Status,
+    /// Client-observed begin, ns.
+    pub start: u64,
+    /// Client-observed commit acknowledgement or abort, ns.
+    pub end: u64,
+    #[serde(default)]
+    pub reads: Vec<Read>,
+    #[serde(default)]
+    pub writes: Vec<Write>,
+}
+
+/// How a transaction ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Committed,
+    Aborted,
+}
+
+/// A read: the version of `(table, key)` the transaction observed (0: the initial load, which
+/// is also what a read of a never-inserted key observes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Read {
+    pub table: u32,
+    pub key: u64,
+    pub version: u64,
+}
+
+/// A write: the version of `(table, key)` the transaction installed. A delete installs a
+/// version too (a tombstone), which later reads of the absent key observe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Write {
+    pub table: u32,
+    pub key: u64,
+    pub version: u64,
+    #[serde(default)]
+    pub deleted: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    format: String,
+    version: u32,
+}
+
+/// Why a history file could not be read. Displays as `file:line: what is wrong`.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("{file}: {source}")]
+    Open {
+        file: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{file}:{line}: {source}")]
+    Io {
+        file: String,
+        line: u64,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{file}:{line}: {what}")]
+    Malformed {
+        file: String,
+        line: u64,
+        what: String,
+    },
+}
+
+/// Writes a history: the header, then one line per transaction, buffered.
+///
+/// Serializing goes straight into the buffer, so recording a transaction allocates nothing.
+pub struct HistoryWriter<W: io::Write> {
+    out: BufWriter<W>,
+}
+
+impl HistoryWriter<File> {
+    /// Creates (or truncates) `path` and writes the header.
+    pub fn create(path: impl AsRef<Path>) -> io::Result<Self> {
+        Self::new(File::create(path)?)
+    }
+}
+
+impl<W: io::Write> HistoryWriter<W> {
+    /// Writes the header to `out`.
+    pub fn new(out: W) -> io::Result<Self> {
+        let mut out = BufWriter::with_capacity(1 << 16, out);
+        serde_json::to_writer(
+            &mut out,
+            &Header {
+                format: FORMAT.into(),
+                version: VERSION,
+            },
+        )?;
+        io::Write::write_all(&mut out, b"\n")?;
+        Ok(Self { out })
+    }
+
+    pub fn write(&mut self, txn: &Txn) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, txn)?;
+        io::Write::write_all(&mut self.out, b"\n")
+    }
+
+    /// Flushes and returns the underlying writer.
+    pub fn finish(self) -> io::Result<W> {
+        self.out
+            .into_inner()
+            .map_err(io::IntoInnerError::into_error)
+    }
+}
+
+/// Reads a history line by line; yields each transaction with its line number.
+pub struct HistoryReader<R> {
+    input: R,
+    file: String,
+    line: u64,
+    buf: Vec<u8>,
+    seen_txn_or_header: bool,
+}
+
+impl HistoryReader<BufReader<File>> {
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, HistoryError> {
+        let path = path.as_ref();
+        let file = path.display().to_string();
+        match File::open(path) {
+            Ok(f) => Ok(Self::new(BufReader::with_capacity(1 << 16, f), file)),
+            Err(source) => Err(HistoryError::Open { file, source }),
+        }
+    }
+}
+
+impl<R: BufRead> HistoryReader<R> {
+    /// `file` names the input in error messages.
+    pub fn new(input: R, file: impl Into<String>) -> Self {
+        Self {
+            input,
+            file: file.into(),
+            line: 0,
+            buf: Vec::new(),
+            seen_txn_or_header: false,
+        }
+    }
+
+    /// The error for the line last read, for callers that find it wrong themselves.
+    pub fn error_here(&self, what: impl Into<String>) -> HistoryError {
+        HistoryError::Malformed {
+            file: self.file.clone(),
+            line: self.line,
+            what: what.into(),
+        }
+    }
+
+    fn next_txn(&mut self) -> Result<Option<(u64, Txn)>, HistoryError> {
+        loop {
+            self.buf.clear();
+            self.line += 1;
+            let n = self
+                .input
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|source| HistoryError::Io {
+                    file: self.file.clone(),
+                    line: self.line,
+                    source,
+                })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            let text = self.buf.trim_ascii();
+            if text.is_empty() {
+                continue;
+            }
+            let first = !self.seen_txn_or_header;
+            self.seen_txn_or_header = true;
+            match serde_json::from_slice::<Txn>(text) {
+                Ok(t) => return Ok(Some((self.line, t))),
+                Err(e) => match serde_json::from_slice::<Header>(text) {
+                    Ok(_) if !first => {
+                        return Err(self.error_here("a header is allowed only on the first line"));
+                    }
+                    Ok(h) if h.format != FORMAT => {
+                        return Err(
+                            self.error_here(format!("format {:?} is not {FORMAT:?}", h.format))
+                        );
+                    }
+                    Ok(h) if h.version != VERSION => {
+                        return Err(self.error_here(format!(
+                            "history format version {} is not supported (this dtxn reads \
+                             version {VERSION})",
+                            h.version
+                        )));
+                    }
+                    Ok(_) => continue,
+                    Err(_) => return Err(self.error_here(describe(&e))),
+                },
+            }
+        }
+    }
+}
+
+impl<R: BufRead> Iterator for HistoryReader<R> {
+    type Item = Result<(u64, Txn), HistoryError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_txn().transpose()
+    }
+}
+
+/// serde_json's message without its position (always "line 1" here: we parse one line at a
+/// time), with the column kept.
+fn describe(e: &serde_json::Error) -> String {
+    let msg = e.to_string();
+    let what = match msg.rsplit_once(" at line ") {
+        Some((what, _)) => what.to_owned(),
+        None => msg,
+    };
+    format!("{what} (column {})", e.column())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn txn(id: u64) -> Txn {
+        Txn {
+            txn: id,
+            session: 3,
+            status: Status::Committed,
+            start: 1234,
+            end: 1250,
+            reads: vec![Read {
+                table: 1,
+                key: 42,
+                version: 7,
+            }],
+            writes: vec![Write {
+                table: 1,
+                key: 42,
+                version: 8,
+                deleted: false,
+            }],
+        }
+    }
+
+    fn read_all(text: &str) -> Result<Vec<(u64, Txn)>, HistoryError> {
+        HistoryReader::new(text.as_bytes(), "h.jsonl").collect()
+    }
+
+    fn error(text: &str) -> String {
+        read_all(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn writer_output_reads_back() {
+        let mut w = HistoryWriter::new(Vec::new()).unwrap();
+        w.write(&txn(17)).unwrap();
+        w.write(&txn(18)).unwrap();
+        let bytes = w.finish().unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(
+            lines.next(),
+            Some(r#"{"format":"dtxn-history","version":1}"#)
+        );
+        assert_eq!(
+            lines.next(),
+            Some(
+                r#"{"txn":17,"session":3,"status":"committed","start":1234,"end":1250,"reads":[{"table":1,"key":42,"version":7}],"writes":[{"table":1,"key":42,"version":8,"deleted":false}]}"#
+            )
+        );
+        let got = read_all(&text).unwrap();
+        assert_eq!(got, vec![(2, txn(17)), (3, txn(18))]);
+    }
+
+    #[test]
+    fn header_is_optional_and_blank_lines_are_skipped() {
+        let text = "\n{\"txn\":1,\"session\":0,\"status\":\"aborted\",\"start\":0,\"end\":1}\n\n";
+        let got = read_all(text).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, 2);
+        assert_eq!(got[0].1.status, Status::Aborted);
+        assert!(got[0].1.reads.is_empty() && got[0].1.writes.is_empty());
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let good = r#"{"txn":1,"session":0,"status":"committed","start":0,"end":1}"#;
+        let e = error(&format!("{good}\n{{\"txn\":2,\"session\":0}}\n"));
+        assert!(e.starts_with("h.jsonl:2: missing field `status`"), "{e}");
+        let e = error(&format!("{good}\nnot json\n"));
+        assert!(e.starts_with("h.jsonl:2: expected ident"), "{e}");
+        let e = error(r#"{"txn":1,"session":0,"status":"done","start":0,"end":1}"#);
+        assert!(e.starts_with("h.jsonl:1: unknown variant `done`"), "{e}");
+        let e = error(r#"{"txn":1,"session":0,"status":"committed","start":0,"end":1,"x":2}"#);
+        assert!(e.starts_with("h.jsonl:1: unknown field `x`"), "{e}");
+        let e = error(r#"{"txn":-1,"session":0,"status":"committed","start":0,"end":1}"#);
+        assert!(e.starts_with("h.jsonl:1: invalid value"), "{e}");
+    }
+
+    #[test]
+    fn header_is_checked() {
+        let e = error("{\"format\":\"dtxn-history\",\"version\":2}\n");
+        assert!(e.starts_with("h.jsonl:1: history format version 2"), "{e}");
+        let e = error("{\"format\":\"elle\",\"version\":1}\n");
+        assert!(e.starts_with("h.jsonl:1: format \"elle\""), "{e}");
+        let e = error(
+            "{\"format\":\"dtxn-history\",\"version\":1}\n{\"format\":\"dtxn-history\",\"version\":1}\n",
+        );
+        assert_eq!(e, "h.jsonl:2: a header is allowed only on the first line");
+    }
+
+    #[test]
+    fn unreadable_bytes_are_an_error_not_a_panic() {
+        let bytes: &[u8] = b"{\"txn\":1,\"session\":0,\"status\":\"comm\xff\"}\n";
+        let r: Result<Vec<_>, _> = HistoryReader::new(bytes, "h.jsonl").collect();
+        assert!(r.unwrap_err().to_string().starts_with("h.jsonl:1: "));
+    }
+}

@@ -1,0 +1,75 @@
+//! Aborts: expected outcomes of a transaction, with the reason the statistics break down by.
+
+use serde::Serialize;
+
+/// Why a transaction did not commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AbortReason {
+    /// A lock was held by another transaction (no-wait: never waits, so never deadlocks).
+    LockConflict,
+    /// A read-only item changed between its read and validation.
+    Validation,
+    /// A record stayed invisible (another transaction committing it) or kept coming back torn.
+    Invisible,
+    /// A memory node failed during the transaction; its writes were rolled back.
+    ReplicaFailure,
+    /// `insert` of a key that exists.
+    Exists,
+    /// `update` or `delete` of a key that does not exist.
+    Missing,
+    /// The application rolled back (e.g. TPC-C's 1% NewOrder rollbacks).
+    User,
+    /// The request itself was wrong (no such table, a value of the wrong size, an update of
+    /// an item never read for update). A bug in the caller, reported as an abort so that a
+    /// workload never panics on it.
+    BadRequest,
+}
+
+impl AbortReason {
+    pub const ALL: [AbortReason; 8] = [
+        AbortReason::LockConflict,
+        AbortReason::Validation,
+        AbortReason::Invisible,
+        AbortReason::ReplicaFailure,
+        AbortReason::Exists,
+        AbortReason::Missing,
+        AbortReason::User,
+        AbortReason::BadRequest,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AbortReason::LockConflict => "lock-conflict",
+            AbortReason::Validation => "validation",
+            AbortReason::Invisible => "invisible",
+            AbortReason::ReplicaFailure => "replica-failure",
+            AbortReason::Exists => "exists",
+            AbortReason::Missing => "missing",
+            AbortReason::User => "user",
+            AbortReason::BadRequest => "bad-request",
+        }
+    }
+}
+
+/// An aborted transaction: why, and on which record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Abort {
+    pub reason: AbortReason,
+    pub table: u32,
+    pub key: u64,
+}
+
+impl std::fmt::Display for Abort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "aborted ({}) on table {} key {}",
+            self.reason.name(),
+            self.table,
+            self.key
+        )
+    }
+}
+
+impl std::error::Error for Abort {}

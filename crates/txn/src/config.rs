@@ -1,0 +1,76 @@
+//! Protocol choice and switches, all at run time.
+
+use serde::{Deserialize, Serialize};
+
+/// The concurrency-control protocols, chosen by name (`--protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// FORD (FAST'22, TOS'23): OCC with hitchhiked locking and coalescent commit.
+    Ford,
+}
+
+impl Protocol {
+    pub const NAMES: [&'static str; 1] = ["ford"];
+
+    pub fn from_name(name: &str) -> Option<Protocol> {
+        match name {
+            "ford" => Some(Protocol::Ford),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Ford => "ford",
+        }
+    }
+}
+
+/// FORD's mechanisms, each switchable so that its effect can be measured (the paper's
+/// ablations).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FordOptions {
+    /// Lock read-write items with CAS + READ in one doorbell batch during execution (items
+    /// whose address is cached); off: lock every read-write item at validation.
+    pub hitchhiked_locking: bool,
+    /// Read read-only items from a backup (validated against the same backup).
+    pub backup_reads: bool,
+    /// Persistent memory: FLUSH each backup after its last commit WRITE (selective remote
+    /// flush), and the undo log before any in-place write.
+    pub flush: bool,
+}
+
+impl Default for FordOptions {
+    fn default() -> FordOptions {
+        FordOptions {
+            hitchhiked_locking: true,
+            backup_reads: false,
+            flush: false,
+        }
+    }
+}
+
+/// Everything a coordinator needs to know about how to run transactions.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TxnConfig {
+    pub protocol: Protocol,
+    pub ford: FordOptions,
+    /// Entries of each coordinator's address cache.
+    pub addr_cache_entries: usize,
+    /// How often a torn or invisible record is re-read before the transaction aborts.
+    pub reread_limit: u32,
+}
+
+impl Default for TxnConfig {
+    fn default() -> TxnConfig {
+        TxnConfig {
+            protocol: Protocol::Ford,
+            ford: FordOptions::default(),
+            addr_cache_entries: 1 << 16,
+            reread_limit: 16,
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! A coordinator: one coroutine's state across transactions.
+
+use crate::abort::{Abort, AbortReason};
+use crate::config::TxnConfig;
+use crate::txn::{TxKind, Txn};
+use dtxn_check::history;
+use dtxn_fabric::{Endpoint, Stats};
+use dtxn_store::{AddrCache, PoolMap};
+use std::rc::Rc;
+
+/// Receives the history of every transaction (committed and aborted), for `dtxn check`.
+pub trait Recorder {
+    fn record(&mut self, txn: &history::Txn);
+}
+
+/// Counters of one coordinator.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CoordStats {
+    pub committed: u64,
+    /// Aborts by reason (indexed like [`AbortReason::ALL`]).
+    pub aborted: [u64; 8],
+}
+
+impl CoordStats {
+    pub fn aborts(&self) -> u64 {
+        self.aborted.iter().sum()
+    }
+
+    pub fn count_abort(&mut self, r: AbortReason) {
+        let i = AbortReason::ALL
+            .iter()
+            .position(|&x| x == r)
+            .expect("listed");
+        self.aborted[i] += 1;
+    }
+}
+
+/// What a finished transaction cost, for the bench driver's per-type breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TxnOutcome {
+    pub result: Result<(), Abort>,
+    /// Verbs, bytes and critical-path round trips of this attempt.
+    pub fabric: Stats,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+/// One coroutine's coordinator: runs one transaction at a time against the pool.
+pub struct Coordinator {
+    pub(crate) ep: Endpoint,
+    pub(crate) map: Rc<PoolMap>,
+    pub(crate) cfg: Rc<TxnConfig>,
+    pub(crate) cache: AddrCache,
+    /// Non-zero lock-owner id (bit 63 is the invisible bit, never part of an owner).
+    pub(crate) owner: u64,
+    /// This coordinator's log slice (the same on every memory node).
+    pub(crate) log_slice: Option<(u64, u64)>,
+    pub(crate) log_buf: Vec<u8>,
+    next_seq: u64,
+    pub(crate) recorder: Option<Box<dyn Recorder>>,
+    pub stats: CoordStats,
+    pub(crate) last: Option<TxnOutcome>,
+}
+
+impl Coordinator {
+    pub fn new(ep: Endpoint, map: Rc<PoolMap>, cfg: Rc<TxnConfig>) -> Coordinator {
+        let index = ep.id().index;
+        Coordinator {
+            cache: AddrCache::new(cfg.addr_cache_entries),
+            owner: u64::from(index) + 1,
+            log_slice: map.log_slice(index),
+            log_buf: Vec::new(),
+            ep,
+            map,
+            cfg,
+            next_seq: 0,
+            recorder: None,
+            stats: CoordStats::default(),
+            last: None,
+        }
+    }
+
+    pub fn set_recorder(&mut self, r: Box<dyn Recorder>) {
+        self.recorder = Some(r);
+    }
+
+    pub fn endpoint(&mut self) -> &mut Endpoint {
+        &mut self.ep
+    }
+
+    pub fn map(&self) -> &PoolMap {
+        &self.map
+    }
+
+    pub fn config(&self) -> &TxnConfig {
+        &self.cfg
+    }
+
+    /// The outcome of the last finished transaction.
+    pub fn last_outcome(&self) -> Option<TxnOutcome> {
+        self.last
+    }
+
+    /// Starts a transaction. Finish it with [`Txn::commit`] or [`Txn::rollback`]; a read that
+    /// aborts has already released everything, and the transaction is then just dropped.
+    pub fn begin(&mut self, kind: TxKind) -> Txn<'_> {
+        self.next_seq += 1;
+        let id = (self.owner << 40) | (self.next_seq & ((1 << 40) - 1));
+        Txn::new(self, id, kind)
+    }
+}

@@ -1,0 +1,792 @@
+//! FORD (Zhang et al., FAST'22 and TOS'23): OCC on disaggregated memory.
+//!
+//! Phases, with their verbs and critical-path round trips (addresses cached):
+//!
+//! 1. **Execute** (1 RT per batch of reads). Read-write items: CAS(lock) + READ(record) on the
+//!    primary in one doorbell batch (*hitchhiked locking*, G6); a failed CAS aborts at once
+//!    (no-wait). Read-only items: READ(record) from the primary, or a backup with
+//!    `backup_reads`. Cold items (address not cached) READ their bucket chain first; cold
+//!    read-write items are locked at validation. Then the **undo log** (old images of the
+//!    read-write set) goes to every replica's log slice in the background, while the
+//!    application's logic runs.
+//! 2. **Validate** (1 RT, skipped when there is nothing to validate). Cold read-write items:
+//!    CAS(lock) + READ(header), version unchanged. Read-only items: READ(header) from the
+//!    replica they were read from, version unchanged and not invisible. Read-only
+//!    transactions are validated too, even with a single item.
+//! 3. **Commit** (1 RT, *coalescent*). After the undo log's completion, every replica of every
+//!    written record gets the new record in place in one batch, its lock word carrying the
+//!    *invisible* bit (primary: owner | invisible; backups: invisible); with `flush`, each
+//!    backup is flushed after its last WRITE (*selective remote flush*). A failed replica rolls
+//!    the transaction back from its old images.
+//! 4. **Release** (detached, off the critical path): lock words to 0 (unlock and make visible),
+//!    the log entry to committed.
+//!
+//! So a read-write transaction without read-only items costs 2 RTs, with read-only items 3.
+//!
+//! Inserts lock the key's chain (the home bucket's insert lock) at execution and a free slot at
+//! commit; reads of absent keys are validated by re-reading the chain (no phantoms). A deleted
+//! record's slot keeps its key and version as a tombstone, reused only by an insert of the
+//! same key: so a key's versions only grow, across deletes and re-inserts, and a read of an
+//! absent key reports the version it observed. (The price: deleted keys keep their slots.)
+//!
+//! Where dtxn differs from the published FORD, and why (reference/ford.md section 9):
+//! - A READ of a record is trusted only if its per-line version stamps agree (the store's
+//!   torn-read detection): FORD's "invisible bit, then update in place" read in one READ is
+//!   the sync paper's broken scheme S5. The invisible bit remains, for what it is right for:
+//!   atomic visibility across items (a reader re-reads an invisible record, so it never sees
+//!   one item of a committing transaction new and another old without validation noticing).
+//! - Versions are `old + 1` under the lock: monotonic per key, never repeated, across any
+//!   number of compute nodes.
+//! - The commit writes lock word, version and data of a record in one WRITE: line 0 carries
+//!   both, so no reader sees the new version without the invisible bit.
+
+use crate::abort::{Abort, AbortReason};
+use crate::txn::{Access, Item, NewValue, TxKind, Txn};
+use dtxn_fabric::{NodeId, OpId};
+use dtxn_store::cache::{check_slot, SlotCheck};
+use dtxn_store::log::{LogEntry, LogItem, LogStatus, STATUS_OFF};
+use dtxn_store::record::RecordHeader;
+use dtxn_store::{PoolMap, TableInfo};
+
+/// Bit 63 of a lock word: the record is being installed by a committing transaction.
+pub(crate) const INVISIBLE: u64 = 1 << 63;
+
+/// What an execution round does for one item.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// READ the record at this offset, with CAS(lock) first if `lock`.
+    Record { off: u64, lock: bool },
+    /// READ a bucket of the item's chain.
+    Bucket(u64),
+}
+
+fn abort(reason: AbortReason, it: &Item) -> Abort {
+    Abort {
+        reason,
+        table: it.table,
+        key: it.key,
+    }
+}
+
+fn table(map: &PoolMap, id: u32) -> &TableInfo {
+    map.tables
+        .get(&id)
+        .expect("checked when the item was added")
+}
+
+/// Execution: fetch `accesses` (new items, or read items now wanted for update).
+pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let hitchhike = tx.c.cfg.ford.hitchhiked_locking;
+    // (item, stage, version it must still have: an upgraded read-only item)
+    let mut work: Vec<(usize, Stage, Option<u64>)> = Vec::new();
+    for a in accesses {
+        let bad = Abort {
+            reason: AbortReason::BadRequest,
+            table: a.table,
+            key: a.key,
+        };
+        if a.for_update && tx.kind == TxKind::ReadOnly {
+            return Err(bad);
+        }
+        if let Some(i) = tx.find(a.table, a.key) {
+            let it = &mut tx.items[i];
+            if a.for_update && !it.rw {
+                it.rw = true;
+                if let Some(off) = it.offset.filter(|_| it.exists) {
+                    let v = it.version;
+                    it.node = table(&map, a.table).primary();
+                    work.push((i, Stage::Record { off, lock: true }, Some(v)));
+                }
+            }
+            continue;
+        }
+        let Ok(t) = tx.c.map.table(a.table) else {
+            return Err(bad);
+        };
+        let node = if !a.for_update && tx.c.cfg.ford.backup_reads && t.replicas.len() > 1 {
+            t.replicas[1]
+        } else {
+            t.primary()
+        };
+        let stage = match tx.c.cache.get(a.table, a.key) {
+            Some(off) => Stage::Record {
+                off,
+                lock: a.for_update && hitchhike,
+            },
+            None => Stage::Bucket(t.home_bucket(a.key)),
+        };
+        tx.items.push(Item {
+            table: a.table,
+            key: a.key,
+            rw: a.for_update,
+            offset: None,
+            node,
+            exists: false,
+            version: 0,
+            locked: false,
+            cold: false,
+            value: vec![0; t.value_size as usize],
+            image: Vec::new(),
+            new: NewValue::Keep,
+            chain_lock: None,
+            install: None,
+        });
+        work.push((tx.items.len() - 1, stage, None));
+    }
+    let mut rereads = 0;
+    let mut ids: Vec<(Option<OpId>, OpId)> = Vec::new();
+    while !work.is_empty() {
+        ids.clear();
+        for &(i, stage, _) in &work {
+            let it = &tx.items[i];
+            let t = table(&map, it.table);
+            let ep = &mut tx.c.ep;
+            ids.push(match stage {
+                Stage::Record { off, lock: true } => {
+                    let c = ep.cas(t.primary(), off, 0, tx.c.owner);
+                    (Some(c), ep.read(t.primary(), off, t.record_bytes as usize))
+                }
+                Stage::Record { off, lock: false } => {
+                    (None, ep.read(it.node, off, t.record_bytes as usize))
+                }
+                Stage::Bucket(b) => (None, ep.read(it.node, b, t.bucket_bytes as usize)),
+            });
+        }
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
+        }
+        let mut next = Vec::new();
+        let mut again = false;
+        // Every completion of the round is looked at before an abort is reported, so that no
+        // lock won in this round goes unrecorded (and unreleased).
+        let mut failed = None;
+        let mut give_back: Vec<(NodeId, u64)> = Vec::new();
+        for (&(i, stage, expect), &(cas, read)) in work.iter().zip(&ids) {
+            let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
+            let t = table(&map, table_id).clone();
+            let codec = t.codec();
+            match stage {
+                Stage::Record { off, lock } => {
+                    if let Some(c) = cas {
+                        if !tx.c.ep.cas_ok(c) {
+                            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+                            continue;
+                        }
+                        tx.items[i].locked = true;
+                        tx.items[i].offset = Some(off);
+                    }
+                    let it = &mut tx.items[i];
+                    let bytes = tx.c.ep.bytes(read);
+                    let Ok(h) = codec.decode(bytes, &mut it.value) else {
+                        next.push((i, Stage::Record { off, lock: false }, expect));
+                        again = true;
+                        continue;
+                    };
+                    if check_slot(&h, table_id, key) == SlotCheck::Stale {
+                        // The slot was freed or reused: drop the address, give back a lock
+                        // taken through it, and find the record through its bucket.
+                        tx.c.cache.invalidate(table_id, key);
+                        if lock {
+                            give_back.push((t.primary(), off));
+                            it.locked = false;
+                            it.offset = None;
+                        }
+                        next.push((i, Stage::Bucket(t.home_bucket(key)), expect));
+                        continue;
+                    }
+                    if !it.locked && h.lock & INVISIBLE != 0 {
+                        next.push((i, Stage::Record { off, lock: false }, expect));
+                        again = true;
+                        continue;
+                    }
+                    if expect.is_some_and(|v| v != h.version) {
+                        failed.get_or_insert(abort(AbortReason::Validation, it));
+                        continue;
+                    }
+                    it.exists = true;
+                    it.version = h.version;
+                    it.offset = Some(off);
+                    it.image.clear();
+                    it.image.extend_from_slice(bytes);
+                    // An item read for update without its lock (hitchhiking off) is locked at
+                    // validation.
+                    it.cold = rw && !it.locked;
+                }
+                Stage::Bucket(b) => {
+                    let bytes = tx.c.ep.bytes(read);
+                    let scan = t.scan(b, bytes, key);
+                    let it = &mut tx.items[i];
+                    if b == t.home_bucket(key) {
+                        it.version = 0;
+                    }
+                    // The key's tombstone may be in any bucket of the chain: the greatest seen
+                    // is the version a read of the absent key observes.
+                    if let Some((slot, _)) = scan.tombstone {
+                        let v = codec.header(t.slot_bytes(bytes, slot)).version;
+                        it.version = it.version.max(v);
+                    }
+                    if let Some((slot, off)) = scan.found {
+                        tx.c.cache.insert(table_id, key, off);
+                        let rec = t.slot_bytes(bytes, slot);
+                        match codec.decode(rec, &mut it.value) {
+                            Ok(h) if h.lock & INVISIBLE == 0 => {
+                                it.exists = true;
+                                it.version = h.version;
+                                it.offset = Some(off);
+                                it.image.clear();
+                                it.image.extend_from_slice(rec);
+                                it.cold = rw;
+                            }
+                            _ => {
+                                next.push((i, Stage::Record { off, lock: false }, expect));
+                                again = true;
+                            }
+                        }
+                    } else if let Some(n) = scan.next {
+                        next.push((i, Stage::Bucket(n), expect));
+                    } else {
+                        it.exists = false;
+                    }
+                }
+            }
+        }
+        if !give_back.is_empty() {
+            for (n, off) in give_back {
+                tx.c.ep.write(n, off, &0u64.to_le_bytes());
+            }
+            let _ = tx.c.ep.post_detached();
+        }
+        if let Some(a) = failed {
+            return Err(a);
+        }
+        if again {
+            rereads += 1;
+            if rereads > tx.c.cfg.reread_limit {
+                let (i, _, _) = next[0];
+                return Err(abort(AbortReason::Invisible, &tx.items[i]));
+            }
+        }
+        work = next;
+    }
+    log_undo(tx).await
+}
+
+/// Writes the undo log (the old image of every read-write item) to every replica of the
+/// tables written, in the background. Waits first for the previous log write of this
+/// transaction, so that at most one is outstanding.
+async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let logged = |i: &&Item| i.rw && (i.exists || i.new == NewValue::Insert);
+    let images = tx.items.iter().filter(logged).count();
+    if images == tx.logged || images == 0 {
+        return Ok(());
+    }
+    let first = tx.items.iter().find(|i| i.rw).expect("a read-write item");
+    let fail = abort(AbortReason::ReplicaFailure, first);
+    if tx.c.ep.wait_background().await.is_err() {
+        return Err(fail);
+    }
+    let Some((slice, slice_bytes)) = tx.c.log_slice else {
+        return Err(abort(AbortReason::BadRequest, first));
+    };
+    let entry = LogEntry {
+        txn: tx.id,
+        coordinator: tx.c.ep.id().index,
+        status: LogStatus::Pending,
+        items: tx
+            .items
+            .iter()
+            .filter(logged)
+            .map(|i| LogItem {
+                table: i.table,
+                offset: i.offset.expect("exists"),
+                insert: i.new == NewValue::Insert,
+                old_image: if i.new == NewValue::Insert {
+                    Vec::new()
+                } else {
+                    i.image.clone()
+                },
+            })
+            .collect(),
+    };
+    let mut buf = std::mem::take(&mut tx.c.log_buf);
+    if entry.encode(slice_bytes, &mut buf).is_err() {
+        tx.c.log_buf = buf;
+        return Err(abort(AbortReason::BadRequest, first));
+    }
+    let nodes = log_nodes(tx);
+    for &n in &nodes {
+        tx.c.ep.write(n, slice, &buf);
+        if tx.c.cfg.ford.flush {
+            tx.c.ep.flush(n);
+        }
+    }
+    tx.c.log_buf = buf;
+    if tx.c.ep.post_background().is_err() {
+        return Err(fail);
+    }
+    tx.logged = images;
+    Ok(())
+}
+
+/// The memory nodes that hold a replica of a table this transaction may write.
+fn log_nodes(tx: &Txn<'_>) -> Vec<NodeId> {
+    let map = tx.c.map.clone();
+    let mut nodes: Vec<NodeId> = tx
+        .items
+        .iter()
+        .filter(|i| i.rw)
+        .flat_map(|i| table(&map, i.table).replicas.iter().copied())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    nodes
+}
+
+/// Validation, coalescent commit and background release.
+pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    validate(tx).await?;
+    let writes = tx.items.iter().any(|i| i.new != NewValue::Keep);
+    if writes {
+        install(tx).await?;
+    }
+    release(tx, LogStatus::Committed);
+    Ok(())
+}
+
+async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    // Every lock before any validation READ: a read-only item checked while another
+    // transaction's lock is still to come lets two transactions each miss the other's write
+    // (write skew). So cold read-write items are locked in a round of their own.
+    lock_cold(tx).await?;
+    validate_reads(tx).await?;
+    validate_absent(tx).await
+}
+
+/// Locks the read-write items read without their lock (cold, or hitchhiking off), checking
+/// their versions: CAS + READ(header) on the primary.
+async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let mut checks: Vec<(usize, OpId, OpId)> = Vec::new();
+    for (i, it) in tx.items.iter().enumerate() {
+        let wanted = it.rw && it.cold && (it.exists || it.new == NewValue::Insert);
+        let Some(off) = it.offset.filter(|_| wanted) else {
+            continue;
+        };
+        let t = table(&map, it.table);
+        let c = tx.c.ep.cas(t.primary(), off, 0, owner);
+        checks.push((i, c, tx.c.ep.read(t.primary(), off, 64)));
+    }
+    if checks.is_empty() {
+        return Ok(());
+    }
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
+    }
+    let mut failed = None;
+    for &(i, cas, read) in &checks {
+        let it = &mut tx.items[i];
+        if !tx.c.ep.cas_ok(cas) {
+            failed.get_or_insert(abort(AbortReason::LockConflict, it));
+            continue;
+        }
+        it.locked = true;
+        it.cold = false;
+        let h = header(tx.c.ep.bytes(read));
+        let changed = if it.new == NewValue::Insert {
+            // The free slot we picked: still free, stamped below the version we install.
+            h.valid || h.version >= it.new_version()
+        } else {
+            h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+        };
+        if changed {
+            failed.get_or_insert(abort(AbortReason::Validation, it));
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// Validates the read-only items: each still has the version read and is not locked (a
+/// locked item may be about to change under a transaction already serialized before us).
+/// The header is read from the primary even for items read from a backup: the primary's lock
+/// word is the only one writers take, and the commit installs every replica before it
+/// unlocks, so an unlocked primary at version v means every replica is at v.
+async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let mut checks: Vec<(usize, OpId)> = Vec::new();
+    for (i, it) in tx.items.iter().enumerate() {
+        let Some(off) = it.offset.filter(|_| it.exists && !it.rw) else {
+            // Absent keys are validated by `validate_absent`.
+            continue;
+        };
+        let t = table(&map, it.table);
+        checks.push((i, tx.c.ep.read(t.primary(), off, 64)));
+    }
+    if checks.is_empty() {
+        return Ok(());
+    }
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
+    }
+    for &(i, read) in &checks {
+        let it = &tx.items[i];
+        let h = header(tx.c.ep.bytes(read));
+        if h.version != it.version
+            || h.lock != 0
+            || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+        {
+            return Err(abort(AbortReason::Validation, it));
+        }
+    }
+    Ok(())
+}
+
+fn header(line0: &[u8]) -> RecordHeader {
+    dtxn_store::SingleVersion::new(0).header(line0)
+}
+
+/// The coalescent commit: every replica of every written record in one round trip.
+async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let first = tx
+        .items
+        .iter()
+        .find(|i| i.new != NewValue::Keep)
+        .expect("a write");
+    let fail = abort(AbortReason::ReplicaFailure, first);
+    if tx.c.ep.wait_background().await.is_err() {
+        return Err(fail);
+    }
+    let owner = tx.c.owner;
+    let flush = tx.c.cfg.ford.flush;
+    let mut flushed: Vec<NodeId> = Vec::new();
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        if it.new == NewValue::Keep {
+            continue;
+        }
+        let t = table(&map, it.table);
+        let codec = t.codec();
+        let off = it.offset.expect("written items exist");
+        let h = RecordHeader {
+            lock: INVISIBLE,
+            version: it.new_version(),
+            key: it.key,
+            table: it.table,
+            valid: it.new != NewValue::Delete,
+        };
+        let len = t.record_bytes as usize;
+        for &n in t.backups() {
+            tx.c.ep
+                .write_with(n, off, len, |b| codec.encode(&h, &it.value, b));
+            if flush && !flushed.contains(&n) {
+                flushed.push(n);
+            }
+        }
+        let primary = RecordHeader {
+            lock: owner | INVISIBLE,
+            ..h
+        };
+        tx.c.ep.write_with(t.primary(), off, len, |b| {
+            codec.encode(&primary, &it.value, b)
+        });
+    }
+    // Selective remote flush: each backup once, after its last WRITE (FLUSH follows every
+    // earlier WRITE on its QP). The primary is never flushed: a lost primary is rebuilt from
+    // its backups.
+    for n in flushed {
+        tx.c.ep.flush(n);
+    }
+    tx.installed = true;
+    if tx.c.ep.post().await.is_ok() {
+        return Ok(());
+    }
+    roll_back(tx).await;
+    Err(fail)
+}
+
+/// A replica failed during the commit: put the old images back wherever we can reach.
+async fn roll_back(tx: &mut Txn<'_>) {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+        let t = table(&map, it.table);
+        let off = it.offset.expect("written items exist");
+        for (rank, &n) in t.replicas.iter().enumerate() {
+            let lock = if rank == 0 { owner } else { 0 };
+            tx.c.ep.write_with(n, off, it.image.len(), |b| {
+                b.copy_from_slice(&it.image);
+                b[..8].copy_from_slice(&lock.to_le_bytes());
+            });
+        }
+    }
+    // Best effort: the failed node's copy is rebuilt when it is replaced.
+    let _ = tx.c.ep.post().await;
+    tx.installed = false;
+}
+
+/// Unlock and make visible, and close the log entry: posted detached, nobody waits.
+fn release(tx: &mut Txn<'_>, status: LogStatus) {
+    let map = tx.c.map.clone();
+    let zero = 0u64.to_le_bytes();
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        let Some(off) = it.offset else { continue };
+        let t = table(&map, it.table);
+        if it.new != NewValue::Keep && tx.installed {
+            for &n in t.backups() {
+                tx.c.ep.write(n, off, &zero);
+            }
+        }
+        if it.locked {
+            tx.c.ep.write(t.primary(), off, &zero);
+        }
+    }
+    for it in &tx.items {
+        if let Some((n, addr)) = it.chain_lock {
+            tx.c.ep.write(n, addr, &zero);
+        }
+    }
+    if tx.logged > 0 {
+        if let Some((slice, _)) = tx.c.log_slice {
+            for n in log_nodes(tx) {
+                tx.c.ep
+                    .write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
+            }
+        }
+    }
+    // A memory node that is down loses nothing here: its replica is rebuilt on recovery.
+    let _ = tx.c.ep.post_detached();
+    for it in &mut tx.items {
+        it.locked = false;
+        it.chain_lock = None;
+    }
+}
+
+/// An abort: wait for the undo log (so that the next transaction may log), release.
+pub(crate) async fn release_on_abort(tx: &mut Txn<'_>) {
+    let _ = tx.c.ep.wait_background().await;
+    release(tx, LogStatus::Aborted);
+}
+
+/// Insert: lock the key's chain (CAS on the home bucket's insert lock + READ of the bucket, one
+/// batch, G6), make sure the key is absent, pick a free slot (chaining a new overflow bucket
+/// if there is none), and lock that slot with the other cold items at commit. Holding the
+/// chain lock until release keeps every other insert of the chain out, so a key is never
+/// placed twice, and lets readers validate absence.
+pub(crate) async fn insert(
+    tx: &mut Txn<'_>,
+    table_id: u32,
+    key: u64,
+    value: &[u8],
+) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let bad = |reason| Abort {
+        reason,
+        table: table_id,
+        key,
+    };
+    if tx.kind == TxKind::ReadOnly {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    let Ok(t) = map.table(table_id) else {
+        return Err(bad(AbortReason::BadRequest));
+    };
+    if value.len() != t.value_size as usize {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    let i = match tx.find(table_id, key) {
+        Some(i) => {
+            let it = &mut tx.items[i];
+            match (&it.new, it.exists) {
+                (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
+                    return Err(bad(AbortReason::Exists))
+                }
+                (NewValue::Delete, true) => {
+                    // Deleted, then inserted again by the same transaction: an update.
+                    it.value.copy_from_slice(value);
+                    it.new = NewValue::Update;
+                    return Ok(());
+                }
+                _ => {
+                    it.rw = true;
+                    i
+                }
+            }
+        }
+        None => {
+            tx.items.push(Item {
+                table: table_id,
+                key,
+                rw: true,
+                offset: None,
+                node: t.primary(),
+                exists: false,
+                version: 0,
+                locked: false,
+                cold: false,
+                value: vec![0; t.value_size as usize],
+                image: Vec::new(),
+                new: NewValue::Keep,
+                chain_lock: None,
+                install: None,
+            });
+            tx.items.len() - 1
+        }
+    };
+    let owner = tx.c.owner;
+    let primary = t.primary();
+    let home = t.home_bucket(key);
+    let lock_addr = t.insert_lock(home);
+    let held = tx
+        .items
+        .iter()
+        .any(|o| o.chain_lock == Some((primary, lock_addr)));
+    let mut read = if held {
+        tx.c.ep.read(primary, home, t.bucket_bytes as usize)
+    } else {
+        let c = tx.c.ep.cas(primary, lock_addr, 0, owner);
+        let r = tx.c.ep.read(primary, home, t.bucket_bytes as usize);
+        if tx.c.ep.post().await.is_err() {
+            return Err(bad(AbortReason::ReplicaFailure));
+        }
+        if !tx.c.ep.cas_ok(c) {
+            return Err(bad(AbortReason::LockConflict));
+        }
+        tx.items[i].chain_lock = Some((primary, lock_addr));
+        r
+    };
+    if held && tx.c.ep.post().await.is_err() {
+        return Err(bad(AbortReason::ReplicaFailure));
+    }
+    let codec = t.codec();
+    let taken: Vec<u64> = tx.items.iter().filter_map(|o| o.offset).collect();
+    let mut bucket = home;
+    let mut tombstone = 0;
+    let mut free: Option<(u64, Vec<u8>)> = None;
+    let chain_end;
+    loop {
+        let bytes = tx.c.ep.bytes(read);
+        let scan = t.scan(bucket, bytes, key);
+        if scan.found.is_some() {
+            return Err(bad(AbortReason::Exists));
+        }
+        if let Some((slot, _)) = scan.tombstone {
+            tombstone = tombstone.max(codec.header(t.slot_bytes(bytes, slot)).version);
+        }
+        // A free slot is one never used, or our key's own tombstone: another key's
+        // tombstone stays, because it carries that key's last version (a later insert of it
+        // must install above, and reads of it absent report it).
+        for s in 0..t.slots_per_bucket {
+            let off = t.slot(bucket, s);
+            let rec = t.slot_bytes(bytes, s);
+            let h = codec.header(rec);
+            let own = h.key == key && h.table == table_id;
+            let usable = !h.valid && (h.version == 0 || own) && !taken.contains(&off);
+            if usable && (free.is_none() || own) {
+                free = Some((off, rec.to_vec()));
+            }
+        }
+        match scan.next {
+            Some(n) => {
+                bucket = n;
+                read = tx.c.ep.read(primary, n, t.bucket_bytes as usize);
+                if tx.c.ep.post().await.is_err() {
+                    return Err(bad(AbortReason::ReplicaFailure));
+                }
+            }
+            None => {
+                chain_end = bucket;
+                break;
+            }
+        }
+    }
+    let (slot, image) = match free {
+        Some(f) => f,
+        None => {
+            // Chain a new overflow bucket (we hold the chain's insert lock, so nobody else
+            // links one here): claim it on the primary, link it on every replica.
+            let f = tx.c.ep.faa(primary, t.overflow_counter(), 1);
+            if tx.c.ep.post().await.is_err() {
+                return Err(bad(AbortReason::ReplicaFailure));
+            }
+            let index = tx.c.ep.old(f);
+            if index >= t.overflow_buckets {
+                // The table is full: a sizing problem, reported as a bad request.
+                return Err(bad(AbortReason::BadRequest));
+            }
+            for &n in &t.replicas {
+                tx.c.ep.write(n, chain_end, &(index + 1).to_le_bytes());
+            }
+            if tx.c.ep.post().await.is_err() {
+                return Err(bad(AbortReason::ReplicaFailure));
+            }
+            (
+                t.slot(t.overflow_bucket(index), 0),
+                vec![0; t.record_bytes as usize],
+            )
+        }
+    };
+    let stamp = codec.header(&image).version;
+    let it = &mut tx.items[i];
+    it.offset = Some(slot);
+    it.node = primary;
+    it.version = tombstone;
+    it.install = Some(stamp.max(tombstone) + 1);
+    it.value.copy_from_slice(value);
+    it.image = image;
+    it.new = NewValue::Insert;
+    it.cold = true;
+    log_undo(tx).await
+}
+
+/// Absent keys read by the transaction must still be absent at validation: their chain holds
+/// no valid record of the key, and nobody holds the chain's insert lock (an insert in
+/// progress). One READ per bucket of the chain.
+async fn validate_absent(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        if it.exists || it.new == NewValue::Insert || it.offset.is_some() && it.locked {
+            continue;
+        }
+        let t = table(&map, it.table);
+        let codec = t.codec();
+        let (key, seen, fail) = (it.key, it.version, abort(AbortReason::Validation, it));
+        let mut bucket = t.home_bucket(key);
+        let mut first = true;
+        let mut tombstone = 0;
+        loop {
+            let r = tx.c.ep.read(t.primary(), bucket, t.bucket_bytes as usize);
+            if tx.c.ep.post().await.is_err() {
+                return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
+            }
+            let bytes = tx.c.ep.bytes(r);
+            if first {
+                let lock = u64::from_le_bytes(bytes[8..16].try_into().expect("word"));
+                if lock != 0 && lock != owner {
+                    return Err(fail);
+                }
+                first = false;
+            }
+            let scan = t.scan(bucket, bytes, key);
+            if scan.found.is_some() {
+                return Err(fail);
+            }
+            if let Some((slot, _)) = scan.tombstone {
+                tombstone = tombstone.max(codec.header(t.slot_bytes(bytes, slot)).version);
+            }
+            match scan.next {
+                Some(n) => bucket = n,
+                None => break,
+            }
+        }
+        // Inserted and deleted again since the read: absent, but not the absence we saw.
+        if tombstone != seen {
+            return Err(fail);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,3 @@
+//! The concurrency-control protocols. Each is one module; [`crate::Protocol`] names them.
+
+pub(crate) mod ford;

@@ -1,0 +1,328 @@
+//! The transaction API: begin, read, read_for_update, update, delete, commit, rollback.
+
+use crate::abort::{Abort, AbortReason};
+use crate::config::Protocol;
+use crate::coord::{Coordinator, TxnOutcome};
+use crate::protocols::ford;
+use dtxn_check::history;
+use dtxn_fabric::{NodeId, Stats};
+
+/// Declared up front, as the papers' coordinators do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxKind {
+    ReadOnly,
+    ReadWrite,
+}
+
+/// One record the transaction touches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub table: u32,
+    pub key: u64,
+    /// Read for update: the item is locked (read-write set) rather than validated (read set).
+    pub for_update: bool,
+}
+
+impl Access {
+    pub fn read(table: u32, key: u64) -> Access {
+        Access {
+            table,
+            key,
+            for_update: false,
+        }
+    }
+
+    pub fn update(table: u32, key: u64) -> Access {
+        Access {
+            table,
+            key,
+            for_update: true,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum NewValue {
+    Keep,
+    Update,
+    Delete,
+    /// A new record in a free slot of the key's chain (whose insert lock we hold).
+    Insert,
+}
+
+/// A record in the transaction's read or read-write set.
+#[derive(Debug, Clone)]
+pub(crate) struct Item {
+    pub table: u32,
+    pub key: u64,
+    pub rw: bool,
+    /// The record's slot (same offset on every replica), once known.
+    pub offset: Option<u64>,
+    /// The replica it was read from (validated against the same one).
+    pub node: NodeId,
+    pub exists: bool,
+    /// Version observed at execution.
+    pub version: u64,
+    /// We hold its lock on the primary.
+    pub locked: bool,
+    /// Read through its bucket without a lock: locked (and version-checked) at validation.
+    pub cold: bool,
+    /// The value as read, then as the transaction wants it.
+    pub value: Vec<u8>,
+    /// The record's bytes as read: the undo image.
+    pub image: Vec<u8>,
+    pub new: NewValue,
+    /// Inserts: the chain's insert lock we hold, as (node, address).
+    pub chain_lock: Option<(NodeId, u64)>,
+    /// Inserts: the version the new record gets (above the slot's old stamps and the key's
+    /// tombstone, so that neither ever repeats).
+    pub install: Option<u64>,
+}
+
+impl Item {
+    /// The version a commit of this item installs.
+    pub fn new_version(&self) -> u64 {
+        self.install.unwrap_or(self.version + 1)
+    }
+}
+
+/// A transaction in progress. Reads return the value the transaction sees (its own writes
+/// included); nothing uncommitted of another transaction is ever visible.
+pub struct Txn<'c> {
+    pub(crate) c: &'c mut Coordinator,
+    pub(crate) id: u64,
+    pub(crate) kind: TxKind,
+    pub(crate) items: Vec<Item>,
+    pub(crate) start_ns: u64,
+    pub(crate) stats_at_start: Stats,
+    /// RW images in the last undo-log entry written.
+    pub(crate) logged: usize,
+    /// Versions installed, once the commit WRITEs have been posted (for the history).
+    pub(crate) installed: bool,
+    pub(crate) finished: bool,
+}
+
+impl<'c> Txn<'c> {
+    pub(crate) fn new(c: &'c mut Coordinator, id: u64, kind: TxKind) -> Txn<'c> {
+        Txn {
+            start_ns: c.ep.now_ns(),
+            stats_at_start: c.ep.stats(),
+            c,
+            id,
+            kind,
+            items: Vec::new(),
+            logged: 0,
+            installed: false,
+            finished: false,
+        }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub(crate) fn find(&self, table: u32, key: u64) -> Option<usize> {
+        self.items
+            .iter()
+            .position(|i| i.table == table && i.key == key)
+    }
+
+    /// Reads `key` of `table` as a read-only item: `None` if it does not exist.
+    pub async fn read(&mut self, table: u32, key: u64) -> Result<Option<&[u8]>, Abort> {
+        self.fetch(&[Access::read(table, key)]).await?;
+        Ok(self.get(table, key))
+    }
+
+    /// Reads `key` of `table` for update (locks it): `None` if it does not exist.
+    pub async fn read_for_update(&mut self, table: u32, key: u64) -> Result<Option<&[u8]>, Abort> {
+        self.fetch(&[Access::update(table, key)]).await?;
+        Ok(self.get(table, key))
+    }
+
+    /// Fetches several records in one round trip (per protocol phase); read their values with
+    /// [`get`](Self::get).
+    pub async fn fetch(&mut self, accesses: &[Access]) -> Result<(), Abort> {
+        assert!(!self.finished, "the transaction is over");
+        let r = match self.c.cfg.protocol {
+            Protocol::Ford => ford::execute(self, accesses).await,
+        };
+        if let Err(a) = r {
+            self.abort_with(a).await;
+            return Err(a);
+        }
+        Ok(())
+    }
+
+    /// The value of a fetched record as this transaction sees it (`None`: absent or deleted).
+    pub fn get(&self, table: u32, key: u64) -> Option<&[u8]> {
+        let i = &self.items[self.find(table, key)?];
+        let visible = (i.exists && i.new != NewValue::Delete) || i.new == NewValue::Insert;
+        visible.then_some(i.value.as_slice())
+    }
+
+    fn writable(&mut self, table: u32, key: u64) -> Result<usize, Abort> {
+        let abort = |reason| Abort { reason, table, key };
+        let Some(i) = self.find(table, key) else {
+            return Err(abort(AbortReason::BadRequest));
+        };
+        if !self.items[i].rw || self.kind == TxKind::ReadOnly {
+            return Err(abort(AbortReason::BadRequest));
+        }
+        let it = &self.items[i];
+        if it.new != NewValue::Insert && (!it.exists || it.new == NewValue::Delete) {
+            return Err(abort(AbortReason::Missing));
+        }
+        Ok(i)
+    }
+
+    /// Replaces the value of a record read for update.
+    pub async fn update(&mut self, table: u32, key: u64, value: &[u8]) -> Result<(), Abort> {
+        let r = self.writable(table, key).and_then(|i| {
+            let it = &mut self.items[i];
+            if value.len() != it.value.len() {
+                return Err(Abort {
+                    reason: AbortReason::BadRequest,
+                    table,
+                    key,
+                });
+            }
+            it.value.copy_from_slice(value);
+            if it.new != NewValue::Insert {
+                it.new = NewValue::Update;
+            }
+            Ok(())
+        });
+        if let Err(a) = r {
+            self.abort_with(a).await;
+        }
+        r
+    }
+
+    /// Deletes a record read for update.
+    pub async fn delete(&mut self, table: u32, key: u64) -> Result<(), Abort> {
+        let r = self
+            .writable(table, key)
+            .map(|i| self.items[i].new = NewValue::Delete);
+        if let Err(a) = r {
+            self.abort_with(a).await;
+        }
+        r
+    }
+
+    /// Inserts a new record. Aborts with `Exists` if the key is present.
+    pub async fn insert(&mut self, table: u32, key: u64, value: &[u8]) -> Result<(), Abort> {
+        assert!(!self.finished, "the transaction is over");
+        let r = match self.c.cfg.protocol {
+            Protocol::Ford => ford::insert(self, table, key, value).await,
+        };
+        if let Err(a) = r {
+            self.abort_with(a).await;
+            return Err(a);
+        }
+        Ok(())
+    }
+
+    /// Validates and commits. `Ok` means durable on every replica and serialized.
+    pub async fn commit(mut self) -> Result<(), Abort> {
+        assert!(!self.finished, "the transaction is over");
+        let r = match self.c.cfg.protocol {
+            Protocol::Ford => ford::commit(&mut self).await,
+        };
+        match r {
+            Ok(()) => {
+                self.finish(Ok(()));
+                Ok(())
+            }
+            Err(a) => {
+                self.abort_with(a).await;
+                Err(a)
+            }
+        }
+    }
+
+    /// The application's own rollback: releases everything, changes nothing.
+    pub async fn rollback(mut self) {
+        let a = Abort {
+            reason: AbortReason::User,
+            table: 0,
+            key: 0,
+        };
+        self.abort_with(a).await;
+    }
+
+    pub(crate) async fn abort_with(&mut self, a: Abort) {
+        if self.finished {
+            return;
+        }
+        match self.c.cfg.protocol {
+            Protocol::Ford => ford::release_on_abort(self).await,
+        }
+        self.finish(Err(a));
+    }
+
+    fn finish(&mut self, result: Result<(), Abort>) {
+        self.finished = true;
+        let end_ns = self.c.ep.now_ns();
+        match result {
+            Ok(()) => self.c.stats.committed += 1,
+            Err(a) => self.c.stats.count_abort(a.reason),
+        }
+        self.c.last = Some(TxnOutcome {
+            result,
+            fabric: self.c.ep.stats() - self.stats_at_start,
+            start_ns: self.start_ns,
+            end_ns,
+        });
+        if self.c.recorder.is_some() {
+            let h = self.history(result.is_ok(), end_ns);
+            if let Some(r) = &mut self.c.recorder {
+                r.record(&h);
+            }
+        }
+    }
+
+    /// This transaction as the history checker sees it: the version of every item it read,
+    /// and the version of every item it installed.
+    fn history(&self, committed: bool, end_ns: u64) -> history::Txn {
+        let reads = self
+            .items
+            .iter()
+            .map(|i| history::Read {
+                table: i.table,
+                key: i.key,
+                // For an absent key, the tombstone's version (0 if it never existed).
+                version: i.version,
+            })
+            .collect();
+        let writes = if committed || self.installed {
+            self.items
+                .iter()
+                .filter(|i| i.new != NewValue::Keep)
+                .map(|i| history::Write {
+                    table: i.table,
+                    key: i.key,
+                    version: i.new_version(),
+                    deleted: i.new == NewValue::Delete,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        history::Txn {
+            txn: self.id,
+            session: u64::from(self.c.ep.id().index),
+            status: if committed {
+                history::Status::Committed
+            } else {
+                history::Status::Aborted
+            },
+            start: self.start_ns,
+            end: end_ns,
+            reads,
+            writes,
+        }
+    }
+}
+
+// A `Txn` dropped without `commit` or `rollback` keeps its locks: that is a bug of the caller
+// (or a crashed compute node, whose coordinators are dropped mid-flight: what recovery is for).

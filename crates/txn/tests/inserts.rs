@@ -1,0 +1,184 @@
+//! Inserts, deletes and reads of absent keys under the adversarial simulator: the history is
+//! strictly serializable, no key is ever placed twice, and memory agrees with the history.
+
+use dtxn_check::{check, Isolation, Options, Status, Txn as HTxn};
+use dtxn_fabric::sim::{SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, Topology};
+use dtxn_store::{Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_txn::{Abort, AbortReason, Access, Coordinator, Recorder, TxKind, TxnConfig};
+use rand::Rng;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+const T: u32 = 7;
+const KEYS: u64 = 40;
+const VALUE: usize = 100;
+
+struct Collect(Rc<RefCell<Vec<HTxn>>>);
+
+impl Recorder for Collect {
+    fn record(&mut self, t: &HTxn) {
+        self.0.borrow_mut().push(t.clone());
+    }
+}
+
+fn value(key: u64, n: u64) -> Vec<u8> {
+    let mut v = vec![(n % 250) as u8; VALUE];
+    v[..8].copy_from_slice(&key.to_le_bytes());
+    v
+}
+
+#[test]
+fn inserts_deletes_and_absent_reads_are_serializable() {
+    for seed in 1..=12 {
+        let mut spec = TableSpec::new(T, "kv", VALUE, 12);
+        spec.slots_per_bucket = 2;
+        spec.load_factor = 1.0;
+        spec.overflow_fraction = 8.0;
+        let shape = PoolShape {
+            memory_nodes: 2,
+            replicas: 2,
+            log_slices: 32,
+            log_slice_bytes: 4096,
+            region_bytes: None,
+        };
+        let plan = Plan::new(&[spec], &shape).unwrap();
+        let mut sim = SimPool::new(SimConfig::new(seed, 2, plan.region_bytes)).unwrap();
+        let pool = dtxn_fabric::Pool::Sim(sim);
+        plan.format_pool(&pool).unwrap();
+        let dtxn_fabric::Pool::Sim(s) = pool else {
+            unreachable!()
+        };
+        sim = s;
+        let history = Rc::new(RefCell::new(Vec::new()));
+        let cfg = Rc::new(TxnConfig::default());
+        let topo = Topology {
+            compute_nodes: 2,
+            threads: 2,
+            coroutines: 2,
+        };
+        let r = sim
+            .run(topo, None, |mut ep: Endpoint| {
+                let (history, cfg) = (history.clone(), cfg.clone());
+                async move {
+                    let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                    let mut c = Coordinator::new(ep, map, cfg);
+                    c.set_recorder(Box::new(Collect(history)));
+                    let mut exists_aborts = 0;
+                    for n in 0..50u64 {
+                        let key = c.endpoint().rng().random_range(0..KEYS);
+                        let op = c.endpoint().rng().random_range(0..3);
+                        let r: Result<(), Abort> = async {
+                            match op {
+                                0 => {
+                                    let mut tx = c.begin(TxKind::ReadWrite);
+                                    tx.insert(T, key, &value(key, n)).await?;
+                                    tx.commit().await
+                                }
+                                1 => {
+                                    let mut tx = c.begin(TxKind::ReadWrite);
+                                    if tx.read_for_update(T, key).await?.is_some() {
+                                        tx.delete(T, key).await?;
+                                    }
+                                    tx.commit().await
+                                }
+                                _ => {
+                                    let mut tx = c.begin(TxKind::ReadOnly);
+                                    let keys: Vec<Access> = (0..3)
+                                        .map(|i| Access::read(T, (key + i * 7) % KEYS))
+                                        .collect();
+                                    tx.fetch(&keys).await?;
+                                    for a in &keys {
+                                        if let Some(v) = tx.get(T, a.key) {
+                                            assert_eq!(
+                                                &v[..8],
+                                                &a.key.to_le_bytes(),
+                                                "a record under the wrong key"
+                                            );
+                                        }
+                                    }
+                                    tx.commit().await
+                                }
+                            }
+                        }
+                        .await;
+                        if let Err(a) = r {
+                            assert_ne!(a.reason, AbortReason::BadRequest, "{a}");
+                            exists_aborts += u32::from(a.reason == AbortReason::Exists);
+                        }
+                    }
+                    (c.stats.committed, exists_aborts)
+                }
+            })
+            .unwrap();
+        let committed: u64 = r.outputs.iter().flatten().map(|o| o.0).sum();
+        let exists: u32 = r.outputs.iter().flatten().map(|o| o.1).sum();
+        assert!(committed > 50, "seed {seed}: {committed}");
+        assert!(
+            exists > 0,
+            "seed {seed}: inserts of present keys must abort"
+        );
+        let h = history.borrow().clone();
+        let report = check(
+            &h,
+            Options {
+                isolation: Isolation::Serializable,
+                real_time: true,
+            },
+        )
+        .unwrap();
+        if !report.ok() {
+            let lines: Vec<String> = h
+                .iter()
+                .map(|t| serde_json::to_string(t).unwrap())
+                .collect();
+            let path = std::env::temp_dir().join(format!("dtxn-inserts-seed{seed}.jsonl"));
+            std::fs::write(&path, lines.join("\n")).unwrap();
+            eprintln!("history written to {}", path.display());
+        }
+        assert!(report.ok(), "seed {seed}: {report}");
+        // Memory agrees with the last committed write of every key.
+        let mut last: BTreeMap<u64, (u64, bool)> = BTreeMap::new();
+        for t in h.iter().filter(|t| t.status == Status::Committed) {
+            for w in &t.writes {
+                let e = last.entry(w.key).or_insert((0, true));
+                if w.version > e.0 {
+                    *e = (w.version, w.deleted);
+                }
+            }
+        }
+        let t = plan.table(T).unwrap();
+        let codec = t.codec();
+        let mut present = BTreeMap::new();
+        for b in 0..t.bucket_count + t.overflow_buckets {
+            let base = t.table_off + 64 + b * t.bucket_bytes;
+            for s in 0..t.slots_per_bucket {
+                let mut rec = vec![0u8; t.record_bytes as usize];
+                sim.with_local(0, |m| m.read(t.slot(base, s), &mut rec));
+                let mut v = vec![0u8; VALUE];
+                let h = codec.decode(&rec, &mut v).unwrap();
+                assert_eq!(h.lock, 0, "seed {seed}: a lock was left behind");
+                if h.valid {
+                    assert!(
+                        present.insert(h.key, h.version).is_none(),
+                        "seed {seed}: key {} twice",
+                        h.key
+                    );
+                }
+            }
+        }
+        for (k, (v, deleted)) in &last {
+            assert_eq!(
+                present.get(k).copied(),
+                (!deleted).then_some(*v),
+                "seed {seed}: key {k}"
+            );
+        }
+        assert_eq!(
+            present.len(),
+            last.values().filter(|(_, d)| !d).count(),
+            "seed {seed}"
+        );
+    }
+}
