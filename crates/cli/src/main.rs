@@ -1,6 +1,7 @@
 //! `dtxn`: distributed transactions on disaggregated memory.
 
 mod backend;
+mod memnode;
 mod probe;
 
 use anyhow::{bail, Result};
@@ -24,6 +25,8 @@ struct Cli {
 enum Cmd {
     /// Torn-read probe: which read schemes a fabric lets accept torn records.
     Probe(ProbeArgs),
+    /// Memory-node daemon: serves a region over UCX to compute processes until SIGTERM.
+    Memnode(memnode::MemnodeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -185,6 +188,7 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Probe(a) => probe(a),
+        Cmd::Memnode(a) => memnode::run(a),
     };
     match r {
         Ok(code) => code,

@@ -301,3 +301,33 @@ fn a_vanished_memory_node_is_an_error() {
     let e = block_on(ep.post()).unwrap_err();
     assert_eq!(e, FabricError::NodeDown(0));
 }
+
+/// A file-backed region keeps its bytes across memory nodes, and one file has one node.
+#[test]
+fn file_regions_persist_and_are_served_once() {
+    if !AVAILABLE {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("region");
+    let cfg = MemNodeConfig {
+        size: 1 << 16,
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        token: "t".into(),
+        file: Some(path.clone()),
+        ucx: UcxConfig::loopback_tcp(),
+    };
+    let n = MemNode::start(cfg.clone(), 0).unwrap();
+    let e = MemNode::start(cfg.clone(), 0).unwrap_err();
+    assert!(e.to_string().contains("already served"), "{e}");
+    let pool = UcxPool::connect(&[n.addr()], "t", UcxConfig::loopback_tcp()).unwrap();
+    pool.try_with_local(0, |m| m.write_u64(4096, 0xfeed))
+        .unwrap();
+    drop(pool);
+    n.shutdown();
+    let n = MemNode::start(cfg, 0).unwrap();
+    assert_eq!(n.with_local(|m| m.read_u64(4096)), 0xfeed);
+    n.shutdown();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -38,8 +38,9 @@ struct Inner {
     info: NodeInfo,
     stop: AtomicBool,
     rpc: RwLock<Option<Arc<dyn RpcHandler>>>,
-    /// Keeps a file-backed region mapped (after `map`, which registers it, is dropped).
-    _file: Option<memmap2::MmapMut>,
+    /// Keeps a file-backed region mapped (after `map`, which registers it, is dropped), and
+    /// the file open with its lock.
+    _file: Option<(memmap2::MmapMut, std::fs::File)>,
 }
 
 /// A memory node serving one region over UCX. Dropping it (or [`MemNode::shutdown`]) stops its
@@ -90,7 +91,7 @@ impl MemNode {
             None => None,
             Some(path) => Some(map_file(path, cfg.size)?),
         };
-        let at = file.as_mut().map(|m| m.as_mut_ptr());
+        let at = file.as_mut().map(|(m, _)| m.as_mut_ptr());
         // SAFETY: a file mapping is `len` writable bytes owned by `Inner::_file`, which is
         // dropped after `Inner::map` (field order), so it outlives the registration.
         let map = unsafe { MemMap::new(&ctx, at, len)? };
@@ -240,7 +241,11 @@ impl Drop for Served {
     }
 }
 
-fn map_file(path: &std::path::Path, size: u64) -> Result<memmap2::MmapMut, FabricError> {
+/// Opens (creating or extending to `size`), locks and maps the region's file.
+fn map_file(
+    path: &std::path::Path,
+    size: u64,
+) -> Result<(memmap2::MmapMut, std::fs::File), FabricError> {
     let err = |e: std::io::Error| FabricError::Setup(format!("{}: {e}", path.display()));
     let f = std::fs::OpenOptions::new()
         .read(true)
@@ -249,13 +254,38 @@ fn map_file(path: &std::path::Path, size: u64) -> Result<memmap2::MmapMut, Fabri
         .truncate(false)
         .open(path)
         .map_err(err)?;
+    lock(&f, path)?;
     let len = f.metadata().map_err(err)?.len();
     if len < size {
         f.set_len(size).map_err(err)?;
     }
-    // SAFETY: a shared mapping of a file we opened read-write; other processes that change it
-    // underneath (another daemon) are excluded by the caller's lock on the file.
-    unsafe { memmap2::MmapOptions::new().len(size as usize).map_mut(&f) }.map_err(err)
+    // SAFETY: a shared mapping of a file we opened read-write and hold an exclusive lock on:
+    // no other memory node changes it underneath (other writers are not dtxn's).
+    let m = unsafe { memmap2::MmapOptions::new().len(size as usize).map_mut(&f) }.map_err(err)?;
+    Ok((m, f))
+}
+
+/// Takes the exclusive advisory lock of the region's file for as long as `f` stays open: two
+/// memory nodes serving one file would each think they own it.
+fn lock(f: &std::fs::File, path: &std::path::Path) -> Result<(), FabricError> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on the descriptor of an open file; no memory is passed.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Err(FabricError::Setup(format!(
+            "{} is already served by another memory node (it holds the file's lock)",
+            path.display()
+        )))
+    } else {
+        Err(FabricError::Setup(format!(
+            "cannot lock {}: {e}",
+            path.display()
+        )))
+    }
 }
 
 fn progress(inner: &Inner) {
