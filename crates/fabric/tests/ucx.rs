@@ -321,10 +321,12 @@ fn file_regions_persist_and_are_served_once() {
     let n = MemNode::start(cfg.clone(), 0).unwrap();
     let e = MemNode::start(cfg.clone(), 0).unwrap_err();
     assert!(e.to_string().contains("already served"), "{e}");
-    let pool = UcxPool::connect(&[n.addr()], "t", UcxConfig::loopback_tcp()).unwrap();
-    pool.try_with_local(0, |m| m.write_u64(4096, 0xfeed))
-        .unwrap();
-    drop(pool);
+    {
+        // Disconnects at the end of the block, before the node stops.
+        let pool = UcxPool::connect(&[n.addr()], "t", UcxConfig::loopback_tcp()).unwrap();
+        pool.try_with_local(0, |m| m.write_u64(4096, 0xfeed))
+            .unwrap();
+    }
     n.shutdown();
     let n = MemNode::start(cfg, 0).unwrap();
     assert_eq!(n.with_local(|m| m.read_u64(4096)), 0xfeed);
