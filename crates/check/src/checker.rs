@@ -4,7 +4,7 @@ use crate::graph::{tarjan, Bfs, Csr, Dep, Deps, Digraph, View};
 use crate::history::{HistoryError, HistoryReader, Status, Txn};
 use crate::report::{Anomaly, Item, Kind, Report, Step, TxnRef};
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::path::Path;
 
 /// The isolation level to check the history against.
@@ -111,8 +111,8 @@ impl Op {
 
 /// Collects a history one transaction at a time, then checks it.
 ///
-/// Memory is about 40 bytes per transaction plus 32 per read or write; nothing of a
-/// transaction is kept beyond what the graph needs.
+/// It keeps about 70 bytes per transaction and 32 per read or write of a committed one, no
+/// more of a transaction than the graph needs; building the graph takes about as much again.
 pub struct Checker {
     options: Options,
     txns: Vec<Meta>,
@@ -222,7 +222,6 @@ impl Checker {
             h: &self,
             edges: Vec::new(),
             anomalies: Vec::new(),
-            lost: HashMap::new(),
             writers: Vec::new(),
             installed: Vec::new(),
         };
@@ -231,7 +230,6 @@ impl Checker {
         let Builder {
             edges,
             mut anomalies,
-            lost,
             ..
         } = b;
         let graph = Csr::new(nodes, &edges);
@@ -240,11 +238,12 @@ impl Checker {
         let mut cycles = Cycles {
             h: &self,
             labels: &labels,
-            lost: &lost,
             out: &mut anomalies,
         };
         cycles.search(&graph);
-        anomalies.sort_by_cached_key(|a| (a.kind(), a.txns()));
+        // The SI search can meet one cycle from two components; the text makes equal ones
+        // adjacent.
+        anomalies.sort_by_cached_key(|a| (a.kind(), a.txns(), a.to_string()));
         anomalies.dedup();
         let committed = self.txns.iter().filter(|t| t.committed).count() as u64;
         Report {
@@ -264,7 +263,7 @@ impl Checker {
     }
 }
 
-/// Splits `ops` (sorted by item) into runs of one item.
+/// Splits sorted `ops` into the runs that agree on `f`.
 fn runs_by<T: PartialEq>(ops: &[Op], f: impl Fn(&Op) -> T) -> impl Iterator<Item = &[Op]> {
     ops.chunk_by(move |a, b| f(a) == f(b))
 }
@@ -275,9 +274,6 @@ struct Builder<'a> {
     h: &'a Checker,
     edges: Vec<(u32, u32, Dep)>,
     anomalies: Vec<Anomaly>,
-    /// Lost updates, by item: the transactions of each, to tell the cycle they form apart from
-    /// other cycles.
-    lost: HashMap<(u32, u64), Vec<Vec<u64>>>,
     writers: Vec<u32>,
     /// The installed versions of the current item: (version, range of `ws`) per version.
     installed: Vec<(u64, usize, usize)>,
@@ -294,13 +290,13 @@ impl Builder<'_> {
     fn dependencies(&mut self) {
         let (reads, writes) = (&self.h.reads[..], &self.h.writes[..]);
         let (mut r, mut w) = (0, 0);
-        while r < reads.len() || w < writes.len() {
-            let item = match (reads.get(r), writes.get(w)) {
-                (Some(a), Some(b)) => a.item().min(b.item()),
-                (Some(a), None) => a.item(),
-                (None, Some(b)) => b.item(),
-                (None, None) => unreachable!("loop condition"),
-            };
+        // Both lists are sorted by item: walk them side by side, one item at a time.
+        while let Some(item) = [reads.get(r), writes.get(w)]
+            .into_iter()
+            .flatten()
+            .map(Op::item)
+            .min()
+        {
             let r_end = r + reads[r..].partition_point(|o| o.item() == item);
             let w_end = w + writes[w..].partition_point(|o| o.item() == item);
             self.item(item, &reads[r..r_end], &writes[w..w_end]);
@@ -366,25 +362,17 @@ impl Builder<'_> {
                     continue;
                 }
             };
-            let mut lost = Vec::new();
-            for rd in run {
-                let x = rd.txn;
-                if let Some(g) = group {
-                    if members(&g).any(|o| o.txn == x) {
-                        // Its own version: the ww edges order it already.
-                        continue;
-                    }
-                    self.edge(rep(&g), x, Dep::Wr);
-                }
-                if let Some(next) = next {
-                    self.edge(x, rep(&next), Dep::Rw);
-                }
-                if self.writers.binary_search(&x).is_ok() {
-                    lost.push(x);
-                }
-            }
+            let own = |x: u32| group.is_some_and(|g| members(&g).any(|o| o.txn == x));
+            // Readers of v that also wrote the item (runs are sorted by txn).
+            let mut lost: Vec<u32> = run
+                .iter()
+                .map(|o| o.txn)
+                .filter(|&x| !own(x) && self.writers.binary_search(&x).is_ok())
+                .collect();
             lost.dedup();
-            if lost.len() > 1 {
+            if lost.len() < 2 {
+                lost.clear();
+            } else {
                 self.anomalies.push(Anomaly::Version {
                     kind: Kind::LostUpdate,
                     table,
@@ -392,8 +380,25 @@ impl Builder<'_> {
                     version: v,
                     txns: lost.iter().map(|&x| h.txn_ref(x)).collect(),
                 });
-                let ids = lost.iter().map(|&x| h.txns[x as usize].id).collect();
-                self.lost.entry((table, key)).or_default().push(ids);
+            }
+            let next = next.map(|n| rep(&n));
+            // The anti-dependencies between the transactions of a lost update are the lost
+            // update: they stay out of the graph, where they would be found again as G-single.
+            let lost_to_next = next.is_some_and(|n| lost.binary_search(&n).is_ok());
+            for rd in run {
+                let x = rd.txn;
+                if own(x) {
+                    // Its own version: the ww edges order it already.
+                    continue;
+                }
+                if let Some(g) = group {
+                    self.edge(rep(&g), x, Dep::Wr);
+                }
+                if let Some(n) = next {
+                    if !(lost_to_next && lost.binary_search(&x).is_ok()) {
+                        self.edge(x, n, Dep::Rw);
+                    }
+                }
             }
         }
     }
@@ -590,7 +595,6 @@ const ALL: Deps = Deps::of(&[Dep::Ww, Dep::Wr, Dep::Rw, Dep::Rt]);
 struct Cycles<'a> {
     h: &'a Checker,
     labels: &'a Labels,
-    lost: &'a HashMap<(u32, u64), Vec<Vec<u64>>>,
     out: &'a mut Vec<Anomaly>,
 }
 
@@ -654,7 +658,7 @@ impl Cycles<'_> {
         let mut product = Bfs::new(if si { 2 * g.len() } else { 0 });
         // Searches past the first witness of a component are bounded, so that a history whose
         // every transaction is in one component is still checked in about linear time.
-        let mut budget = 16 * (g.len() + g.edge_count()) as u64 + 100_000;
+        let mut budget = 4 * (g.len() + g.edge_count()) as u64 + 100_000;
 
         let v0 = View {
             g,
@@ -662,7 +666,13 @@ impl Cycles<'_> {
             si: false,
         };
         let (c0, n0) = tarjan(&v0);
-        for cycle in first_cycles(&v0, &c0, vec![false; n0 as usize], Dep::Ww, &mut plain) {
+        for cycle in first_cycles(
+            &v0,
+            &c0,
+            &mut vec![false; n0 as usize],
+            |_, e, _| g.dep(e) == Dep::Ww,
+            &mut plain,
+        ) {
             self.report(r, false, Kind::G0, &cycle);
         }
         let v1 = View {
@@ -671,7 +681,13 @@ impl Cycles<'_> {
             si: false,
         };
         let (c1, n1) = tarjan(&v1);
-        for cycle in first_cycles(&v1, &c1, vec![false; n1 as usize], Dep::Wr, &mut plain) {
+        for cycle in first_cycles(
+            &v1,
+            &c1,
+            &mut vec![false; n1 as usize],
+            |_, e, _| g.dep(e) == Dep::Wr,
+            &mut plain,
+        ) {
             self.report(r, false, Kind::G1c, &cycle);
         }
 
@@ -695,6 +711,7 @@ impl Cycles<'_> {
             }
         }
         let mut done = vec![false; n2 as usize];
+        let mut member = vec![false; g.len()];
         for (v, _, w) in anchors(&v2, Dep::Rw) {
             let c = c2[v];
             if c2[w] != c || done[c as usize] {
@@ -702,9 +719,15 @@ impl Cycles<'_> {
             }
             done[c as usize] = true;
             let nodes = &nodes_of[c as usize];
-            if !self.g_single(r, &v1, &c1, nodes, &mut plain, &mut budget) {
+            for &x in nodes {
+                member[x] = true;
+            }
+            if !self.g_single(r, &v1, &c1, nodes, &member, &mut plain, &mut budget) {
                 let bfs = if si { &mut product } else { &mut plain };
-                self.g2(r, &v2, &c2, c, nodes, bfs, &mut budget);
+                self.g2(r, &v2, &c2, c, nodes, bfs);
+            }
+            for &x in nodes {
+                member[x] = false;
             }
         }
 
@@ -729,28 +752,40 @@ impl Cycles<'_> {
                     explained[c] = false;
                 }
             }
+            // Anchored where possible at a dependency between components that the dependencies
+            // alone leave apart, which keeps long chains of rt edges out of the witness.
             let bfs = if si { &mut product } else { &mut plain };
-            for cycle in first_cycles(&v3, &c3, explained, Dep::Rt, bfs) {
+            let done = &mut explained;
+            let across = |v: usize, e: usize, w: usize| g.dep(e) != Dep::Rt && c2[v] != c2[w];
+            let mut cycles = first_cycles(&v3, &c3, done, across, bfs);
+            cycles.extend(first_cycles(
+                &v3,
+                &c3,
+                done,
+                |_, e, _| g.dep(e) == Dep::Rt,
+                bfs,
+            ));
+            for cycle in cycles {
                 self.report(r, si, Kind::RealTime, &cycle);
             }
         }
     }
 
-    /// Looks for a cycle with exactly one anti-dependency among `nodes`: an rw edge whose
-    /// target reaches its source by ww and wr edges. Certain and cheap when both ends are in
-    /// one ww/wr component; otherwise a bounded search per rw edge.
+    /// Looks for a cycle with exactly one anti-dependency among `nodes` (those marked in
+    /// `member`): an rw edge whose target reaches its source by ww and wr edges. Certain and
+    /// cheap when both ends are in one ww/wr component (`c1`); otherwise a bounded search.
+    #[allow(clippy::too_many_arguments)]
     fn g_single(
         &mut self,
         r: &Region,
         v1: &View<'_>,
         c1: &[u32],
         nodes: &[usize],
+        member: &[bool],
         bfs: &mut Bfs,
         budget: &mut u64,
     ) -> bool {
         let g = v1.g;
-        let mut in_nodes = HashSet::new();
-        in_nodes.extend(nodes.iter().copied());
         let rw = || {
             nodes.iter().flat_map(move |&x| {
                 g.edge_range(x)
@@ -762,26 +797,28 @@ impl Cycles<'_> {
             let mut unbounded = u64::MAX;
             let c = c1[x];
             if let Some(p) = bfs.path(v1, w, x, |y| c1[y] == c, &mut unbounded) {
-                if self.report(r, false, Kind::GSingle, &close(x, e, p)) {
-                    return true;
-                }
+                self.report(r, false, Kind::GSingle, &close(x, e, p));
+                return true;
             }
         }
-        for (x, e, w) in rw().filter(|&(x, _, w)| c1[x] != c1[w] && in_nodes.contains(&w)) {
+        // Tarjan numbers components in reverse topological order: what w reaches by ww and wr
+        // edges has a component number no greater than w's. So only rw edges that point up
+        // can close a cycle, and a search needs no node numbered below x's component.
+        for (x, e, w) in rw().filter(|&(x, _, w)| c1[w] > c1[x] && member[w]) {
             if *budget == 0 {
                 break;
             }
-            if let Some(p) = bfs.path(v1, w, x, |y| in_nodes.contains(&y), budget) {
-                if self.report(r, false, Kind::GSingle, &close(x, e, p)) {
-                    return true;
-                }
+            let floor = c1[x];
+            if let Some(p) = bfs.path(v1, w, x, |y| member[y] && c1[y] >= floor, budget) {
+                self.report(r, false, Kind::GSingle, &close(x, e, p));
+                return true;
             }
         }
         false
     }
 
-    /// A shortest cycle through some rw edge of component `c`, named by its anti-dependencies.
-    #[allow(clippy::too_many_arguments)]
+    /// A shortest cycle through the first rw edge of component `c`, named by its
+    /// anti-dependencies.
     fn g2(
         &mut self,
         r: &Region,
@@ -790,46 +827,32 @@ impl Cycles<'_> {
         c: u32,
         nodes: &[usize],
         bfs: &mut Bfs,
-        budget: &mut u64,
     ) {
         let g = v2.g;
-        let views = |x: usize| {
-            if v2.si {
-                vec![2 * x, 2 * x + 1]
-            } else {
-                vec![x]
-            }
-        };
-        let mut first = true;
-        for v in nodes.iter().flat_map(|&x| views(x)).filter(|&v| c2[v] == c) {
-            for e in v2.edges(v).filter(|&e| g.dep(e) == Dep::Rw) {
-                let Some(w) = v2.target(v, e).filter(|&w| c2[w] == c) else {
-                    continue;
-                };
-                let mut unbounded = u64::MAX;
-                let b = if first { &mut unbounded } else { &mut *budget };
-                first = false;
-                let Some(p) = bfs.path(v2, w, v, |y| c2[y] == c, b) else {
-                    if *budget == 0 {
-                        return;
-                    }
-                    continue;
-                };
-                let cycle = close(v, e, p);
-                let rws = cycle.iter().filter(|&&(_, e)| g.dep(e) == Dep::Rw).count();
-                let kind = if rws == 1 { Kind::GSingle } else { Kind::G2 };
-                if self.report(r, v2.si, kind, &cycle) {
-                    return;
-                }
-            }
+        let states = |x: usize| if v2.si { 2 * x..2 * x + 2 } else { x..x + 1 };
+        let anchor = nodes
+            .iter()
+            .flat_map(|&x| states(x))
+            .filter(|&v| c2[v] == c)
+            .flat_map(|v| v2.edges(v).map(move |e| (v, e)))
+            .find_map(|(v, e)| {
+                let w = v2.target(v, e)?;
+                (g.dep(e) == Dep::Rw && c2[w] == c).then_some((v, e, w))
+            });
+        let Some((v, e, w)) = anchor else { return };
+        let mut unbounded = u64::MAX;
+        if let Some(p) = bfs.path(v2, w, v, |y| c2[y] == c, &mut unbounded) {
+            let cycle = close(v, e, p);
+            let rws = cycle.iter().filter(|&&(_, e)| g.dep(e) == Dep::Rw).count();
+            let kind = if rws == 1 { Kind::GSingle } else { Kind::G2 };
+            self.report(r, v2.si, kind, &cycle);
         }
     }
 
     /// Turns a cycle of the region into an anomaly: transactions and labelled edges, the
     /// barrier chains of real time folded into single rt steps, starting at the smallest
-    /// transaction id. Returns false, reporting nothing, for the cycle a reported lost update
-    /// forms.
-    fn report(&mut self, r: &Region, si: bool, kind: Kind, cycle: &Cycle) -> bool {
+    /// transaction id.
+    fn report(&mut self, r: &Region, si: bool, kind: Kind, cycle: &Cycle) {
         let h = self.h;
         let n = h.txns.len();
         let is_txn = |l: usize| (r.global[l] as usize) < n;
@@ -837,8 +860,9 @@ impl Cycles<'_> {
             .iter()
             .map(|&(v, e)| (if si { v / 2 } else { v }, r.g.dst(e), r.g.dep(e)))
             .collect();
+        // Barriers only lead forward in time, so every cycle has a transaction on it.
         let Some(start) = local.iter().position(|s| is_txn(s.0)) else {
-            return false;
+            return;
         };
         local.rotate_left(start);
         let mut steps = Vec::with_capacity(local.len());
@@ -853,32 +877,10 @@ impl Cycles<'_> {
             let (ga, gb) = (r.global[a], r.global[b]);
             steps.push(self.labels.step(h, ga, gb, dep));
         }
-        if matches!(kind, Kind::GSingle | Kind::G2) && self.is_lost_update(&steps) {
-            return false;
-        }
         if let Some(min) = (0..steps.len()).min_by_key(|&i| steps[i].from.txn) {
             steps.rotate_left(min);
         }
         self.out.push(Anomaly::Cycle { kind, cycle: steps });
-        true
-    }
-
-    /// Whether a cycle is the one that a lost update, reported as such, forms: all its edges on
-    /// the lost item and all its transactions among those that lost an update.
-    fn is_lost_update(&self, steps: &[Step]) -> bool {
-        let Some(item) = steps.first().and_then(|s| s.item) else {
-            return false;
-        };
-        let key = (item.table, item.key);
-        let on_item = |s: &Step| s.item.is_some_and(|i| (i.table, i.key) == key);
-        if !steps.iter().all(on_item) {
-            return false;
-        }
-        self.lost.get(&key).is_some_and(|groups| {
-            groups
-                .iter()
-                .any(|g| steps.iter().all(|s| g.contains(&s.from.txn)))
-        })
     }
 }
 
@@ -892,26 +894,30 @@ fn close(v: usize, e: usize, path: Cycle) -> Cycle {
 
 /// The edges of `dep` kind a view keeps, as (node, edge id, target).
 fn anchors<'v>(view: &'v View<'_>, dep: Dep) -> impl Iterator<Item = (usize, usize, usize)> + 'v {
+    edges(view).filter(move |&(_, e, _)| view.g.dep(e) == dep)
+}
+
+/// The edges a view keeps, as (node, edge id, target).
+fn edges<'v>(view: &'v View<'_>) -> impl Iterator<Item = (usize, usize, usize)> + 'v {
     (0..view.node_count()).flat_map(move |v| {
         view.edges(v)
-            .filter(move |&e| view.g.dep(e) == dep)
             .filter_map(move |e| view.target(v, e).map(|w| (v, e, w)))
     })
 }
 
-/// One shortest witness cycle through a `dep` edge per component of `comp` that has one,
-/// skipping the components already `done`.
+/// One shortest witness cycle through an `anchor` edge per component of `comp` that has one,
+/// skipping the components already `done` (and marking those it finds a cycle in).
 fn first_cycles(
     view: &View<'_>,
     comp: &[u32],
-    mut done: Vec<bool>,
-    dep: Dep,
+    done: &mut [bool],
+    anchor: impl Fn(usize, usize, usize) -> bool,
     bfs: &mut Bfs,
 ) -> Vec<Cycle> {
     let mut cycles = Vec::new();
-    for (v, e, w) in anchors(view, dep) {
+    for (v, e, w) in edges(view) {
         let c = comp[v];
-        if comp[w] != c || done[c as usize] {
+        if comp[w] != c || done[c as usize] || !anchor(v, e, w) {
             continue;
         }
         done[c as usize] = true;
@@ -921,4 +927,274 @@ fn first_cycles(
         }
     }
     cycles
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::{Read, Write};
+
+    /// A committed transaction on table 1, concurrent with every other one built here.
+    fn txn(id: u64, reads: &[(u64, u64)], writes: &[(u64, u64)]) -> Txn {
+        Txn {
+            txn: id,
+            session: id % 3,
+            status: Status::Committed,
+            start: 0,
+            end: 100,
+            reads: reads
+                .iter()
+                .map(|&(key, version)| read(key, version))
+                .collect(),
+            writes: writes
+                .iter()
+                .map(|&(key, version)| write(key, version))
+                .collect(),
+        }
+    }
+
+    fn read(key: u64, version: u64) -> Read {
+        Read {
+            table: 1,
+            key,
+            version,
+        }
+    }
+
+    fn write(key: u64, version: u64) -> Write {
+        Write {
+            table: 1,
+            key,
+            version,
+            deleted: false,
+        }
+    }
+
+    fn aborted(mut t: Txn) -> Txn {
+        t.status = Status::Aborted;
+        t
+    }
+
+    fn at(mut t: Txn, start: u64, end: u64) -> Txn {
+        (t.start, t.end) = (start, end);
+        t
+    }
+
+    fn report(h: &[Txn], isolation: Isolation, real_time: bool) -> Report {
+        check(
+            h,
+            Options {
+                isolation,
+                real_time,
+            },
+        )
+        .unwrap()
+    }
+
+    fn kinds(h: &[Txn]) -> Vec<&'static str> {
+        let r = report(h, Isolation::Serializable, false);
+        r.anomalies.iter().map(|a| a.kind().name()).collect()
+    }
+
+    #[test]
+    fn a_read_of_a_version_nobody_wrote_is_g1a_but_version_0_is_the_initial_load() {
+        let h = [txn(1, &[(1, 0), (2, 5)], &[])];
+        let r = report(&h, Isolation::Serializable, false);
+        assert_eq!(r.anomalies.len(), 1);
+        assert_eq!(
+            r.anomalies[0].to_string(),
+            "G1a: txn 1 (session 1) read (1, 2) v5, which no transaction committed"
+        );
+    }
+
+    #[test]
+    fn aborted_transactions_reads_are_not_judged() {
+        let h = [
+            txn(1, &[], &[(1, 1)]),
+            aborted(txn(2, &[(1, 7), (2, 3)], &[(1, 2)])),
+            txn(3, &[(1, 1)], &[]),
+        ];
+        assert!(kinds(&h).is_empty());
+    }
+
+    #[test]
+    fn the_last_of_two_writes_is_installed_whatever_the_listing_order() {
+        // Listed greater first: v3 is still the version txn 1 installs.
+        let h = [txn(1, &[], &[(1, 3), (1, 2)]), txn(2, &[(1, 2)], &[])];
+        let r = report(&h, Isolation::Serializable, false);
+        assert_eq!(kinds(&h), ["G1b"]);
+        assert!(matches!(
+            r.anomalies[0],
+            Anomaly::Read {
+                version: 2,
+                installed: Some(3),
+                ..
+            }
+        ));
+        let ok = [txn(1, &[], &[(1, 3), (1, 2)]), txn(2, &[(1, 3)], &[])];
+        assert!(kinds(&ok).is_empty());
+    }
+
+    #[test]
+    fn reading_ones_own_write_is_not_a_dependency() {
+        let h = [
+            txn(1, &[(1, 0), (1, 1), (1, 2)], &[(1, 1), (1, 2)]),
+            txn(2, &[(1, 2)], &[(1, 3)]),
+            txn(3, &[(1, 3)], &[]),
+        ];
+        assert!(kinds(&h).is_empty());
+    }
+
+    #[test]
+    fn a_lost_update_is_named_once_not_also_as_its_cycle() {
+        let h = [
+            txn(1, &[(1, 0)], &[(1, 1)]),
+            txn(2, &[(1, 0)], &[(1, 2)]),
+            txn(3, &[(1, 0)], &[(1, 3)]),
+        ];
+        let r = report(&h, Isolation::Serializable, false);
+        assert_eq!(r.verdict(), "NOT serializable: 1 anomaly (lost-update x1)");
+        match &r.anomalies[0] {
+            Anomaly::Version { txns, version, .. } => {
+                assert_eq!(*version, 0);
+                assert_eq!(txns.iter().map(|t| t.txn).collect::<Vec<_>>(), [1, 2, 3]);
+            }
+            other => panic!("{other}"),
+        }
+        // The same transactions with a read skew on other items: that cycle is reported.
+        let mut h = h.to_vec();
+        h[1].reads.extend([read(9, 0), read(8, 1)]);
+        h[0].writes.extend([write(9, 1), write(8, 1)]);
+        assert_eq!(kinds(&h), ["lost-update", "G-single"]);
+    }
+
+    #[test]
+    fn duplicate_versions_keep_the_graph_linear_and_are_named() {
+        let h = [
+            txn(1, &[], &[(1, 1)]),
+            txn(2, &[], &[(1, 2)]),
+            txn(3, &[], &[(1, 2)]),
+            txn(4, &[], &[(1, 2)]),
+            txn(5, &[(1, 2)], &[(1, 3)]),
+        ];
+        let r = report(&h, Isolation::Serializable, false);
+        assert_eq!(
+            r.to_string(),
+            "NOT serializable: 1 anomaly (duplicate-version x1)\n\
+             duplicate-version: txn 2 (session 2), txn 3 (session 0), txn 4 (session 1) each \
+             installed (1, 1) v2\n"
+        );
+    }
+
+    #[test]
+    fn separate_components_give_separate_anomalies() {
+        // Two write skews on disjoint keys, and a G0 beside them.
+        let h = [
+            txn(1, &[(1, 0), (2, 0)], &[(1, 1)]),
+            txn(2, &[(1, 0), (2, 0)], &[(2, 1)]),
+            txn(3, &[(3, 0), (4, 0)], &[(3, 1)]),
+            txn(4, &[(3, 0), (4, 0)], &[(4, 1)]),
+            txn(5, &[], &[(5, 1), (6, 2)]),
+            txn(6, &[], &[(5, 2), (6, 1)]),
+        ];
+        let r = report(&h, Isolation::Serializable, false);
+        assert_eq!(r.verdict(), "NOT serializable: 3 anomalies (G0 x1, G2 x2)");
+        let r = report(&h, Isolation::Snapshot, false);
+        assert_eq!(r.verdict(), "NOT snapshot isolation: 1 anomaly (G0 x1)");
+    }
+
+    #[test]
+    fn one_component_reports_each_kind_it_contains() {
+        // 1 and 2 form a G0 (keys 1, 2); 2 and 3 a read skew (keys 3, 4), in one component.
+        let h = [
+            txn(1, &[], &[(1, 1), (2, 2)]),
+            txn(2, &[(4, 0), (3, 1)], &[(1, 2), (2, 1)]),
+            txn(3, &[], &[(3, 1), (4, 1)]),
+        ];
+        assert_eq!(kinds(&h), ["G0", "G-single"]);
+    }
+
+    #[test]
+    fn real_time_orders_only_what_ended_before_the_other_started() {
+        // 2 reads the initial x although 1, which wrote x, ended when 2 started: not before.
+        let h = [
+            at(txn(1, &[], &[(1, 1)]), 0, 10),
+            at(txn(2, &[(1, 0)], &[]), 10, 20),
+        ];
+        assert!(report(&h, Isolation::Serializable, true).ok());
+        let h = [
+            at(txn(1, &[], &[(1, 1)]), 0, 10),
+            at(txn(2, &[(1, 0)], &[]), 11, 20),
+        ];
+        let r = report(&h, Isolation::Serializable, true);
+        assert_eq!(
+            r.verdict(),
+            "NOT strict serializable: 1 anomaly (real-time x1)"
+        );
+        // An aborted transaction orders nothing.
+        let h = [
+            at(aborted(txn(1, &[], &[(1, 1)])), 0, 10),
+            at(txn(2, &[(1, 0)], &[]), 11, 20),
+            at(txn(3, &[], &[(1, 1)]), 15, 30),
+        ];
+        assert!(report(&h, Isolation::Serializable, true).ok());
+    }
+
+    #[test]
+    fn long_real_time_chains_fold_into_single_rt_steps() {
+        // Many transactions between 1 and 2 in time; the witness still has two steps.
+        let mut h: Vec<Txn> = (10..60)
+            .map(|i| at(txn(i, &[], &[]), i * 10, i * 10 + 5))
+            .collect();
+        h.push(at(txn(1, &[], &[(1, 1)]), 0, 10));
+        h.push(at(txn(2, &[(1, 0)], &[]), 1000, 1010));
+        let r = report(&h, Isolation::Serializable, true);
+        match &r.anomalies[..] {
+            [Anomaly::Cycle { kind, cycle }] => {
+                assert_eq!(*kind, Kind::RealTime);
+                let deps: Vec<_> = cycle
+                    .iter()
+                    .map(|s| (s.from.txn, s.dep, s.to.txn))
+                    .collect();
+                assert_eq!(deps, [(1, "rt", 2), (2, "rw", 1)]);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_transactions_are_refused_and_leave_the_checker_unchanged() {
+        let mut c = Checker::new(Options::default());
+        c.add(&txn(1, &[], &[(1, 1)])).unwrap();
+        let e = |t: &Txn, c: &mut Checker| c.add(t).unwrap_err().to_string();
+        assert_eq!(e(&txn(1, &[], &[]), &mut c), "txn 1 appears twice");
+        assert_eq!(
+            e(&at(txn(2, &[], &[]), 5, 4), &mut c),
+            "txn 2 ends at 4, before its start at 5"
+        );
+        assert!(e(&txn(2, &[], &[(1, 0)]), &mut c).starts_with("txn 2 writes version 0 of (1, 1)"));
+        assert_eq!(
+            e(&txn(2, &[], &[(1, 3), (1, 3)]), &mut c),
+            "txn 2 writes version 3 of (1, 1) twice"
+        );
+        // None of that was taken: txn 2 is new, and the history is still fine.
+        c.add(&txn(2, &[(1, 1)], &[])).unwrap();
+        assert!(c.finish().ok());
+    }
+
+    #[test]
+    fn an_invalid_transaction_in_a_file_is_reported_at_its_line() {
+        let dir = std::env::temp_dir().join(format!("dtxn-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("dup.jsonl");
+        let mut w = crate::HistoryWriter::create(&path).unwrap();
+        w.write(&txn(1, &[], &[])).unwrap();
+        w.write(&txn(1, &[], &[])).unwrap();
+        w.finish().unwrap();
+        let e = check_file(&path, Options::default())
+            .unwrap_err()
+            .to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(e.ends_with("dup.jsonl:3: txn 1 appears twice"), "{e}");
+    }
 }

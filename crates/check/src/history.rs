@@ -87,18 +87,15 @@ struct Header {
 /// Why a history file could not be read. Displays as `file:line: what is wrong`.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
-    #[error("{file}: {source}")]
-    Open {
-        file: String,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{file}:{line}: {source}")]
+    // The io::Error is in the message and not a `source`, so that printing the error chain
+    // does not say it twice.
+    #[error("{file}: {error}")]
+    Open { file: String, error: io::Error },
+    #[error("{file}:{line}: {error}")]
     Io {
         file: String,
         line: u64,
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     #[error("{file}:{line}: {what}")]
     Malformed {
@@ -165,7 +162,7 @@ impl HistoryReader<BufReader<File>> {
         let file = path.display().to_string();
         match File::open(path) {
             Ok(f) => Ok(Self::new(BufReader::with_capacity(1 << 16, f), file)),
-            Err(source) => Err(HistoryError::Open { file, source }),
+            Err(error) => Err(HistoryError::Open { file, error }),
         }
     }
 }
@@ -198,10 +195,10 @@ impl<R: BufRead> HistoryReader<R> {
             let n = self
                 .input
                 .read_until(b'\n', &mut self.buf)
-                .map_err(|source| HistoryError::Io {
+                .map_err(|error| HistoryError::Io {
                     file: self.file.clone(),
                     line: self.line,
-                    source,
+                    error,
                 })?;
             if n == 0 {
                 return Ok(None);

@@ -1,6 +1,7 @@
 //! `dtxn`: distributed transactions on disaggregated memory.
 
 mod backend;
+mod check;
 mod memnode;
 mod probe;
 
@@ -25,6 +26,8 @@ struct Cli {
 enum Cmd {
     /// Torn-read probe: which read schemes a fabric lets accept torn records.
     Probe(ProbeArgs),
+    /// Check a history file for serializability or snapshot isolation anomalies.
+    Check(check::CheckArgs),
     /// Memory-node daemon: serves a region over UCX to compute processes until SIGTERM.
     Memnode(memnode::MemnodeArgs),
 }
@@ -188,6 +191,7 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Probe(a) => probe(a),
+        Cmd::Check(a) => check::run(a),
         Cmd::Memnode(a) => memnode::run(a),
     };
     match r {

@@ -160,6 +160,17 @@ impl SingleVersion {
         }
     }
 
+    /// Decodes without checking the per-line stamps: what a protocol that trusts one READ (the
+    /// published FORD's invisible bit) does. Only for negative controls in tests, which must
+    /// show that such a reader accepts torn records.
+    #[doc(hidden)]
+    pub fn decode_unchecked(&self, rec: &[u8], value: &mut [u8]) -> RecordHeader {
+        for (r, v, len) in self.pieces() {
+            value[v..v + len].copy_from_slice(&rec[r..r + len]);
+        }
+        self.header(rec)
+    }
+
     /// Decodes a whole record read with one READ: its header, and its value into `value`
     /// (exactly the table's value size), or [`Torn`] if its lines disagree on the version.
     pub fn decode(&self, rec: &[u8], value: &mut [u8]) -> Result<RecordHeader, Torn> {

@@ -180,3 +180,66 @@ fn strangers_and_corruption_are_clear_errors() {
         "memory node 1: catalog checksum mismatch (corrupt or half-written layout)"
     );
 }
+
+#[test]
+fn memory_nodes_that_disagree_are_refused() {
+    // Two replicas of table 1 that describe it differently (a pool assembled from two
+    // layouts): bootstrap names the table and the nodes.
+    let (mut pool, plan) = build(2, 2, 2);
+    let t = plan.table(1).unwrap();
+    let backup = t.replicas[1];
+    let mut entries = plan.catalog_of(backup);
+    let i = entries.iter().position(|e| e.table == 1).unwrap();
+    entries[i].bucket_count += 1;
+    let mut cat = vec![0u8; entries.len() * dtxn_store::layout::ENTRY_BYTES];
+    for (e, b) in entries
+        .iter()
+        .zip(cat.chunks_mut(dtxn_store::layout::ENTRY_BYTES))
+    {
+        e.encode(b);
+    }
+    pool.with_local(backup, |m| {
+        m.write(dtxn_store::layout::CATALOG_OFF, &cat);
+        let mut sb = [0u8; 64];
+        m.read(0, &mut sb);
+        let mut s = dtxn_store::layout::Superblock::decode(backup, &sb).unwrap();
+        s.catalog_crc = crc(&cat);
+        m.write(0, &s.encode());
+    });
+    let e = bootstrap_error(&mut pool);
+    assert!(
+        e.starts_with("the memory nodes disagree about table 1: memory node "),
+        "{e}"
+    );
+}
+
+fn crc(b: &[u8]) -> u32 {
+    // The catalog checksum is CRC-32 (IEEE), as crc32fast computes it.
+    let mut c = !0u32;
+    for &x in b {
+        c ^= u32::from(x);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+#[test]
+fn an_unknown_table_is_an_error_not_a_panic() {
+    let (mut pool, _) = build(1, 1, 1);
+    let r = pool
+        .run(one(), None, |mut ep: Endpoint| async move {
+            let map = PoolMap::bootstrap(&mut ep).await.unwrap();
+            map.table(42).map(|_| ()).unwrap_err().to_string()
+        })
+        .unwrap();
+    assert_eq!(
+        r.outputs[0].as_deref(),
+        Some("table 42 is not in the catalog")
+    );
+}

@@ -40,6 +40,14 @@ pub struct FordOptions {
     /// Persistent memory: FLUSH each backup after its last commit WRITE (selective remote
     /// flush), and the undo log before any in-place write.
     pub flush: bool,
+    /// NEGATIVE CONTROL, never for real use: the published FORD's read path. Trust a record
+    /// READ whose lock word shows no invisible bit, without checking its per-line version
+    /// stamps (the one-sided-sync paper's broken scheme S5), and skip validation of read-only
+    /// transactions of one item (as FORD's code does). Tests turn it on to prove that the
+    /// adversarial simulator and the checks catch the torn reads it accepts.
+    #[serde(skip)]
+    #[doc(hidden)]
+    pub trust_invisible_bit: bool,
 }
 
 impl Default for FordOptions {
@@ -48,6 +56,7 @@ impl Default for FordOptions {
             hitchhiked_locking: true,
             backup_reads: false,
             flush: false,
+            trust_invisible_bit: false,
         }
     }
 }

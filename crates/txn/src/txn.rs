@@ -121,6 +121,13 @@ impl<'c> Txn<'c> {
         self.id
     }
 
+    /// The coordinator's endpoint: its clock, RNG and sleep (e.g. think time inside a
+    /// transaction, or a scripted interleaving in a test). Ops posted on it directly are
+    /// outside the transaction.
+    pub fn endpoint(&mut self) -> &mut dtxn_fabric::Endpoint {
+        &mut self.c.ep
+    }
+
     pub(crate) fn find(&self, table: u32, key: u64) -> Option<usize> {
         self.items
             .iter()

@@ -410,8 +410,17 @@ impl World {
             match op.kind {
                 OpKind::Read if self.adv.tear_reads && lines > 1 => {
                     let window = service.max(spread).max(lines);
+                    // Each READ fetches its lines in one of three orders: uniformly random
+                    // instants; the first line at once and the rest at the end (the order
+                    // that defeats a header-only check); or highest address first.
+                    let pattern = self.rng.random_range(0..3u8);
                     for l in 0..lines {
-                        let at = exec + self.rand_below(window);
+                        let at = match pattern {
+                            0 => exec + self.rand_below(window),
+                            1 if l == 0 => exec,
+                            1 => exec + window - self.rand_below(window / 8),
+                            _ => exec + (lines - 1 - l) * (window / lines),
+                        };
                         end = end.max(at);
                         self.push(
                             at,
