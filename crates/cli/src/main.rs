@@ -2,6 +2,7 @@
 
 mod backend;
 mod check;
+mod memnode;
 mod probe;
 
 use anyhow::{bail, Result};
@@ -27,6 +28,8 @@ enum Cmd {
     Probe(ProbeArgs),
     /// Check a history file for serializability or snapshot isolation anomalies.
     Check(check::CheckArgs),
+    /// Memory-node daemon: serves a region over UCX to compute processes until SIGTERM.
+    Memnode(memnode::MemnodeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -189,6 +192,7 @@ fn main() -> ExitCode {
     let r = match cli.cmd {
         Cmd::Probe(a) => probe(a),
         Cmd::Check(a) => check::run(a),
+        Cmd::Memnode(a) => memnode::run(a),
     };
     match r {
         Ok(code) => code,
