@@ -12,6 +12,12 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 const ACCOUNTS: u64 = 24;
+
+thread_local! {
+    /// The protocol `run` uses (each test runs on its own thread).
+    static PROTOCOL: std::cell::Cell<dtxn_txn::Protocol> =
+        const { std::cell::Cell::new(dtxn_txn::Protocol::Ford) };
+}
 const START: u64 = 1000;
 const CHECKING: u32 = 1;
 
@@ -89,6 +95,7 @@ fn run_with(
     }
     let history = Rc::new(RefCell::new(Vec::new()));
     let txn_cfg = Rc::new(TxnConfig {
+        protocol: PROTOCOL.with(|p| p.get()),
         ford,
         ..TxnConfig::default()
     });
@@ -410,4 +417,27 @@ fn trusting_the_invisible_bit_is_caught() {
         caught > 0,
         "the adversary never tore a record the published scheme accepted"
     );
+}
+
+#[test]
+fn the_baselines_conserve_money_and_are_serializable() {
+    for protocol in [dtxn_txn::Protocol::Farm, dtxn_txn::Protocol::Drtmh] {
+        PROTOCOL.with(|p| p.set(protocol));
+        for seed in 1..=8 {
+            for replicas in [1, 2] {
+                let r = run(
+                    seed,
+                    replicas,
+                    200,
+                    FordOptions::default(),
+                    Profile::cx5_100g(),
+                );
+                let what = format!("{}: seed {seed}, {replicas} replicas", protocol.name());
+                assert_eq!(r.total, ACCOUNTS * START, "{what}");
+                assert_eq!(r.torn, 0, "{what}");
+                assert!(r.committed > 20, "{what}: {}", r.committed);
+                assert_serializable(&r.history, &what);
+            }
+        }
+    }
 }

@@ -14,6 +14,12 @@ use std::rc::Rc;
 
 const T: u32 = 1;
 
+thread_local! {
+    /// The protocol under test (each test runs on its own thread).
+    static PROTOCOL: Cell<dtxn_txn::Protocol> = const { Cell::new(dtxn_txn::Protocol::Ford) };
+    static SEED: Cell<u64> = const { Cell::new(3) };
+}
+
 fn val(x: u64) -> Vec<u8> {
     let mut b = vec![0u8; 72]; // two lines: READs of it can tear
     b[..8].copy_from_slice(&x.to_le_bytes());
@@ -77,14 +83,19 @@ where
         region_bytes: None,
     };
     let plan = Plan::new(&[TableSpec::new(T, "test", 72, 16)], &shape).unwrap();
-    let mut pool = Pool::Sim(SimPool::new(SimConfig::new(3, 2, plan.region_bytes)).unwrap());
+    let mut pool = Pool::Sim(
+        SimPool::new(SimConfig::new(SEED.with(Cell::get), 2, plan.region_bytes)).unwrap(),
+    );
     plan.format_pool(&pool).unwrap();
     let mut l = Loader::new(plan.table(T).unwrap());
     l.insert(&pool, 1, &val(10)).unwrap();
     l.insert(&pool, 2, &val(20)).unwrap();
     let board = Rc::new(Board::default());
     let history = Rc::new(RefCell::new(Vec::new()));
-    let cfg = Rc::new(TxnConfig::default());
+    let cfg = Rc::new(TxnConfig {
+        protocol: PROTOCOL.with(Cell::get),
+        ..TxnConfig::default()
+    });
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
     };
@@ -388,9 +399,25 @@ fn g_single_read_skew() {
 }
 
 /// G2-item: write skew. Each reads both keys and, seeing their sum 30, withdraws from one; at
-/// most one of them commits.
+/// most one of them commits. Under every protocol: the baselines lock at commit, where
+/// DrTM+H's merged lock-and-validate round is exactly where write skew slips in.
 #[test]
 fn g2_item_write_skew() {
+    for p in [
+        dtxn_txn::Protocol::Ford,
+        dtxn_txn::Protocol::Farm,
+        dtxn_txn::Protocol::Drtmh,
+    ] {
+        PROTOCOL.with(|c| c.set(p));
+        // Seeds vary the adversary's timing inside the rounds that race.
+        for seed in 1..=24 {
+            SEED.with(|c| c.set(seed));
+            g2_item_write_skew_once();
+        }
+    }
+}
+
+fn g2_item_write_skew_once() {
     let (_, fin) = scenario(2, |role, mut c, b| async move {
         let mine = role as u64 + 1;
         let other = 3 - mine;
