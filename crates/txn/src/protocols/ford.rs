@@ -3,7 +3,9 @@
 //! re-implemented them for disaggregated memory (all one-sided; section 3.1 of the digest).
 //!
 //! - **FaRM** (`--protocol farm`): execute (READ everything, unlocked), lock (CAS), validate
-//!   (READ the version of everything read), commit backups, commit primaries and unlock: 5 RTs.
+//!   (READ the version of everything read), commit backups, commit primaries: 5 RTs. (The
+//!   unlock is the background release, as in FORD, so that recovery can tell a complete commit
+//!   from a partial one.)
 //! - **DrTM+H** (`--protocol drtmh`): execute, lock and validate in one round, commit backups,
 //!   commit primaries and unlock: 4 RTs. The merged round alone admits write skew (each
 //!   transaction's READs may run before the other's CAS), so dtxn validates the read-only items
@@ -764,8 +766,9 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
     if mode == Install::Coalescent {
         return Ok(());
     }
-    // The primaries: the new record under our lock, then the lock word cleared (WRITEs on one
-    // QP apply in order, G4), which unlocks and makes it visible.
+    // The primaries, under our lock and invisible. They are unlocked by the release, after
+    // every primary has its new record: a recovery agent that finds any of our locks released
+    // then knows the commit is complete everywhere (see recovery.rs).
     for i in 0..tx.items.len() {
         let it = &tx.items[i];
         if it.new == NewValue::Keep {
@@ -775,7 +778,7 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
         let codec = t.codec();
         let off = it.offset.expect("written items exist");
         let h = RecordHeader {
-            lock: owner,
+            lock: owner | INVISIBLE,
             version: it.new_version(),
             key: it.key,
             table: it.table,
@@ -785,14 +788,10 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
             .write_with(t.primary(), off, t.record_bytes as usize, |b| {
                 codec.encode(&h, &it.value, b)
             });
-        tx.c.ep.write(t.primary(), off, &0u64.to_le_bytes());
     }
     if tx.c.ep.post().await.is_err() {
         roll_back(tx).await;
         return Err(fail);
-    }
-    for it in tx.items.iter_mut().filter(|i| i.new != NewValue::Keep) {
-        it.locked = false;
     }
     Ok(())
 }
