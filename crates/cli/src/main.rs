@@ -4,6 +4,7 @@ mod backend;
 mod bench;
 mod check;
 mod layout;
+mod memnode;
 mod probe;
 mod sweep;
 
@@ -37,6 +38,8 @@ enum Cmd {
     Layout(Box<layout::LayoutArgs>),
     /// Check a history file for serializability or snapshot isolation anomalies.
     Check(check::CheckArgs),
+    /// Memory-node daemon: serves a region over UCX to compute processes until SIGTERM.
+    Memnode(memnode::MemnodeArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -202,6 +205,7 @@ fn main() -> ExitCode {
         Cmd::Check(a) => check::run(a),
         Cmd::Layout(a) => layout::run(*a),
         Cmd::Sweep(a) => sweep::run(*a),
+        Cmd::Memnode(a) => memnode::run(a),
     };
     match r {
         Ok(code) => code,

@@ -37,11 +37,17 @@ fn small(workload: &str) -> Vec<&'static str> {
 }
 
 #[test]
-fn every_workload_verifies_on_sim_and_shm() {
-    for workload in ["smallbank", "kv", "tatp", "tpcc"] {
-        for backend in ["sim", "shm"] {
+fn every_workload_verifies_under_every_protocol_on_sim_and_shm() {
+    for (workload, backend, protocol) in ["smallbank", "kv", "tatp", "tpcc"]
+        .into_iter()
+        .flat_map(|w| ["sim", "shm"].map(move |b| (w, b)))
+        .flat_map(|(w, b)| ["ford", "farm", "drtmh"].map(move |p| (w, b, p)))
+    {
+        {
             let mut args = vec![
                 "bench",
+                "--protocol",
+                protocol,
                 "--workload",
                 workload,
                 "--backend",
@@ -55,14 +61,14 @@ fn every_workload_verifies_on_sim_and_shm() {
             ];
             args.extend(small(workload));
             let v = json(&dtxn(&args));
-            let what = format!("{workload} on {backend}");
+            let what = format!("{workload} under {protocol} on {backend}");
             assert_eq!(v["verify"]["ok"], true, "{what}: {}", v["verify"]);
             assert_eq!(v["all"]["attempts"], 3000, "{what}");
             assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{what}");
             let time = if backend == "sim" { "virtual" } else { "wall" };
             assert_eq!(v["time"], time, "{what}");
             assert_eq!(v["config"]["workload"], workload);
-            assert_eq!(v["config"]["protocol"], "ford");
+            assert_eq!(v["config"]["protocol"], protocol);
         }
     }
 }
@@ -221,8 +227,8 @@ fn bad_input_is_one_clear_line_and_exit_2() {
             "unknown workload 'ycsb' (valid: smallbank, kv, tatp, tpcc)",
         ),
         (
-            vec!["bench", "--protocol", "farm"],
-            "unknown protocol 'farm' (valid: ford)",
+            vec!["bench", "--protocol", "calvin"],
+            "unknown protocol 'calvin' (valid: ford, farm, drtmh)",
         ),
         (
             vec!["bench", "--threads", "0"],

@@ -3,8 +3,9 @@
 //! A coordinator reaches the memory pool through an [`Endpoint`]: it builds a doorbell batch of
 //! READ/WRITE/CAS/FAA/FLUSH (and optionally RPC) ops, posts it, and awaits its completion, one
 //! round trip. What the verbs promise, and what they do not, is the [`Fabric`] contract.
-//! Backends: [`sim`] (deterministic, adversarial, virtual time) and [`shm`] (real memory and
-//! CPU atomics, one or several processes).
+//! Backends: [`sim`] (deterministic, adversarial, virtual time), [`shm`] (real memory and
+//! CPU atomics, one or several processes) and [`ucx`] (memory nodes in other processes or on
+//! other hosts, over OpenUCX; present when built with UCX, see [`ucx::AVAILABLE`]).
 
 mod contract;
 mod endpoint;
@@ -15,6 +16,7 @@ mod runtime;
 pub mod shm;
 pub mod sim;
 mod stats;
+pub mod ucx;
 mod verbs;
 
 pub use contract::{Fabric, LocalMem, RpcHandler};

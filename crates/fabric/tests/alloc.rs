@@ -4,16 +4,23 @@
 use dtxn_fabric::sim::{SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Topology};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::cell::Cell;
 
 struct Counting;
 
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    // Per thread: tests of this binary run in parallel, and each measures its own thread.
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn allocs() -> u64 {
+    ALLOCS.with(Cell::get)
+}
 
 // SAFETY: defers to the system allocator; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        ALLOCS.with(|a| a.set(a.get() + 1));
         // SAFETY: same contract as ours.
         unsafe { System.alloc(l) }
     }
@@ -24,7 +31,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        ALLOCS.with(|a| a.set(a.get() + 1));
         // SAFETY: same contract as ours.
         unsafe { System.realloc(p, l, n) }
     }
@@ -57,12 +64,43 @@ fn posting_allocates_nothing_after_warm_up() {
     let r = pool
         .run(topo, None, |mut ep: Endpoint| async move {
             traffic(&mut ep, 1000).await; // warm-up: buffers and queues grow
-            let before = ALLOCS.load(Ordering::Relaxed);
+            let before = allocs();
             traffic(&mut ep, 2000).await;
-            ALLOCS.load(Ordering::Relaxed) - before
+            allocs() - before
         })
         .unwrap();
     // Coordinators interleave, so each one's window also covers the others' posts.
     let worst = r.outputs.iter().flatten().max().copied().unwrap();
     assert_eq!(worst, 0, "allocations while posting 2000 batches");
+}
+
+#[test]
+fn posting_on_shm_allocates_nothing_after_warm_up() {
+    use dtxn_fabric::shm::{ShmConfig, ShmPool};
+    for coroutines in [1, 3] {
+        let cfg = ShmConfig {
+            node_sizes: vec![1 << 16; 2],
+            dir: None,
+            delay_ns: 0,
+        };
+        let pool = ShmPool::create(cfg).unwrap();
+        let topo = Topology {
+            compute_nodes: 1,
+            threads: 1,
+            coroutines,
+        };
+        let r = pool
+            .run(topo, None, |mut ep: Endpoint| async move {
+                traffic(&mut ep, 1000).await;
+                let before = allocs();
+                traffic(&mut ep, 2000).await;
+                allocs() - before
+            })
+            .unwrap();
+        let worst = r.outputs.iter().flatten().max().copied().unwrap();
+        assert_eq!(
+            worst, 0,
+            "{coroutines} coroutines: allocations while posting"
+        );
+    }
 }

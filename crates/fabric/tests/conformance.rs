@@ -3,6 +3,7 @@
 
 use dtxn_fabric::shm::{ShmConfig, ShmPool};
 use dtxn_fabric::sim::{SimConfig, SimPool};
+use dtxn_fabric::ucx::{UcxConfig, UcxPool};
 use dtxn_fabric::{Endpoint, FabricError, LocalMem, NodeId, OpKind, Pool, RpcHandler, Topology};
 use rand::Rng;
 use std::sync::Arc;
@@ -28,6 +29,13 @@ fn each_backend(nodes: usize, size: u64, mut f: impl FnMut(&str, &mut Pool)) {
     };
     let mut pool = Pool::Shm(ShmPool::create(cfg).unwrap());
     f("shm", &mut pool);
+    // Memory nodes served by threads of this process, reached over UCX's TCP transport on
+    // the loopback interface, as another host's would be.
+    if dtxn_fabric::ucx::AVAILABLE {
+        let pool = UcxPool::spawn_local(&vec![size; nodes], UcxConfig::loopback_tcp());
+        let mut pool = Pool::Ucx(pool.expect("ucx memory nodes on 127.0.0.1 over tcp"));
+        f("ucx/tcp", &mut pool);
+    }
 }
 
 fn read_word(pool: &Pool, node: NodeId, addr: u64) -> u64 {

@@ -8,14 +8,20 @@ use serde::{Deserialize, Serialize};
 pub enum Protocol {
     /// FORD (FAST'22, TOS'23): OCC with hitchhiked locking and coalescent commit.
     Ford,
+    /// FaRM (SOSP'15), as FORD's paper re-implemented it on disaggregated memory.
+    Farm,
+    /// DrTM+H (OSDI'18), as FORD's paper re-implemented it on disaggregated memory.
+    Drtmh,
 }
 
 impl Protocol {
-    pub const NAMES: [&'static str; 1] = ["ford"];
+    pub const NAMES: [&'static str; 3] = ["ford", "farm", "drtmh"];
 
     pub fn from_name(name: &str) -> Option<Protocol> {
         match name {
             "ford" => Some(Protocol::Ford),
+            "farm" => Some(Protocol::Farm),
+            "drtmh" => Some(Protocol::Drtmh),
             _ => None,
         }
     }
@@ -23,6 +29,8 @@ impl Protocol {
     pub fn name(self) -> &'static str {
         match self {
             Protocol::Ford => "ford",
+            Protocol::Farm => "farm",
+            Protocol::Drtmh => "drtmh",
         }
     }
 }
@@ -35,8 +43,12 @@ pub struct FordOptions {
     /// Lock read-write items with CAS + READ in one doorbell batch during execution (items
     /// whose address is cached); off: lock every read-write item at validation.
     pub hitchhiked_locking: bool,
-    /// Read read-only items from a backup (validated against the same backup).
+    /// Read read-only items from a backup (validated at the primary, whose lock word is the
+    /// only one writers take).
     pub backup_reads: bool,
+    /// Commit every replica in one round trip; off: the backups, then the primaries (one more
+    /// round trip, as FaRM and DrTM+H do).
+    pub coalescent_commit: bool,
     /// Persistent memory: FLUSH each backup after its last commit WRITE (selective remote
     /// flush), and the undo log before any in-place write.
     pub flush: bool,
@@ -55,6 +67,7 @@ impl Default for FordOptions {
         FordOptions {
             hitchhiked_locking: true,
             backup_reads: false,
+            coalescent_commit: true,
             flush: false,
             trust_invisible_bit: false,
         }

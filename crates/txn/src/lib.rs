@@ -13,6 +13,7 @@ pub mod attach;
 mod config;
 mod coord;
 mod protocols;
+pub mod recovery;
 mod txn;
 pub mod vcache;
 

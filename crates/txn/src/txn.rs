@@ -1,7 +1,6 @@
 //! The transaction API: begin, read, read_for_update, update, delete, commit, rollback.
 
 use crate::abort::{Abort, AbortReason};
-use crate::config::Protocol;
 use crate::coord::{Coordinator, TxnOutcome};
 use crate::protocols::ford;
 use dtxn_check::history;
@@ -150,9 +149,7 @@ impl<'c> Txn<'c> {
     /// [`get`](Self::get).
     pub async fn fetch(&mut self, accesses: &[Access]) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
-        let r = match self.c.cfg.protocol {
-            Protocol::Ford => ford::execute(self, accesses).await,
-        };
+        let r = ford::execute(self, accesses).await;
         if let Err(a) = r {
             self.abort_with(a).await;
             return Err(a);
@@ -219,9 +216,7 @@ impl<'c> Txn<'c> {
     /// Inserts a new record. Aborts with `Exists` if the key is present.
     pub async fn insert(&mut self, table: u32, key: u64, value: &[u8]) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
-        let r = match self.c.cfg.protocol {
-            Protocol::Ford => ford::insert(self, table, key, value).await,
-        };
+        let r = ford::insert(self, table, key, value).await;
         if let Err(a) = r {
             self.abort_with(a).await;
             return Err(a);
@@ -232,9 +227,7 @@ impl<'c> Txn<'c> {
     /// Validates and commits. `Ok` means durable on every replica and serialized.
     pub async fn commit(mut self) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
-        let r = match self.c.cfg.protocol {
-            Protocol::Ford => ford::commit(&mut self).await,
-        };
+        let r = ford::commit(&mut self).await;
         match r {
             Ok(()) => {
                 self.finish(Ok(()));
@@ -261,9 +254,7 @@ impl<'c> Txn<'c> {
         if self.finished {
             return;
         }
-        match self.c.cfg.protocol {
-            Protocol::Ford => ford::release_on_abort(self).await,
-        }
+        ford::release_on_abort(self).await;
         self.finish(Err(a));
     }
 

@@ -36,11 +36,20 @@ fn measure(ford: FordOptions) -> Vec<(&'static str, u64)> {
 }
 
 fn measure_with(ford: FordOptions, lv: bool) -> Vec<(&'static str, u64)> {
+    measure_protocol(dtxn_txn::Protocol::Ford, ford, lv)
+}
+
+fn measure_protocol(
+    protocol: dtxn_txn::Protocol,
+    ford: FordOptions,
+    lv: bool,
+) -> Vec<(&'static str, u64)> {
     let mut pool = pool();
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
     };
     let cfg = Rc::new(TxnConfig {
+        protocol,
         ford,
         ..TxnConfig::default()
     });
@@ -201,4 +210,41 @@ fn localized_validation_needs_the_pool_alone() {
     assert!(AttachError::InUse(1)
         .to_string()
         .contains("needs the pool alone"));
+}
+
+#[test]
+fn the_baselines_cost_what_fords_paper_says() {
+    use dtxn_txn::Protocol;
+    let farm = measure_protocol(Protocol::Farm, FordOptions::default(), false);
+    assert_eq!(
+        farm[2..],
+        [
+            ("read-write", 5),
+            ("read-write + read-only", 5),
+            ("read-only", 2),
+            ("read-only, one item", 2),
+        ]
+    );
+    let drtmh = measure_protocol(Protocol::Drtmh, FordOptions::default(), false);
+    assert_eq!(
+        drtmh[2..],
+        [
+            ("read-write", 4),
+            ("read-write + read-only", 4),
+            ("read-only", 2),
+            ("read-only, one item", 2),
+        ]
+    );
+    // FORD without coalescent commit pays FaRM's extra commit round.
+    let separate = measure_with(
+        FordOptions {
+            coalescent_commit: false,
+            ..FordOptions::default()
+        },
+        false,
+    );
+    assert_eq!(
+        separate[2..4],
+        [("read-write", 3), ("read-write + read-only", 4)]
+    );
 }

@@ -1,12 +1,12 @@
-//! Every workload, briefly, on the adversarial simulator under FORD: the history checker finds
-//! each run serializable, and the workload's own consistency check (`--verify`) passes, for
-//! several seeds.
+//! Every workload, briefly, on the adversarial simulator under every protocol: the history
+//! checker finds each run serializable, and the workload's own consistency check (`--verify`)
+//! passes, for several seeds.
 
 use dtxn_check::{check, Isolation, Options, Txn as HTxn};
 use dtxn_fabric::sim::{SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
 use dtxn_store::{Plan, PoolMap, PoolShape};
-use dtxn_txn::{Coordinator, FordOptions, Recorder, TxnConfig};
+use dtxn_txn::{Coordinator, FordOptions, Protocol, Recorder, TxnConfig};
 use dtxn_workloads::{kv, rng::mix, smallbank, tatp, tpcc, WlRng, Workload};
 use rand::SeedableRng;
 use std::cell::RefCell;
@@ -33,7 +33,7 @@ fn run<W: Workload + Clone>(
     seed: u64,
     topo: Topology,
     txns: u64,
-    ford: FordOptions,
+    txn: TxnConfig,
 ) -> Outcome {
     let shape = PoolShape {
         memory_nodes: 3,
@@ -49,10 +49,8 @@ fn run<W: Workload + Clone>(
     plan.format_pool(&pool).unwrap();
     w.load(&pool, &plan, seed).unwrap();
     let history = Rc::new(RefCell::new(Vec::new()));
-    let txn_cfg = Rc::new(TxnConfig {
-        ford,
-        ..TxnConfig::default()
-    });
+    let protocol = txn.protocol.name();
+    let txn_cfg = Rc::new(txn);
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
     };
@@ -97,7 +95,7 @@ fn run<W: Workload + Clone>(
             *a += b;
         }
     }
-    let what = format!("{} seed {seed}", w.name());
+    let what = format!("{} under {protocol}, seed {seed}", w.name());
     match w.verify(&pool, &plan, seed, &tallies) {
         Ok(checks) => assert!(!checks.is_empty(), "{what}"),
         Err(e) => panic!("{what}: {e}"),
@@ -120,6 +118,17 @@ fn run<W: Workload + Clone>(
     out
 }
 
+/// Every protocol there is, with its default switches.
+fn protocols() -> Vec<TxnConfig> {
+    Protocol::NAMES
+        .iter()
+        .map(|n| TxnConfig {
+            protocol: Protocol::from_name(n).expect("listed"),
+            ..TxnConfig::default()
+        })
+        .collect()
+}
+
 fn topo(threads: u32, coroutines: u32) -> Topology {
     Topology {
         compute_nodes: 2,
@@ -136,10 +145,12 @@ fn smallbank_balances_match_committed_changes_and_the_history_is_serializable() 
         ..smallbank::Options::default()
     })
     .unwrap();
-    for seed in 1..=6 {
-        let o = run(&w, seed, topo(2, 3), 80, FordOptions::default());
-        assert!(o.committed > o.attempts / 3, "seed {seed}: {}", o.committed);
-        assert!(o.per_type.iter().all(|&n| n > 0), "{:?}", o.per_type);
+    for txn in protocols() {
+        for seed in 1..=4 {
+            let o = run(&w, seed, topo(2, 3), 80, txn.clone());
+            assert!(o.committed > o.attempts / 3, "seed {seed}: {}", o.committed);
+            assert!(o.per_type.iter().all(|&n| n > 0), "{:?}", o.per_type);
+        }
     }
 }
 
@@ -157,8 +168,12 @@ fn smallbank_transfers_conserve_money_with_backup_reads_and_no_hitchhiking() {
         backup_reads: true,
         ..FordOptions::default()
     };
+    let txn = TxnConfig {
+        ford,
+        ..TxnConfig::default()
+    };
     for seed in 1..=3 {
-        let o = run(&w, seed, topo(2, 2), 60, ford.clone());
+        let o = run(&w, seed, topo(2, 2), 60, txn.clone());
         assert!(o.committed > 0);
         // Only Amalgamate and SendPayment run.
         assert_eq!(
@@ -179,9 +194,11 @@ fn kv_checksums_and_write_counts_hold_skewed_and_uniform() {
             items,
         })
         .unwrap();
-        for seed in 1..=3 {
-            let o = run(&w, seed, topo(2, 2), 50, FordOptions::default());
-            assert!(o.per_type.iter().all(|&n| n > 0), "{:?}", o.per_type);
+        for txn in protocols() {
+            for seed in 1..=2 {
+                let o = run(&w, seed, topo(2, 2), 50, txn.clone());
+                assert!(o.per_type.iter().all(|&n| n > 0), "{:?}", o.per_type);
+            }
         }
     }
 }
@@ -190,10 +207,12 @@ fn kv_checksums_and_write_counts_hold_skewed_and_uniform() {
 fn tatp_call_forwarding_rows_add_up_and_the_history_is_serializable() {
     let w = tatp::Tatp::new(tatp::Options { subscribers: 100 }).unwrap();
     let mut per_type = [0u64; 7];
-    for seed in 1..=3 {
-        let o = run(&w, seed, topo(2, 3), 80, FordOptions::default());
-        for (a, b) in per_type.iter_mut().zip(&o.per_type) {
-            *a += b;
+    for txn in protocols() {
+        for seed in 1..=3 {
+            let o = run(&w, seed, topo(2, 3), 80, txn.clone());
+            for (a, b) in per_type.iter_mut().zip(&o.per_type) {
+                *a += b;
+            }
         }
     }
     // Inserts and deletes of call forwardings did commit.
@@ -213,10 +232,12 @@ fn tpcc_meets_consistency_conditions_and_the_history_is_serializable() {
     })
     .unwrap();
     let mut per_type = [0u64; 5];
-    for seed in 1..=4 {
-        let o = run(&w, seed, topo(2, 2), 40, FordOptions::default());
-        for (a, b) in per_type.iter_mut().zip(&o.per_type) {
-            *a += b;
+    for txn in protocols() {
+        for seed in 1..=3 {
+            let o = run(&w, seed, topo(2, 2), 40, txn.clone());
+            for (a, b) in per_type.iter_mut().zip(&o.per_type) {
+                *a += b;
+            }
         }
     }
     assert!(per_type.iter().all(|&n| n > 0), "{per_type:?}");

@@ -331,8 +331,9 @@ pub fn run<W: Workload>(
             }
             (outs, true)
         }
-        Pool::Shm(shm) => {
-            let r = shm.run(topo, None, |ep| {
+        // shm (and ucx): real threads, so each coordinator has its own collector.
+        other => {
+            let r = other.run(topo, None, |ep| {
                 let (w, sh, cfg) = (w.clone(), sh.clone(), Rc::new(cfg.clone()));
                 async move {
                     let sink = Rc::new(RefCell::new(Collector::new(w.txn_types().len())));
@@ -345,7 +346,8 @@ pub fn run<W: Workload>(
                     })
                 }
             })?;
-            (collect(r.outputs)?, false)
+            let virtual_time = r.virtual_time;
+            (collect(r.outputs)?, virtual_time)
         }
     };
     let wall_ns = started.elapsed().as_nanos() as u64;

@@ -1,4 +1,16 @@
-//! FORD (Zhang et al., FAST'22 and TOS'23): OCC on disaggregated memory.
+//! FORD (Zhang et al., FAST'22 and TOS'23): OCC on disaggregated memory; and, built from the
+//! same mechanisms, the baselines FORD compares against, FaRM and DrTM+H, as FORD's paper
+//! re-implemented them for disaggregated memory (all one-sided; section 3.1 of the digest).
+//!
+//! - **FaRM** (`--protocol farm`): execute (READ everything, unlocked), lock (CAS), validate
+//!   (READ the version of everything read), commit backups, commit primaries: 5 RTs. (The
+//!   unlock is the background release, as in FORD, so that recovery can tell a complete commit
+//!   from a partial one.)
+//! - **DrTM+H** (`--protocol drtmh`): execute, lock and validate in one round, commit backups,
+//!   commit primaries and unlock: 4 RTs. The merged round alone admits write skew (each
+//!   transaction's READs may run before the other's CAS), so dtxn validates the read-only items
+//!   once more in the commit-backups round, when every lock is held, at no extra round trip
+//!   (rolling the backups back if that fails).
 //!
 //! Phases, with their verbs and critical-path round trips (addresses cached):
 //!
@@ -45,6 +57,7 @@
 //!   both, so no reader sees the new version without the invisible bit.
 
 use crate::abort::{Abort, AbortReason};
+use crate::config::Protocol;
 use crate::txn::{Access, Item, NewValue, TxKind, Txn};
 use crate::vcache::Check;
 use dtxn_fabric::{NodeId, OpId};
@@ -82,7 +95,8 @@ fn table(map: &PoolMap, id: u32) -> &TableInfo {
 /// Execution: fetch `accesses` (new items, or read items now wanted for update).
 pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let hitchhike = tx.c.cfg.ford.hitchhiked_locking;
+    // The baselines (FaRM, DrTM+H) read everything unlocked and lock at commit.
+    let hitchhike = tx.c.cfg.protocol == Protocol::Ford && tx.c.cfg.ford.hitchhiked_locking;
     let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
     // (item, stage, version it must still have: an upgraded read-only item)
     let mut work: Vec<(usize, Stage, Option<u64>)> = Vec::new();
@@ -366,13 +380,188 @@ fn log_nodes(tx: &Txn<'_>) -> Vec<NodeId> {
 
 /// Validation, coalescent commit and background release.
 pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
-    validate(tx).await?;
     let writes = tx.items.iter().any(|i| i.new != NewValue::Keep);
-    if writes {
-        install(tx).await?;
+    match tx.c.cfg.protocol {
+        Protocol::Ford => {
+            validate(tx).await?;
+            if writes {
+                let coalescent = tx.c.cfg.ford.coalescent_commit;
+                install(
+                    tx,
+                    if coalescent {
+                        Install::Coalescent
+                    } else {
+                        Install::TwoPhase { revalidate: false }
+                    },
+                )
+                .await?;
+            }
+        }
+        Protocol::Farm => {
+            // Lock (CAS only), validate (every read item's version), commit backups, commit
+            // primaries: 5 round trips for a read-write transaction.
+            lock_only(tx).await?;
+            validate_all(tx).await?;
+            if writes {
+                install(tx, Install::TwoPhase { revalidate: false }).await?;
+            }
+        }
+        Protocol::Drtmh => {
+            // Lock and validate in one round, then commit backups (validating the read-only
+            // items once more, now that every lock is held), then primaries: 4 round trips.
+            lock_and_validate(tx).await?;
+            validate_absent(tx).await?;
+            if writes {
+                install(tx, Install::TwoPhase { revalidate: true }).await?;
+            } else if tx.items.iter().any(|i| i.rw) {
+                // Read-write items but no writes: the merged round's read validation may have
+                // run before another's lock; validate again now that ours are held.
+                validate_reads(tx).await?;
+            }
+        }
     }
     release(tx, LogStatus::Committed);
     Ok(())
+}
+
+/// How the new records reach the replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Install {
+    /// FORD: every replica of every record in one round trip.
+    Coalescent,
+    /// FaRM and DrTM+H: the backups, then the primaries (which unlocks them). With
+    /// `revalidate`, the read-only items are validated again in the backups' round.
+    TwoPhase { revalidate: bool },
+}
+
+/// FaRM's lock phase: CAS every read-write item's lock on its primary, nothing else.
+async fn lock_only(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let mut cas: Vec<(usize, OpId)> = Vec::new();
+    for (i, it) in tx.items.iter().enumerate() {
+        let wanted = it.rw && it.cold && (it.exists || it.new == NewValue::Insert);
+        let Some(off) = it.offset.filter(|_| wanted) else {
+            continue;
+        };
+        let t = table(&map, it.table);
+        cas.push((i, tx.c.ep.cas(t.primary(), off, 0, owner)));
+    }
+    if cas.is_empty() {
+        return Ok(());
+    }
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[cas[0].0]));
+    }
+    let mut failed = None;
+    for &(i, c) in &cas {
+        let it = &mut tx.items[i];
+        if tx.c.ep.cas_ok(c) {
+            it.locked = true;
+            it.cold = false;
+        } else {
+            failed.get_or_insert(abort(AbortReason::LockConflict, it));
+        }
+    }
+    failed.map_or(Ok(()), Err)
+}
+
+/// FaRM's validation phase: every item read (read-write ones too: their lock was a bare CAS)
+/// still has the version read; read-only items are not locked; absent keys still absent.
+async fn validate_all(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let mut checks: Vec<(usize, OpId)> = Vec::new();
+    for (i, it) in tx.items.iter().enumerate() {
+        let Some(off) = it
+            .offset
+            .filter(|_| it.exists || it.new == NewValue::Insert)
+        else {
+            continue;
+        };
+        let t = table(&map, it.table);
+        checks.push((i, tx.c.ep.read(t.primary(), off, 64)));
+    }
+    if !checks.is_empty() {
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
+        }
+        for &(i, read) in &checks {
+            let it = &tx.items[i];
+            let h = header(tx.c.ep.bytes(read));
+            let bad = if it.new == NewValue::Insert {
+                h.valid || h.version >= it.new_version() || h.lock != owner
+            } else if it.rw {
+                h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+            } else {
+                h.version != it.version
+                    || h.lock != 0
+                    || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+            };
+            if bad {
+                return Err(abort(AbortReason::Validation, it));
+            }
+        }
+    }
+    validate_absent(tx).await
+}
+
+/// DrTM+H's merged round: CAS + READ(header) of every read-write item, READ(header) of every
+/// read-only item, in one batch.
+async fn lock_and_validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let mut checks: Vec<(usize, Option<OpId>, OpId)> = Vec::new();
+    for (i, it) in tx.items.iter().enumerate() {
+        let Some(off) = it
+            .offset
+            .filter(|_| it.exists || it.new == NewValue::Insert)
+        else {
+            continue;
+        };
+        let t = table(&map, it.table);
+        if it.rw && it.cold {
+            let c = tx.c.ep.cas(t.primary(), off, 0, owner);
+            checks.push((i, Some(c), tx.c.ep.read(t.primary(), off, 64)));
+        } else if !it.rw {
+            checks.push((i, None, tx.c.ep.read(t.primary(), off, 64)));
+        }
+    }
+    if checks.is_empty() {
+        return Ok(());
+    }
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
+    }
+    let mut failed = None;
+    for &(i, cas, read) in &checks {
+        let it = &mut tx.items[i];
+        let h = header(tx.c.ep.bytes(read));
+        let bad = match cas {
+            Some(c) if !tx.c.ep.cas_ok(c) => {
+                failed.get_or_insert(abort(AbortReason::LockConflict, it));
+                continue;
+            }
+            Some(_) => {
+                it.locked = true;
+                it.cold = false;
+                if it.new == NewValue::Insert {
+                    h.valid || h.version >= it.new_version()
+                } else {
+                    h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+                }
+            }
+            None => {
+                h.version != it.version
+                    || h.lock != 0
+                    || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+            }
+        };
+        if bad {
+            failed.get_or_insert(abort(AbortReason::Validation, it));
+        }
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
@@ -487,7 +676,7 @@ fn header(line0: &[u8]) -> RecordHeader {
 }
 
 /// The coalescent commit: every replica of every written record in one round trip.
-async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
+async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let first = tx
         .items
@@ -524,13 +713,15 @@ async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
                 flushed.push(n);
             }
         }
-        let primary = RecordHeader {
-            lock: owner | INVISIBLE,
-            ..h
-        };
-        tx.c.ep.write_with(t.primary(), off, len, |b| {
-            codec.encode(&primary, &it.value, b)
-        });
+        if mode == Install::Coalescent {
+            let primary = RecordHeader {
+                lock: owner | INVISIBLE,
+                ..h
+            };
+            tx.c.ep.write_with(t.primary(), off, len, |b| {
+                codec.encode(&primary, &it.value, b)
+            });
+        }
     }
     // Localized validation: the new versions go into the Vcache before the remote commit,
     // so that a validator never passes against a version the memory already replaced.
@@ -545,12 +736,64 @@ async fn install(tx: &mut Txn<'_>) -> Result<(), Abort> {
     for n in flushed {
         tx.c.ep.flush(n);
     }
+    // DrTM+H: validate the read-only items again, now that every lock is held.
+    let mut reads: Vec<(usize, OpId)> = Vec::new();
+    if let Install::TwoPhase { revalidate: true } = mode {
+        for (i, it) in tx.items.iter().enumerate() {
+            if let Some(off) = it.offset.filter(|_| it.exists && !it.rw) {
+                let t = table(&map, it.table);
+                reads.push((i, tx.c.ep.read(t.primary(), off, 64)));
+            }
+        }
+    }
     tx.installed = true;
-    if tx.c.ep.post().await.is_ok() {
+    if tx.c.ep.post().await.is_err() {
+        roll_back(tx).await;
+        return Err(fail);
+    }
+    for &(i, read) in &reads {
+        let it = &tx.items[i];
+        let h = header(tx.c.ep.bytes(read));
+        if h.version != it.version
+            || h.lock != 0
+            || check_slot(&h, it.table, it.key) == SlotCheck::Stale
+        {
+            let a = abort(AbortReason::Validation, it);
+            roll_back(tx).await;
+            return Err(a);
+        }
+    }
+    if mode == Install::Coalescent {
         return Ok(());
     }
-    roll_back(tx).await;
-    Err(fail)
+    // The primaries, under our lock and invisible. They are unlocked by the release, after
+    // every primary has its new record: a recovery agent that finds any of our locks released
+    // then knows the commit is complete everywhere (see recovery.rs).
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        if it.new == NewValue::Keep {
+            continue;
+        }
+        let t = table(&map, it.table);
+        let codec = t.codec();
+        let off = it.offset.expect("written items exist");
+        let h = RecordHeader {
+            lock: owner | INVISIBLE,
+            version: it.new_version(),
+            key: it.key,
+            table: it.table,
+            valid: it.new != NewValue::Delete,
+        };
+        tx.c.ep
+            .write_with(t.primary(), off, t.record_bytes as usize, |b| {
+                codec.encode(&h, &it.value, b)
+            });
+    }
+    if tx.c.ep.post().await.is_err() {
+        roll_back(tx).await;
+        return Err(fail);
+    }
+    Ok(())
 }
 
 /// A replica failed during the commit: put the old images back wherever we can reach.

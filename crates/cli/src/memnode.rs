@@ -1,0 +1,128 @@
+//! `dtxn memnode`: a memory-node daemon. It serves one region over UCX (see
+//! `dtxn_fabric::ucx::MemNode`) until SIGTERM or SIGINT, and does nothing else: no transaction
+//! logic runs here.
+
+use anyhow::{bail, Context, Result};
+use dtxn_fabric::ucx::{MemNode, MemNodeConfig, UcxConfig};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, clap::Args)]
+pub struct MemnodeArgs {
+    /// Address of the bootstrap listener that compute processes connect to (port 0: any free
+    /// port; the address is printed).
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// Region size in bytes; K, M, G suffixes are powers of 1024. A multiple of 64.
+    #[arg(long, value_parser = parse_size)]
+    pub size: u64,
+    /// Keep the region in this file (created or extended to --size, contents kept; e.g. on a
+    /// persistent-memory/DAX mount). Locked while served: a second daemon on it is refused.
+    /// Without it, UCX allocates the region, zeroed.
+    #[arg(long)]
+    pub path: Option<PathBuf>,
+    /// What compute processes must present to get the region's key (it travels in clear).
+    #[arg(long)]
+    pub token: String,
+    /// This node's position in the compute processes' list of memory nodes (told to its RPC
+    /// handler).
+    #[arg(long, default_value_t = 0)]
+    pub node: u16,
+    /// UCX transports (sets UCX_TLS), e.g. `tcp`, or `rc,ud` on RDMA NICs. Default: UCX's own
+    /// choice or the environment's UCX_TLS.
+    #[arg(long)]
+    pub ucx_tls: Option<String>,
+    /// Devices UCX may use (sets UCX_NET_DEVICES), e.g. `lo`, `eth1`, `mlx5_0:1`. Without it,
+    /// UCX's TCP transport uses every interface.
+    #[arg(long)]
+    pub ucx_devices: Option<String>,
+}
+
+/// `4096`, `64K`, `256M`, `2G`.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let mul: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => return Err(format!("unknown size suffix in {s:?} (K, M, G or T)")),
+            };
+            (&t[..i], mul)
+        }
+        _ => (t, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size in bytes"))?;
+    n.checked_mul(mul)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+pub fn run(a: MemnodeArgs) -> Result<ExitCode> {
+    if a.token.is_empty() {
+        bail!("--token must not be empty");
+    }
+    // Registered before the node starts, so that a signal in between is not lost.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .context("cannot install signal handlers")?;
+    let mut ucx = UcxConfig::default();
+    if let Some(tls) = &a.ucx_tls {
+        ucx.settings.push(("TLS".into(), tls.clone()));
+    }
+    if let Some(dev) = &a.ucx_devices {
+        ucx.settings.push(("NET_DEVICES".into(), dev.clone()));
+    }
+    let node = MemNode::start(
+        MemNodeConfig {
+            size: a.size,
+            listen: a.listen,
+            token: a.token,
+            file: a.path.clone(),
+            ucx,
+        },
+        a.node,
+    )?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "dtxn memnode: node {} serving {} bytes{} at {}",
+        a.node,
+        a.size,
+        a.path
+            .as_ref()
+            .map_or(String::new(), |p| format!(" of {}", p.display())),
+        node.addr()
+    )?;
+    out.flush()?;
+    drop(out);
+    let sig = signals.forever().next();
+    node.shutdown();
+    println!(
+        "dtxn memnode: stopped{}",
+        sig.map_or(String::new(), |s| format!(" (signal {s})"))
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}

@@ -1,0 +1,1118 @@
+//! The compute side: bootstrap, per-thread queue pairs, coordinator ports, the run loop.
+
+use super::bootstrap::{self, NodeInfo};
+use super::server::{AM_RPC_REQ, AM_RPC_RESP, RPC_NO_HANDLER, RPC_OK};
+use super::ucp::{post, AmHandle, Context, Ep, Req, Rkey, Worker};
+use super::{MemNode, MemNodeConfig, UcxConfig, CHUNK};
+use crate::contract::{check_op, Fabric, LocalMem, RpcHandler};
+use crate::runtime::{poll_once, task, RunReport, Task, Topology};
+use crate::stats::Stats;
+use crate::verbs::{Batch, OpKind, LINE};
+use crate::{CoordId, Endpoint, FabricError, NodeId};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::future::Future;
+use std::mem::ManuallyDrop;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+/// How long teardown and blocking (`with_local`) ops wait for UCX before giving up.
+const BLOCKING_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A memory pool of UCX memory nodes, seen from a compute process.
+pub struct UcxPool {
+    cfg: UcxConfig,
+    seed: u64,
+    runs: AtomicU64,
+    addrs: Vec<SocketAddr>,
+    nodes: Vec<NodeInfo>,
+    sizes: Vec<u64>,
+    /// For [`UcxPool::try_with_local`] on memory nodes of other processes: blocking verbs on
+    /// a worker of its own. Dropped before `ctx` and `local`.
+    admin: Mutex<Option<AdminQps>>,
+    ctx: Arc<Context>,
+    /// Memory nodes served by this very process ([`UcxPool::spawn_local`]), by node number.
+    local: Vec<MemNode>,
+}
+
+impl std::fmt::Debug for UcxPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UcxPool")
+            .field("addrs", &self.addrs)
+            .field("sizes", &self.sizes)
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl UcxPool {
+    /// Bootstraps from the memory nodes at `addrs` (node `i` is `addrs[i]`), presenting
+    /// `token`, and checks that this process can reach each of them with UCX.
+    pub fn connect(
+        addrs: &[SocketAddr],
+        token: &str,
+        cfg: UcxConfig,
+    ) -> Result<UcxPool, FabricError> {
+        if addrs.is_empty() {
+            return Err(FabricError::Setup(
+                "a pool needs at least one memory node".into(),
+            ));
+        }
+        if addrs.len() > usize::from(NodeId::MAX) {
+            return Err(FabricError::Setup(format!(
+                "{} memory nodes are too many",
+                addrs.len()
+            )));
+        }
+        let nodes = addrs
+            .iter()
+            .map(|&a| bootstrap::fetch(a, token))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ctx = Context::new(&cfg.settings, false)?;
+        let pool = UcxPool {
+            seed: 0,
+            runs: AtomicU64::new(0),
+            addrs: addrs.to_vec(),
+            sizes: nodes.iter().map(|n| n.size).collect(),
+            nodes,
+            admin: Mutex::new(None),
+            ctx,
+            local: Vec::new(),
+            cfg,
+        };
+        // Fails now, with the reason, rather than in every worker thread of the first run.
+        drop(pool.admin()?);
+        Ok(pool)
+    }
+
+    /// Starts one memory node per entry of `sizes` in this process (on 127.0.0.1, any free
+    /// port) and connects to them: tests and single-process runs. The pool owns the nodes, so
+    /// [`UcxPool::try_with_local`] and [`UcxPool::set_rpc_handler`] reach them directly.
+    pub fn spawn_local(sizes: &[u64], cfg: UcxConfig) -> Result<UcxPool, FabricError> {
+        let token = format!("local-{}-{:x}", std::process::id(), rand::random::<u64>());
+        let local = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &size)| {
+                MemNode::start(
+                    MemNodeConfig {
+                        size,
+                        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+                        token: token.clone(),
+                        file: None,
+                        ucx: cfg.clone(),
+                    },
+                    i as NodeId,
+                )
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let addrs: Vec<_> = local.iter().map(MemNode::addr).collect();
+        let mut pool = UcxPool::connect(&addrs, &token, cfg)?;
+        pool.local = local;
+        Ok(pool)
+    }
+
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    /// Seeds the coordinators' RNGs of later runs and endpoints. A new pool's seed is 0.
+    pub fn set_seed(&mut self, seed: u64) {
+        self.seed = seed;
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    pub fn node_sizes(&self) -> Vec<u64> {
+        self.sizes.clone()
+    }
+
+    /// Installs `handler` on the memory nodes this process serves. Memory nodes of other
+    /// processes serve their own handlers (or answer [`FabricError::NoRpcHandler`]).
+    pub fn set_rpc_handler(&mut self, handler: Arc<dyn RpcHandler>) {
+        for n in &self.local {
+            n.set_rpc_handler(handler.clone());
+        }
+    }
+
+    fn admin(&self) -> Result<std::sync::MutexGuard<'_, Option<AdminQps>>, FabricError> {
+        let mut g = self.admin.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            *g = Some(AdminQps(Qps::connect(
+                &self.ctx,
+                &self.nodes,
+                &self.cfg,
+                true,
+            )?));
+        }
+        Ok(g)
+    }
+
+    /// Memory node `node`'s region, accessed by this process: directly if it serves the node
+    /// (the node's own CPU, excluding remote ops meanwhile), otherwise with blocking one-sided
+    /// verbs (each access line-atomic like a verb, one round trip each). The first failed
+    /// access makes the later ones no-ops (reads see zeroes) and is returned after `f`.
+    pub fn try_with_local<T>(
+        &self,
+        node: NodeId,
+        f: impl FnOnce(&mut dyn LocalMem) -> T,
+    ) -> Result<T, FabricError> {
+        let size = *self
+            .sizes
+            .get(node as usize)
+            .ok_or(FabricError::NoSuchNode {
+                node,
+                nodes: self.sizes.len(),
+            })?;
+        if let Some(n) = self.local.get(node as usize) {
+            return Ok(n.with_local(f));
+        }
+        let mut g = self.admin()?;
+        let q = &mut g.as_mut().expect("connected by admin()").0;
+        let mut mem = RemoteMem {
+            q,
+            node,
+            size,
+            err: None,
+            scratch: Vec::new(),
+            word: Box::new([0; 2]),
+        };
+        let out = f(&mut mem);
+        match mem.err.take() {
+            None => Ok(out),
+            Some(e) => {
+                // Its worker may hold abandoned requests: start afresh next time.
+                drop(mem);
+                *g = None;
+                Err(e)
+            }
+        }
+    }
+
+    /// A coordinator endpoint outside of [`UcxPool::run`], driven by the caller on this
+    /// thread (benchmarks, tools), with queue pairs of its own.
+    pub fn endpoint(&self, id: CoordId) -> Result<Endpoint, FabricError> {
+        let qps = Rc::new(RefCell::new(Qps::connect(
+            &self.ctx,
+            &self.nodes,
+            &self.cfg,
+            false,
+        )?));
+        let port = UcxPort::new(
+            qps,
+            self.sizes.clone(),
+            Instant::now(),
+            Rc::default(),
+            Arc::default(),
+        );
+        Ok(Endpoint::new(id, self.seed, Box::new(port)))
+    }
+
+    /// Runs `f` as every coordinator of `topo` like [`crate::shm::ShmPool::run`]:
+    /// `topo.threads` OS threads, each with its own UCP worker and one endpoint per memory node
+    /// (its queue pairs), polling its `topo.coroutines` coordinators round-robin. `stop_at_ns`
+    /// ends the run after that much wall time, dropping the coordinators still running.
+    pub fn run<F, Fut, R>(
+        &self,
+        topo: Topology,
+        stop_at_ns: Option<u64>,
+        f: F,
+    ) -> Result<RunReport<R>, FabricError>
+    where
+        F: Fn(Endpoint) -> Fut + Sync,
+        Fut: Future<Output = R> + 'static,
+        R: Send + 'static,
+    {
+        topo.validate().map_err(FabricError::Setup)?;
+        if topo.compute_nodes != 1 {
+            return Err(FabricError::Setup(
+                "a ucx run is one compute process; start one per compute node".into(),
+            ));
+        }
+        let runs = self.runs.fetch_add(1, Ordering::Relaxed);
+        let seed = self.seed ^ runs.wrapping_mul(0xa076_1d64_78bd_642f);
+        let start = Instant::now();
+        let stop = stop_at_ns.map(|ns| start + Duration::from_nanos(ns));
+        let abort = Arc::new(AtomicBool::new(false));
+        let f = &f;
+        let abort_ref = &abort;
+        let joined = std::thread::scope(|s| {
+            let mut handles = Vec::with_capacity(topo.threads as usize);
+            for thread in 0..topo.threads {
+                let h = std::thread::Builder::new()
+                    .name(format!("ucx-worker-{thread}"))
+                    .spawn_scoped(s, move || {
+                        let _guard = AbortOnPanic(abort_ref);
+                        let r = self.worker(topo, seed, start, stop, abort_ref, thread, f);
+                        if r.is_err() {
+                            abort_ref.store(true, Ordering::Relaxed);
+                        }
+                        r
+                    })
+                    .map_err(|e| {
+                        FabricError::Setup(format!("cannot spawn worker thread {thread}: {e}"))
+                    });
+                match h {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        abort_ref.store(true, Ordering::Relaxed);
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(handles.into_iter().map(|h| h.join()).collect::<Vec<_>>())
+        })?;
+        let mut per_thread = Vec::with_capacity(joined.len());
+        let mut first_err = None;
+        for j in joined {
+            match j {
+                Ok(Ok(out)) => per_thread.push(out),
+                Ok(Err(e)) => {
+                    first_err.get_or_insert(e);
+                }
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+        let elapsed_ns = start.elapsed().as_nanos() as u64;
+        let mut outputs = Vec::with_capacity(topo.coordinators() as usize);
+        let mut stats = Vec::with_capacity(topo.coordinators() as usize);
+        for (o, s) in per_thread.into_iter().flatten() {
+            outputs.push(o);
+            stats.push(s);
+        }
+        let verbs_executed = stats.iter().map(Stats::verbs_total).sum();
+        Ok(RunReport {
+            outputs,
+            stats,
+            elapsed_ns,
+            virtual_time: false,
+            trace_hash: 0,
+            verbs_executed,
+        })
+    }
+
+    /// One worker thread: connects its queue pairs, builds its coordinators, polls them.
+    #[allow(clippy::too_many_arguments)]
+    fn worker<F, Fut, R>(
+        &self,
+        topo: Topology,
+        seed: u64,
+        start: Instant,
+        stop: Option<Instant>,
+        abort: &Arc<AtomicBool>,
+        thread: u32,
+        f: &F,
+    ) -> Result<Vec<(Option<R>, Stats)>, FabricError>
+    where
+        F: Fn(Endpoint) -> Fut,
+        Fut: Future<Output = R> + 'static,
+        R: 'static,
+    {
+        let qps = Rc::new(RefCell::new(Qps::connect(
+            &self.ctx,
+            &self.nodes,
+            &self.cfg,
+            false,
+        )?));
+        let n = topo.coroutines as usize;
+        let progress = Rc::new(Cell::new(false));
+        let mut tasks: Vec<Option<Task<R>>> = Vec::with_capacity(n);
+        let mut cells = Vec::with_capacity(n);
+        for coroutine in 0..topo.coroutines {
+            let id = CoordId {
+                compute_node: 0,
+                thread,
+                coroutine,
+                index: thread * topo.coroutines + coroutine,
+            };
+            let port = UcxPort::new(
+                qps.clone(),
+                self.sizes.clone(),
+                start,
+                progress.clone(),
+                abort.clone(),
+            );
+            let ep = Endpoint::new(id, seed, Box::new(port));
+            cells.push(ep.stats_cell());
+            tasks.push(Some(task(f, ep)));
+        }
+        let mut outputs: Vec<Option<R>> = (0..n).map(|_| None).collect();
+        let mut live = n;
+        let mut idle_rounds = 0u32;
+        while live > 0 {
+            progress.set(false);
+            for (slot, out) in tasks.iter_mut().zip(outputs.iter_mut()) {
+                if let Some(t) = slot {
+                    if let Poll::Ready((r, _)) = poll_once(t) {
+                        *out = Some(r);
+                        *slot = None;
+                        live -= 1;
+                        progress.set(true);
+                    }
+                }
+            }
+            // Detached batches complete here (and the ports progress the worker when polled).
+            qps.borrow_mut().reap();
+            if progress.get() {
+                idle_rounds = 0;
+            } else {
+                // Waiting for the network: spin a little, then let the memory node's
+                // progress thread (maybe on this host, with few cores) have the CPU.
+                idle_rounds = idle_rounds.saturating_add(1);
+                if idle_rounds < 64 {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+            }
+            if abort.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Some(stop) = stop {
+                if Instant::now() >= stop {
+                    break;
+                }
+            }
+        }
+        // Coordinators still running are dropped here (their ports hand in-flight batches to
+        // the queue pairs, which wait for them before closing).
+        drop(tasks);
+        Ok(outputs
+            .into_iter()
+            .zip(cells.iter().map(|c| c.get()))
+            .collect())
+    }
+}
+
+/// Tells the other worker threads of a run that this one is unwinding.
+struct AbortOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// RPC responses, by request id: `(status, bytes)`. Filled by the message callback.
+type Inbox = RefCell<HashMap<u64, (u8, Vec<u8>)>>;
+
+/// A batch in flight and the buffers UCX reads from and writes into until it completes.
+#[derive(Default)]
+struct InFlight {
+    /// The caller's batch, copied: WRITE sources, READ destinations.
+    batch: Batch,
+    /// Per op: CAS `[expect, new -> old]`, FAA `[add, old]`, RPC header `[id, node]`.
+    amo: Vec<[u64; 2]>,
+    reqs: Vec<(NodeId, Req)>,
+    /// RPCs awaiting their response: `(op index, node, id)`.
+    rpcs: Vec<(usize, NodeId, u64)>,
+    error: Option<FabricError>,
+}
+
+impl InFlight {
+    fn fail(&mut self, e: FabricError) {
+        self.error.get_or_insert(e);
+    }
+
+    /// Polls the requests; true when none is left.
+    fn poll_reqs(&mut self) -> bool {
+        let mut err = None;
+        self.reqs.retain_mut(|(node, r)| match r.poll() {
+            None => true,
+            Some(st) => {
+                if st < 0 && err.is_none() {
+                    err = Some(FabricError::NodeDown(*node));
+                }
+                false
+            }
+        });
+        if let Some(e) = err {
+            self.fail(e);
+        }
+        self.reqs.is_empty()
+    }
+}
+
+/// One thread's queue pairs: a UCP worker and an endpoint (with the region's rkey) per memory
+/// node.
+pub(crate) struct Qps {
+    worker: ManuallyDrop<Worker>,
+    eps: Vec<Ep>,
+    rkeys: Vec<Rkey>,
+    bases: Vec<u64>,
+    /// An atomic was posted since the last fence: fence before the next op (G6).
+    after_atomic: bool,
+    /// A WRITE was posted since the last fence: fence before the next WRITE (G4).
+    after_write: bool,
+    /// Batches nobody waits for (detached, or abandoned by a dropped coordinator) whose
+    /// buffers must live until UCX is done with them.
+    orphans: Vec<InFlight>,
+    /// From `Box::into_raw`; the RPC response callback's argument. Freed after the worker.
+    inbox: *mut Inbox,
+    am: Option<AmHandle>,
+    next_rpc: u64,
+}
+
+/// The admin queue pairs behind [`UcxPool`]'s mutex.
+struct AdminQps(Qps);
+
+// SAFETY: the admin worker is created serialized (UCS_THREAD_MODE_SERIALIZED) and used only
+// under `UcxPool::admin`'s mutex; its inbox pointer is owned by it and touched by that worker's
+// callbacks only, under the same mutex.
+unsafe impl Send for AdminQps {}
+
+impl Qps {
+    fn connect(
+        ctx: &Arc<Context>,
+        nodes: &[NodeInfo],
+        cfg: &UcxConfig,
+        serialized: bool,
+    ) -> Result<Qps, FabricError> {
+        let worker = Worker::new(ctx, serialized)?;
+        let inbox = Box::into_raw(Box::new(Inbox::default()));
+        let mut q = Qps {
+            worker: ManuallyDrop::new(worker),
+            eps: Vec::with_capacity(nodes.len()),
+            rkeys: Vec::with_capacity(nodes.len()),
+            bases: nodes.iter().map(|n| n.base).collect(),
+            after_atomic: false,
+            after_write: false,
+            orphans: Vec::new(),
+            inbox,
+            am: None,
+            next_rpc: 1,
+        };
+        // SAFETY: `inbox` lives until `Qps::drop` frees it after destroying the worker, the
+        // only caller of the handler.
+        q.am = Some(unsafe {
+            q.worker
+                .set_am_handler(AM_RPC_RESP, on_resp, inbox as *mut c_void)?
+        });
+        for (i, n) in nodes.iter().enumerate() {
+            let ep = q.worker.connect(&n.worker)?;
+            let rkey = match ep.unpack_rkey(&n.rkey) {
+                Ok(r) => r,
+                Err(e) => {
+                    q.eps.push(ep);
+                    return Err(e);
+                }
+            };
+            let direct = rkey.directly_mapped(n.base);
+            q.eps.push(ep);
+            q.rkeys.push(rkey);
+            if direct && !cfg.allow_direct {
+                return Err(FabricError::Setup(format!(
+                    "memory node {i} is mapped into this process by a UCX shared-memory \
+                     transport (posix/sysv/xpmem): READs would be plain memcpy, not atomic per \
+                     64-byte line as the fabric contract requires. Restrict the transports \
+                     (UCX_TLS=tcp, or rc/ud/dc on RDMA NICs), or allow it knowingly \
+                     (UcxConfig::allow_direct) for measurements only"
+                )));
+            }
+        }
+        Ok(q)
+    }
+
+    /// Progresses the worker and completes what orphans it can.
+    fn reap(&mut self) {
+        self.worker.progress();
+        if self.orphans.is_empty() {
+            return;
+        }
+        let inbox = self.inbox;
+        self.orphans.retain_mut(|f| {
+            if !f.poll_reqs() {
+                return true;
+            }
+            // SAFETY: `inbox` is live (freed only in drop); single-threaded use, and the
+            // message callback (which also borrows it) runs only inside `progress`.
+            let mut ib = unsafe { &*inbox }.borrow_mut();
+            for &(_, _, id) in &f.rpcs {
+                ib.remove(&id);
+            }
+            false
+        });
+    }
+
+    /// Fences before posting an op of `kind` if the contract's ordering needs it.
+    fn order_before(&mut self, kind: OpKind) -> Result<(), FabricError> {
+        if self.after_atomic || (kind == OpKind::Write && self.after_write) {
+            self.worker.fence()?;
+            self.after_atomic = false;
+            self.after_write = false;
+        }
+        Ok(())
+    }
+
+    /// Posts the ops of `f.batch`; stops at the first that UCX refuses (its error is kept).
+    fn post_batch(&mut self, f: &mut InFlight, flush_writes: bool) {
+        let n = f.batch.ops.len();
+        f.amo.clear();
+        f.amo.resize(n, [0; 2]);
+        let mut wrote: u64 = 0;
+        let mut wrote_more: Vec<NodeId> = Vec::new();
+        for i in 0..n {
+            let op = f.batch.ops[i];
+            let node = op.node;
+            if let Err(e) = self.order_before(op.kind) {
+                f.fail(e);
+                return;
+            }
+            let ni = node as usize;
+            let raddr = self.bases[ni] + op.addr;
+            let (ep, rkey) = (&self.eps[ni], &self.rkeys[ni]);
+            let span = op.data as usize..op.data as usize + op.len as usize;
+            let posted = |r: Result<Option<Req>, i32>, f: &mut InFlight| match r {
+                Ok(Some(req)) => {
+                    f.reqs.push((node, req));
+                    true
+                }
+                Ok(None) => true,
+                Err(_) => {
+                    f.fail(FabricError::NodeDown(node));
+                    false
+                }
+            };
+            let ok = match op.kind {
+                OpKind::Read => {
+                    let base = f.batch.buf[span.clone()].as_mut_ptr();
+                    let mut ok = true;
+                    for (off, len) in chunks(op.addr, op.len as usize) {
+                        // SAFETY: `base + off .. + len` lies in `f.batch.buf`, which is not
+                        // touched or resized until this request completes (the batch stays in
+                        // its `InFlight`, handed to `orphans` if abandoned); rkey of `ep`;
+                        // in bounds (check_op).
+                        let r =
+                            unsafe { post::get(ep, rkey, raddr + off as u64, base.add(off), len) };
+                        if !posted(r, f) {
+                            ok = false;
+                            break;
+                        }
+                    }
+                    ok
+                }
+                OpKind::Write => {
+                    let src = &f.batch.buf[span.clone()];
+                    let src: *const [u8] = src;
+                    let mut ok = true;
+                    for (off, len) in chunks(op.addr, op.len as usize) {
+                        // SAFETY: as for READ; the source is only read, by UCX and nobody else.
+                        let r = unsafe {
+                            post::put(ep, rkey, raddr + off as u64, &(&*src)[off..off + len])
+                        };
+                        if !posted(r, f) {
+                            ok = false;
+                            break;
+                        }
+                    }
+                    self.after_write = true;
+                    if ni < 64 {
+                        wrote |= 1 << ni;
+                    } else if !wrote_more.contains(&node) {
+                        wrote_more.push(node);
+                    }
+                    ok
+                }
+                OpKind::Cas | OpKind::Faa => {
+                    let cswap = op.kind == OpKind::Cas;
+                    f.amo[i] = if cswap {
+                        [op.arg0, op.arg1]
+                    } else {
+                        [op.arg0, 0]
+                    };
+                    let slot = f.amo[i].as_mut_ptr();
+                    // SAFETY: `slot` points into `f.amo`, not resized or touched until the
+                    // request completes (see READ); 8-byte aligned word (check_op).
+                    let r = unsafe { post::amo(ep, rkey, raddr, cswap, slot, slot.add(1)) };
+                    self.after_atomic = true;
+                    posted(r, f)
+                }
+                OpKind::Flush => posted(post::flush(ep), f),
+                OpKind::Rpc => {
+                    let id = self.next_rpc;
+                    self.next_rpc += 1;
+                    f.amo[i] = [id, u64::from(node)];
+                    // SAFETY: header in `f.amo`, data in `f.batch.buf`: both kept as for READ.
+                    let hdr: &[u8; 16] = unsafe { &*(f.amo[i].as_ptr() as *const [u8; 16]) };
+                    let data: *const [u8] = &f.batch.buf[span];
+                    // SAFETY: as above.
+                    let r = unsafe { post::am(ep, AM_RPC_REQ, hdr, &*data) };
+                    f.rpcs.push((i, node, id));
+                    posted(r, f)
+                }
+            };
+            if !ok {
+                return;
+            }
+        }
+        if flush_writes {
+            // A PUT completes when its buffer is free, not when it has landed; the flush
+            // completes when it has, so that completion means executed.
+            for ni in (0..64).filter(|b| wrote & (1 << b) != 0) {
+                let r = post::flush(&self.eps[ni]);
+                if let Err(e) = collect(r, ni as NodeId, f) {
+                    f.fail(e);
+                    return;
+                }
+            }
+            for node in wrote_more {
+                let r = post::flush(&self.eps[node as usize]);
+                if let Err(e) = collect(r, node, f) {
+                    f.fail(e);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Blocks until `f`'s requests complete (progressing), for at most BLOCKING_TIMEOUT.
+    fn wait(&mut self, f: &mut InFlight) -> bool {
+        let deadline = Instant::now() + BLOCKING_TIMEOUT;
+        loop {
+            self.worker.progress();
+            if f.poll_reqs() {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+        }
+    }
+}
+
+fn collect(r: Result<Option<Req>, i32>, node: NodeId, f: &mut InFlight) -> Result<(), FabricError> {
+    match r {
+        Ok(Some(req)) => {
+            f.reqs.push((node, req));
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(_) => Err(FabricError::NodeDown(node)),
+    }
+}
+
+/// The pieces `(offset, len)` of an access at `addr` of `len` bytes: cut at line-aligned
+/// addresses, each at most CHUNK bytes, so that UCX never splits a line across messages.
+fn chunks(addr: u64, len: usize) -> impl Iterator<Item = (usize, usize)> {
+    let mut off = 0usize;
+    std::iter::from_fn(move || {
+        if off >= len {
+            return None;
+        }
+        let at = addr + off as u64;
+        // The first piece ends on a line boundary, so the later ones start on one.
+        let to_boundary = CHUNK - (at % LINE) as usize;
+        let n = to_boundary.min(len - off);
+        let piece = (off, n);
+        off += n;
+        Some(piece)
+    })
+}
+
+impl Drop for Qps {
+    fn drop(&mut self) {
+        // Abandoned batches' buffers must outlive their requests: wait, or leak them.
+        let deadline = Instant::now() + BLOCKING_TIMEOUT;
+        while !self.orphans.is_empty() && Instant::now() < deadline {
+            self.reap();
+        }
+        for f in self.orphans.drain(..) {
+            std::mem::forget(f);
+        }
+        self.rkeys.clear();
+        for ep in self.eps.drain(..) {
+            // A peer that is gone makes this time out; the worker's destruction cleans up.
+            self.worker.close(ep, false, 2.0);
+        }
+        // SAFETY: dropped once, here; nothing uses the worker afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.worker) };
+        if let Some(am) = self.am.take() {
+            // SAFETY: the worker that could call the handler is destroyed.
+            unsafe { am.free() };
+        }
+        // SAFETY: from `Box::into_raw` in `connect`, unused now that the worker is gone.
+        drop(unsafe { Box::from_raw(self.inbox) });
+    }
+}
+
+/// The RPC response callback: `arg` is the thread's inbox.
+unsafe extern "C" fn on_resp(
+    arg: *mut c_void,
+    hdr: *const c_void,
+    hlen: usize,
+    data: *const c_void,
+    len: usize,
+    _reply_ep: dtxn_ucx_sys::ucp_ep_h,
+) {
+    if hlen < 9 {
+        return;
+    }
+    // SAFETY: UCX passes `hlen` header bytes and `len` data bytes valid for this call.
+    let (hdr, body) = unsafe {
+        (
+            std::slice::from_raw_parts(hdr as *const u8, hlen),
+            if len == 0 {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(data as *const u8, len)
+            },
+        )
+    };
+    let id = u64::from_le_bytes(hdr[..8].try_into().expect("8 bytes"));
+    // SAFETY: `arg` is the inbox of the worker running this callback (see `Qps::connect`);
+    // nothing else borrows it while `progress` runs.
+    let inbox = unsafe { &*(arg as *const Inbox) };
+    inbox.borrow_mut().insert(id, (hdr[8], body.to_vec()));
+}
+
+/// A coordinator's port: its thread's queue pairs, and its batch in flight.
+struct UcxPort {
+    qps: Rc<RefCell<Qps>>,
+    sizes: Vec<u64>,
+    start: Instant,
+    cur: Option<InFlight>,
+    spare: InFlight,
+    progress: Rc<Cell<bool>>,
+    abort: Arc<AtomicBool>,
+}
+
+impl UcxPort {
+    fn new(
+        qps: Rc<RefCell<Qps>>,
+        sizes: Vec<u64>,
+        start: Instant,
+        progress: Rc<Cell<bool>>,
+        abort: Arc<AtomicBool>,
+    ) -> UcxPort {
+        UcxPort {
+            qps,
+            sizes,
+            start,
+            cur: None,
+            spare: InFlight::default(),
+            progress,
+            abort,
+        }
+    }
+}
+
+impl Fabric for UcxPort {
+    fn submit(&mut self, batch: &mut Batch, detached: bool) -> Result<(), FabricError> {
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(FabricError::Setup(
+                "the run is aborting: another worker thread failed".into(),
+            ));
+        }
+        for op in &batch.ops {
+            // Whether a node serves RPCs is its business: it answers NoRpcHandler if not.
+            check_op(op, &self.sizes, true)?;
+        }
+        let mut q = self.qps.borrow_mut();
+        if let Some(old) = self.cur.take() {
+            q.orphans.push(old);
+        }
+        let mut f = std::mem::take(&mut self.spare);
+        f.batch.assign(batch);
+        f.reqs.clear();
+        f.rpcs.clear();
+        f.error = None;
+        q.post_batch(&mut f, !detached);
+        self.progress.set(true);
+        if detached {
+            q.orphans.push(f);
+            Ok(())
+        } else {
+            self.cur = Some(f);
+            Ok(())
+        }
+    }
+
+    fn poll_complete(&mut self, batch: &mut Batch) -> Poll<Result<(), FabricError>> {
+        let Some(f) = self.cur.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        let q = self.qps.borrow();
+        q.worker.progress();
+        if !f.poll_reqs() {
+            return Poll::Pending;
+        }
+        // SAFETY: the inbox is live while `q` is; the callback that fills it runs only inside
+        // `progress`, which is not running now.
+        let inbox = unsafe { &*q.inbox };
+        if f.error.is_none()
+            && f.rpcs
+                .iter()
+                .any(|(_, _, id)| !inbox.borrow().contains_key(id))
+        {
+            return Poll::Pending;
+        }
+        drop(q);
+        let mut f = self.cur.take().expect("checked above");
+        f.batch.resp.clear();
+        for (i, op) in f.batch.ops.iter().enumerate() {
+            if op.kind.is_atomic() {
+                f.batch.words[i] = f.amo[i][1];
+            }
+        }
+        {
+            let mut ib = inbox.borrow_mut();
+            let rpcs = std::mem::take(&mut f.rpcs);
+            for &(i, node, id) in &rpcs {
+                let Some((status, body)) = ib.remove(&id) else {
+                    continue;
+                };
+                match status {
+                    RPC_OK => {
+                        let off = f.batch.resp.len();
+                        f.batch.resp.extend_from_slice(&body);
+                        f.batch.words[i] = ((off as u64) << 32) | body.len() as u64;
+                    }
+                    RPC_NO_HANDLER => f.fail(FabricError::NoRpcHandler(node)),
+                    _ => f.fail(FabricError::Setup(format!(
+                        "the RPC handler of memory node {node} panicked"
+                    ))),
+                }
+            }
+            f.rpcs = rpcs;
+        }
+        batch.take_results(&f.batch);
+        let r = match f.error.take() {
+            None => Ok(()),
+            Some(e) => Err(e),
+        };
+        self.spare = f;
+        self.progress.set(true);
+        Poll::Ready(r)
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn poll_sleep(&mut self, deadline_ns: u64, first: bool) -> Poll<()> {
+        if !first && self.now_ns() >= deadline_ns {
+            self.progress.set(true);
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    }
+
+    fn charge_cpu(&mut self, _ns: u64) {}
+
+    fn node_sizes(&self) -> &[u64] {
+        &self.sizes
+    }
+}
+
+impl Drop for UcxPort {
+    fn drop(&mut self) {
+        if let Some(f) = self.cur.take() {
+            // Its buffers must outlive its requests.
+            if let Ok(mut q) = self.qps.try_borrow_mut() {
+                q.orphans.push(f);
+            } else {
+                std::mem::forget(f);
+            }
+        }
+    }
+}
+
+/// Blocking verbs for [`UcxPool::try_with_local`] on a remote memory node.
+struct RemoteMem<'a> {
+    q: &'a mut Qps,
+    node: NodeId,
+    size: u64,
+    err: Option<FabricError>,
+    /// READ destinations and WRITE sources, owned here so that a timed-out request can be
+    /// abandoned with them (leaked) rather than write into freed memory.
+    scratch: Vec<u8>,
+    word: Box<[u64; 2]>,
+}
+
+impl RemoteMem<'_> {
+    fn ok(&mut self, addr: u64, len: u64, atomic: bool) -> bool {
+        if self.err.is_some() {
+            return false;
+        }
+        if atomic && !addr.is_multiple_of(8) {
+            self.err = Some(FabricError::Misaligned {
+                node: self.node,
+                addr,
+            });
+            return false;
+        }
+        if addr.checked_add(len).is_none_or(|e| e > self.size) {
+            self.err = Some(FabricError::OutOfBounds {
+                node: self.node,
+                addr,
+                len,
+                size: self.size,
+            });
+            return false;
+        }
+        true
+    }
+
+    /// Posts one op (built by `post`) and waits for it; on a timeout the buffers are leaked.
+    fn run(&mut self, post: impl FnOnce(&mut Qps, &mut InFlight)) -> bool {
+        let mut f = InFlight::default();
+        post(self.q, &mut f);
+        let done = self.q.wait(&mut f);
+        if !done {
+            std::mem::forget(std::mem::take(&mut self.scratch));
+            std::mem::forget(std::mem::replace(&mut self.word, Box::new([0; 2])));
+            std::mem::forget(f);
+            self.err = Some(FabricError::NodeDown(self.node));
+            return false;
+        }
+        if let Some(e) = f.error.take() {
+            self.err = Some(e);
+            return false;
+        }
+        true
+    }
+}
+
+impl LocalMem for RemoteMem<'_> {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn read(&mut self, addr: u64, buf: &mut [u8]) {
+        buf.fill(0);
+        if !self.ok(addr, buf.len() as u64, false) {
+            return;
+        }
+        self.scratch.clear();
+        self.scratch.resize(buf.len(), 0);
+        let (node, dst, len) = (self.node, self.scratch.as_mut_ptr(), buf.len());
+        let ok = self.run(|q, f| {
+            let ni = node as usize;
+            let raddr = q.bases[ni] + addr;
+            for (off, n) in chunks(addr, len) {
+                // SAFETY: `dst + off .. + n` lies in `scratch`, untouched until the request
+                // completes or is abandoned with `scratch` leaked (`run`); bounds checked.
+                let r = unsafe {
+                    post::get(
+                        &q.eps[ni],
+                        &q.rkeys[ni],
+                        raddr + off as u64,
+                        dst.add(off),
+                        n,
+                    )
+                };
+                if let Err(e) = collect(r, node, f) {
+                    f.fail(e);
+                    return;
+                }
+            }
+        });
+        if ok {
+            buf.copy_from_slice(&self.scratch);
+        }
+    }
+
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        if !self.ok(addr, data.len() as u64, false) {
+            return;
+        }
+        self.scratch.clear();
+        self.scratch.extend_from_slice(data);
+        let (node, src) = (self.node, &self.scratch[..] as *const [u8]);
+        self.run(|q, f| {
+            let ni = node as usize;
+            let raddr = q.bases[ni] + addr;
+            // SAFETY: `src` is `scratch`, kept (or leaked) until the requests complete.
+            let src = unsafe { &*src };
+            for (off, n) in chunks(addr, src.len()) {
+                // SAFETY: as above; bounds checked.
+                let r = unsafe {
+                    post::put(
+                        &q.eps[ni],
+                        &q.rkeys[ni],
+                        raddr + off as u64,
+                        &src[off..off + n],
+                    )
+                };
+                if let Err(e) = collect(r, node, f) {
+                    f.fail(e);
+                    return;
+                }
+            }
+            if let Err(e) = collect(post::flush(&q.eps[ni]), node, f) {
+                f.fail(e);
+            }
+        });
+    }
+
+    fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
+        self.amo(addr, true, expect, new)
+    }
+
+    fn faa(&mut self, addr: u64, add: u64) -> u64 {
+        self.amo(addr, false, add, 0)
+    }
+}
+
+impl RemoteMem<'_> {
+    fn amo(&mut self, addr: u64, cswap: bool, a: u64, b: u64) -> u64 {
+        if !self.ok(addr, 8, true) {
+            return 0;
+        }
+        *self.word = [a, b];
+        let (node, slot) = (self.node, self.word.as_mut_ptr());
+        let ok = self.run(|q, f| {
+            let ni = node as usize;
+            // SAFETY: `slot` is `word`, kept (or leaked) until the request completes; aligned
+            // and in bounds (checked).
+            let r = unsafe {
+                post::amo(
+                    &q.eps[ni],
+                    &q.rkeys[ni],
+                    q.bases[ni] + addr,
+                    cswap,
+                    slot,
+                    slot.add(1),
+                )
+            };
+            if let Err(e) = collect(r, node, f) {
+                f.fail(e);
+            }
+        });
+        if ok {
+            self.word[1]
+        } else {
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::chunks;
+
+    #[test]
+    fn chunks_cut_at_lines_and_cap() {
+        let v: Vec<_> = chunks(0, 10_000).collect();
+        assert_eq!(v, vec![(0, 4096), (4096, 4096), (8192, 1808)]);
+        let v: Vec<_> = chunks(100, 8200).collect();
+        // First piece ends on a line boundary: 100 + 4060 = 4160 = 65 lines.
+        assert_eq!(v[0], (0, 4060));
+        assert!(v.iter().skip(1).all(|&(o, _)| (100 + o) % 64 == 0));
+        assert_eq!(v.iter().map(|p| p.1).sum::<usize>(), 8200);
+        assert_eq!(chunks(5, 0).count(), 0);
+    }
+}

@@ -1,0 +1,222 @@
+//! Recovery of a crashed coordinator, by any other coordinator, with one-sided verbs only
+//! (FORD section 4.8; the rule for the ambiguous case is the digest's).
+//!
+//! A coordinator is declared dead by whoever notices (a lease, or the simulator's fault plan).
+//! The agent then:
+//!
+//! 1. reads the dead coordinator's log slice on every memory node and takes the newest entry
+//!    that decodes (a crash mid-log-WRITE leaves a torn entry on some nodes: its crc fails);
+//! 2. if that entry is pending, decides: **committed** if every replica of every logged item
+//!    the dead coordinator had locked already holds the new version (its coalescent commit
+//!    landed everywhere: roll forward), **aborted** otherwise (roll back: put the old images
+//!    back on every replica);
+//! 3. releases every lock the dead coordinator still holds, logged or not (a lock won just
+//!    before the crash may not be logged yet): record locks and chain insert locks, found by a
+//!    scan of every table on its primary, each cleared with a CAS from the dead owner's value
+//!    so that nobody else's lock is ever touched;
+//! 4. closes the log entry.
+//!
+//! It returns what it decided, with the versions a rolled-forward transaction installed, for
+//! the history.
+
+use crate::protocols::ford::INVISIBLE;
+use dtxn_check::history;
+use dtxn_fabric::{Endpoint, FabricError, NodeId};
+use dtxn_store::log::{LogEntry, LogStatus, STATUS_OFF};
+use dtxn_store::record::RecordHeader;
+use dtxn_store::PoolMap;
+
+/// What recovery found and did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovered {
+    /// The log slice held no pending transaction.
+    Nothing,
+    /// The pending transaction had committed everywhere: rolled forward.
+    RolledForward(history::Txn),
+    /// The pending transaction had not: rolled back (its id).
+    RolledBack(u64),
+}
+
+/// Recovers coordinator `index` (whose lock-owner id is `index + 1`).
+pub async fn recover(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    index: u32,
+) -> Result<(Recovered, u32), FabricError> {
+    let owner = u64::from(index) + 1;
+    let nodes = map.nodes.len() as NodeId;
+    let mut outcome = Recovered::Nothing;
+    let mut entry: Option<LogEntry> = None;
+    if let Some((slice, bytes)) = map.log_slice(index) {
+        let reads: Vec<_> = (0..nodes)
+            .map(|n| ep.read(n, slice, bytes as usize))
+            .collect();
+        ep.post().await?;
+        for r in reads {
+            if let Ok(Some(e)) = LogEntry::decode(ep.bytes(r)) {
+                if entry.as_ref().is_none_or(|x| e.txn > x.txn) {
+                    entry = Some(e);
+                }
+            }
+        }
+        if let Some(e) = entry.as_ref().filter(|e| e.status == LogStatus::Pending) {
+            outcome = settle(ep, map, owner, e).await?;
+            let status = match outcome {
+                Recovered::RolledForward(_) => LogStatus::Committed,
+                _ => LogStatus::Aborted,
+            };
+            for n in 0..nodes {
+                ep.write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
+            }
+            ep.post().await?;
+        }
+    }
+    let released = release_all(ep, map, owner).await?;
+    Ok((outcome, released))
+}
+
+/// Decides and applies the pending entry's outcome.
+async fn settle(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    owner: u64,
+    e: &LogEntry,
+) -> Result<Recovered, FabricError> {
+    // Every replica of every logged item, as it is now.
+    let mut reads = Vec::new();
+    for (i, it) in e.items.iter().enumerate() {
+        let Ok(t) = map.table(it.table) else { continue };
+        for &n in &t.replicas {
+            reads.push((i, n, ep.read(n, it.offset, t.record_bytes as usize)));
+        }
+    }
+    ep.post().await?;
+    let mut held = vec![false; e.items.len()];
+    let mut everywhere = vec![true; e.items.len()];
+    let mut installed = vec![0u64; e.items.len()];
+    let mut keys = vec![0u64; e.items.len()];
+    for &(i, n, r) in &reads {
+        let it = &e.items[i];
+        let t = map.table(it.table).expect("checked");
+        let now = t.codec().header(ep.bytes(r));
+        let new = if it.insert {
+            // An insert's new record: valid, our key... its version is whatever it installed.
+            now.valid.then_some(now.version)
+        } else {
+            let old = t.codec().header(&it.old_image);
+            (now.version == old.version + 1 && now.key == old.key).then_some(now.version)
+        };
+        if n == t.primary() {
+            held[i] = now.lock & !INVISIBLE == owner;
+            keys[i] = now.key;
+        }
+        match new {
+            Some(v) => installed[i] = v,
+            None => everywhere[i] = false,
+        }
+    }
+    // Items it never locked were never written (the commit waits for every lock).
+    let ours: Vec<usize> = (0..e.items.len()).filter(|&i| held[i]).collect();
+    if ours.is_empty() {
+        // It holds nothing it logged: it never wrote, or it released everything already.
+        return Ok(Recovered::Nothing);
+    }
+    let committed = ours.iter().all(|&i| everywhere[i]);
+    if committed {
+        let writes = ours
+            .iter()
+            .map(|&i| {
+                let it = &e.items[i];
+                history::Write {
+                    table: it.table,
+                    key: keys[i],
+                    version: installed[i],
+                    deleted: false,
+                }
+            })
+            .collect();
+        return Ok(Recovered::RolledForward(history::Txn {
+            txn: e.txn,
+            session: u64::from(e.coordinator),
+            status: history::Status::Committed,
+            start: 0,
+            end: ep.now_ns(),
+            reads: Vec::new(),
+            writes,
+        }));
+    }
+    // Roll back what it holds: the old images everywhere, still under its lock on the primary
+    // (released below with everything else).
+    for &i in &ours {
+        let it = &e.items[i];
+        let Ok(t) = map.table(it.table) else { continue };
+        let codec = t.codec();
+        for (rank, &n) in t.replicas.iter().enumerate() {
+            let lock = if rank == 0 { owner } else { 0 };
+            if it.insert {
+                // Free the slot again, stamped above what the insert wrote, keyless.
+                let h = RecordHeader {
+                    lock,
+                    version: installed[i].max(1) + 1,
+                    key: 0,
+                    table: 0,
+                    valid: false,
+                };
+                let zero = vec![0u8; t.value_size as usize];
+                ep.write_with(n, it.offset, t.record_bytes as usize, |b| {
+                    codec.encode(&h, &zero, b)
+                });
+            } else {
+                ep.write_with(n, it.offset, it.old_image.len(), |b| {
+                    b.copy_from_slice(&it.old_image);
+                    b[..8].copy_from_slice(&lock.to_le_bytes());
+                });
+            }
+        }
+    }
+    ep.post().await?;
+    Ok(Recovered::RolledBack(e.txn))
+}
+
+/// Clears every lock word that `owner` holds, on every table's primary and on backups' lock
+/// words too (an invisible bit a commit left there). Returns how many it cleared.
+async fn release_all(ep: &mut Endpoint, map: &PoolMap, owner: u64) -> Result<u32, FabricError> {
+    let mut cleared = 0;
+    for t in map.tables.values() {
+        let codec = t.codec();
+        let buckets = t.bucket_count + t.overflow_buckets;
+        for &n in &t.replicas {
+            let primary = n == t.primary();
+            for b in 0..buckets {
+                let base = t.table_off + 64 + b * t.bucket_bytes;
+                let r = ep.read(n, base, t.bucket_bytes as usize);
+                ep.post().await?;
+                let bytes = ep.bytes(r).to_vec();
+                let mut cas = Vec::new();
+                if primary && b < t.bucket_count {
+                    let lock = u64::from_le_bytes(bytes[8..16].try_into().expect("word"));
+                    if lock == owner {
+                        cas.push(ep.cas(n, t.insert_lock(base), owner, 0));
+                    }
+                }
+                for s in 0..t.slots_per_bucket {
+                    let h = codec.header(t.slot_bytes(&bytes, s));
+                    let off = t.slot(base, s);
+                    if primary && (h.lock == owner || h.lock == owner | INVISIBLE) {
+                        cas.push(ep.cas(n, off, h.lock, 0));
+                    } else if !primary && h.lock == INVISIBLE {
+                        // A backup's invisible bit may be another, live, commit's: clearing it
+                        // early is safe all the same, because every reader validates at the
+                        // primary, whose lock that commit still holds.
+                        cas.push(ep.cas(n, off, INVISIBLE, 0));
+                    }
+                }
+                if !cas.is_empty() {
+                    ep.post().await?;
+                    cleared += cas.iter().filter(|&&c| ep.cas_ok(c)).count() as u32;
+                }
+            }
+        }
+    }
+    Ok(cleared)
+}
