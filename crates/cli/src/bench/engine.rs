@@ -10,7 +10,7 @@
 use dtxn_check::HistoryWriter;
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::PoolMap;
-use dtxn_txn::{AbortReason, Coordinator, Recorder, TxnConfig, TxnOutcome};
+use dtxn_txn::{AbortReason, Coordinator, Recorder, TxnConfig, TxnOutcome, Vcache};
 use dtxn_workloads::{rng::mix, WlRng, Workload};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -164,6 +164,8 @@ pub struct Shared {
     pub progress: ProgressBar,
     record: Option<Arc<Mutex<HistoryWriter<File>>>>,
     record_failed: Arc<AtomicBool>,
+    /// FORD-LV: the version cache every coordinator of the (one) compute node shares.
+    pub vcache: Option<Arc<Vcache>>,
 }
 
 /// What one run produced.
@@ -200,6 +202,9 @@ async fn coordinator<W: Workload>(
         .await
         .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?;
     let mut c = Coordinator::new(ep, Rc::new(map), cfg);
+    if let Some(v) = &sh.vcache {
+        c.set_vcache(v.clone());
+    }
     if let Some(out) = &sh.record {
         c.set_recorder(Box::new(FileRecorder {
             out: out.clone(),
@@ -279,6 +284,7 @@ impl Shared {
             progress,
             record,
             record_failed: Arc::default(),
+            vcache: None,
         })
     }
 

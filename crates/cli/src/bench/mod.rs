@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 pub use args::{BenchArgs, WorkloadArgs};
 use dtxn_fabric::Topology;
 use dtxn_store::{Plan, PoolShape, TableSpec};
+use dtxn_txn::{Protocol, Vcache};
 use dtxn_workloads::{kv, smallbank, tatp, tpcc, Workload};
 use engine::{Shared, Stop};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -235,6 +236,9 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     if a.txns == Some(0) {
         bail!("--txns must be at least 1");
     }
+    if a.localized_validation && (cfg.protocol != Protocol::Ford || topo.compute_nodes != 1) {
+        bail!("--localized-validation is FORD's, with one compute node");
+    }
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
@@ -276,14 +280,19 @@ fn go<W: Workload + report::Described>(
     } else {
         ProgressBar::hidden()
     };
-    let sh = Arc::new(Shared::new(
+    let mut sh = Shared::new(
         stop,
         a.seed,
         a.verify,
         topo.coordinators(),
         bar.clone(),
         a.record.as_deref(),
-    )?);
+    )?;
+    if a.localized_validation {
+        // The pool is this process's alone, which localized validation requires.
+        sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
+    }
+    let sh = Arc::new(sh);
     let w = Arc::new(w);
     let out = engine::run(&mut pool, &w, topo, &cfg, &sh)?;
     bar.finish_and_clear();

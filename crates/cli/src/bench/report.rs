@@ -35,6 +35,8 @@ pub struct ConfigReport {
     pub protocol: String,
     /// The protocol's switches as run.
     pub txn: TxnConfig,
+    /// FORD-LV: a version cache shared by the coordinators.
+    pub localized_validation: bool,
     pub backend: Backend,
     /// The backend in words (profile, adversary, seed; or the shm region).
     pub backend_detail: String,
@@ -74,6 +76,7 @@ impl ConfigReport {
             workload_options: w.options_json(),
             protocol: cfg.protocol.name().to_string(),
             txn: cfg.clone(),
+            localized_validation: a.localized_validation,
             backend: a.backend,
             backend_detail: a.backend_args().describe(),
             seed: a.seed,
@@ -245,8 +248,11 @@ impl BenchReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "dtxn bench: {} on {}, {}",
-            c.workload, c.protocol, c.backend_detail
+            "dtxn bench: {} on {}{}, {}",
+            c.workload,
+            c.protocol,
+            if c.localized_validation { "-lv" } else { "" },
+            c.backend_detail
         );
         let _ = writeln!(
             s,
