@@ -24,9 +24,19 @@ fn a_small_matrix_passes_and_says_so() {
         dir.to_str().unwrap(),
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // 3 protocols x 2 workloads x 2 seeds.
-    assert!(out.lines().last().unwrap().starts_with("12 passed, 0 failed"), "{out}");
+    assert!(
+        out.lines()
+            .last()
+            .unwrap()
+            .starts_with("12 passed, 0 failed"),
+        "{out}"
+    );
     // Passing runs leave no history behind.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     std::fs::remove_dir_all(&dir).ok();
@@ -35,8 +45,14 @@ fn a_small_matrix_passes_and_says_so() {
 #[test]
 fn bad_input_is_one_line() {
     for (args, want) in [
-        (vec!["torture", "--protocols", "nope"], "unknown protocol 'nope'"),
-        (vec!["torture", "--workloads", "ycsb"], "unknown workload 'ycsb'"),
+        (
+            vec!["torture", "--protocols", "nope"],
+            "unknown protocol 'nope'",
+        ),
+        (
+            vec!["torture", "--workloads", "ycsb"],
+            "unknown workload 'ycsb'",
+        ),
         (vec!["torture", "--seeds", "0"], "at least 1"),
     ] {
         let o = dtxn(&args);

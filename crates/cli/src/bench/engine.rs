@@ -45,7 +45,7 @@ pub struct TypeStats {
     pub attempts: u64,
     pub committed: u64,
     /// Aborts by reason, indexed like [`AbortReason::ALL`].
-    pub aborts: [u64; 8],
+    pub aborts: [u64; AbortReason::ALL.len()],
     /// Latency of committed attempts, ns.
     pub latency: Histogram<u64>,
     /// Sums over committed attempts: critical-path round trips, verbs, payload bytes.
@@ -62,7 +62,7 @@ impl TypeStats {
         TypeStats {
             attempts: 0,
             committed: 0,
-            aborts: [0; 8],
+            aborts: [0; AbortReason::ALL.len()],
             // Two significant digits: 1% resolution, and a few tens of KiB per histogram.
             latency: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 2).expect("valid bounds"),
             round_trips: 0,

@@ -344,11 +344,25 @@ impl BenchReport {
             "(RTs, verbs, bytes: means per committed transaction; RTs are critical-path round \
              trips)"
         );
+        if let Some(n) = a.aborts.get("log-full") {
+            let _ = writeln!(
+                s,
+                "note: {n} aborts because an undo log did not fit its slice (raise \
+                 --log-slice-bytes)"
+            );
+        }
+        if let Some(n) = a.aborts.get("table-full") {
+            let _ = writeln!(
+                s,
+                "note: {n} aborts because a table had no room for an insert (raise \
+                 --new-orders-per-district, or give the table more rows)"
+            );
+        }
         if let Some(n) = a.aborts.get("bad-request") {
             let _ = writeln!(
                 s,
-                "note: {n} aborts for a bad request: a table's room for inserts or an undo-log \
-                 slice ran out (raise --new-orders-per-district or --log-slice-bytes)"
+                "note: {n} aborts for a bad request (a workload asked for something the \
+                 protocol refuses: a bug)"
             );
         }
         if let Some(v) = &self.verify {

@@ -322,7 +322,8 @@ async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
         return Err(fail);
     }
     let Some((slice, slice_bytes)) = tx.c.log_slice else {
-        return Err(abort(AbortReason::BadRequest, first));
+        // More coordinators than the pool has log slices.
+        return Err(abort(AbortReason::LogFull, first));
     };
     let entry = LogEntry {
         txn: tx.id,
@@ -347,7 +348,7 @@ async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let mut buf = std::mem::take(&mut tx.c.log_buf);
     if entry.encode(slice_bytes, &mut buf).is_err() {
         tx.c.log_buf = buf;
-        return Err(abort(AbortReason::BadRequest, first));
+        return Err(abort(AbortReason::LogFull, first));
     }
     let nodes = log_nodes(tx);
     for &n in &nodes {
@@ -1011,8 +1012,7 @@ pub(crate) async fn insert(
             }
             let index = tx.c.ep.old(f);
             if index >= t.overflow_buckets {
-                // The table is full: a sizing problem, reported as a bad request.
-                return Err(bad(AbortReason::BadRequest));
+                return Err(bad(AbortReason::TableFull));
             }
             for &n in &t.replicas {
                 tx.c.ep.write(n, chain_end, &(index + 1).to_le_bytes());
