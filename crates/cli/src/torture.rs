@@ -36,8 +36,8 @@ pub struct TortureArgs {
     pub dir: Option<std::path::PathBuf>,
 }
 
-/// The `dtxn bench` arguments of one run: small, contended, hostile. Tables are kept small
-/// (loading dominates a short run), which also makes conflicts frequent.
+/// The `dtxn bench` arguments of one run: small, contended, hostile, 1 or 2 replicas. Tables
+/// are kept small (loading dominates a short run), which also makes conflicts frequent.
 fn bench_args(w: &str, p: &str, seed: u64, txns: u64, record: &str) -> Vec<String> {
     let (seed, txns) = (seed.to_string(), txns.to_string());
     let mut v = vec![
@@ -62,6 +62,16 @@ fn bench_args(w: &str, p: &str, seed: u64, txns: u64, record: &str) -> Vec<Strin
         record,
         "--verify",
     ];
+    // Alternate the replication degree, and give SmallBank's transfer-only mix (whose verify
+    // also checks that money is conserved) every third seed.
+    v.extend_from_slice(if seed.ends_with(['1', '3', '5', '7', '9']) {
+        &["--replicas", "1"]
+    } else {
+        &["--replicas", "2"]
+    });
+    if w == "smallbank" && seed.parse::<u64>().is_ok_and(|s| s % 3 == 0) {
+        v.extend_from_slice(&["--mix", "transfer"]);
+    }
     v.extend_from_slice(match w {
         "smallbank" => &["--accounts", "2000"],
         "kv" => &["--keys", "5000"],
