@@ -294,7 +294,12 @@ fn go<W: Workload + report::Described>(
     }
     let sh = Arc::new(sh);
     let w = Arc::new(w);
-    let out = engine::run(&mut pool, &w, topo, &cfg, &sh)?;
+    // Register with the pool: alone for localized validation (every writer must share this
+    // process's Vcache), shared otherwise. Matters when other processes use the pool (ucx).
+    let attachment = claim(&mut pool, a.localized_validation)?;
+    let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
+    release_claim(&mut pool, attachment)?;
+    let out = out?;
     bar.finish_and_clear();
     Arc::try_unwrap(sh)
         .map_err(|_| anyhow!("a coordinator outlived the run"))?
@@ -335,4 +340,33 @@ fn progress_bar(stop: Stop, backend: Backend) -> ProgressBar {
         bar.set_style(s);
     }
     bar
+}
+
+fn one_coordinator() -> Topology {
+    Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    }
+}
+
+/// Attaches this process to the pool (see `dtxn_txn::attach`).
+fn claim(pool: &mut dtxn_fabric::Pool, exclusive: bool) -> Result<dtxn_txn::Attachment> {
+    let r = pool.run(one_coordinator(), None, move |mut ep| async move {
+        dtxn_txn::attach(&mut ep, exclusive).await
+    })?;
+    let out = r.outputs.into_iter().next().flatten();
+    out.ok_or_else(|| anyhow!("the attaching coordinator did not finish"))?
+        .map_err(|e| anyhow!("{e}"))
+}
+
+fn release_claim(pool: &mut dtxn_fabric::Pool, a: dtxn_txn::Attachment) -> Result<()> {
+    let r = pool.run(one_coordinator(), None, move |mut ep| async move {
+        dtxn_txn::detach(&mut ep, a).await
+    })?;
+    match r.outputs.into_iter().next().flatten() {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(anyhow!("cannot detach from the pool: {e}")),
+        None => Err(anyhow!("the detaching coordinator did not finish")),
+    }
 }
