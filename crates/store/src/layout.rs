@@ -193,7 +193,7 @@ impl CatalogEntry {
         let end = name_raw.iter().position(|&c| c == 0).unwrap_or(NAME_BYTES);
         let name = String::from_utf8(name_raw[..end].to_vec())
             .map_err(|_| corrupt("a table name is not UTF-8".into()))?;
-        Ok(CatalogEntry {
+        let e = CatalogEntry {
             table: u32_at(b, 0),
             name,
             format,
@@ -207,7 +207,23 @@ impl CatalogEntry {
             bucket_bytes: u32_at(b, 52),
             overflow_off: u64_at(b, 56),
             overflow_buckets: u64_at(b, 64),
-        })
+        };
+        // Geometry that would make index arithmetic divide by zero or slice out of bounds.
+        let slots = u64::from(e.slots_per_bucket);
+        let stride = u64::from(e.bucket_bytes).saturating_sub(64) / slots.max(1);
+        if e.bucket_count == 0
+            || slots == 0
+            || u64::from(e.bucket_bytes) < 64 + slots * 64
+            || stride < u64::from(e.record_bytes)
+            || e.record_bytes < 64
+        {
+            return Err(corrupt(format!(
+                "table {} has an impossible geometry ({} buckets of {} bytes, {} slots, \
+                 records of {} bytes)",
+                e.table, e.bucket_count, e.bucket_bytes, e.slots_per_bucket, e.record_bytes
+            )));
+        }
+        Ok(e)
     }
 }
 

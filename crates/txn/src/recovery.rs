@@ -54,7 +54,15 @@ pub async fn recover(
         ep.post().await?;
         for r in reads {
             if let Ok(Some(e)) = LogEntry::decode(ep.bytes(r)) {
-                if entry.as_ref().is_none_or(|x| e.txn > x.txn) {
+                // The newest transaction; for the same one, a node whose status was updated
+                // (committed or aborted) knows more than one still saying pending.
+                let better = entry.as_ref().is_none_or(|x| {
+                    e.txn > x.txn
+                        || (e.txn == x.txn
+                            && x.status == LogStatus::Pending
+                            && e.status != LogStatus::Pending)
+                });
+                if better {
                     entry = Some(e);
                 }
             }
@@ -86,6 +94,12 @@ async fn settle(
     let mut reads = Vec::new();
     for (i, it) in e.items.iter().enumerate() {
         let Ok(t) = map.table(it.table) else { continue };
+        // An image of the wrong size is a corrupt entry (its crc passed, but trust nothing
+        // remote): leave the item to the lock release.
+        let sized = it.old_image.len() == t.record_bytes as usize;
+        if !sized && !(it.insert && it.old_image.is_empty()) {
+            continue;
+        }
         for &n in &t.replicas {
             reads.push((i, n, ep.read(n, it.offset, t.record_bytes as usize)));
         }
@@ -153,8 +167,8 @@ async fn settle(
         let codec = t.codec();
         for (rank, &n) in t.replicas.iter().enumerate() {
             let lock = if rank == 0 { owner } else { 0 };
-            if it.insert {
-                // Free the slot again, stamped above what the insert wrote, keyless.
+            if it.insert && it.old_image.is_empty() {
+                // An entry without the slot's old image: free it, stamped above the insert.
                 let h = RecordHeader {
                     lock,
                     version: installed[i].max(1) + 1,

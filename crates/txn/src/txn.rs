@@ -216,9 +216,20 @@ impl<'c> Txn<'c> {
 
     /// Deletes a record read for update.
     pub async fn delete(&mut self, table: u32, key: u64) -> Result<(), Abort> {
-        let r = self
-            .writable(table, key)
-            .map(|i| self.items[i].new = NewValue::Delete);
+        let r = self.writable(table, key).map(|i| {
+            let it = &mut self.items[i];
+            if it.new == NewValue::Insert {
+                // Deleting our own insert: the key stays absent; give the slot up (the chain
+                // lock stays held, so the absence holds until the end).
+                it.new = NewValue::Keep;
+                it.install = None;
+                it.offset = None;
+                it.cold = false;
+                it.in_log = false;
+            } else {
+                it.new = NewValue::Delete;
+            }
+        });
         if let Err(a) = r {
             self.abort_with(a).await;
         }

@@ -247,3 +247,29 @@ fn bad_requests_are_aborts_not_panics() {
         ]
     );
 }
+
+/// Inserting and deleting the same key in one transaction leaves it absent, holds nothing
+/// afterwards, and the key can be inserted again (a review finding: the slot's lock leaked).
+#[test]
+fn insert_then_delete_in_one_transaction_leaves_nothing_behind() {
+    let (a, _) = two(|role, mut c, _step| async move {
+        let mut out = Vec::new();
+        if role == 0 {
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.insert(T, 100, &v(1)).await.unwrap();
+            tx.delete(T, 100).await.unwrap();
+            assert!(tx.get(T, 100).is_none());
+            out.push(tx.commit().await);
+            for round in 0..3 {
+                let mut tx = c.begin(TxKind::ReadWrite);
+                out.push(tx.insert(T, 100 + round, &v(2)).await);
+                out.push(tx.commit().await);
+            }
+            let mut tx = c.begin(TxKind::ReadOnly);
+            assert_eq!(tx.read(T, 100).await.unwrap(), Some(v(2).as_slice()));
+            out.push(tx.commit().await);
+        }
+        out
+    });
+    assert!(a.iter().all(Result::is_ok), "{a:?}");
+}

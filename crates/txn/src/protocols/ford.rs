@@ -330,7 +330,8 @@ async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let old_len = tx.log_body.len();
     for it in tx.items.iter_mut().filter(|i| logged(i) && !i.in_log) {
         let insert = it.new == NewValue::Insert;
-        let image: &[u8] = if insert { &[] } else { &it.image };
+        // For an insert, the free slot as it was (a tombstone keeps its key and version).
+        let image: &[u8] = &it.image;
         let offset = it.offset.expect("exists");
         dtxn_store::log::encode_item(it.table, offset, insert, image, &mut tx.log_body);
         it.in_log = true;
@@ -614,7 +615,9 @@ async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
         it.cold = false;
         let h = header(tx.c.ep.bytes(read));
         if let Some(v) = &tx.c.vcache {
-            v.lock(it.table, it.key, it.version, owner);
+            // The version under the lock: if it differs from the one read, we abort below and
+            // the entry must hold what memory holds.
+            v.lock(it.table, it.key, h.version, owner);
         }
         let changed = if it.new == NewValue::Insert {
             // The free slot we picked: still free, stamped below the version we install.
@@ -1054,16 +1057,42 @@ pub(crate) async fn insert(
 async fn validate_absent(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
-    for i in 0..tx.items.len() {
-        let it = &tx.items[i];
-        if it.exists || it.new == NewValue::Insert || it.offset.is_some() && it.locked {
-            continue;
+    let absent: Vec<usize> = (0..tx.items.len())
+        .filter(|&i| {
+            let it = &tx.items[i];
+            !(it.exists || it.new == NewValue::Insert || it.offset.is_some() && it.locked)
+        })
+        .collect();
+    if absent.is_empty() {
+        return Ok(());
+    }
+    // First the chains' insert locks, alone: a lock word fetched in the same multi-line READ
+    // as the slots may be fetched after them (G2), and miss an insert that landed and
+    // released in between. Read after every lock of ours is held, a free insert lock then
+    // means no insert of the key is in progress or can be serialized before us unseen.
+    let heads: Vec<OpId> = absent
+        .iter()
+        .map(|&i| {
+            let t = table(&map, tx.items[i].table);
+            let home = t.home_bucket(tx.items[i].key);
+            tx.c.ep.read(t.primary(), home, 64)
+        })
+        .collect();
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[absent[0]]));
+    }
+    for (&i, &r) in absent.iter().zip(&heads) {
+        let lock = tx.c.ep.word(r, 8);
+        if lock != 0 && lock != owner {
+            return Err(abort(AbortReason::Validation, &tx.items[i]));
         }
+    }
+    for i in absent {
+        let it = &tx.items[i];
         let t = table(&map, it.table);
         let codec = t.codec();
         let (key, seen, fail) = (it.key, it.version, abort(AbortReason::Validation, it));
         let mut bucket = t.home_bucket(key);
-        let mut first = true;
         let mut tombstone = 0;
         loop {
             let r = tx.c.ep.read(t.primary(), bucket, t.bucket_bytes as usize);
@@ -1071,13 +1100,6 @@ async fn validate_absent(tx: &mut Txn<'_>) -> Result<(), Abort> {
                 return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
             }
             let bytes = tx.c.ep.bytes(r);
-            if first {
-                let lock = u64::from_le_bytes(bytes[8..16].try_into().expect("word"));
-                if lock != 0 && lock != owner {
-                    return Err(fail);
-                }
-                first = false;
-            }
             let scan = t.scan(bucket, bytes, key);
             if scan.found.is_some() {
                 return Err(fail);
