@@ -97,7 +97,7 @@ async fn settle(
         // An image of the wrong size is a corrupt entry (its crc passed, but trust nothing
         // remote): leave the item to the lock release.
         let sized = it.old_image.len() == t.record_bytes as usize;
-        if !sized && !(it.insert && it.old_image.is_empty()) {
+        if !(sized || it.insert && it.old_image.is_empty()) {
             continue;
         }
         for &n in &t.replicas {
