@@ -1,9 +1,13 @@
 //! `dtxn`: distributed transactions on disaggregated memory.
 
 mod backend;
+mod bench;
 mod check;
+mod layout;
 mod memnode;
 mod probe;
+mod remote;
+mod sweep;
 
 use anyhow::{bail, Result};
 use backend::{Backend, BackendArgs};
@@ -26,6 +30,13 @@ struct Cli {
 enum Cmd {
     /// Torn-read probe: which read schemes a fabric lets accept torn records.
     Probe(ProbeArgs),
+    /// Run a benchmark (SmallBank, kv, TATP, TPC-C) and report throughput, aborts, latency
+    /// and per-transaction costs.
+    Bench(Box<bench::BenchArgs>),
+    /// Run `bench` over a grid of options; write one CSV and plots (PNG, SVG).
+    Sweep(Box<sweep::SweepArgs>),
+    /// A workload's memory needs: bytes per table and per memory node.
+    Layout(Box<layout::LayoutArgs>),
     /// Check a history file for serializability or snapshot isolation anomalies.
     Check(check::CheckArgs),
     /// Memory-node daemon: serves a region over UCX to compute processes until SIGTERM.
@@ -178,7 +189,7 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
 }
 
 /// clap's multi-line usage errors, folded into the one line a script can grep.
-fn one_line(e: &clap::Error) -> String {
+pub(crate) fn one_line(e: &clap::Error) -> String {
     e.to_string()
         .lines()
         .map(str::trim)
@@ -202,7 +213,10 @@ fn main() -> ExitCode {
     };
     let r = match cli.cmd {
         Cmd::Probe(a) => probe(a),
+        Cmd::Bench(a) => bench::main(*a),
         Cmd::Check(a) => check::run(a),
+        Cmd::Layout(a) => layout::run(*a),
+        Cmd::Sweep(a) => sweep::run(*a),
         Cmd::Memnode(a) => memnode::run(a),
     };
     match r {

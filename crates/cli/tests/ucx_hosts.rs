@@ -174,6 +174,82 @@ fn probe_cmd(prefix: &[&str], memnodes: &str, extra: &[&str]) -> Command {
     cmd
 }
 
+/// `dtxn bench` against the memory nodes: SmallBank on FORD, small enough for a test.
+fn bench_cmd(prefix: &[&str], memnodes: &str, extra: &[&str]) -> Command {
+    let mut cmd = match prefix.split_first() {
+        Some((p, rest)) => {
+            let mut c = Command::new(p);
+            c.args(rest).arg(dtxn());
+            c
+        }
+        None => Command::new(dtxn()),
+    };
+    cmd.args([
+        "bench",
+        "--backend",
+        "ucx",
+        "--memnodes",
+        memnodes,
+        "--token",
+        TOKEN,
+        "--workload",
+        "smallbank",
+        "--accounts",
+        "2000",
+        "--protocol",
+        "ford",
+        "--threads",
+        "1",
+        "--coroutines",
+        "4",
+        "--txns",
+        "1500",
+        "--warmup",
+        "50ms",
+    ])
+    .args(extra);
+    cmd
+}
+
+fn assert_ok(o: &Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{what}: {}\nstdout: {stdout}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
+/// Checks the union of histories (each file starts with the format header) with `dtxn check`.
+fn check_histories(files: &[std::path::PathBuf], merged: &std::path::Path) {
+    let mut all = String::new();
+    for (i, f) in files.iter().enumerate() {
+        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let mut lines = text.lines();
+        let header = lines.next().expect("a header line");
+        if i == 0 {
+            all.push_str(header);
+            all.push('\n');
+        }
+        let body: Vec<&str> = lines.collect();
+        assert!(!body.is_empty(), "{}: no transactions", f.display());
+        for l in body {
+            all.push_str(l);
+            all.push('\n');
+        }
+    }
+    std::fs::write(merged, all).unwrap();
+    let o = run_bounded({
+        let mut c = Command::new(dtxn());
+        c.arg("check").arg(merged);
+        c
+    });
+    let out = assert_ok(&o, "dtxn check");
+    assert!(out.starts_with("serializable:"), "{out}");
+}
+
 #[test]
 fn loopback_two_memnodes_two_compute_processes() {
     if skip_without_ucx() {
@@ -225,6 +301,58 @@ fn loopback_two_memnodes_two_compute_processes() {
     let (a, b) = (a.join().unwrap(), b.join().unwrap());
     check_probe(&a, "compute node 0");
     check_probe(&b, "compute node 1");
+
+    // SmallBank on FORD: a compute process that finds no pool says how to load one.
+    let o = run_bounded(bench_cmd(&[], &memnodes, &["--compute-nodes", "2"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("memory node 0") && err.contains("has no dtxn pool"),
+        "{err}"
+    );
+    assert!(err.contains("--load-only"), "{err}");
+    // Loaded once, then two compute processes at once, each recording its history.
+    let out = assert_ok(
+        &run_bounded(bench_cmd(
+            &[],
+            &memnodes,
+            &["--compute-nodes", "2", "--load-only"],
+        )),
+        "--load-only",
+    );
+    assert!(out.contains("loaded smallbank"), "{out}");
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-hosts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hist: Vec<_> = (0..2).map(|k| dir.join(format!("h{k}.jsonl"))).collect();
+    let runs: Vec<_> = (0..2u32)
+        .map(|k| {
+            let cmd = bench_cmd(
+                &[],
+                &memnodes,
+                &[
+                    "--compute-nodes",
+                    "2",
+                    "--compute-node",
+                    &k.to_string(),
+                    "--record",
+                    hist[k as usize].to_str().unwrap(),
+                    "--json",
+                ],
+            );
+            std::thread::spawn(move || run_bounded(cmd))
+        })
+        .collect();
+    for (k, r) in runs.into_iter().enumerate() {
+        let out = assert_ok(&r.join().unwrap(), &format!("bench, compute node {k}"));
+        let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    }
+    check_histories(&hist, &dir.join("merged.jsonl"));
+    // Options that describe another pool are refused, not run.
+    let o = run_bounded(bench_cmd(&[], &memnodes, &["--compute-nodes", "3"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("loaded with other options"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
     drop(nodes);
 }
 
@@ -394,6 +522,34 @@ fn namespaces_memnodes_on_two_hosts_compute_on_a_third() {
         &["--ucx-tls", "tcp", "--ucx-devices", "c0,c1"],
     ));
     check_probe(&o, "compute process in its own namespace");
+
+    // SmallBank on FORD from the compute namespace: load, run, verify, record, check.
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-ns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hist = dir.join("h.jsonl");
+    let out = assert_ok(
+        &run_bounded(bench_cmd(
+            &["ip", "netns", "exec", &c],
+            &memnodes,
+            &[
+                "--ucx-tls",
+                "tcp",
+                "--ucx-devices",
+                "c0,c1",
+                "--load",
+                "--verify",
+                "--record",
+                hist.to_str().unwrap(),
+                "--json",
+            ],
+        )),
+        "bench in the compute namespace",
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["verify"]["ok"].as_bool(), Some(true), "{out}");
+    assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    check_histories(&[hist], &dir.join("merged.jsonl"));
+    let _ = std::fs::remove_dir_all(&dir);
     drop((d0, d1));
     drop(ns);
 }

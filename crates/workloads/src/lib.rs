@@ -1,1 +1,159 @@
-//! placeholder
+//! The benchmarks of the papers, written against the transaction API only: a workload never
+//! knows which protocol or backend runs it.
+//!
+//! | workload | tables | transactions | source |
+//! |---|---|---|---|
+//! | [`smallbank`] | SAVINGS, CHECKING | 6 (85% read-write), 90% on 4% hot accounts | FaSST/DrTM/FORD |
+//! | [`kv`] | one key-value table | read-only or read-write, zipf or uniform keys | YCSB, FORD and Motor micro |
+//! | [`tatp`] | SUBSCRIBER (+ its secondary index), ACCESS_INFO, SPECIAL_FACILITY, CALL_FORWARDING | 7 (80% read-only) | TATP 1.0, FORD/FaSST |
+//! | [`tpcc`] | the 9 of the spec (+ 2 index tables) | all 5 | TPC-C 5.11, reduced as FORD/Motor |
+//!
+//! Each workload implements [`Workload`]: its tables ([`TableSpec`]s sized from its options), a
+//! loader that fills a formatted pool with the memory nodes' own CPUs (as the papers' loaders
+//! do), a driver that runs one transaction of the mix on a [`Coordinator`], and a consistency
+//! check run on the pool after a benchmark (`--verify`), fed by what each coordinator
+//! committed (its [`Workload::Tally`]).
+
+pub mod kv;
+mod local;
+pub mod rng;
+pub mod smallbank;
+pub mod tatp;
+pub mod tpcc;
+
+pub use local::{scan_table, LocalRecord};
+
+use dtxn_fabric::Pool;
+use dtxn_store::{Plan, StoreError, TableSpec};
+use dtxn_txn::{Abort, Coordinator};
+
+/// The random number generator of a coordinator's driver (seeded per coordinator, so sim
+/// runs stay reproducible).
+pub type WlRng = rand_pcg::Pcg64Mcg;
+
+/// The workloads, by the names `dtxn bench --workload` takes.
+pub const NAMES: [&str; 4] = ["smallbank", "kv", "tatp", "tpcc"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum WorkloadError {
+    /// A bad option value: the message says which and why.
+    #[error("{0}")]
+    Options(String),
+    #[error("loading table '{table}': {source}")]
+    Load { table: String, source: StoreError },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// `--verify` found the database inconsistent.
+    #[error("consistency check failed: {0}")]
+    Inconsistent(String),
+}
+
+/// A benchmark: tables, loader, transaction mix and consistency check.
+///
+/// `run_one` is an `async fn` in a public trait: its future is never sent across threads (each
+/// backend polls a coordinator on the thread that created it), so the missing `Send` bound
+/// costs nothing.
+#[allow(async_fn_in_trait)]
+pub trait Workload: Send + Sync + 'static {
+    /// What one coordinator saw commit, for [`verify`](Self::verify) (empty unless verifying).
+    type Tally: Send + 'static;
+
+    fn name(&self) -> &'static str;
+
+    /// The transaction types, in the order `run_one` reports them.
+    fn txn_types(&self) -> &'static [&'static str];
+
+    /// The tables, sized from the options (rows loaded plus rows the run may insert).
+    fn tables(&self) -> Vec<TableSpec>;
+
+    /// Undo-log room one transaction needs (the old images of everything it writes), for
+    /// [`dtxn_store::PoolShape::log_slice_bytes`].
+    fn log_slice_bytes(&self) -> u64 {
+        16 << 10
+    }
+
+    /// Fills the tables of a pool formatted with `plan` (deterministically from `seed`).
+    fn load(&self, pool: &Pool, plan: &Plan, seed: u64) -> Result<(), WorkloadError>;
+
+    /// A coordinator's empty tally; `verify` false makes it record nothing (no overhead).
+    fn tally(&self, verify: bool) -> Self::Tally;
+
+    /// Runs one transaction of the mix: its type (an index into [`txn_types`](Self::txn_types))
+    /// and its outcome. One attempt: an abort is not retried.
+    async fn run_one(
+        &self,
+        c: &mut Coordinator,
+        rng: &mut WlRng,
+        tally: &mut Self::Tally,
+    ) -> (usize, Result<(), Abort>);
+
+    /// Checks the pool after a run against the workload's invariants and what the
+    /// coordinators committed. `Ok` lists the checks that passed.
+    fn verify(
+        &self,
+        pool: &Pool,
+        plan: &Plan,
+        seed: u64,
+        tallies: &[Self::Tally],
+    ) -> Result<Vec<String>, WorkloadError>;
+}
+
+/// A table spec whose overflow area also covers the chance clustering of small tables: with
+/// 4 slots per bucket at load factor 0.75, about a fifth of the buckets overflow, give or take
+/// a few standard deviations when there are few buckets.
+pub(crate) fn table(id: u32, name: &str, value_size: usize, rows: u64) -> TableSpec {
+    let mut t = TableSpec::new(id, name, value_size, rows.max(1));
+    let buckets = (rows as f64 / (f64::from(t.slots_per_bucket) * t.load_factor)).max(1.0);
+    t.overflow_fraction = 0.25 + (4.0 * buckets.sqrt() + 4.0) / buckets;
+    t
+}
+
+/// Loads one table through the store's loader, naming the table in errors.
+pub(crate) fn loader_error(table: &str) -> impl Fn(StoreError) -> WorkloadError + '_ {
+    move |source| WorkloadError::Load {
+        table: table.to_string(),
+        source,
+    }
+}
+
+/// Little-endian field access in fixed-layout values.
+pub(crate) mod field {
+    pub fn u64_at(v: &[u8], off: usize) -> u64 {
+        u64::from_le_bytes(v[off..off + 8].try_into().expect("8 bytes"))
+    }
+
+    pub fn i64_at(v: &[u8], off: usize) -> i64 {
+        i64::from_le_bytes(v[off..off + 8].try_into().expect("8 bytes"))
+    }
+
+    pub fn u32_at(v: &[u8], off: usize) -> u32 {
+        u32::from_le_bytes(v[off..off + 4].try_into().expect("4 bytes"))
+    }
+
+    pub fn put_u64(v: &mut [u8], off: usize, x: u64) {
+        v[off..off + 8].copy_from_slice(&x.to_le_bytes());
+    }
+
+    pub fn put_i64(v: &mut [u8], off: usize, x: i64) {
+        v[off..off + 8].copy_from_slice(&x.to_le_bytes());
+    }
+
+    pub fn put_u32(v: &mut [u8], off: usize, x: u32) {
+        v[off..off + 4].copy_from_slice(&x.to_le_bytes());
+    }
+
+    pub fn add_i64(v: &mut [u8], off: usize, d: i64) {
+        let x = i64_at(v, off).wrapping_add(d);
+        put_i64(v, off, x);
+    }
+
+    pub fn add_u64(v: &mut [u8], off: usize, d: u64) {
+        let x = u64_at(v, off).wrapping_add(d);
+        put_u64(v, off, x);
+    }
+
+    pub fn add_u32(v: &mut [u8], off: usize, d: u32) {
+        let x = u32_at(v, off).wrapping_add(d);
+        put_u32(v, off, x);
+    }
+}

@@ -1,0 +1,563 @@
+//! `dtxn bench`'s options: flags, a TOML config file that can give any of them, protocol
+//! switches (`--set key=value`), and the workload options.
+
+use crate::backend::{Backend, BackendArgs};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{CommandFactory, FromArgMatches, Parser};
+use dtxn_txn::{Protocol, TxnConfig};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Which workload, with which options.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct WorkloadArgs {
+    /// Benchmark: smallbank, kv, tatp or tpcc.
+    #[arg(long, default_value = "smallbank")]
+    pub workload: String,
+
+    /// smallbank: accounts (FORD: 100,000).
+    #[arg(long, help_heading = "SmallBank")]
+    pub accounts: Option<u64>,
+    /// smallbank: hot accounts (FORD: 4,000).
+    #[arg(long, help_heading = "SmallBank")]
+    pub hot_accounts: Option<u64>,
+    /// smallbank: percentage of transactions on hot accounts (FORD: 90).
+    #[arg(long, help_heading = "SmallBank")]
+    pub hot_pct: Option<u32>,
+    /// smallbank: `standard` (all six) or `transfer` (money-conserving only).
+    #[arg(long, help_heading = "SmallBank")]
+    pub mix: Option<String>,
+
+    /// kv: keys (FORD: 1,000,000).
+    #[arg(long, help_heading = "kv")]
+    pub keys: Option<u64>,
+    /// kv: value size in bytes (FORD: 40).
+    #[arg(long, help_heading = "kv")]
+    pub value_size: Option<usize>,
+    /// kv: zipf theta (0: uniform; YCSB: 0.99).
+    #[arg(long, help_heading = "kv")]
+    pub theta: Option<f64>,
+    /// kv: percentage of read-only transactions.
+    #[arg(long, help_heading = "kv")]
+    pub read_only_pct: Option<u32>,
+    /// kv: keys per transaction.
+    #[arg(long, help_heading = "kv")]
+    pub items: Option<usize>,
+
+    /// tatp: subscribers (FORD: 100,000).
+    #[arg(long, help_heading = "TATP")]
+    pub subscribers: Option<u64>,
+
+    /// tpcc: warehouses.
+    #[arg(long, help_heading = "TPC-C")]
+    pub warehouses: Option<u32>,
+    /// tpcc: the spec's sizes (3,000 customers per district, 100,000 items and stock per
+    /// warehouse) instead of FORD's reduced ones (300, 10,000).
+    #[arg(long, help_heading = "TPC-C")]
+    pub spec_sizes: bool,
+    /// tpcc: orders each district can take during the run (the tables' room for inserts).
+    #[arg(long, help_heading = "TPC-C")]
+    pub new_orders_per_district: Option<u64>,
+}
+
+/// Options of `dtxn bench`. Every one can also come from `--config FILE.toml` (`threads = 4`,
+/// `workload = "tpcc"`, a `[txn]` table of protocol switches); the command line wins.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+
+    /// Concurrency-control protocol.
+    #[arg(long, default_value = "ford")]
+    pub protocol: String,
+
+    /// Where the memory pool lives (default for bench: shm, real memory).
+    #[arg(long, value_enum, default_value_t = Backend::Shm)]
+    pub backend: Backend,
+    /// sim: hardware profile, a preset (cx5-100g, cx5-100g-pm, ideal) or a TOML file.
+    #[arg(long, default_value = "cx5-100g")]
+    pub profile: String,
+    /// sim: turn the adversarial memory model off.
+    #[arg(long)]
+    pub benign: bool,
+    /// Seed of every random choice (sim runs are reproducible from it).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// shm: keep each memory node in a file in this directory instead of anonymous memory.
+    #[arg(long)]
+    pub shm_dir: Option<PathBuf>,
+    /// shm: emulated network latency per round trip, in nanoseconds.
+    #[arg(long, default_value_t = 0)]
+    pub delay_ns: u64,
+    /// ucx: the memory nodes' bootstrap addresses, HOST:PORT,... (`dtxn memnode --listen`;
+    /// node i is the i-th).
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
+    pub memnodes: Vec<String>,
+    /// ucx: the memory nodes' --token.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// ucx: UCX transports (UCX_TLS), e.g. `tcp`, `rc,ud` (default: the environment's, or tcp on
+    /// lo when every memory node is local).
+    #[arg(long)]
+    pub ucx_tls: Option<String>,
+    /// ucx: devices UCX may use (UCX_NET_DEVICES), e.g. `eth1`, `mlx5_0:1`.
+    #[arg(long)]
+    pub ucx_devices: Option<String>,
+    /// ucx: this process's number among the --compute-nodes compute processes (0, 1, ...).
+    #[arg(long, default_value_t = 0)]
+    pub compute_node: u32,
+    /// ucx: format and load the pool before running (one process, before the others start).
+    /// Without it the pool must have been loaded with the same workload and pool options.
+    #[arg(long)]
+    pub load: bool,
+    /// ucx: format and load the pool, then exit without running.
+    #[arg(long, conflicts_with = "load")]
+    pub load_only: bool,
+
+    /// Memory nodes.
+    #[arg(long, default_value_t = 2)]
+    pub memory_nodes: u16,
+    /// Copies of every table (primary + backups), on distinct memory nodes.
+    #[arg(long, default_value_t = 2)]
+    pub replicas: usize,
+    /// Region size of each memory node (e.g. 512M, 4G); default: what the tables need.
+    #[arg(long, value_parser = parse_size)]
+    pub node_memory: Option<u64>,
+    /// Undo-log slice of each coordinator, in bytes.
+    #[arg(long, value_parser = parse_size)]
+    pub log_slice_bytes: Option<u64>,
+    /// sim: compute nodes; ucx: compute processes of the run (start one per --compute-node).
+    #[arg(long, default_value_t = 1)]
+    pub compute_nodes: u32,
+    /// Worker threads per compute node (default: shm 2, sim 8).
+    #[arg(long)]
+    pub threads: Option<u32>,
+    /// Coordinator coroutines per thread (default: shm 1, sim 4).
+    #[arg(long)]
+    pub coroutines: Option<u32>,
+
+    /// Measured run time, e.g. 5s, 200ms (virtual on sim; default: shm 2s, sim 20ms).
+    #[arg(long, value_parser = parse_duration, conflicts_with = "txns")]
+    pub duration: Option<u64>,
+    /// Run this many measured transactions (attempts) in all instead of a duration.
+    #[arg(long)]
+    pub txns: Option<u64>,
+    /// Unmeasured time before measuring (default: a tenth of the duration, or shm 0.2s and
+    /// sim 2ms with --txns).
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<u64>,
+
+    /// Protocol switch, e.g. `--set ford.backup_reads=true` (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// A TOML file giving any of these options (the command line wins).
+    #[arg(long, value_name = "FILE.toml")]
+    pub config: Option<PathBuf>,
+
+    /// Check the workload's invariants on the pool after the run.
+    #[arg(long)]
+    pub verify: bool,
+    /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`).
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
+    /// Print the result as JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the result as CSV (one row per transaction type, and `all`).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    pub fn threads(&self) -> u32 {
+        self.threads.unwrap_or(match self.backend {
+            Backend::Shm | Backend::Ucx => 2,
+            Backend::Sim => 8,
+        })
+    }
+
+    pub fn coroutines(&self) -> u32 {
+        self.coroutines.unwrap_or(match self.backend {
+            Backend::Shm => 1,
+            // Coroutines hide the network's round trips (tens of us over TCP).
+            Backend::Ucx => 4,
+            Backend::Sim => 4,
+        })
+    }
+
+    pub fn duration_ns(&self) -> u64 {
+        self.duration.unwrap_or(match self.backend {
+            Backend::Shm | Backend::Ucx => 2_000_000_000,
+            Backend::Sim => 20_000_000,
+        })
+    }
+
+    pub fn warmup_ns(&self) -> u64 {
+        self.warmup.unwrap_or(match (self.txns, self.backend) {
+            (None, _) => self.duration_ns() / 10,
+            (Some(_), Backend::Shm | Backend::Ucx) => 200_000_000,
+            (Some(_), Backend::Sim) => 2_000_000,
+        })
+    }
+
+    pub fn backend_args(&self) -> BackendArgs {
+        BackendArgs {
+            backend: self.backend,
+            profile: self.profile.clone(),
+            benign: self.benign,
+            seed: self.seed,
+            shm_dir: self.shm_dir.clone(),
+            delay_ns: self.delay_ns,
+            memnodes: self.memnodes.clone(),
+            token: self.token.clone(),
+            ucx_tls: self.ucx_tls.clone(),
+            ucx_devices: self.ucx_devices.clone(),
+            compute_node: self.compute_node,
+        }
+    }
+
+    /// The protocol and its switches.
+    pub fn txn_config(&self) -> Result<TxnConfig> {
+        let protocol = Protocol::from_name(&self.protocol).ok_or_else(|| {
+            anyhow!(
+                "unknown protocol '{}' (valid: {})",
+                self.protocol,
+                Protocol::NAMES.join(", ")
+            )
+        })?;
+        let mut cfg = TxnConfig {
+            protocol,
+            ..TxnConfig::default()
+        };
+        for s in &self.set {
+            apply_set(&mut cfg, s)?;
+        }
+        Ok(cfg)
+    }
+}
+
+/// `dtxn bench` parsed alone, to re-parse it with a config file's options in front.
+#[derive(Debug, Parser)]
+#[command(name = "dtxn bench", args_override_self = true)]
+struct BenchOnly {
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+/// The `dtxn bench` command, for its list of options.
+pub fn bench_command() -> clap::Command {
+    BenchOnly::command()
+}
+
+/// If `--config` was given, parses the command again with the file's options first, so that
+/// the command line overrides them.
+pub fn with_config(a: BenchArgs, subcommand: &str) -> Result<BenchArgs> {
+    let Some(path) = a.config.clone() else {
+        return Ok(a);
+    };
+    let mut argv: Vec<OsString> = std::env::args_os().collect();
+    let at = argv
+        .iter()
+        .position(|x| x == subcommand)
+        .ok_or_else(|| anyhow!("cannot find '{subcommand}' on the command line"))?;
+    let rest = argv.split_off(at + 1);
+    let mut full: Vec<OsString> = vec![subcommand.into()];
+    full.extend(config_argv(&path)?.into_iter().map(OsString::from));
+    full.extend(rest);
+    parse_bench(full)
+}
+
+/// Parses `dtxn bench` options from `argv` (its first element is the command name).
+pub fn parse_bench(argv: Vec<OsString>) -> Result<BenchArgs> {
+    let m = BenchOnly::command()
+        .try_get_matches_from(argv)
+        .map_err(|e| anyhow!("{}", crate::one_line(&e)))?;
+    let b = BenchOnly::from_arg_matches(&m).map_err(|e| anyhow!("{}", crate::one_line(&e)))?;
+    Ok(b.args)
+}
+
+/// Turns a config file into command-line options: `key = value` becomes `--key value`
+/// (`true` becomes `--key`, arrays repeat the option), and a `[txn]` table becomes
+/// `--set` switches.
+pub fn config_argv(path: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        let line = e
+            .span()
+            .map(|s| text[..s.start.min(text.len())].lines().count().max(1));
+        let msg = e.message().replace('\n', " ");
+        match line {
+            Some(l) => anyhow!("{}: line {l}: {}", path.display(), msg.trim()),
+            None => anyhow!("{}: {}", path.display(), msg.trim()),
+        }
+    })?;
+    let cmd = BenchOnly::command();
+    let mut argv = Vec::new();
+    for (key, value) in &table {
+        let at = |what: String| {
+            let line = text
+                .lines()
+                .position(|l| {
+                    let l = l.trim_start();
+                    l.strip_prefix(key.as_str()).is_some_and(|r| {
+                        r.trim_start().starts_with('=') || r.trim_start().starts_with(']')
+                    }) || l.starts_with(&format!("[{key}]"))
+                })
+                .map_or(String::new(), |i| format!("line {}: ", i + 1));
+            anyhow!("{}: {line}{what}", path.display())
+        };
+        if key == "txn" {
+            let toml::Value::Table(t) = value else {
+                return Err(at("[txn] must be a table of protocol switches".into()));
+            };
+            let mut leaves = Vec::new();
+            flatten("", t, &mut leaves);
+            for (k, v) in leaves {
+                argv.push("--set".into());
+                argv.push(format!("{k}={v}"));
+            }
+            continue;
+        }
+        if key == "config" {
+            return Err(at("a config file cannot name another".into()));
+        }
+        let long = key.replace('_', "-");
+        let Some(arg) = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long.as_str()))
+        else {
+            let mut valid: Vec<&str> = cmd.get_arguments().filter_map(|a| a.get_long()).collect();
+            valid.retain(|v| *v != "config" && *v != "help");
+            return Err(at(format!(
+                "unknown option '{key}' (valid: {}, and a [txn] table)",
+                valid.join(", ")
+            )));
+        };
+        let flag = format!("--{long}");
+        let takes_value = arg.get_action().takes_values();
+        match value {
+            toml::Value::Boolean(b) if !takes_value => {
+                if *b {
+                    argv.push(flag);
+                }
+            }
+            toml::Value::Array(items) => {
+                for v in items {
+                    argv.push(flag.clone());
+                    argv.push(scalar(v).map_err(|w| at(format!("'{key}': {w}")))?);
+                }
+            }
+            v => {
+                if !takes_value {
+                    return Err(at(format!("'{key}' is a switch: true or false")));
+                }
+                argv.push(flag);
+                argv.push(scalar(v).map_err(|w| at(format!("'{key}': {w}")))?);
+            }
+        }
+    }
+    Ok(argv)
+}
+
+fn scalar(v: &toml::Value) -> Result<String, String> {
+    match v {
+        toml::Value::String(s) => Ok(s.clone()),
+        toml::Value::Integer(i) => Ok(i.to_string()),
+        toml::Value::Float(f) => Ok(f.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        other => Err(format!("expected a string, number or boolean, got {other}")),
+    }
+}
+
+fn flatten(prefix: &str, t: &toml::Table, out: &mut Vec<(String, String)>) {
+    for (k, v) in t {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Table(inner) => flatten(&key, inner, out),
+            toml::Value::String(s) => out.push((key, s.clone())),
+            other => out.push((key, other.to_string())),
+        }
+    }
+}
+
+/// Every switch `--set` accepts, as dotted paths.
+pub fn switches() -> Vec<String> {
+    let v = toml::Value::try_from(TxnConfig::default()).expect("the config serializes");
+    let mut out = Vec::new();
+    if let toml::Value::Table(t) = v {
+        let mut leaves = Vec::new();
+        flatten("", &t, &mut leaves);
+        out = leaves
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k != "protocol")
+            .collect();
+    }
+    out
+}
+
+/// Applies one `key=value` protocol switch.
+fn apply_set(cfg: &mut TxnConfig, kv: &str) -> Result<()> {
+    let (key, value) = kv
+        .split_once('=')
+        .ok_or_else(|| anyhow!("--set '{kv}': expected KEY=VALUE"))?;
+    let (key, value) = (key.trim(), value.trim());
+    if key == "protocol" {
+        bail!("--set protocol: use --protocol");
+    }
+    let unknown = || {
+        anyhow!(
+            "unknown protocol switch '{key}' (valid: {})",
+            switches().join(", ")
+        )
+    };
+    let mut root = toml::Value::try_from(&*cfg)?;
+    let mut cur = &mut root;
+    let parts: Vec<&str> = key.split('.').collect();
+    for (i, p) in parts.iter().enumerate() {
+        let t = cur.as_table_mut().ok_or_else(unknown)?;
+        let slot = t.get_mut(*p).ok_or_else(unknown)?;
+        if i + 1 < parts.len() {
+            cur = slot;
+            continue;
+        }
+        let bad = |want: &str| anyhow!("--set {key}={value}: expected {want}");
+        *slot = match slot {
+            toml::Value::Boolean(_) => {
+                toml::Value::Boolean(value.parse().map_err(|_| bad("true or false"))?)
+            }
+            toml::Value::Integer(_) => {
+                toml::Value::Integer(value.parse().map_err(|_| bad("an integer"))?)
+            }
+            toml::Value::Float(_) => {
+                toml::Value::Float(value.parse().map_err(|_| bad("a number"))?)
+            }
+            toml::Value::String(_) => toml::Value::String(value.trim_matches('"').to_string()),
+            _ => return Err(unknown()),
+        };
+        break;
+    }
+    *cfg = root
+        .try_into()
+        .map_err(|e: toml::de::Error| anyhow!("--set {kv}: {}", e.message().trim()))?;
+    Ok(())
+}
+
+/// `5s`, `200ms`, `100us`, `2m`, or plain seconds; to nanoseconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (e.g. 5s, 200ms)"))?;
+    let scale = match unit.trim() {
+        "" | "s" => 1e9,
+        "ms" => 1e6,
+        "us" => 1e3,
+        "ns" => 1.0,
+        "m" | "min" => 60e9,
+        other => {
+            return Err(format!(
+                "unknown unit '{other}' in '{s}' (ns, us, ms, s, m)"
+            ))
+        }
+    };
+    let ns = n * scale;
+    if !(0.0..1e18).contains(&ns) {
+        return Err(format!("'{s}' is out of range"));
+    }
+    Ok(ns as u64)
+}
+
+/// `512M`, `4G`, `64K`, or plain bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 512M, 4G)"))?;
+    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB") {
+        "" | "B" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        other => return Err(format!("unknown unit '{other}' in '{s}' (K, M, G, T)")),
+    };
+    n.checked_mul(1 << shift)
+        .ok_or_else(|| format!("'{s}' is too large"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes_parse() {
+        assert_eq!(parse_duration("5s"), Ok(5_000_000_000));
+        assert_eq!(parse_duration("200ms"), Ok(200_000_000));
+        assert_eq!(parse_duration("1.5"), Ok(1_500_000_000));
+        assert_eq!(parse_duration("2m"), Ok(120_000_000_000));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("fast").is_err());
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("100"), Ok(100));
+        assert!(parse_size("3Q").is_err());
+    }
+
+    #[test]
+    fn switches_set_the_protocol_config() {
+        let mut c = TxnConfig::default();
+        apply_set(&mut c, "ford.backup_reads=true").unwrap();
+        assert!(c.ford.backup_reads);
+        apply_set(&mut c, "reread_limit = 3").unwrap();
+        assert_eq!(c.reread_limit, 3);
+        let e = apply_set(&mut c, "ford.warp_drive=true").unwrap_err();
+        assert!(e.to_string().contains("valid: "), "{e}");
+        assert!(e.to_string().contains("ford.backup_reads"), "{e}");
+        let e = apply_set(&mut c, "ford.flush=maybe").unwrap_err();
+        assert!(e.to_string().contains("true or false"), "{e}");
+        assert!(apply_set(&mut c, "novalue").is_err());
+    }
+
+    #[test]
+    fn a_config_file_becomes_options() {
+        let dir = std::env::temp_dir().join(format!("dtxn-args-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c.toml");
+        std::fs::write(
+            &p,
+            "workload = \"kv\"\nthreads = 3\nverify = true\ntheta = 0.5\n\n[txn]\nford.backup_reads = true\n",
+        )
+        .unwrap();
+        let argv = config_argv(&p).unwrap();
+        let mut full = vec![OsString::from("bench")];
+        full.extend(argv.into_iter().map(OsString::from));
+        full.push("--threads".into());
+        full.push("5".into());
+        let a = parse_bench(full).unwrap();
+        assert_eq!(a.workload.workload, "kv");
+        assert_eq!(a.threads, Some(5), "the command line wins");
+        assert!(a.verify);
+        assert_eq!(a.workload.theta, Some(0.5));
+        assert!(a.txn_config().unwrap().ford.backup_reads);
+
+        std::fs::write(&p, "threads = 2\nwarp = 9\n").unwrap();
+        let e = config_argv(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2: unknown option 'warp'"), "{e}");
+        std::fs::write(&p, "threads = 2\nworkload = \n").unwrap();
+        let e = config_argv(&p).unwrap_err().to_string();
+        assert!(e.contains("line 2"), "{e}");
+        std::fs::remove_dir_all(dir).ok();
+    }
+}

@@ -1,0 +1,383 @@
+//! Running a workload's coordinators on a pool, and what they measure.
+//!
+//! Every coordinator runs transactions of the mix back to back (an abort is not retried: the
+//! next transaction is drawn, as in the papers' drivers) until the run's end, and records each
+//! attempt that started after the warm-up: its type, outcome, latency and fabric counters.
+//! On `sim` all coordinators share one collector (they run on one OS thread); on `shm` each
+//! has its own, merged at the end, so that worker threads never share a cache line per
+//! transaction.
+
+use dtxn_check::HistoryWriter;
+use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_store::PoolMap;
+use dtxn_txn::{AbortReason, Coordinator, Recorder, TxnConfig, TxnOutcome};
+use dtxn_workloads::{rng::mix, WlRng, Workload};
+use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
+use rand::SeedableRng;
+use std::cell::RefCell;
+use std::fs::File;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// When the coordinators stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// Run for `warmup_ns` unmeasured, then `measure_ns` measured (virtual on sim).
+    Duration { warmup_ns: u64, measure_ns: u64 },
+    /// After `warmup_ns`, run `txns` measured attempts in all, split evenly.
+    Txns { warmup_ns: u64, txns: u64 },
+}
+
+impl Stop {
+    fn warmup_ns(&self) -> u64 {
+        match *self {
+            Stop::Duration { warmup_ns, .. } | Stop::Txns { warmup_ns, .. } => warmup_ns,
+        }
+    }
+}
+
+/// Per transaction type: attempts, outcomes, and the cost of the committed ones.
+#[derive(Debug, Clone)]
+pub struct TypeStats {
+    pub attempts: u64,
+    pub committed: u64,
+    /// Aborts by reason, indexed like [`AbortReason::ALL`].
+    pub aborts: [u64; 8],
+    /// Latency of committed attempts, ns.
+    pub latency: Histogram<u64>,
+    /// Sums over committed attempts: critical-path round trips, verbs, payload bytes.
+    pub round_trips: u64,
+    pub verbs: u64,
+    pub bytes: u64,
+}
+
+/// An hour in ns: latencies above are clamped (a run that long is not a benchmark).
+const MAX_LATENCY_NS: u64 = 3_600_000_000_000;
+
+impl TypeStats {
+    fn new() -> TypeStats {
+        TypeStats {
+            attempts: 0,
+            committed: 0,
+            aborts: [0; 8],
+            // Two significant digits: 1% resolution, and a few tens of KiB per histogram.
+            latency: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 2).expect("valid bounds"),
+            round_trips: 0,
+            verbs: 0,
+            bytes: 0,
+        }
+    }
+
+    pub fn add(&mut self, o: &TxnOutcome) {
+        self.attempts += 1;
+        match o.result {
+            Ok(()) => {
+                self.committed += 1;
+                let lat = o.end_ns.saturating_sub(o.start_ns).clamp(1, MAX_LATENCY_NS);
+                self.latency.saturating_record(lat);
+                self.round_trips += o.fabric.round_trips;
+                self.verbs += o.fabric.verbs_total();
+                self.bytes += o.fabric.bytes();
+            }
+            Err(a) => {
+                let i = AbortReason::ALL
+                    .iter()
+                    .position(|&r| r == a.reason)
+                    .unwrap_or(AbortReason::ALL.len() - 1);
+                self.aborts[i] += 1;
+            }
+        }
+    }
+
+    pub fn merge(&mut self, o: &TypeStats) {
+        self.attempts += o.attempts;
+        self.committed += o.committed;
+        for (a, b) in self.aborts.iter_mut().zip(o.aborts) {
+            *a += b;
+        }
+        // Same bounds on both sides: cannot fail.
+        let _ = self.latency.add(&o.latency);
+        self.round_trips += o.round_trips;
+        self.verbs += o.verbs;
+        self.bytes += o.bytes;
+    }
+}
+
+/// What coordinators measured: per type, and the measured window.
+#[derive(Debug, Clone)]
+pub struct Collector {
+    pub types: Vec<TypeStats>,
+    /// Earliest end of a warm-up and latest end of a measured attempt (fabric clock, ns).
+    pub window_start: u64,
+    pub window_end: u64,
+}
+
+impl Collector {
+    pub fn new(types: usize) -> Collector {
+        Collector {
+            types: (0..types).map(|_| TypeStats::new()).collect(),
+            window_start: u64::MAX,
+            window_end: 0,
+        }
+    }
+
+    pub fn merge(&mut self, o: &Collector) {
+        for (a, b) in self.types.iter_mut().zip(&o.types) {
+            a.merge(b);
+        }
+        self.window_start = self.window_start.min(o.window_start);
+        self.window_end = self.window_end.max(o.window_end);
+    }
+
+    pub fn window_ns(&self) -> u64 {
+        self.window_end.saturating_sub(self.window_start)
+    }
+}
+
+/// Writes every transaction's history to one file, shared by the coordinators.
+struct FileRecorder {
+    out: Arc<Mutex<HistoryWriter<File>>>,
+    failed: Arc<AtomicBool>,
+}
+
+impl Recorder for FileRecorder {
+    fn record(&mut self, txn: &dtxn_check::Txn) {
+        let mut w = match self.out.lock() {
+            Ok(w) => w,
+            Err(p) => p.into_inner(),
+        };
+        if w.write(txn).is_err() {
+            self.failed.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What every coordinator shares (read-only, or atomics).
+pub struct Shared {
+    pub stop: Stop,
+    pub seed: u64,
+    pub verify: bool,
+    pub coordinators: u32,
+    pub progress: ProgressBar,
+    record: Option<Arc<Mutex<HistoryWriter<File>>>>,
+    record_failed: Arc<AtomicBool>,
+}
+
+/// What one run produced.
+pub struct RunOutput<T> {
+    pub collector: Collector,
+    pub tallies: Vec<T>,
+    pub virtual_time: bool,
+    /// Wall time of the run itself (loading excluded).
+    pub wall_ns: u64,
+    /// Attempts of all coordinators, warm-up included (what the simulator computed).
+    pub attempts_all: u64,
+}
+
+/// What a coordinator hands back.
+struct CoordOut<T> {
+    tally: T,
+    attempts_all: u64,
+    /// `shm`: its own collector.
+    collector: Option<Collector>,
+}
+
+/// Attempts between two progress-bar updates (a shared atomic: not every transaction).
+const PROGRESS_EVERY: u64 = 256;
+
+async fn coordinator<W: Workload>(
+    mut ep: Endpoint,
+    w: &W,
+    cfg: Rc<TxnConfig>,
+    sh: &Shared,
+    sink: Rc<RefCell<Collector>>,
+) -> Result<(W::Tally, u64), String> {
+    let index = ep.id().index;
+    let map = PoolMap::bootstrap(&mut ep)
+        .await
+        .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?;
+    let mut c = Coordinator::new(ep, Rc::new(map), cfg);
+    if let Some(out) = &sh.record {
+        c.set_recorder(Box::new(FileRecorder {
+            out: out.clone(),
+            failed: sh.record_failed.clone(),
+        }));
+    }
+    let mut rng = WlRng::seed_from_u64(mix(sh.seed, u64::from(index)));
+    let mut tally = w.tally(sh.verify);
+    let t0 = c.endpoint().now_ns();
+    let warm_end = t0 + sh.stop.warmup_ns();
+    {
+        let mut s = sink.borrow_mut();
+        s.window_start = s.window_start.min(warm_end);
+    }
+    let (end, quota) = match sh.stop {
+        Stop::Duration { measure_ns, .. } => (warm_end + measure_ns, u64::MAX),
+        Stop::Txns { txns, .. } => {
+            let n = u64::from(sh.coordinators);
+            let i = u64::from(index);
+            (u64::MAX, txns / n + u64::from(i < txns % n))
+        }
+    };
+    let mut measured = 0u64;
+    let mut all = 0u64;
+    let mut since_progress = 0u64;
+    loop {
+        let now = c.endpoint().now_ns();
+        if now >= end || measured >= quota {
+            break;
+        }
+        let (ty, _) = w.run_one(&mut c, &mut rng, &mut tally).await;
+        all += 1;
+        since_progress += 1;
+        if let Some(o) = c.last_outcome() {
+            if o.start_ns >= warm_end {
+                measured += 1;
+                let mut s = sink.borrow_mut();
+                s.types[ty].add(&o);
+                s.window_end = s.window_end.max(o.end_ns);
+            }
+        }
+        if since_progress >= PROGRESS_EVERY {
+            since_progress = 0;
+            match sh.stop {
+                Stop::Duration { .. } if index == 0 => {
+                    let now = c.endpoint().now_ns();
+                    sh.progress.set_position((now - t0) / 1_000_000);
+                }
+                Stop::Txns { .. } if measured > 0 => sh.progress.inc(PROGRESS_EVERY),
+                _ => {}
+            }
+        }
+    }
+    Ok((tally, all))
+}
+
+impl Shared {
+    pub fn new(
+        stop: Stop,
+        seed: u64,
+        verify: bool,
+        coordinators: u32,
+        progress: ProgressBar,
+        record: Option<&std::path::Path>,
+    ) -> anyhow::Result<Shared> {
+        let record = match record {
+            Some(p) => Some(Arc::new(Mutex::new(HistoryWriter::create(p).map_err(
+                |e| anyhow::anyhow!("cannot write the history to {}: {e}", p.display()),
+            )?))),
+            None => None,
+        };
+        Ok(Shared {
+            stop,
+            seed,
+            verify,
+            coordinators,
+            progress,
+            record,
+            record_failed: Arc::default(),
+        })
+    }
+
+    /// Flushes the history file, if any.
+    pub fn finish_record(self) -> anyhow::Result<()> {
+        if let Some(out) = self.record {
+            let failed = self.record_failed.load(Ordering::Relaxed);
+            let w = Arc::try_unwrap(out)
+                .map_err(|_| anyhow::anyhow!("the history is still in use"))?
+                .into_inner()
+                .map_err(|_| anyhow::anyhow!("a coordinator panicked while recording"))?;
+            if failed || w.finish().is_err() {
+                anyhow::bail!("writing the history failed (disk full?)");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `w` on `pool` (formatted and loaded) with `topo`'s coordinators.
+pub fn run<W: Workload>(
+    pool: &mut Pool,
+    w: &Arc<W>,
+    topo: Topology,
+    cfg: &TxnConfig,
+    sh: &Arc<Shared>,
+) -> anyhow::Result<RunOutput<W::Tally>> {
+    let types = w.txn_types().len();
+    let started = Instant::now();
+    let (outs, virtual_time) = match pool {
+        Pool::Sim(sim) => {
+            // One OS thread: coordinators share the collector and the configuration.
+            let sink = Rc::new(RefCell::new(Collector::new(types)));
+            let cfg = Rc::new(cfg.clone());
+            let r = sim.run(topo, None, |ep| {
+                let (w, sh, cfg, sink) = (w.clone(), sh.clone(), cfg.clone(), sink.clone());
+                async move {
+                    coordinator(ep, &*w, cfg, &sh, sink)
+                        .await
+                        .map(|(tally, all)| CoordOut {
+                            tally,
+                            attempts_all: all,
+                            collector: None,
+                        })
+                }
+            })?;
+            let mut outs = collect(r.outputs)?;
+            if let Some(first) = outs.first_mut() {
+                first.collector = Some(sink.borrow().clone());
+            }
+            (outs, true)
+        }
+        // shm (and ucx): real threads, so each coordinator has its own collector.
+        other => {
+            let r = other.run(topo, None, |ep| {
+                let (w, sh, cfg) = (w.clone(), sh.clone(), Rc::new(cfg.clone()));
+                async move {
+                    let sink = Rc::new(RefCell::new(Collector::new(w.txn_types().len())));
+                    let out = coordinator(ep, &*w, cfg, &sh, sink.clone()).await;
+                    let collector = sink.borrow().clone();
+                    out.map(|(tally, all)| CoordOut {
+                        tally,
+                        attempts_all: all,
+                        collector: Some(collector),
+                    })
+                }
+            })?;
+            let virtual_time = r.virtual_time;
+            (collect(r.outputs)?, virtual_time)
+        }
+    };
+    let wall_ns = started.elapsed().as_nanos() as u64;
+    let mut collector = Collector::new(types);
+    let mut tallies = Vec::with_capacity(outs.len());
+    let mut attempts_all = 0;
+    for o in outs {
+        if let Some(c) = &o.collector {
+            collector.merge(c);
+        }
+        attempts_all += o.attempts_all;
+        tallies.push(o.tally);
+    }
+    Ok(RunOutput {
+        collector,
+        tallies,
+        virtual_time,
+        wall_ns,
+        attempts_all,
+    })
+}
+
+fn collect<T>(outputs: Vec<Option<Result<T, String>>>) -> anyhow::Result<Vec<T>> {
+    let mut v = Vec::with_capacity(outputs.len());
+    for (i, o) in outputs.into_iter().enumerate() {
+        match o {
+            Some(Ok(x)) => v.push(x),
+            Some(Err(e)) => anyhow::bail!("{e}"),
+            None => anyhow::bail!("coordinator {i} did not finish (its compute node crashed)"),
+        }
+    }
+    Ok(v)
+}

@@ -1,0 +1,456 @@
+//! `dtxn bench`: one workload, one protocol, one backend; throughput, aborts, latency and
+//! per-transaction costs, as a table, JSON or CSV.
+
+pub mod args;
+pub mod engine;
+pub mod report;
+
+use crate::backend::Backend;
+use anyhow::{anyhow, bail, Context, Result};
+pub use args::{BenchArgs, WorkloadArgs};
+use dtxn_fabric::Topology;
+use dtxn_store::{Plan, PoolShape, TableSpec};
+use dtxn_workloads::{kv, smallbank, tatp, tpcc, Workload};
+use engine::{Shared, Stop};
+use indicatif::{ProgressBar, ProgressStyle};
+use report::{BenchReport, ConfigReport};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A workload chosen by name, with its options.
+pub enum Chosen {
+    SmallBank(smallbank::SmallBank),
+    Kv(kv::Kv),
+    Tatp(tatp::Tatp),
+    Tpcc(tpcc::Tpcc),
+}
+
+impl Chosen {
+    pub fn tables(&self) -> Vec<TableSpec> {
+        match self {
+            Chosen::SmallBank(w) => w.tables(),
+            Chosen::Kv(w) => w.tables(),
+            Chosen::Tatp(w) => w.tables(),
+            Chosen::Tpcc(w) => w.tables(),
+        }
+    }
+
+    pub fn options_json(&self) -> serde_json::Value {
+        use report::Described;
+        match self {
+            Chosen::SmallBank(w) => w.options_json(),
+            Chosen::Kv(w) => w.options_json(),
+            Chosen::Tatp(w) => w.options_json(),
+            Chosen::Tpcc(w) => w.options_json(),
+        }
+    }
+
+    pub fn log_slice_bytes(&self) -> u64 {
+        match self {
+            Chosen::SmallBank(w) => w.log_slice_bytes(),
+            Chosen::Kv(w) => w.log_slice_bytes(),
+            Chosen::Tatp(w) => w.log_slice_bytes(),
+            Chosen::Tpcc(w) => w.log_slice_bytes(),
+        }
+    }
+}
+
+/// Builds the workload `a.workload` names, refusing options of other workloads.
+/// `txns_hint`: about how many transactions the run will attempt (tables that grow are sized
+/// for it).
+pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
+    let given: Vec<(&str, bool, &str)> = vec![
+        ("--accounts", a.accounts.is_some(), "smallbank"),
+        ("--hot-accounts", a.hot_accounts.is_some(), "smallbank"),
+        ("--hot-pct", a.hot_pct.is_some(), "smallbank"),
+        ("--mix", a.mix.is_some(), "smallbank"),
+        ("--keys", a.keys.is_some(), "kv"),
+        ("--value-size", a.value_size.is_some(), "kv"),
+        ("--theta", a.theta.is_some(), "kv"),
+        ("--read-only-pct", a.read_only_pct.is_some(), "kv"),
+        ("--items", a.items.is_some(), "kv"),
+        ("--subscribers", a.subscribers.is_some(), "tatp"),
+        ("--warehouses", a.warehouses.is_some(), "tpcc"),
+        ("--spec-sizes", a.spec_sizes, "tpcc"),
+        (
+            "--new-orders-per-district",
+            a.new_orders_per_district.is_some(),
+            "tpcc",
+        ),
+    ];
+    if !dtxn_workloads::NAMES.contains(&a.workload.as_str()) {
+        bail!(
+            "unknown workload '{}' (valid: {})",
+            a.workload,
+            dtxn_workloads::NAMES.join(", ")
+        );
+    }
+    if let Some((flag, _, owner)) = given
+        .iter()
+        .find(|(_, set, owner)| *set && *owner != a.workload)
+    {
+        bail!("{flag} is an option of {owner}, not of {}", a.workload);
+    }
+    Ok(match a.workload.as_str() {
+        "smallbank" => {
+            let d = smallbank::Options::default();
+            let accounts = a.accounts.unwrap_or(d.accounts);
+            let mix = match a.mix.as_deref() {
+                None | Some("standard") => smallbank::Mix::Standard,
+                Some("transfer") => smallbank::Mix::Transfer,
+                Some(other) => {
+                    bail!("unknown smallbank mix '{other}' (valid: standard, transfer)")
+                }
+            };
+            Chosen::SmallBank(smallbank::SmallBank::new(smallbank::Options {
+                accounts,
+                // FORD's proportion (4,000 of 100,000) when only the accounts are given.
+                hot: a
+                    .hot_accounts
+                    .unwrap_or((accounts * d.hot / d.accounts).clamp(2, accounts)),
+                hot_pct: a.hot_pct.unwrap_or(d.hot_pct),
+                mix,
+            })?)
+        }
+        "kv" => {
+            let d = kv::Options::default();
+            Chosen::Kv(kv::Kv::new(kv::Options {
+                keys: a.keys.unwrap_or(d.keys),
+                value_size: a.value_size.unwrap_or(d.value_size),
+                theta: a.theta.unwrap_or(d.theta),
+                read_only_pct: a.read_only_pct.unwrap_or(d.read_only_pct),
+                items: a.items.unwrap_or(d.items),
+            })?)
+        }
+        "tatp" => {
+            let d = tatp::Options::default();
+            Chosen::Tatp(tatp::Tatp::new(tatp::Options {
+                subscribers: a.subscribers.unwrap_or(d.subscribers),
+            })?)
+        }
+        _ => {
+            let mut o = if a.spec_sizes {
+                tpcc::Options::spec()
+            } else {
+                tpcc::Options::default()
+            };
+            if let Some(w) = a.warehouses {
+                o.warehouses = w;
+            }
+            o.new_orders_per_district = match a.new_orders_per_district {
+                Some(n) => n,
+                None => tpcc::Options::room_for(txns_hint, o.warehouses),
+            };
+            Chosen::Tpcc(tpcc::Tpcc::new(o)?)
+        }
+    })
+}
+
+/// A generous guess of the attempts a run makes: exact with --txns; with a duration, from
+/// rates above what FORD reaches here (shm: 100,000 per thread per second; sim: one
+/// transaction per 10 us of virtual time per coordinator).
+pub fn expected_txns(a: &BenchArgs, topo: Topology) -> u64 {
+    let warm = a.warmup_ns();
+    match (a.txns, a.backend) {
+        (Some(t), Backend::Shm) => t + (warm as f64 * 1e-4 * f64::from(topo.threads)) as u64,
+        (Some(t), Backend::Sim) => t + warm / 10_000 * u64::from(topo.coordinators()),
+        (None, Backend::Shm) => {
+            ((a.duration_ns() + warm) as f64 * 1e-4 * f64::from(topo.threads)) as u64
+        }
+        (None, Backend::Sim) => (a.duration_ns() + warm) / 10_000 * u64::from(topo.coordinators()),
+        // Every compute process of the run, at shm's generous rate: every process must compute
+        // the same plan, so this depends on the shared options only.
+        (Some(t), Backend::Ucx) => {
+            t + (warm as f64 * 1e-4 * f64::from(topo.threads * topo.compute_nodes)) as u64
+        }
+        (None, Backend::Ucx) => {
+            ((a.duration_ns() + warm) as f64 * 1e-4 * f64::from(topo.threads * topo.compute_nodes))
+                as u64
+        }
+    }
+}
+
+/// The pool's shape for these options and this many coordinators.
+pub fn shape(a: &BenchArgs, coordinators: u32, log_bytes: u64) -> Result<PoolShape> {
+    if a.memory_nodes == 0 {
+        bail!("--memory-nodes must be at least 1");
+    }
+    if a.replicas == 0 {
+        bail!("--replicas must be at least 1");
+    }
+    if a.replicas > usize::from(a.memory_nodes) {
+        bail!(
+            "--replicas {} needs as many memory nodes; --memory-nodes is {}",
+            a.replicas,
+            a.memory_nodes
+        );
+    }
+    Ok(PoolShape {
+        memory_nodes: a.memory_nodes,
+        replicas: a.replicas,
+        log_slices: coordinators,
+        log_slice_bytes: a.log_slice_bytes.unwrap_or(log_bytes),
+        region_bytes: a.node_memory,
+    })
+}
+
+pub fn topology(a: &BenchArgs) -> Result<Topology> {
+    let topo = Topology {
+        compute_nodes: a.compute_nodes,
+        threads: a.threads(),
+        coroutines: a.coroutines(),
+    };
+    if topo.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    if topo.coroutines == 0 {
+        bail!("--coroutines must be at least 1");
+    }
+    if topo.compute_nodes == 0 {
+        bail!("--compute-nodes must be at least 1");
+    }
+    if a.backend == Backend::Ucx && a.compute_node >= topo.compute_nodes {
+        bail!(
+            "--compute-node {} must be less than --compute-nodes {}",
+            a.compute_node,
+            topo.compute_nodes
+        );
+    }
+    if a.backend == Backend::Shm && topo.compute_nodes != 1 {
+        bail!("--compute-nodes is a sim option: shm runs one compute node (use --threads)");
+    }
+    Ok(topo)
+}
+
+/// Runs `dtxn bench` and prints its report.
+pub fn main(a: BenchArgs) -> Result<ExitCode> {
+    let a = args::with_config(a, "bench")?;
+    if a.load_only {
+        return load_only(&a);
+    }
+    let r = run(&a, !a.json)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        print!("{}", r.table());
+    }
+    if let Some(p) = &a.csv {
+        std::fs::write(p, r.csv(&[])).with_context(|| format!("cannot write {}", p.display()))?;
+    }
+    match &r.verify {
+        Some(v) if !v.ok => Ok(ExitCode::from(1)),
+        _ => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Refuses options that the backend would ignore, and runs that cannot be right.
+fn check_backend_options(a: &BenchArgs, topo: Topology) -> Result<()> {
+    a.backend_args().check_options()?;
+    if a.backend != Backend::Ucx {
+        if a.load || a.load_only {
+            bail!(
+                "--load{} is an option of --backend ucx",
+                if a.load_only { "-only" } else { "" }
+            );
+        }
+        return Ok(());
+    }
+    if a.verify && topo.compute_nodes > 1 {
+        bail!(
+            "--verify needs what every compute process committed, but this process sees only \
+             its own: with --compute-nodes > 1 check the merged --record histories with \
+             dtxn check instead"
+        );
+    }
+    Ok(())
+}
+
+/// How to load the pool, for errors of compute processes that find it unloaded.
+fn load_hint(a: &BenchArgs) -> String {
+    format!(
+        "run this command once with --load-only, or one compute process with --load, against \
+         --memnodes {}",
+        a.memnodes.join(",")
+    )
+}
+
+/// Formats and loads the pool of `plan` on the remote memory nodes.
+fn load_remote(a: &BenchArgs, w: &Chosen, plan: &Plan, pool: &dtxn_fabric::Pool) -> Result<()> {
+    let fill = |p: &dtxn_fabric::Pool| -> Result<()> {
+        match w {
+            Chosen::SmallBank(x) => x.load(p, plan, a.seed)?,
+            Chosen::Kv(x) => x.load(p, plan, a.seed)?,
+            Chosen::Tatp(x) => x.load(p, plan, a.seed)?,
+            Chosen::Tpcc(x) => x.load(p, plan, a.seed)?,
+        }
+        Ok(())
+    };
+    crate::remote::load(pool, plan, &a.memnodes, fill)
+}
+
+/// `--load-only`: formats and loads the pool on the memory nodes, and exits.
+fn load_only(a: &BenchArgs) -> Result<ExitCode> {
+    let topo = topology(a)?;
+    check_backend_options(a, topo)?;
+    let w = choose(&a.workload, expected_txns(a, topo))?;
+    let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
+    let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
+    let start = Instant::now();
+    let pool = a
+        .backend_args()
+        .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+    load_remote(a, &w, &plan, &pool)?;
+    println!(
+        "dtxn bench: loaded {} on {} memory node(s) ({} bytes each) in {:.2} s",
+        a.workload.workload,
+        a.memory_nodes,
+        plan.region_bytes,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Builds the pool, loads it, runs, verifies: everything but the printing.
+pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
+    let cfg = a.txn_config()?;
+    let topo = topology(a)?;
+    check_backend_options(a, topo)?;
+    if a.duration == Some(0) {
+        bail!("--duration must be more than 0");
+    }
+    if a.txns == Some(0) {
+        bail!("--txns must be at least 1");
+    }
+    let w = choose(&a.workload, expected_txns(a, topo))?;
+    let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
+    let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
+    let remote_loaded = if a.backend == Backend::Ucx && a.load {
+        let pool = a
+            .backend_args()
+            .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+        let start = Instant::now();
+        load_remote(a, &w, &plan, &pool)?;
+        Some((pool, start.elapsed().as_nanos() as u64))
+    } else {
+        None
+    };
+    let ctx = Go {
+        a,
+        plan: &plan,
+        topo,
+        cfg,
+        progress,
+        remote_loaded,
+    };
+    match w {
+        Chosen::SmallBank(x) => go(ctx, x),
+        Chosen::Kv(x) => go(ctx, x),
+        Chosen::Tatp(x) => go(ctx, x),
+        Chosen::Tpcc(x) => go(ctx, x),
+    }
+}
+
+/// What `go` runs with.
+struct Go<'a> {
+    a: &'a BenchArgs,
+    plan: &'a Plan,
+    topo: Topology,
+    cfg: dtxn_txn::TxnConfig,
+    progress: bool,
+    /// ucx with --load: the pool, loaded, and the time that took.
+    remote_loaded: Option<(dtxn_fabric::Pool, u64)>,
+}
+
+fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport> {
+    let Go {
+        a,
+        plan,
+        topo,
+        cfg,
+        progress,
+        remote_loaded,
+    } = ctx;
+    let load_start = Instant::now();
+    let (mut pool, load_ns) = match remote_loaded {
+        Some(loaded) => loaded,
+        None => {
+            let pool = a
+                .backend_args()
+                .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+            if a.backend == Backend::Ucx {
+                // Loaded by another process: only check it is the pool these options describe.
+                crate::remote::check_loaded(&pool, plan, &a.memnodes, &load_hint(a))?;
+            } else {
+                plan.format_pool(&pool)?;
+                w.load(&pool, plan, a.seed)?;
+            }
+            (pool, load_start.elapsed().as_nanos() as u64)
+        }
+    };
+    let stop = match a.txns {
+        Some(txns) => Stop::Txns {
+            warmup_ns: a.warmup_ns(),
+            txns,
+        },
+        None => Stop::Duration {
+            warmup_ns: a.warmup_ns(),
+            measure_ns: a.duration_ns(),
+        },
+    };
+    let bar = if progress {
+        progress_bar(stop, a.backend)
+    } else {
+        ProgressBar::hidden()
+    };
+    let sh = Arc::new(Shared::new(
+        stop,
+        a.seed,
+        a.verify,
+        topo.coordinators(),
+        bar.clone(),
+        a.record.as_deref(),
+    )?);
+    let w = Arc::new(w);
+    let out = engine::run(&mut pool, &w, topo, &cfg, &sh)?;
+    bar.finish_and_clear();
+    Arc::try_unwrap(sh)
+        .map_err(|_| anyhow!("a coordinator outlived the run"))?
+        .finish_record()?;
+    let verify = if a.verify {
+        Some(match w.verify(&pool, plan, a.seed, &out.tallies) {
+            Ok(checks) => report::Verdict { ok: true, checks },
+            Err(e) => report::Verdict {
+                ok: false,
+                checks: vec![e.to_string()],
+            },
+        })
+    } else {
+        None
+    };
+    let config = ConfigReport::new(a, &*w, &cfg, topo, plan, stop);
+    Ok(BenchReport::new(config, &*w, &out, verify, load_ns))
+}
+
+fn progress_bar(stop: Stop, backend: Backend) -> ProgressBar {
+    let (len, unit) = match stop {
+        Stop::Duration {
+            warmup_ns,
+            measure_ns,
+        } => ((warmup_ns + measure_ns) / 1_000_000, "ms"),
+        Stop::Txns { txns, .. } => (txns, "txns"),
+    };
+    let clock = if backend == Backend::Sim && unit == "ms" {
+        " (virtual)"
+    } else {
+        ""
+    };
+    let bar = ProgressBar::new(len);
+    let style = ProgressStyle::with_template(&format!(
+        "{{spinner}} {{bar:40}} {{pos}}/{{len}} {unit}{clock} [{{elapsed}}]"
+    ));
+    if let Ok(s) = style {
+        bar.set_style(s);
+    }
+    bar
+}

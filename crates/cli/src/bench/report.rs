@@ -1,0 +1,501 @@
+//! What `dtxn bench` reports: the configuration it ran with and what it measured, as a
+//! terminal table, JSON, or CSV rows.
+
+use super::args::BenchArgs;
+use super::engine::{Collector, RunOutput, Stop, TypeStats};
+use crate::backend::Backend;
+use dtxn_fabric::Topology;
+use dtxn_store::Plan;
+use dtxn_txn::{AbortReason, TxnConfig};
+use dtxn_workloads::{kv, smallbank, tatp, tpcc, Workload};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+/// A workload's options, for the report.
+pub trait Described {
+    fn options_json(&self) -> serde_json::Value;
+}
+
+macro_rules! described {
+    ($($t:ty),*) => {$(
+        impl Described for $t {
+            fn options_json(&self) -> serde_json::Value {
+                serde_json::to_value(self.options()).unwrap_or(serde_json::Value::Null)
+            }
+        }
+    )*};
+}
+described!(smallbank::SmallBank, kv::Kv, tatp::Tatp, tpcc::Tpcc);
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfigReport {
+    pub workload: String,
+    pub workload_options: serde_json::Value,
+    pub protocol: String,
+    /// The protocol's switches as run.
+    pub txn: TxnConfig,
+    pub backend: Backend,
+    /// The backend in words (profile, adversary, seed; or the shm region).
+    pub backend_detail: String,
+    pub seed: u64,
+    pub memory_nodes: u16,
+    pub replicas: usize,
+    /// Region size of every memory node.
+    pub node_bytes: u64,
+    pub compute_nodes: u32,
+    pub threads: u32,
+    pub coroutines: u32,
+    pub coordinators: u32,
+    pub duration_s: Option<f64>,
+    pub txns: Option<u64>,
+    pub warmup_s: f64,
+    pub verify: bool,
+}
+
+impl ConfigReport {
+    pub fn new<W: Workload + Described>(
+        a: &BenchArgs,
+        w: &W,
+        cfg: &TxnConfig,
+        topo: Topology,
+        plan: &Plan,
+        stop: Stop,
+    ) -> ConfigReport {
+        let (duration_s, txns, warmup_ns) = match stop {
+            Stop::Duration {
+                warmup_ns,
+                measure_ns,
+            } => (Some(measure_ns as f64 / 1e9), None, warmup_ns),
+            Stop::Txns { warmup_ns, txns } => (None, Some(txns), warmup_ns),
+        };
+        ConfigReport {
+            workload: w.name().to_string(),
+            workload_options: w.options_json(),
+            protocol: cfg.protocol.name().to_string(),
+            txn: cfg.clone(),
+            backend: a.backend,
+            backend_detail: a.backend_args().describe(),
+            seed: a.seed,
+            memory_nodes: a.memory_nodes,
+            replicas: a.replicas,
+            node_bytes: plan.region_bytes,
+            compute_nodes: topo.compute_nodes,
+            threads: topo.threads,
+            coroutines: topo.coroutines,
+            coordinators: topo.coordinators(),
+            duration_s,
+            txns,
+            warmup_s: warmup_ns as f64 / 1e9,
+            verify: a.verify,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Default, PartialEq)]
+pub struct Latency {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub mean: f64,
+    pub max: f64,
+}
+
+/// One transaction type (or `all`).
+#[derive(Debug, Clone, Serialize)]
+pub struct TypeReport {
+    pub name: String,
+    pub attempts: u64,
+    pub committed: u64,
+    pub committed_per_s: f64,
+    pub attempts_per_s: f64,
+    pub abort_rate: f64,
+    /// Aborts by reason (only reasons that occurred).
+    pub aborts: BTreeMap<&'static str, u64>,
+    /// Of committed attempts, in microseconds.
+    pub latency_us: Latency,
+    /// Means over committed attempts: critical-path round trips, verbs, payload bytes.
+    pub round_trips: f64,
+    pub verbs: f64,
+    pub bytes: f64,
+}
+
+impl TypeReport {
+    fn new(name: &str, s: &TypeStats, secs: f64) -> TypeReport {
+        let per_s = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        let mean = |n: u64| {
+            if s.committed > 0 {
+                n as f64 / s.committed as f64
+            } else {
+                0.0
+            }
+        };
+        let h = &s.latency;
+        let us = |ns: u64| ns as f64 / 1e3;
+        let latency_us = if h.is_empty() {
+            Latency::default()
+        } else {
+            Latency {
+                p50: us(h.value_at_quantile(0.5)),
+                p99: us(h.value_at_quantile(0.99)),
+                p999: us(h.value_at_quantile(0.999)),
+                mean: h.mean() / 1e3,
+                max: us(h.max()),
+            }
+        };
+        TypeReport {
+            name: name.to_string(),
+            attempts: s.attempts,
+            committed: s.committed,
+            committed_per_s: per_s(s.committed),
+            attempts_per_s: per_s(s.attempts),
+            abort_rate: if s.attempts > 0 {
+                (s.attempts - s.committed) as f64 / s.attempts as f64
+            } else {
+                0.0
+            },
+            aborts: AbortReason::ALL
+                .iter()
+                .zip(s.aborts)
+                .filter(|(_, n)| *n > 0)
+                .map(|(r, n)| (r.name(), n))
+                .collect(),
+            latency_us,
+            round_trips: mean(s.round_trips),
+            verbs: mean(s.verbs),
+            bytes: mean(s.bytes),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Verdict {
+    pub ok: bool,
+    /// The checks that passed, or what failed.
+    pub checks: Vec<String>,
+}
+
+/// What simulating cost in wall time.
+#[derive(Debug, Clone, Serialize)]
+pub struct SimCost {
+    /// Transactions simulated, warm-up included.
+    pub txns: u64,
+    pub wall_s: f64,
+    pub txns_per_wall_s: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub config: ConfigReport,
+    /// "virtual" on sim (simulated time), "wall" on shm.
+    pub time: &'static str,
+    pub measured_s: f64,
+    /// Every transaction type together.
+    pub all: TypeReport,
+    pub per_type: Vec<TypeReport>,
+    pub verify: Option<Verdict>,
+    pub load_s: f64,
+    pub sim: Option<SimCost>,
+}
+
+impl BenchReport {
+    pub fn new<W: Workload, T>(
+        config: ConfigReport,
+        w: &W,
+        out: &RunOutput<T>,
+        verify: Option<Verdict>,
+        load_ns: u64,
+    ) -> BenchReport {
+        let c: &Collector = &out.collector;
+        let secs = c.window_ns() as f64 / 1e9;
+        let mut all = TypeStats::clone(&c.types[0]);
+        for t in &c.types[1..] {
+            all.merge(t);
+        }
+        let per_type = w
+            .txn_types()
+            .iter()
+            .zip(&c.types)
+            .map(|(n, s)| TypeReport::new(n, s, secs))
+            .collect();
+        let wall_s = out.wall_ns as f64 / 1e9;
+        BenchReport {
+            config,
+            time: if out.virtual_time { "virtual" } else { "wall" },
+            measured_s: secs,
+            all: TypeReport::new("all", &all, secs),
+            per_type,
+            verify,
+            load_s: load_ns as f64 / 1e9,
+            sim: out.virtual_time.then(|| SimCost {
+                txns: out.attempts_all,
+                wall_s,
+                txns_per_wall_s: if wall_s > 0.0 {
+                    out.attempts_all as f64 / wall_s
+                } else {
+                    0.0
+                },
+            }),
+        }
+    }
+
+    /// The terminal report.
+    pub fn table(&self) -> String {
+        let c = &self.config;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "dtxn bench: {} on {}, {}",
+            c.workload, c.protocol, c.backend_detail
+        );
+        let _ = writeln!(
+            s,
+            "pool: {} memory nodes x {} MiB, {} replicas; {} compute node(s) x {} threads x {} \
+             coroutines = {} coordinators",
+            c.memory_nodes,
+            c.node_bytes >> 20,
+            c.replicas,
+            c.compute_nodes,
+            c.threads,
+            c.coroutines,
+            c.coordinators
+        );
+        let _ = writeln!(s, "workload options: {}", c.workload_options);
+        let clock = if self.time == "virtual" {
+            "VIRTUAL time (simulated; not this machine's speed)"
+        } else {
+            "wall time"
+        };
+        let _ = writeln!(
+            s,
+            "measured {} of {clock}, after {} s of warm-up; seed {}",
+            secs(self.measured_s),
+            c.warmup_s,
+            c.seed
+        );
+        if let Some(sim) = &self.sim {
+            let _ = writeln!(
+                s,
+                "simulation cost: {} transactions in {} wall = {:.0} simulated transactions per \
+                 wall second",
+                sim.txns,
+                secs(sim.wall_s),
+                sim.txns_per_wall_s
+            );
+        }
+        let a = &self.all;
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "committed/s {}   attempts/s {}   abort rate {:.2}%{}",
+            thousands(a.committed_per_s),
+            thousands(a.attempts_per_s),
+            100.0 * a.abort_rate,
+            reasons(&a.aborts, a.attempts)
+        );
+        let _ = writeln!(
+            s,
+            "latency of committed (us): p50 {}   p99 {}   p99.9 {}",
+            us(a.latency_us.p50),
+            us(a.latency_us.p99),
+            us(a.latency_us.p999)
+        );
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "{:<22} {:>10} {:>10} {:>12} {:>7} {:>8} {:>8} {:>8} {:>6} {:>6} {:>7}",
+            "transaction",
+            "attempts",
+            "committed",
+            "committed/s",
+            "abort%",
+            "p50 us",
+            "p99 us",
+            "p99.9 us",
+            "RTs",
+            "verbs",
+            "bytes"
+        );
+        for t in self.per_type.iter().chain(std::iter::once(&self.all)) {
+            let _ = writeln!(
+                s,
+                "{:<22} {:>10} {:>10} {:>12} {:>7.2} {:>8} {:>8} {:>8} {:>6.2} {:>6.1} {:>7.0}",
+                t.name,
+                t.attempts,
+                t.committed,
+                thousands(t.committed_per_s),
+                100.0 * t.abort_rate,
+                us(t.latency_us.p50),
+                us(t.latency_us.p99),
+                us(t.latency_us.p999),
+                t.round_trips,
+                t.verbs,
+                t.bytes
+            );
+        }
+        let _ = writeln!(
+            s,
+            "(RTs, verbs, bytes: means per committed transaction; RTs are critical-path round \
+             trips)"
+        );
+        if let Some(n) = a.aborts.get("bad-request") {
+            let _ = writeln!(
+                s,
+                "note: {n} aborts for a bad request: a table's room for inserts or an undo-log \
+                 slice ran out (raise --new-orders-per-district or --log-slice-bytes)"
+            );
+        }
+        if let Some(v) = &self.verify {
+            let _ = writeln!(s);
+            let _ = writeln!(
+                s,
+                "verify: {}",
+                if v.ok { "consistent" } else { "INCONSISTENT" }
+            );
+            for c in &v.checks {
+                let _ = writeln!(s, "  - {c}");
+            }
+        }
+        s
+    }
+
+    /// CSV: a header, then one row per transaction type and `all`. `extra` columns (a
+    /// sweep's varied parameters) come first.
+    pub fn csv(&self, extra: &[(String, String)]) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{}", csv_header(extra));
+        s.push_str(&self.csv_rows(extra));
+        s
+    }
+
+    pub fn csv_rows(&self, extra: &[(String, String)]) -> String {
+        let c = &self.config;
+        let mut s = String::new();
+        for t in self.per_type.iter().chain(std::iter::once(&self.all)) {
+            let mut row: Vec<String> = extra.iter().map(|(_, v)| csv_field(v)).collect();
+            row.extend([
+                c.workload.clone(),
+                c.protocol.clone(),
+                format!("{:?}", c.backend).to_lowercase(),
+                self.time.to_string(),
+                c.memory_nodes.to_string(),
+                c.replicas.to_string(),
+                c.compute_nodes.to_string(),
+                c.threads.to_string(),
+                c.coroutines.to_string(),
+                c.coordinators.to_string(),
+                c.seed.to_string(),
+                csv_field(&t.name),
+                t.attempts.to_string(),
+                t.committed.to_string(),
+                format!("{:.1}", t.committed_per_s),
+                format!("{:.1}", t.attempts_per_s),
+                format!("{:.5}", t.abort_rate),
+                format!("{:.2}", t.latency_us.p50),
+                format!("{:.2}", t.latency_us.p99),
+                format!("{:.2}", t.latency_us.p999),
+                format!("{:.3}", t.round_trips),
+                format!("{:.3}", t.verbs),
+                format!("{:.1}", t.bytes),
+            ]);
+            let _ = writeln!(s, "{}", row.join(","));
+        }
+        s
+    }
+}
+
+pub fn csv_header(extra: &[(String, String)]) -> String {
+    let mut h: Vec<String> = extra.iter().map(|(k, _)| csv_field(k)).collect();
+    h.extend(
+        [
+            "workload",
+            "protocol",
+            "backend",
+            "time",
+            "memory_nodes",
+            "replicas",
+            "compute_nodes",
+            "threads",
+            "coroutines",
+            "coordinators",
+            "seed",
+            "txn_type",
+            "attempts",
+            "committed",
+            "committed_per_s",
+            "attempts_per_s",
+            "abort_rate",
+            "p50_us",
+            "p99_us",
+            "p999_us",
+            "round_trips",
+            "verbs",
+            "bytes",
+        ]
+        .map(String::from),
+    );
+    h.join(",")
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn reasons(aborts: &BTreeMap<&'static str, u64>, attempts: u64) -> String {
+    if aborts.is_empty() || attempts == 0 {
+        return String::new();
+    }
+    let parts: Vec<String> = aborts
+        .iter()
+        .map(|(r, n)| format!("{r} {:.2}%", 100.0 * *n as f64 / attempts as f64))
+        .collect();
+    format!(" ({})", parts.join(", "))
+}
+
+fn secs(s: f64) -> String {
+    if s >= 1.0 {
+        format!("{s:.2} s")
+    } else {
+        format!("{:.2} ms", s * 1e3)
+    }
+}
+
+fn us(x: f64) -> String {
+    if x >= 100.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// 1234567.8 as "1,234,568".
+pub fn thousands(x: f64) -> String {
+    let n = x.round() as u64;
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_read_well() {
+        assert_eq!(thousands(1234567.8), "1,234,568");
+        assert_eq!(thousands(12.0), "12");
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(us(1.234), "1.2");
+        assert_eq!(us(1234.0), "1234");
+    }
+}

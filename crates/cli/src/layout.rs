@@ -1,0 +1,209 @@
+//! `dtxn layout`: what a workload's tables need in a pool of a given shape, per table and per
+//! memory node, from the store's sizing (`Plan`), without building the pool.
+
+use crate::bench::{self, WorkloadArgs};
+use anyhow::{anyhow, bail, Result};
+use dtxn_store::{Plan, PoolShape};
+use serde::Serialize;
+use std::process::ExitCode;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct LayoutArgs {
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Memory nodes.
+    #[arg(long, default_value_t = 2)]
+    pub memory_nodes: u16,
+    /// Copies of every table (primary + backups).
+    #[arg(long, default_value_t = 2)]
+    pub replicas: usize,
+    /// Coordinators that log (one log slice each, on every memory node).
+    #[arg(long, default_value_t = 64)]
+    pub coordinators: u32,
+    /// Undo-log slice per coordinator, in bytes (default: what the workload needs).
+    #[arg(long, value_parser = bench::args::parse_size)]
+    pub log_slice_bytes: Option<u64>,
+    /// Region size of each memory node, to check that the tables fit (e.g. 4G).
+    #[arg(long, value_parser = bench::args::parse_size)]
+    pub node_memory: Option<u64>,
+    /// Transactions a run will attempt (TPC-C sizes its growing tables for them).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub txns: u64,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct TableRow {
+    id: u32,
+    name: String,
+    value_bytes: u32,
+    record_bytes: u32,
+    slot_bytes: u64,
+    buckets: u64,
+    overflow_buckets: u64,
+    slots: u64,
+    bytes_per_replica: u64,
+    /// Memory nodes holding it, primary first.
+    nodes: Vec<u16>,
+}
+
+#[derive(Debug, Serialize)]
+struct NodeRow {
+    node: u16,
+    tables: u64,
+    table_bytes: u64,
+    log_bytes: u64,
+    /// Everything the node needs (header, catalog, logs, tables, alignment).
+    need_bytes: u64,
+    region_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Layout {
+    workload: String,
+    workload_options: serde_json::Value,
+    memory_nodes: u16,
+    replicas: usize,
+    log_slices: u32,
+    log_slice_bytes: u64,
+    tables: Vec<TableRow>,
+    nodes: Vec<NodeRow>,
+}
+
+pub fn run(a: LayoutArgs) -> Result<ExitCode> {
+    if a.coordinators == 0 {
+        bail!("--coordinators must be at least 1");
+    }
+    let w = bench::choose(&a.workload, a.txns)?;
+    if a.memory_nodes == 0 {
+        bail!("--memory-nodes must be at least 1");
+    }
+    if a.replicas == 0 || a.replicas > usize::from(a.memory_nodes) {
+        bail!(
+            "--replicas must be 1 to --memory-nodes ({}), got {}",
+            a.memory_nodes,
+            a.replicas
+        );
+    }
+    let shape = PoolShape {
+        memory_nodes: a.memory_nodes,
+        replicas: a.replicas,
+        log_slices: a.coordinators,
+        log_slice_bytes: a.log_slice_bytes.unwrap_or(w.log_slice_bytes()),
+        region_bytes: a.node_memory,
+    };
+    let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
+    let l = layout(&a, &w, &plan);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&l)?);
+    } else {
+        print!("{}", table(&l));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn layout(a: &LayoutArgs, w: &bench::Chosen, plan: &Plan) -> Layout {
+    let slice = plan.shape.log_slice_bytes.div_ceil(64) * 64;
+    let log_bytes = u64::from(plan.shape.log_slices) * slice;
+    let tables = plan
+        .tables
+        .iter()
+        .map(|t| TableRow {
+            id: t.id,
+            name: t.name.clone(),
+            value_bytes: t.value_size,
+            record_bytes: t.record_bytes,
+            slot_bytes: t.slot_stride,
+            buckets: t.bucket_count,
+            overflow_buckets: t.overflow_buckets,
+            slots: (t.bucket_count + t.overflow_buckets) * u64::from(t.slots_per_bucket),
+            bytes_per_replica: t.bytes(),
+            nodes: t.replicas.clone(),
+        })
+        .collect();
+    let nodes = (0..plan.shape.memory_nodes)
+        .map(|n| {
+            let on: Vec<_> = plan
+                .tables
+                .iter()
+                .filter(|t| t.replicas.contains(&n))
+                .collect();
+            NodeRow {
+                node: n,
+                tables: on.len() as u64,
+                table_bytes: on.iter().map(|t| t.bytes()).sum(),
+                log_bytes,
+                need_bytes: plan.node_need[n as usize],
+                region_bytes: plan.region_bytes,
+            }
+        })
+        .collect();
+    Layout {
+        workload: a.workload.workload.clone(),
+        workload_options: w.options_json(),
+        memory_nodes: plan.shape.memory_nodes,
+        replicas: plan.shape.replicas,
+        log_slices: plan.shape.log_slices,
+        log_slice_bytes: plan.shape.log_slice_bytes,
+        tables,
+        nodes,
+    }
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1}", b as f64 / f64::from(1 << 20))
+}
+
+fn table(l: &Layout) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} ({}) on {} memory nodes, {} replicas; {} log slices of {} bytes",
+        l.workload, l.workload_options, l.memory_nodes, l.replicas, l.log_slices, l.log_slice_bytes
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<20} {:>3} {:>6} {:>7} {:>6} {:>10} {:>9} {:>11} {:>10}  nodes",
+        "table", "id", "value", "record", "slot", "buckets", "overflow", "slots", "MiB/copy"
+    );
+    for t in &l.tables {
+        let nodes: Vec<String> = t.nodes.iter().map(u16::to_string).collect();
+        let _ = writeln!(
+            s,
+            "{:<20} {:>3} {:>6} {:>7} {:>6} {:>10} {:>9} {:>11} {:>10}  {}",
+            t.name,
+            t.id,
+            t.value_bytes,
+            t.record_bytes,
+            t.slot_bytes,
+            t.buckets,
+            t.overflow_buckets,
+            t.slots,
+            mib(t.bytes_per_replica),
+            nodes.join(",")
+        );
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:<6} {:>7} {:>12} {:>10} {:>12} {:>12}",
+        "node", "tables", "tables MiB", "logs MiB", "needs MiB", "region MiB"
+    );
+    for n in &l.nodes {
+        let _ = writeln!(
+            s,
+            "{:<6} {:>7} {:>12} {:>10} {:>12} {:>12}",
+            n.node,
+            n.tables,
+            mib(n.table_bytes),
+            mib(n.log_bytes),
+            mib(n.need_bytes),
+            mib(n.region_bytes)
+        );
+    }
+    s
+}

@@ -1,0 +1,437 @@
+//! `dtxn sweep`: `dtxn bench` over a grid of options (`--vary coroutines=1,2,4,8 --vary
+//! protocol=ford`), one CSV of every point, and plots (PNG and SVG): committed/s against the
+//! first varied option, latency against throughput (the papers' curves), abort rate.
+
+use crate::bench::args::{config_argv, parse_bench, BenchArgs};
+use crate::bench::report::{csv_header, BenchReport};
+use anyhow::{anyhow, bail, Context, Result};
+use plotters::prelude::*;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct SweepArgs {
+    /// An option and the values it takes, e.g. `coroutines=1,2,4,8` (repeatable: the grid is
+    /// every combination; the first one is the plots' x axis).
+    #[arg(long = "vary", value_name = "OPTION=V1,V2,...", required = true)]
+    pub vary: Vec<String>,
+    /// Directory for sweep.csv, sweep.png and sweep.svg.
+    #[arg(long, default_value = "sweep")]
+    pub out: PathBuf,
+    /// Every `dtxn bench` option: what stays fixed.
+    #[command(flatten)]
+    pub bench: BenchArgs,
+}
+
+/// One point of the grid: the varied options' values, and what bench measured.
+struct Point {
+    values: Vec<(String, String)>,
+    report: BenchReport,
+}
+
+/// `--vary` as (option, values), checked against bench's options.
+fn axes(vary: &[String]) -> Result<Vec<(String, Vec<String>)>> {
+    let cmd = crate::bench::args::bench_command();
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for v in vary {
+        let (k, vals) = v
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--vary '{v}': expected OPTION=V1,V2,..."))?;
+        let key = k.trim().trim_start_matches("--").replace('_', "-");
+        let known = cmd
+            .get_arguments()
+            .any(|a| a.get_long() == Some(key.as_str()));
+        if !known || ["config", "json", "csv", "record"].contains(&key.as_str()) {
+            bail!("--vary '{k}': not a bench option that can vary (see dtxn bench --help)");
+        }
+        if out.iter().any(|(o, _)| *o == key) {
+            bail!("--vary '{key}' is given twice");
+        }
+        let vals: Vec<String> = vals
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if vals.is_empty() {
+            bail!("--vary '{key}': no values");
+        }
+        out.push((key, vals));
+    }
+    Ok(out)
+}
+
+/// The command line after `sweep`, without the sweep's own options.
+fn base_argv() -> Vec<OsString> {
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let at = argv
+        .iter()
+        .position(|x| x == "sweep")
+        .map_or(argv.len(), |i| i + 1);
+    let mut out = Vec::new();
+    let mut skip = false;
+    for a in &argv[at..] {
+        if skip {
+            skip = false;
+            continue;
+        }
+        let s = a.to_string_lossy();
+        let own = ["--vary", "--out", "--csv", "--record"];
+        if own.contains(&s.as_ref()) {
+            skip = true;
+            continue;
+        }
+        if own.iter().any(|o| s.starts_with(&format!("{o}="))) || s == "--json" {
+            continue;
+        }
+        out.push(a.clone());
+    }
+    out
+}
+
+pub fn run(a: SweepArgs) -> Result<ExitCode> {
+    let axes = axes(&a.vary)?;
+    let mut grid: Vec<Vec<(String, String)>> = vec![Vec::new()];
+    for (k, vals) in &axes {
+        grid = grid
+            .into_iter()
+            .flat_map(|p| {
+                vals.iter().map(move |v| {
+                    let mut p = p.clone();
+                    p.push((k.clone(), v.clone()));
+                    p
+                })
+            })
+            .collect();
+    }
+    let config = match &a.bench.config {
+        Some(p) => config_argv(p)?,
+        None => Vec::new(),
+    };
+    let base = base_argv();
+    std::fs::create_dir_all(&a.out)
+        .with_context(|| format!("cannot create {}", a.out.display()))?;
+    // Every point's options are checked before the first one runs.
+    let mut parsed = Vec::with_capacity(grid.len());
+    for p in &grid {
+        let mut argv: Vec<OsString> = vec!["bench".into()];
+        argv.extend(config.iter().map(OsString::from));
+        argv.extend(base.iter().cloned());
+        for (k, v) in p {
+            let flag = format!("--{k}");
+            match v.as_str() {
+                "true" if !takes_value(k) => argv.push(flag.into()),
+                "false" if !takes_value(k) => {}
+                _ => {
+                    argv.push(flag.into());
+                    argv.push(v.into());
+                }
+            }
+        }
+        let b = parse_bench(argv)?;
+        b.txn_config()?;
+        parsed.push(b);
+    }
+    let mut points = Vec::with_capacity(grid.len());
+    for (i, (values, b)) in grid.into_iter().zip(parsed).enumerate() {
+        let label = describe(&values);
+        let report = crate::bench::run(&b, false).with_context(|| label.clone())?;
+        eprintln!(
+            "[{}/{}] {label}: {} committed/s, abort rate {:.2}%, p50 {:.1} us ({} time)",
+            i + 1,
+            points.capacity(),
+            crate::bench::report::thousands(report.all.committed_per_s),
+            100.0 * report.all.abort_rate,
+            report.all.latency_us.p50,
+            report.time
+        );
+        points.push(Point { values, report });
+    }
+    let csv = a.out.join("sweep.csv");
+    // Varied options come first, as `vary_<option>` columns.
+    let columns = |v: &[(String, String)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(k, x)| (format!("vary_{}", k.replace('-', "_")), x.clone()))
+            .collect()
+    };
+    let mut text = String::new();
+    text.push_str(&csv_header(&columns(&points[0].values)));
+    text.push('\n');
+    for p in &points {
+        text.push_str(&p.report.csv_rows(&columns(&p.values)));
+    }
+    std::fs::write(&csv, text).with_context(|| format!("cannot write {}", csv.display()))?;
+    let png = a.out.join("sweep.png");
+    let svg = a.out.join("sweep.svg");
+    plot(&points, &axes, &png, true)?;
+    plot(&points, &axes, &svg, false)?;
+    println!(
+        "{} points: {}, {}, {}",
+        points.len(),
+        csv.display(),
+        png.display(),
+        svg.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn takes_value(key: &str) -> bool {
+    crate::bench::args::bench_command()
+        .get_arguments()
+        .find(|a| a.get_long() == Some(key))
+        .is_some_and(|a| a.get_action().takes_values())
+}
+
+fn describe(values: &[(String, String)]) -> String {
+    values
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Text needs a font: plotters draws with a TrueType file found on the system (DejaVu or
+/// Liberation, as Debian ships them), loaded once.
+fn ensure_font() -> Result<()> {
+    static FONT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    FONT.get_or_init(|| {
+        let candidates = [
+            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/TTF/DejaVuSans.ttf",
+            "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+            "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+            "/System/Library/Fonts/Supplemental/Arial.ttf",
+        ];
+        for c in candidates {
+            if let Ok(bytes) = std::fs::read(c) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return Ok(());
+                }
+            }
+        }
+        Err("no TrueType font found for the plots' text (install fonts-dejavu-core)".into())
+    })
+    .clone()
+    .map_err(|e| anyhow!(e))
+}
+
+/// The x position of each point: the first varied option's value if every value is a number,
+/// else its index among the values.
+fn xs(points: &[Point], axes: &[(String, Vec<String>)]) -> (Vec<f64>, Option<Vec<String>>) {
+    let vals = &axes[0].1;
+    let numeric: Option<Vec<f64>> = vals.iter().map(|v| v.parse::<f64>().ok()).collect();
+    let x = |p: &Point| {
+        let v = &p.values[0].1;
+        match &numeric {
+            Some(_) => v.parse::<f64>().unwrap_or(0.0),
+            None => vals.iter().position(|x| x == v).unwrap_or(0) as f64,
+        }
+    };
+    (
+        points.iter().map(x).collect(),
+        numeric.is_none().then(|| vals.clone()),
+    )
+}
+
+/// Series: one per combination of the options varied after the first.
+fn series(points: &[Point]) -> Vec<(String, Vec<usize>)> {
+    let mut out: Vec<(String, Vec<usize>)> = Vec::new();
+    for (i, p) in points.iter().enumerate() {
+        let name = describe(&p.values[1..]);
+        match out.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => v.push(i),
+            None => out.push((name, vec![i])),
+        }
+    }
+    out
+}
+
+fn plot(points: &[Point], axes: &[(String, Vec<String>)], path: &Path, png: bool) -> Result<()> {
+    ensure_font()?;
+    let size = (1500, 480);
+    if png {
+        let root = BitMapBackend::new(path, size).into_drawing_area();
+        draw(root, points, axes)
+    } else {
+        let root = SVGBackend::new(path, size).into_drawing_area();
+        draw(root, points, axes)
+    }
+    .with_context(|| format!("cannot draw {}", path.display()))
+}
+
+fn draw<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    points: &[Point],
+    axes: &[(String, Vec<String>)],
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
+    root.fill(&WHITE).map_err(err)?;
+    let c = &points[0].report.config;
+    let clock = if points[0].report.time == "virtual" {
+        "virtual time"
+    } else {
+        "wall time"
+    };
+    let title = format!(
+        "{} on {}, {} ({clock})",
+        c.workload,
+        format!("{:?}", c.backend).to_lowercase(),
+        describe_fixed(points, axes)
+    );
+    let root = root.titled(&title, ("sans-serif", 20)).map_err(err)?;
+    let panels = root.split_evenly((1, 3));
+    let (x, categories) = xs(points, axes);
+    let series = series(points);
+    let xname = &axes[0].0;
+    let (xmin, xmax) = x
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+    let pad = ((xmax - xmin) * 0.05).max(0.5);
+    let xr = (xmin - pad)..(xmax + pad);
+    let tput: Vec<f64> = points
+        .iter()
+        .map(|p| p.report.all.committed_per_s)
+        .collect();
+    let aborts: Vec<f64> = points
+        .iter()
+        .map(|p| 100.0 * p.report.all.abort_rate)
+        .collect();
+    let p50: Vec<f64> = points.iter().map(|p| p.report.all.latency_us.p50).collect();
+    let p99: Vec<f64> = points.iter().map(|p| p.report.all.latency_us.p99).collect();
+    let top = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max) * 1.1 + 1e-9;
+    let label_x = |v: &f64| match &categories {
+        Some(c) => c
+            .get(v.round().max(0.0) as usize)
+            .filter(|_| (v - v.round()).abs() < 1e-6)
+            .cloned()
+            .unwrap_or_default(),
+        None => format!("{v}"),
+    };
+    // Panel 1: committed/s against the first varied option.
+    // Panel 3: abort rate against it.
+    for (panel, ys, yname) in [
+        (&panels[0], &tput, "committed/s"),
+        (&panels[2], &aborts, "abort rate %"),
+    ] {
+        let mut chart = ChartBuilder::on(panel)
+            .margin(12)
+            .x_label_area_size(40)
+            .y_label_area_size(70)
+            .build_cartesian_2d(xr.clone(), 0.0..top(ys))
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(xname.as_str())
+            .y_desc(yname)
+            .x_label_formatter(&label_x)
+            .y_label_formatter(&|v| short(*v))
+            .draw()
+            .map_err(err)?;
+        for (si, (name, idx)) in series.iter().enumerate() {
+            let color = Palette99::pick(si).to_rgba();
+            let pts: Vec<(f64, f64)> = idx.iter().map(|&i| (x[i], ys[i])).collect();
+            let s = chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(err)?;
+            if !name.is_empty() {
+                s.label(name.as_str()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+            }
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
+                .map_err(err)?;
+        }
+        if series.len() > 1 {
+            chart
+                .configure_series_labels()
+                .background_style(WHITE.mix(0.8))
+                .border_style(BLACK)
+                .draw()
+                .map_err(err)?;
+        }
+    }
+    // Panel 2: latency against throughput, p50 solid and p99 dashed-looking (hollow points).
+    let mut chart = ChartBuilder::on(&panels[1])
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.0..top(&tput), 0.0..top(&p99))
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("committed/s")
+        .y_desc("latency us (p50 filled, p99 hollow)")
+        .x_label_formatter(&|v| short(*v))
+        .draw()
+        .map_err(err)?;
+    for (si, (name, idx)) in series.iter().enumerate() {
+        let color = Palette99::pick(si).to_rgba();
+        for (ys, filled) in [(&p50, true), (&p99, false)] {
+            let pts: Vec<(f64, f64)> = idx.iter().map(|&i| (tput[i], ys[i])).collect();
+            let s = chart
+                .draw_series(LineSeries::new(
+                    pts.clone(),
+                    color.stroke_width(if filled { 2 } else { 1 }),
+                ))
+                .map_err(err)?;
+            if filled && !name.is_empty() {
+                s.label(name.as_str()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+                });
+            }
+            let style = if filled {
+                color.filled()
+            } else {
+                color.stroke_width(2)
+            };
+            chart
+                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, style)))
+                .map_err(err)?;
+        }
+    }
+    if series.len() > 1 {
+        chart
+            .configure_series_labels()
+            .background_style(WHITE.mix(0.8))
+            .border_style(BLACK)
+            .draw()
+            .map_err(err)?;
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// What did not vary, for the title.
+fn describe_fixed(points: &[Point], axes: &[(String, Vec<String>)]) -> String {
+    let c = &points[0].report.config;
+    let varied = |k: &str| axes.iter().any(|(a, _)| a == k);
+    let mut parts = Vec::new();
+    if !varied("protocol") {
+        parts.push(c.protocol.clone());
+    }
+    for (k, v) in [
+        ("threads", c.threads),
+        ("coroutines", c.coroutines),
+        ("compute-nodes", c.compute_nodes),
+    ] {
+        if !varied(k) {
+            parts.push(format!("{k} {v}"));
+        }
+    }
+    parts.join(", ")
+}
+
+fn short(v: f64) -> String {
+    if v >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.0}k", v / 1e3)
+    } else {
+        format!("{v:.1}")
+    }
+}

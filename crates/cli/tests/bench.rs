@@ -1,0 +1,355 @@
+//! `dtxn bench` end to end: every workload on both backends with `--verify`, the report's
+//! fields, the recorded history, config files, and one-line errors.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn dtxn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dtxn"))
+        .args(args)
+        .output()
+        .expect("dtxn runs")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", stderr(o));
+    serde_json::from_slice(&o.stdout).expect("JSON on stdout")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dtxn-bench-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// Small sizes, so that loading takes milliseconds.
+fn small(workload: &str) -> Vec<&'static str> {
+    match workload {
+        "smallbank" => vec!["--accounts", "2000"],
+        "kv" => vec!["--keys", "2000"],
+        "tatp" => vec!["--subscribers", "1000"],
+        _ => vec!["--warehouses", "2"],
+    }
+}
+
+#[test]
+fn every_workload_verifies_under_every_protocol_on_sim_and_shm() {
+    for (workload, backend, protocol) in ["smallbank", "kv", "tatp", "tpcc"]
+        .into_iter()
+        .flat_map(|w| ["sim", "shm"].map(move |b| (w, b)))
+        .flat_map(|(w, b)| ["ford", "farm", "drtmh"].map(move |p| (w, b, p)))
+    {
+        {
+            let mut args = vec![
+                "bench",
+                "--protocol",
+                protocol,
+                "--workload",
+                workload,
+                "--backend",
+                backend,
+                "--txns",
+                "3000",
+                "--warmup",
+                "0",
+                "--verify",
+                "--json",
+            ];
+            args.extend(small(workload));
+            let v = json(&dtxn(&args));
+            let what = format!("{workload} under {protocol} on {backend}");
+            assert_eq!(v["verify"]["ok"], true, "{what}: {}", v["verify"]);
+            assert_eq!(v["all"]["attempts"], 3000, "{what}");
+            assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{what}");
+            let time = if backend == "sim" { "virtual" } else { "wall" };
+            assert_eq!(v["time"], time, "{what}");
+            assert_eq!(v["config"]["workload"], workload);
+            assert_eq!(v["config"]["protocol"], protocol);
+        }
+    }
+}
+
+#[test]
+fn tpcc_json_has_every_figure_for_each_transaction_type() {
+    let v = json(&dtxn(&[
+        "bench",
+        "--workload",
+        "tpcc",
+        "--backend",
+        "sim",
+        "--warehouses",
+        "4",
+        "--threads",
+        "4",
+        "--coroutines",
+        "2",
+        "--duration",
+        "10ms",
+        "--json",
+    ]));
+    let types = v["per_type"].as_array().unwrap();
+    let names: Vec<&str> = types.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "NewOrder",
+            "Payment",
+            "OrderStatus",
+            "Delivery",
+            "StockLevel"
+        ]
+    );
+    for t in types.iter().chain([&v["all"]]) {
+        for f in [
+            "attempts",
+            "committed",
+            "committed_per_s",
+            "attempts_per_s",
+            "abort_rate",
+            "aborts",
+            "round_trips",
+            "verbs",
+            "bytes",
+        ] {
+            assert!(!t[f].is_null(), "{} lacks {f}", t["name"]);
+        }
+        for p in ["p50", "p99", "p999"] {
+            assert!(t["latency_us"][p].is_number(), "{} lacks {p}", t["name"]);
+        }
+        assert!(t["committed"].as_u64().unwrap() > 0, "{}", t["name"]);
+        assert!(t["round_trips"].as_f64().unwrap() >= 2.0, "{}", t["name"]);
+    }
+    assert!(v["sim"]["txns_per_wall_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["config"]["coordinators"], 8);
+    assert_eq!(v["config"]["txn"]["ford"]["hitchhiked_locking"], true);
+}
+
+#[test]
+fn the_table_says_time_is_virtual_on_sim_and_sim_runs_repeat() {
+    let run = || {
+        dtxn(&[
+            "bench",
+            "--backend",
+            "sim",
+            "--accounts",
+            "1000",
+            "--txns",
+            "2000",
+            "--seed",
+            "3",
+        ])
+    };
+    let (a, b) = (run(), run());
+    assert!(a.status.success(), "{}", stderr(&a));
+    let out = String::from_utf8_lossy(&a.stdout);
+    assert!(out.contains("VIRTUAL time"), "{out}");
+    assert!(out.contains("SendPayment"), "{out}");
+    // Everything but the wall-clock cost line is reproducible.
+    let strip = |o: &Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("simulation cost"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(strip(&a), strip(&b));
+}
+
+#[test]
+fn the_recorded_history_checks_serializable_and_csv_has_a_row_per_type() {
+    let hist = tmp("history.jsonl");
+    let csv = tmp("out.csv");
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "kv",
+        "--keys",
+        "500",
+        "--txns",
+        "2000",
+        "--record",
+        hist.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let c = dtxn(&["check", hist.to_str().unwrap(), "--real-time"]);
+    assert!(
+        c.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&c.stdout),
+        stderr(&c)
+    );
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "header, ReadOnly, ReadWrite, all: {text}");
+    assert!(lines[0].starts_with("workload,protocol,backend"));
+    assert!(lines[3].contains(",all,"));
+}
+
+#[test]
+fn a_config_file_gives_options_and_the_command_line_wins() {
+    let cfg = tmp("bench.toml");
+    std::fs::write(
+        &cfg,
+        "workload = \"kv\"\nbackend = \"sim\"\nkeys = 700\nthreads = 3\ntxns = 500\n\n[txn]\nford.backup_reads = true\n",
+    )
+    .unwrap();
+    let v = json(&dtxn(&[
+        "bench",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--threads",
+        "2",
+        "--json",
+    ]));
+    assert_eq!(v["config"]["workload"], "kv");
+    assert_eq!(v["config"]["workload_options"]["keys"], 700);
+    assert_eq!(v["config"]["threads"], 2);
+    assert_eq!(v["config"]["txn"]["ford"]["backup_reads"], true);
+}
+
+#[test]
+fn bad_input_is_one_clear_line_and_exit_2() {
+    let bad_cfg = tmp("bad.toml");
+    std::fs::write(&bad_cfg, "threads = 2\nwarp_speed = 9\n").unwrap();
+    let broken_cfg = tmp("broken.toml");
+    std::fs::write(&broken_cfg, "threads = 2\nworkload = [\n").unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["bench", "--workload", "ycsb"],
+            "unknown workload 'ycsb' (valid: smallbank, kv, tatp, tpcc)",
+        ),
+        (
+            vec!["bench", "--protocol", "calvin"],
+            "unknown protocol 'calvin' (valid: ford, farm, drtmh)",
+        ),
+        (
+            vec!["bench", "--threads", "0"],
+            "--threads must be at least 1",
+        ),
+        (
+            vec!["bench", "--coroutines", "0"],
+            "--coroutines must be at least 1",
+        ),
+        (
+            vec!["bench", "--replicas", "3", "--memory-nodes", "2"],
+            "--replicas 3 needs as many memory nodes",
+        ),
+        (
+            vec![
+                "bench",
+                "--workload",
+                "tpcc",
+                "--warehouses",
+                "20",
+                "--node-memory",
+                "64M",
+            ],
+            "memory node 0 needs",
+        ),
+        (
+            vec!["bench", "--workload", "kv", "--accounts", "5"],
+            "--accounts is an option of smallbank, not of kv",
+        ),
+        (vec!["bench", "--duration", "5 parsecs"], "unknown unit"),
+        (
+            vec!["bench", "--set", "ford.warp=true"],
+            "unknown protocol switch 'ford.warp'",
+        ),
+        (
+            vec!["bench", "--config", bad_cfg.to_str().unwrap()],
+            "line 2: unknown option 'warp_speed'",
+        ),
+        (
+            vec!["bench", "--config", broken_cfg.to_str().unwrap()],
+            "line 2",
+        ),
+        (
+            vec!["bench", "--backend", "shm", "--compute-nodes", "2"],
+            "--compute-nodes is a sim option",
+        ),
+        (vec!["bench", "--workload", "kv", "--items", "0"], "--items"),
+    ];
+    for (args, want) in cases {
+        let o = dtxn(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn layout_reports_tables_and_nodes() {
+    let v = json(&dtxn(&[
+        "layout",
+        "--workload",
+        "tpcc",
+        "--warehouses",
+        "2",
+        "--memory-nodes",
+        "3",
+        "--json",
+    ]));
+    let tables = v["tables"].as_array().unwrap();
+    assert_eq!(tables.len(), 12);
+    let stock = tables.iter().find(|t| t["name"] == "stock").unwrap();
+    assert_eq!(stock["value_bytes"], 312);
+    assert!(stock["bytes_per_replica"].as_u64().unwrap() > 20_000 * 312);
+    assert_eq!(stock["nodes"].as_array().unwrap().len(), 2);
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    for n in nodes {
+        assert!(n["need_bytes"].as_u64().unwrap() <= n["region_bytes"].as_u64().unwrap());
+    }
+    let o = dtxn(&["layout", "--workload", "smallbank"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("checking"));
+}
+
+#[test]
+fn sweep_writes_a_csv_row_per_point_and_type_and_plots() {
+    let out = tmp("sweep");
+    let o = dtxn(&[
+        "sweep",
+        "--backend",
+        "sim",
+        "--workload",
+        "kv",
+        "--keys",
+        "1000",
+        "--duration",
+        "2ms",
+        "--vary",
+        "coroutines=1,2",
+        "--vary",
+        "theta=0,0.99",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = std::fs::read_to_string(out.join("sweep.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    // 4 points x (2 types + all), and the header.
+    assert_eq!(lines.len(), 1 + 4 * 3, "{csv}");
+    assert!(lines[0].starts_with("vary_coroutines,vary_theta,workload"));
+    for f in ["sweep.png", "sweep.svg"] {
+        let len = std::fs::metadata(out.join(f)).unwrap().len();
+        assert!(len > 10_000, "{f}: {len} bytes");
+    }
+    let bad = dtxn(&["sweep", "--vary", "warp=1,2"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("not a bench option"),
+        "{}",
+        stderr(&bad)
+    );
+}

@@ -1,0 +1,475 @@
+//! SmallBank, as in FaSST, DrTM and FORD.
+//!
+//! Tables (keyed by account id, `0..accounts`), each value an 8-byte little-endian balance in
+//! cents (FORD stores `{magic u32, float bal}`, also 8 bytes; integers make the checks exact):
+//!
+//! | table | id | value |
+//! |---|---|---|
+//! | SAVINGS | 1 | `i64` balance |
+//! | CHECKING | 2 | `i64` balance |
+//!
+//! The mix (FORD's Table 2), with the records each transaction touches:
+//!
+//! | transaction | % | SAVINGS | CHECKING | logic |
+//! |---|---|---|---|---|
+//! | Amalgamate(a, b) | 15 | update a | update a, b | moves all of a's money to b's checking |
+//! | Balance(a) | 15 | read a | read a | read-only |
+//! | DepositChecking(a) | 15 | | update a | +1.30 |
+//! | SendPayment(a, b) | 25 | | update a, b | 5.00 from a to b; rolled back if a has less |
+//! | TransactSavings(a) | 15 | update a | | +20.20 |
+//! | WriteCheck(a) | 15 | read a | update a | -5.00, -6.00 if savings + checking < 5.00 |
+//!
+//! Each transaction picks its accounts from the `hot` ones with probability `hot_pct`% (FORD's
+//! `TX_HOT` 90 over 4,000 hot of 100,000 accounts: 90% of transactions on 4% of the accounts),
+//! otherwise from all accounts. Every transaction's records are fetched in one batch.
+//!
+//! [`Mix::Transfer`] runs only Amalgamate and SendPayment (60:40 of their standard weights,
+//! 15:25), which move money without creating any: the total is then conserved, which
+//! `--verify` checks on top of the per-account check (every balance equals its initial value
+//! plus the deltas of the committed transactions that touched it).
+
+use crate::rng::{mix, pick};
+use crate::{field, loader_error, LocalRecord, WlRng, Workload, WorkloadError};
+use dtxn_fabric::Pool;
+use dtxn_store::{Loader, Plan, TableSpec};
+use dtxn_txn::{Abort, Access, Coordinator, TxKind};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+pub const SAVINGS: u32 = 1;
+pub const CHECKING: u32 = 2;
+
+pub const TXN_TYPES: [&str; 6] = [
+    "Amalgamate",
+    "Balance",
+    "DepositChecking",
+    "SendPayment",
+    "TransactSavings",
+    "WriteCheck",
+];
+const AMALGAMATE: usize = 0;
+const BALANCE: usize = 1;
+const DEPOSIT_CHECKING: usize = 2;
+const SEND_PAYMENT: usize = 3;
+const TRANSACT_SAVINGS: usize = 4;
+const WRITE_CHECK: usize = 5;
+
+const STANDARD: [u32; 6] = [15, 15, 15, 25, 15, 15];
+const TRANSFER: [u32; 6] = [15, 0, 0, 25, 0, 0];
+
+/// Amounts in cents (FORD's 1.3, 5.0, 20.20, 5.0).
+const DEPOSIT: i64 = 130;
+const PAYMENT: i64 = 500;
+const SAVINGS_DEPOSIT: i64 = 2020;
+const CHECK: i64 = 500;
+const OVERDRAFT_PENALTY: i64 = 100;
+
+/// Which transactions run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mix {
+    /// The six transactions with FORD's frequencies.
+    Standard,
+    /// Amalgamate and SendPayment only: money is conserved.
+    Transfer,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Options {
+    pub accounts: u64,
+    /// Hot accounts: ids `0..hot`.
+    pub hot: u64,
+    /// Percentage of transactions on hot accounts.
+    pub hot_pct: u32,
+    pub mix: Mix,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            accounts: 100_000,
+            hot: 4_000,
+            hot_pct: 90,
+            mix: Mix::Standard,
+        }
+    }
+}
+
+/// The SmallBank benchmark.
+#[derive(Debug, Clone)]
+pub struct SmallBank {
+    o: Options,
+}
+
+impl SmallBank {
+    pub fn new(o: Options) -> Result<SmallBank, WorkloadError> {
+        let bad = |m: String| Err(WorkloadError::Options(m));
+        if o.accounts < 2 {
+            return bad(format!(
+                "smallbank needs at least 2 accounts (got {})",
+                o.accounts
+            ));
+        }
+        if o.hot < 2 || o.hot > o.accounts {
+            return bad(format!(
+                "smallbank: --hot-accounts must be 2 to --accounts ({}), got {}",
+                o.accounts, o.hot
+            ));
+        }
+        if o.hot_pct > 100 {
+            return bad(format!(
+                "smallbank: --hot-pct is a percentage, got {}",
+                o.hot_pct
+            ));
+        }
+        Ok(SmallBank { o })
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.o
+    }
+
+    /// The balance account `a` of `table` is loaded with: 100.00 to 1,000.00, from the seed.
+    pub fn initial(seed: u64, table: u32, a: u64) -> i64 {
+        10_000 + (mix(seed ^ u64::from(table), a) % 90_000) as i64
+    }
+
+    fn two_accounts(&self, rng: &mut WlRng) -> (u64, u64) {
+        let range = self.range(rng);
+        let a = rng.random_range(0..range);
+        let mut b = rng.random_range(0..range - 1);
+        if b >= a {
+            b += 1;
+        }
+        (a, b)
+    }
+
+    fn range(&self, rng: &mut WlRng) -> u64 {
+        if rng.random_range(0..100) < self.o.hot_pct {
+            self.o.hot
+        } else {
+            self.o.accounts
+        }
+    }
+
+    fn one_account(&self, rng: &mut WlRng) -> u64 {
+        let range = self.range(rng);
+        rng.random_range(0..range)
+    }
+}
+
+fn bal(v: Option<&[u8]>) -> i64 {
+    v.map_or(0, |v| field::i64_at(v, 0))
+}
+
+/// The committed balance changes one coordinator saw, per account of each table.
+#[derive(Debug, Default)]
+pub struct Tally {
+    on: bool,
+    deltas: HashMap<(u32, u64), i64>,
+}
+
+impl Tally {
+    fn add(&mut self, changes: &[(u32, u64, i64)]) {
+        if self.on {
+            for &(t, a, d) in changes {
+                *self.deltas.entry((t, a)).or_default() += d;
+            }
+        }
+    }
+}
+
+impl Workload for SmallBank {
+    type Tally = Tally;
+
+    fn name(&self) -> &'static str {
+        "smallbank"
+    }
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        &TXN_TYPES
+    }
+
+    fn tables(&self) -> Vec<TableSpec> {
+        vec![
+            crate::table(SAVINGS, "savings", 8, self.o.accounts),
+            crate::table(CHECKING, "checking", 8, self.o.accounts),
+        ]
+    }
+
+    fn load(&self, pool: &Pool, plan: &Plan, seed: u64) -> Result<(), WorkloadError> {
+        for (id, name) in [(SAVINGS, "savings"), (CHECKING, "checking")] {
+            let t =
+                plan.table(id)
+                    .ok_or(WorkloadError::Store(dtxn_store::StoreError::NoSuchTable(
+                        id,
+                    )))?;
+            let mut l = Loader::new(t);
+            for a in 0..self.o.accounts {
+                l.insert(pool, a, &Self::initial(seed, id, a).to_le_bytes())
+                    .map_err(loader_error(name))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn tally(&self, verify: bool) -> Tally {
+        Tally {
+            on: verify,
+            deltas: HashMap::new(),
+        }
+    }
+
+    async fn run_one(
+        &self,
+        c: &mut Coordinator,
+        rng: &mut WlRng,
+        tally: &mut Tally,
+    ) -> (usize, Result<(), Abort>) {
+        let weights = match self.o.mix {
+            Mix::Standard => &STANDARD,
+            Mix::Transfer => &TRANSFER,
+        };
+        let ty = pick(rng, weights);
+        let r = match ty {
+            AMALGAMATE => {
+                let (a, b) = self.two_accounts(rng);
+                amalgamate(c, a, b, tally).await
+            }
+            BALANCE => {
+                let a = self.one_account(rng);
+                balance(c, a).await
+            }
+            DEPOSIT_CHECKING => {
+                let a = self.one_account(rng);
+                add_to(c, CHECKING, a, DEPOSIT, tally).await
+            }
+            SEND_PAYMENT => {
+                let (a, b) = self.two_accounts(rng);
+                send_payment(c, a, b, tally).await
+            }
+            TRANSACT_SAVINGS => {
+                let a = self.one_account(rng);
+                add_to(c, SAVINGS, a, SAVINGS_DEPOSIT, tally).await
+            }
+            _ => {
+                debug_assert_eq!(ty, WRITE_CHECK);
+                let a = self.one_account(rng);
+                write_check(c, a, tally).await
+            }
+        };
+        (ty, r)
+    }
+
+    fn verify(
+        &self,
+        pool: &Pool,
+        plan: &Plan,
+        seed: u64,
+        tallies: &[Tally],
+    ) -> Result<Vec<String>, WorkloadError> {
+        let mut expected: HashMap<(u32, u64), i64> = HashMap::new();
+        for t in tallies {
+            for (&k, &d) in &t.deltas {
+                *expected.entry(k).or_default() += d;
+            }
+        }
+        let mut total = 0i64;
+        let mut initial_total = 0i64;
+        let mut checked = 0u64;
+        for id in [SAVINGS, CHECKING] {
+            let t =
+                plan.table(id)
+                    .ok_or(WorkloadError::Store(dtxn_store::StoreError::NoSuchTable(
+                        id,
+                    )))?;
+            let records = crate::scan_table(pool, t);
+            if records.len() as u64 != self.o.accounts {
+                return Err(WorkloadError::Inconsistent(format!(
+                    "{}: {} accounts, {} loaded",
+                    t.name,
+                    records.len(),
+                    self.o.accounts
+                )));
+            }
+            for LocalRecord {
+                key, lock, value, ..
+            } in &records
+            {
+                if *lock != 0 {
+                    return Err(WorkloadError::Inconsistent(format!(
+                        "{} account {key}: lock word {lock:#x} left behind",
+                        t.name
+                    )));
+                }
+                let got = field::i64_at(value, 0);
+                let init = Self::initial(seed, id, *key);
+                let want = init + expected.get(&(id, *key)).copied().unwrap_or(0);
+                if got != want {
+                    return Err(WorkloadError::Inconsistent(format!(
+                        "{} account {key}: balance {got}, but loaded {init} plus committed \
+                         changes {} make {want}",
+                        t.name,
+                        want - init
+                    )));
+                }
+                total += got;
+                initial_total += init;
+                checked += 1;
+            }
+        }
+        let mut passed = vec![format!(
+            "every one of {checked} balances equals its initial value plus the committed \
+             changes ({} accounts changed)",
+            expected.values().filter(|&&d| d != 0).count()
+        )];
+        if self.o.mix == Mix::Transfer {
+            if total != initial_total {
+                return Err(WorkloadError::Inconsistent(format!(
+                    "transfers only, yet the total is {total}, loaded {initial_total}"
+                )));
+            }
+            passed.push(format!(
+                "money is conserved: the total is {total} cents, as loaded"
+            ));
+        }
+        Ok(passed)
+    }
+}
+
+async fn amalgamate(c: &mut Coordinator, a: u64, b: u64, tally: &mut Tally) -> Result<(), Abort> {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    tx.fetch(&[
+        Access::update(SAVINGS, a),
+        Access::update(CHECKING, a),
+        Access::update(CHECKING, b),
+    ])
+    .await?;
+    let (sa, ca, cb) = (
+        bal(tx.get(SAVINGS, a)),
+        bal(tx.get(CHECKING, a)),
+        bal(tx.get(CHECKING, b)),
+    );
+    tx.update(SAVINGS, a, &0i64.to_le_bytes()).await?;
+    tx.update(CHECKING, a, &0i64.to_le_bytes()).await?;
+    tx.update(CHECKING, b, &(cb + sa + ca).to_le_bytes())
+        .await?;
+    tx.commit().await?;
+    tally.add(&[
+        (SAVINGS, a, -sa),
+        (CHECKING, a, -ca),
+        (CHECKING, b, sa + ca),
+    ]);
+    Ok(())
+}
+
+async fn balance(c: &mut Coordinator, a: u64) -> Result<(), Abort> {
+    let mut tx = c.begin(TxKind::ReadOnly);
+    tx.fetch(&[Access::read(SAVINGS, a), Access::read(CHECKING, a)])
+        .await?;
+    let total = bal(tx.get(SAVINGS, a)) + bal(tx.get(CHECKING, a));
+    std::hint::black_box(total);
+    tx.commit().await
+}
+
+async fn add_to(
+    c: &mut Coordinator,
+    table: u32,
+    a: u64,
+    amount: i64,
+    tally: &mut Tally,
+) -> Result<(), Abort> {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    tx.fetch(&[Access::update(table, a)]).await?;
+    let v = bal(tx.get(table, a));
+    tx.update(table, a, &(v + amount).to_le_bytes()).await?;
+    tx.commit().await?;
+    tally.add(&[(table, a, amount)]);
+    Ok(())
+}
+
+async fn send_payment(c: &mut Coordinator, a: u64, b: u64, tally: &mut Tally) -> Result<(), Abort> {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    tx.fetch(&[Access::update(CHECKING, a), Access::update(CHECKING, b)])
+        .await?;
+    let (ca, cb) = (bal(tx.get(CHECKING, a)), bal(tx.get(CHECKING, b)));
+    if ca < PAYMENT {
+        tx.rollback().await;
+        return Err(user_abort(a));
+    }
+    tx.update(CHECKING, a, &(ca - PAYMENT).to_le_bytes())
+        .await?;
+    tx.update(CHECKING, b, &(cb + PAYMENT).to_le_bytes())
+        .await?;
+    tx.commit().await?;
+    tally.add(&[(CHECKING, a, -PAYMENT), (CHECKING, b, PAYMENT)]);
+    Ok(())
+}
+
+async fn write_check(c: &mut Coordinator, a: u64, tally: &mut Tally) -> Result<(), Abort> {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    tx.fetch(&[Access::read(SAVINGS, a), Access::update(CHECKING, a)])
+        .await?;
+    let (sa, ca) = (bal(tx.get(SAVINGS, a)), bal(tx.get(CHECKING, a)));
+    let debit = if sa + ca < CHECK {
+        CHECK + OVERDRAFT_PENALTY
+    } else {
+        CHECK
+    };
+    tx.update(CHECKING, a, &(ca - debit).to_le_bytes()).await?;
+    tx.commit().await?;
+    tally.add(&[(CHECKING, a, -debit)]);
+    Ok(())
+}
+
+/// The application's own rollback, as the coordinator counted it.
+pub(crate) fn user_abort(key: u64) -> Abort {
+    Abort {
+        reason: dtxn_txn::AbortReason::User,
+        table: CHECKING,
+        key,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_checked() {
+        assert!(SmallBank::new(Options::default()).is_ok());
+        let e = SmallBank::new(Options {
+            hot: 10,
+            accounts: 5,
+            ..Options::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("--hot-accounts"), "{e}");
+        assert!(SmallBank::new(Options {
+            accounts: 1,
+            ..Options::default()
+        })
+        .is_err());
+    }
+
+    #[test]
+    fn two_accounts_are_distinct_and_mostly_hot() {
+        use rand::SeedableRng;
+        let sb = SmallBank::new(Options::default()).unwrap();
+        let mut rng = WlRng::seed_from_u64(3);
+        let mut hot = 0;
+        for _ in 0..10_000 {
+            let (a, b) = sb.two_accounts(&mut rng);
+            assert_ne!(a, b);
+            assert!(a < 100_000 && b < 100_000);
+            if a < 4_000 {
+                hot += 1;
+            }
+        }
+        // 90% chosen hot, plus the cold picks that land on hot ids by chance.
+        assert!((8_900..9_300).contains(&hot), "{hot}");
+    }
+}

@@ -1,0 +1,1166 @@
+//! TPC-C (standard specification 5.11), all five transactions, on a hash-indexed store.
+//!
+//! Sizes: by default the papers' reduced ones (FORD's and Motor's JSON tables: 300 customers
+//! per district, 10,000 items, 10,000 stock rows per warehouse; 10 districts per warehouse),
+//! or the spec's with [`Options::spec`] (`--spec-sizes`: 3,000 customers, 100,000 items and
+//! stock rows). The initial database follows the spec's population rules scaled to those
+//! sizes: one order per customer, 5 to 15 lines each, the newest 30% undelivered and in
+//! NEW_ORDER, one HISTORY row per customer, W_YTD 300,000.00 and D_YTD 30,000.00.
+//!
+//! Tables (money in cents, rates in 1/10,000; fixed-layout little-endian values, padded to
+//! the spec's row sizes; FORD's 664-byte customer):
+//!
+//! | table | id | key | value bytes |
+//! |---|---|---|---|
+//! | WAREHOUSE | 1 | w | 96 |
+//! | DISTRICT | 2 | (w, d) | 104 |
+//! | CUSTOMER | 3 | (w, d, c) | 664 |
+//! | HISTORY | 4 | unique per coordinator (the spec gives it no key) | 48 |
+//! | NEW_ORDER | 5 | (w, d, o) | 8 |
+//! | ORDER | 6 | (w, d, o) | 32 |
+//! | ORDER_LINE | 7 | (w, d, o, number) | 56 |
+//! | ITEM | 8 | i | 88 |
+//! | STOCK | 9 | (w, i) | 312 |
+//! | CUSTOMER_BY_NAME | 10 | (w, d, last name) | 128: the customer ids with that last name, sorted by C_FIRST |
+//! | CUSTOMER_LAST_ORDER | 11 | (w, d, c) | 8: the customer's newest order id |
+//! | DELIVERY_HEAD | 12 | (w, d) | 8: the oldest undelivered order id |
+//!
+//! The three index tables stand in for the range and secondary-index reads a hash store
+//! cannot do, and are how the transactions stay whole (where FORD's code picks random order
+//! ids, `tpcc_txn.cc`'s FIXMEs):
+//! - Payment and OrderStatus select 60% of customers by last name through CUSTOMER_BY_NAME
+//!   (the middle one of those sorted by first name, as the spec says). Run-time last names
+//!   are drawn with NURand(255, 0, min(999, customers - 1)), so that with 300 customers per
+//!   district every name drawn exists (the spec's range assumes 3,000).
+//! - OrderStatus finds the customer's newest order through CUSTOMER_LAST_ORDER, which
+//!   NewOrder updates.
+//! - Delivery finds each district's oldest NEW_ORDER through DELIVERY_HEAD: NEW_ORDER rows of
+//!   a district are always the contiguous range [head, D_NEXT_O_ID) (consistency condition
+//!   3), so the head is its minimum.
+//! - StockLevel reads the district's last 20 ORDER rows for their line counts, then those
+//!   lines, then the distinct items' STOCK rows: point reads, four batches.
+//!
+//! The mix and what each transaction does, by batch (each batch is one round trip; every
+//! insert is one more, as the Txn API inserts one record at a time):
+//!
+//! | transaction | % | batches |
+//! |---|---|---|
+//! | NewOrder | 45 | read WAREHOUSE, CUSTOMER, ITEMs; update DISTRICT, STOCKs, CUSTOMER_LAST_ORDER. Insert ORDER, NEW_ORDER, ORDER_LINEs. 1% roll back on an unused item id (reason `user`); 1% of lines from a remote warehouse |
+//! | Payment | 43 | (by name: read CUSTOMER_BY_NAME); update WAREHOUSE, DISTRICT, CUSTOMER (15% of a remote warehouse; bad-credit customers get the payment prepended to C_DATA). Insert HISTORY |
+//! | OrderStatus | 4 | read-only: (by name); CUSTOMER and CUSTOMER_LAST_ORDER; ORDER; its ORDER_LINEs |
+//! | Delivery | 4 | for all 10 districts at once: update DELIVERY_HEADs; update the head NEW_ORDERs (and delete them); update the ORDERs (carrier); update their ORDER_LINEs (delivery date) and CUSTOMERs (balance, delivery count) |
+//! | StockLevel | 4 | read-only: DISTRICT; the last 20 ORDERs; their ORDER_LINEs; the STOCK of their items |
+//!
+//! Each coordinator is a terminal with a home warehouse (coordinator index mod warehouses, as
+//! the spec binds terminals to warehouses), and runs the mix without keying or think times.
+//!
+//! Inserted rows need room: the run can insert [`Options::new_orders_per_district`] orders per
+//! district (their lines, NEW_ORDER rows and as many HISTORY rows); an insert into a full
+//! table aborts with reason `bad-request` (raise `--new-orders-per-district`).
+//!
+//! `--verify` checks the spec's consistency conditions 1 to 4 for every warehouse and
+//! district, the delivery head (it equals min(NO_O_ID), or D_NEXT_O_ID when no order is
+//! pending), condition 6 (every order has O_OL_CNT lines), and that no lock is left behind.
+
+use crate::rng::{mix, nurand, pick};
+use crate::{field, loader_error, scan_table, LocalRecord, WlRng, Workload, WorkloadError};
+use dtxn_fabric::Pool;
+use dtxn_store::{Loader, Plan, StoreError, TableInfo, TableSpec};
+use dtxn_txn::{Abort, AbortReason, Access, Coordinator, TxKind, Txn};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+pub const WAREHOUSE: u32 = 1;
+pub const DISTRICT: u32 = 2;
+pub const CUSTOMER: u32 = 3;
+pub const HISTORY: u32 = 4;
+pub const NEW_ORDER: u32 = 5;
+pub const ORDER: u32 = 6;
+pub const ORDER_LINE: u32 = 7;
+pub const ITEM: u32 = 8;
+pub const STOCK: u32 = 9;
+pub const CUSTOMER_BY_NAME: u32 = 10;
+pub const CUSTOMER_LAST_ORDER: u32 = 11;
+pub const DELIVERY_HEAD: u32 = 12;
+
+pub const TXN_TYPES: [&str; 5] = [
+    "NewOrder",
+    "Payment",
+    "OrderStatus",
+    "Delivery",
+    "StockLevel",
+];
+const MIX: [u32; 5] = [45, 43, 4, 4, 4];
+
+pub const DISTRICTS: u32 = 10;
+const MAX_CUSTOMERS: u32 = 4095;
+const MAX_ITEMS: u32 = (1 << 17) - 1;
+const MAX_ORDERS: u64 = (1 << 24) - 1;
+const MAX_WAREHOUSES: u32 = 1 << 16;
+const MIN_LINES: u32 = 5;
+const MAX_LINES: u32 = 15;
+/// Customers per last name kept in CUSTOMER_BY_NAME (the spec's 3,000 customers over 1,000
+/// names give a handful each; more are dropped, the lookup picks among those kept).
+const NAME_SLOTS: usize = 31;
+
+// NURand constants: C for the load and for the run (C-Run - C-Load for C_LAST in [65, 119],
+// not 96 or 112, spec 2.1.6.1).
+const C_LAST_LOAD: u64 = 157;
+const C_LAST_RUN: u64 = 223;
+const C_ID: u64 = 259;
+const C_ITEM: u64 = 7911;
+
+// Value layouts: (offset) of each field the transactions use; the rest is the spec's
+// columns as filler.
+const W_BYTES: usize = 96;
+const W_TAX: usize = 0;
+const W_YTD: usize = 8;
+const D_BYTES: usize = 104;
+const D_TAX: usize = 0;
+const D_YTD: usize = 8;
+const D_NEXT_O_ID: usize = 16;
+const C_BYTES: usize = 664;
+const C_BALANCE: usize = 0;
+const C_YTD_PAYMENT: usize = 8;
+const C_PAYMENT_CNT: usize = 16;
+const C_DELIVERY_CNT: usize = 20;
+const C_DISCOUNT: usize = 24;
+const C_CREDIT: usize = 28;
+const C_NAME: usize = 32;
+const C_FIRST: usize = 44;
+const C_DATA: usize = 164;
+const C_DATA_LEN: usize = 500;
+const H_BYTES: usize = 48;
+const NO_BYTES: usize = 8;
+const O_BYTES: usize = 32;
+const O_C_ID: usize = 0;
+const O_CARRIER: usize = 4;
+const O_OL_CNT: usize = 8;
+const O_ALL_LOCAL: usize = 12;
+const O_ENTRY_D: usize = 16;
+const OL_BYTES: usize = 56;
+const OL_I_ID: usize = 0;
+const OL_SUPPLY_W: usize = 4;
+const OL_DELIVERY_D: usize = 8;
+const OL_QUANTITY: usize = 16;
+const OL_AMOUNT: usize = 24;
+const OL_DIST_INFO: usize = 32;
+const I_BYTES: usize = 88;
+const I_PRICE: usize = 8;
+const S_BYTES: usize = 312;
+const S_QUANTITY: usize = 0;
+const S_YTD: usize = 8;
+const S_ORDER_CNT: usize = 16;
+const S_REMOTE_CNT: usize = 20;
+const S_DIST: usize = 24;
+const NAME_BYTES: usize = 4 + 4 * NAME_SLOTS;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Options {
+    pub warehouses: u32,
+    pub customers_per_district: u32,
+    pub items: u32,
+    /// Orders each district can take during the run (room for inserted rows).
+    pub new_orders_per_district: u64,
+    /// Percentage of NewOrder lines supplied by a remote warehouse (spec: 1).
+    pub remote_item_pct: u32,
+    /// Percentage of Payments by a customer of a remote warehouse (spec: 15).
+    pub remote_payment_pct: u32,
+}
+
+impl Default for Options {
+    /// FORD's and Motor's reduced sizes.
+    fn default() -> Options {
+        Options {
+            warehouses: 1,
+            customers_per_district: 300,
+            items: 10_000,
+            new_orders_per_district: 2_000,
+            remote_item_pct: 1,
+            remote_payment_pct: 15,
+        }
+    }
+}
+
+impl Options {
+    /// The spec's sizes.
+    pub fn spec() -> Options {
+        Options {
+            customers_per_district: 3_000,
+            items: 100_000,
+            ..Options::default()
+        }
+    }
+
+    /// Room for the orders a run of about `txns` transactions may insert per district
+    /// (NewOrder is 45% of them), with a quarter to spare.
+    pub fn room_for(txns: u64, warehouses: u32) -> u64 {
+        let districts = u64::from(warehouses.max(1)) * u64::from(DISTRICTS);
+        let per = txns / 20 * 9 / districts;
+        (per + per / 4 + 500).min(MAX_ORDERS / 2)
+    }
+}
+
+/// The TPC-C benchmark.
+#[derive(Debug, Clone)]
+pub struct Tpcc {
+    o: Options,
+}
+
+pub fn dkey(w: u32, d: u32) -> u64 {
+    u64::from(w) * 16 + u64::from(d)
+}
+
+pub fn ckey(w: u32, d: u32, c: u32) -> u64 {
+    dkey(w, d) * 4096 + u64::from(c)
+}
+
+pub fn okey(w: u32, d: u32, o: u64) -> u64 {
+    (dkey(w, d) << 24) | o
+}
+
+pub fn olkey(w: u32, d: u32, o: u64, n: u32) -> u64 {
+    okey(w, d, o) * 16 + u64::from(n)
+}
+
+pub fn skey(w: u32, i: u32) -> u64 {
+    (u64::from(w) << 17) | u64::from(i)
+}
+
+pub fn name_key(w: u32, d: u32, name: u32) -> u64 {
+    dkey(w, d) * 1024 + u64::from(name)
+}
+
+/// The (w, d) of a district key.
+fn district_of(dk: u64) -> (u32, u32) {
+    ((dk / 16) as u32, (dk % 16) as u32)
+}
+
+const SYLLABLES: [&str; 10] = [
+    "BAR", "OUGHT", "ABLE", "PRI", "PRES", "ESE", "ANTI", "CALLY", "ATION", "EING",
+];
+
+/// The spec's C_LAST for a name number 0..=999.
+pub fn last_name(n: u32) -> String {
+    let n = n as usize;
+    [n / 100, (n / 10) % 10, n % 10]
+        .iter()
+        .map(|&i| SYLLABLES[i])
+        .collect()
+}
+
+fn fill_alnum(rng: &mut WlRng, out: &mut [u8]) {
+    const A: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    for b in out {
+        *b = A[rng.random_range(0..A.len())];
+    }
+}
+
+fn rollback_abort(table: u32, key: u64) -> Abort {
+    Abort {
+        reason: AbortReason::User,
+        table,
+        key,
+    }
+}
+
+/// Per-coordinator state: the HISTORY key sequence (HISTORY rows need unique keys).
+#[derive(Debug, Default)]
+pub struct Tally {
+    history_seq: u64,
+}
+
+impl Tpcc {
+    pub fn new(o: Options) -> Result<Tpcc, WorkloadError> {
+        let bad = |m: String| Err(WorkloadError::Options(m));
+        if o.warehouses == 0 || o.warehouses > MAX_WAREHOUSES {
+            return bad(format!(
+                "tpcc: --warehouses must be 1 to {MAX_WAREHOUSES}, got {}",
+                o.warehouses
+            ));
+        }
+        if !(10..=MAX_CUSTOMERS).contains(&o.customers_per_district) {
+            return bad(format!(
+                "tpcc: customers per district must be 10 to {MAX_CUSTOMERS}, got {}",
+                o.customers_per_district
+            ));
+        }
+        if !(100..=MAX_ITEMS - 1).contains(&o.items) {
+            return bad(format!(
+                "tpcc: items must be 100 to {}, got {}",
+                MAX_ITEMS - 1,
+                o.items
+            ));
+        }
+        if o.new_orders_per_district + u64::from(o.customers_per_district) > MAX_ORDERS {
+            return bad(format!(
+                "tpcc: --new-orders-per-district must be below {}",
+                MAX_ORDERS - u64::from(o.customers_per_district)
+            ));
+        }
+        if o.remote_item_pct > 100 || o.remote_payment_pct > 100 {
+            return bad("tpcc: remote percentages must be 0 to 100".into());
+        }
+        Ok(Tpcc { o })
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.o
+    }
+
+    fn districts(&self) -> u64 {
+        u64::from(self.o.warehouses) * u64::from(DISTRICTS)
+    }
+
+    /// Orders loaded per district (one per customer) and the first undelivered one.
+    fn initial_orders(&self) -> (u64, u64) {
+        let n = u64::from(self.o.customers_per_district);
+        (n, n - n * 3 / 10 + 1)
+    }
+
+    fn customer_id(&self, rng: &mut WlRng) -> u32 {
+        nurand(rng, 1023, C_ID, 1, u64::from(self.o.customers_per_district)) as u32
+    }
+
+    fn run_name(&self, rng: &mut WlRng) -> u32 {
+        let top = u64::from(self.o.customers_per_district.min(1000) - 1);
+        nurand(rng, 255, C_LAST_RUN, 0, top) as u32
+    }
+
+    fn other_warehouse(&self, rng: &mut WlRng, w: u32) -> u32 {
+        let mut x = rng.random_range(1..self.o.warehouses);
+        if x >= w {
+            x += 1;
+        }
+        x
+    }
+
+    /// The customer by id (40%) or by last name (60%).
+    fn customer_choice(&self, rng: &mut WlRng) -> CustomerBy {
+        if rng.random_range(1..=100) <= 60 {
+            CustomerBy::Name(self.run_name(rng))
+        } else {
+            CustomerBy::Id(self.customer_id(rng))
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum CustomerBy {
+    Id(u32),
+    Name(u32),
+}
+
+impl Workload for Tpcc {
+    type Tally = Tally;
+
+    fn name(&self) -> &'static str {
+        "tpcc"
+    }
+
+    fn txn_types(&self) -> &'static [&'static str] {
+        &TXN_TYPES
+    }
+
+    /// Delivery writes ten customers and up to 150 order lines.
+    fn log_slice_bytes(&self) -> u64 {
+        64 << 10
+    }
+
+    fn tables(&self) -> Vec<TableSpec> {
+        let w = u64::from(self.o.warehouses);
+        let dists = self.districts();
+        let c = u64::from(self.o.customers_per_district);
+        let orders = dists * (c + self.o.new_orders_per_district);
+        let mut lines = crate::table(ORDER_LINE, "order_line", OL_BYTES, orders * 10);
+        lines.overflow_fraction = lines.overflow_fraction.max(0.3);
+        vec![
+            crate::table(WAREHOUSE, "warehouse", W_BYTES, w),
+            crate::table(DISTRICT, "district", D_BYTES, dists),
+            crate::table(CUSTOMER, "customer", C_BYTES, dists * c),
+            crate::table(HISTORY, "history", H_BYTES, orders),
+            crate::table(NEW_ORDER, "new_order", NO_BYTES, orders),
+            crate::table(ORDER, "order", O_BYTES, orders),
+            lines,
+            crate::table(ITEM, "item", I_BYTES, u64::from(self.o.items)),
+            crate::table(STOCK, "stock", S_BYTES, w * u64::from(self.o.items)),
+            crate::table(
+                CUSTOMER_BY_NAME,
+                "customer_by_name",
+                NAME_BYTES,
+                dists * c.min(1000),
+            ),
+            crate::table(CUSTOMER_LAST_ORDER, "customer_last_order", 8, dists * c),
+            crate::table(DELIVERY_HEAD, "delivery_head", 8, dists),
+        ]
+    }
+
+    fn load(&self, pool: &Pool, plan: &Plan, seed: u64) -> Result<(), WorkloadError> {
+        let t = |id| plan.table(id).ok_or(StoreError::NoSuchTable(id));
+        let mut rng = WlRng::seed_from_u64(mix(seed, 0x79cc));
+        let load = |l: &mut Loader, name: &str, key: u64, v: &[u8]| -> Result<(), WorkloadError> {
+            l.insert(pool, key, v)
+                .map(|_| ())
+                .map_err(loader_error(name))
+        };
+        let mut items = Loader::new(t(ITEM)?);
+        for i in 1..=self.o.items {
+            let mut v = [0u8; I_BYTES];
+            field::put_u32(&mut v, 0, rng.random_range(1..=10_000));
+            field::put_i64(&mut v, I_PRICE, rng.random_range(100..=10_000));
+            fill_alnum(&mut rng, &mut v[16..]);
+            load(&mut items, "item", u64::from(i), &v)?;
+        }
+        let (orders, head) = self.initial_orders();
+        let mut wl = Loader::new(t(WAREHOUSE)?);
+        let mut dl = Loader::new(t(DISTRICT)?);
+        let mut cl = Loader::new(t(CUSTOMER)?);
+        let mut hl = Loader::new(t(HISTORY)?);
+        let mut nol = Loader::new(t(NEW_ORDER)?);
+        let mut ol = Loader::new(t(ORDER)?);
+        let mut oll = Loader::new(t(ORDER_LINE)?);
+        let mut sl = Loader::new(t(STOCK)?);
+        let mut namel = Loader::new(t(CUSTOMER_BY_NAME)?);
+        let mut lastl = Loader::new(t(CUSTOMER_LAST_ORDER)?);
+        let mut headl = Loader::new(t(DELIVERY_HEAD)?);
+        let mut history_key = 0u64;
+        for w in 1..=self.o.warehouses {
+            let mut v = [0u8; W_BYTES];
+            field::put_u32(&mut v, W_TAX, rng.random_range(0..=2000));
+            field::put_i64(&mut v, W_YTD, 30_000_000);
+            fill_alnum(&mut rng, &mut v[16..]);
+            load(&mut wl, "warehouse", u64::from(w), &v)?;
+            for i in 1..=self.o.items {
+                let mut v = [0u8; S_BYTES];
+                field::put_i64(&mut v, S_QUANTITY, rng.random_range(10..=100));
+                fill_alnum(&mut rng, &mut v[S_DIST..]);
+                load(&mut sl, "stock", skey(w, i), &v)?;
+            }
+            for d in 1..=DISTRICTS {
+                let mut v = [0u8; D_BYTES];
+                field::put_u32(&mut v, D_TAX, rng.random_range(0..=2000));
+                field::put_i64(&mut v, D_YTD, 3_000_000);
+                field::put_u64(&mut v, D_NEXT_O_ID, orders + 1);
+                fill_alnum(&mut rng, &mut v[24..]);
+                load(&mut dl, "district", dkey(w, d), &v)?;
+                load(&mut headl, "delivery_head", dkey(w, d), &head.to_le_bytes())?;
+                let mut by_name: BTreeMap<u32, Vec<([u8; 16], u32)>> = BTreeMap::new();
+                for c in 1..=self.o.customers_per_district {
+                    let name = if c <= 1000 {
+                        c - 1
+                    } else {
+                        nurand(&mut rng, 255, C_LAST_LOAD, 0, 999) as u32
+                    };
+                    let mut v = vec![0u8; C_BYTES];
+                    field::put_i64(&mut v, C_BALANCE, -1000);
+                    field::put_i64(&mut v, C_YTD_PAYMENT, 1000);
+                    field::put_u32(&mut v, C_PAYMENT_CNT, 1);
+                    field::put_u32(&mut v, C_DISCOUNT, rng.random_range(0..=5000));
+                    let bad = rng.random_range(0..10) == 0;
+                    v[C_CREDIT..C_CREDIT + 2].copy_from_slice(if bad { b"BC" } else { b"GC" });
+                    field::put_u32(&mut v, C_NAME, name);
+                    fill_alnum(&mut rng, &mut v[C_FIRST..C_FIRST + 16]);
+                    let last = last_name(name);
+                    v[C_FIRST + 16..C_FIRST + 16 + last.len()].copy_from_slice(last.as_bytes());
+                    fill_alnum(&mut rng, &mut v[C_DATA..]);
+                    let first: [u8; 16] = v[C_FIRST..C_FIRST + 16].try_into().expect("16");
+                    by_name.entry(name).or_default().push((first, c));
+                    load(&mut cl, "customer", ckey(w, d, c), &v)?;
+                    let mut h = [0u8; H_BYTES];
+                    for (i, x) in [c, d, w, d, w].into_iter().enumerate() {
+                        field::put_u32(&mut h, 4 * i, x);
+                    }
+                    field::put_i64(&mut h, 24, 1000);
+                    history_key += 1;
+                    load(&mut hl, "history", history_key, &h)?;
+                }
+                for (name, mut ids) in by_name {
+                    ids.sort();
+                    let mut v = [0u8; NAME_BYTES];
+                    let n = ids.len().min(NAME_SLOTS);
+                    field::put_u32(&mut v, 0, n as u32);
+                    for (i, (_, c)) in ids.iter().take(n).enumerate() {
+                        field::put_u32(&mut v, 4 + 4 * i, *c);
+                    }
+                    load(&mut namel, "customer_by_name", name_key(w, d, name), &v)?;
+                }
+                // One order per customer, customers in a random permutation.
+                let mut perm: Vec<u32> = (1..=self.o.customers_per_district).collect();
+                perm.shuffle(&mut rng);
+                for o in 1..=orders {
+                    let c = perm[o as usize - 1];
+                    let delivered = o < head;
+                    let n = rng.random_range(MIN_LINES..=MAX_LINES);
+                    let mut v = [0u8; O_BYTES];
+                    field::put_u32(&mut v, O_C_ID, c);
+                    let carrier = if delivered {
+                        rng.random_range(1..=10)
+                    } else {
+                        0
+                    };
+                    field::put_u32(&mut v, O_CARRIER, carrier);
+                    field::put_u32(&mut v, O_OL_CNT, n);
+                    field::put_u32(&mut v, O_ALL_LOCAL, 1);
+                    field::put_u64(&mut v, O_ENTRY_D, 1);
+                    load(&mut ol, "order", okey(w, d, o), &v)?;
+                    load(
+                        &mut lastl,
+                        "customer_last_order",
+                        ckey(w, d, c),
+                        &o.to_le_bytes(),
+                    )?;
+                    if !delivered {
+                        load(&mut nol, "new_order", okey(w, d, o), &o.to_le_bytes())?;
+                    }
+                    for l in 1..=n {
+                        let mut v = [0u8; OL_BYTES];
+                        field::put_u32(&mut v, OL_I_ID, rng.random_range(1..=self.o.items));
+                        field::put_u32(&mut v, OL_SUPPLY_W, w);
+                        field::put_u64(&mut v, OL_DELIVERY_D, u64::from(delivered));
+                        field::put_u32(&mut v, OL_QUANTITY, 5);
+                        let amount = if delivered {
+                            0
+                        } else {
+                            rng.random_range(1..=999_999)
+                        };
+                        field::put_i64(&mut v, OL_AMOUNT, amount);
+                        fill_alnum(&mut rng, &mut v[OL_DIST_INFO..]);
+                        load(&mut oll, "order_line", olkey(w, d, o, l), &v)?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn tally(&self, _verify: bool) -> Tally {
+        Tally::default()
+    }
+
+    async fn run_one(
+        &self,
+        c: &mut Coordinator,
+        rng: &mut WlRng,
+        tally: &mut Tally,
+    ) -> (usize, Result<(), Abort>) {
+        let index = c.endpoint().id().index;
+        let w = index % self.o.warehouses + 1;
+        let ty = pick(rng, &MIX);
+        let r = match ty {
+            0 => self.new_order(c, rng, w).await,
+            1 => self.payment(c, rng, w, index, tally).await,
+            2 => self.order_status(c, rng, w).await,
+            3 => self.delivery(c, rng, w).await,
+            _ => self.stock_level(c, rng, w).await,
+        };
+        (ty, r)
+    }
+
+    fn verify(
+        &self,
+        pool: &Pool,
+        plan: &Plan,
+        _seed: u64,
+        _tallies: &[Tally],
+    ) -> Result<Vec<String>, WorkloadError> {
+        verify(self, pool, plan)
+    }
+}
+
+/// A line of a NewOrder being prepared.
+#[derive(Debug, Clone, Copy)]
+struct Line {
+    item: u32,
+    supply_w: u32,
+    quantity: u32,
+}
+
+impl Tpcc {
+    async fn new_order(&self, c: &mut Coordinator, rng: &mut WlRng, w: u32) -> Result<(), Abort> {
+        let d = rng.random_range(1..=DISTRICTS);
+        let cid = self.customer_id(rng);
+        let n = rng.random_range(MIN_LINES..=MAX_LINES) as usize;
+        let rollback = rng.random_range(1..=100) == 1;
+        let mut lines: Vec<Line> = Vec::with_capacity(n);
+        while lines.len() < n {
+            let item = nurand(rng, 8191, C_ITEM, 1, u64::from(self.o.items)) as u32;
+            let supply_w =
+                if self.o.warehouses > 1 && rng.random_range(0..100) < self.o.remote_item_pct {
+                    self.other_warehouse(rng, w)
+                } else {
+                    w
+                };
+            if lines
+                .iter()
+                .any(|l| l.item == item && l.supply_w == supply_w)
+            {
+                continue;
+            }
+            lines.push(Line {
+                item,
+                supply_w,
+                quantity: rng.random_range(1..=10),
+            });
+        }
+        if rollback {
+            // The spec's 1%: an unused item number, found missing, rolls the order back.
+            if let Some(last) = lines.last_mut() {
+                last.item = self.o.items + 1;
+            }
+        }
+        let mut acc = Vec::with_capacity(2 * n + 4);
+        acc.push(Access::read(WAREHOUSE, u64::from(w)));
+        acc.push(Access::update(DISTRICT, dkey(w, d)));
+        acc.push(Access::read(CUSTOMER, ckey(w, d, cid)));
+        acc.push(Access::update(CUSTOMER_LAST_ORDER, ckey(w, d, cid)));
+        for l in &lines {
+            acc.push(Access::read(ITEM, u64::from(l.item)));
+            acc.push(Access::update(STOCK, skey(l.supply_w, l.item)));
+        }
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.fetch(&acc).await?;
+        let mut prices = Vec::with_capacity(n);
+        for l in &lines {
+            match tx.get(ITEM, u64::from(l.item)) {
+                Some(v) => prices.push(field::i64_at(v, I_PRICE)),
+                None => {
+                    tx.rollback().await;
+                    return Err(rollback_abort(ITEM, u64::from(l.item)));
+                }
+            }
+        }
+        let (Some(dist), Some(_wh), Some(_cust)) = (
+            tx.get(DISTRICT, dkey(w, d)).map(<[u8]>::to_vec),
+            tx.get(WAREHOUSE, u64::from(w)),
+            tx.get(CUSTOMER, ckey(w, d, cid)),
+        ) else {
+            tx.rollback().await;
+            return Err(rollback_abort(DISTRICT, dkey(w, d)));
+        };
+        let o = field::u64_at(&dist, D_NEXT_O_ID);
+        let mut dist = dist;
+        field::put_u64(&mut dist, D_NEXT_O_ID, o + 1);
+        tx.update(DISTRICT, dkey(w, d), &dist).await?;
+        tx.update(CUSTOMER_LAST_ORDER, ckey(w, d, cid), &o.to_le_bytes())
+            .await?;
+        let mut all_local = 1;
+        for (i, (l, price)) in lines.iter().zip(&prices).enumerate() {
+            let sk = skey(l.supply_w, l.item);
+            let Some(s) = tx.get(STOCK, sk) else {
+                tx.rollback().await;
+                return Err(rollback_abort(STOCK, sk));
+            };
+            let mut s: [u8; S_BYTES] = s.try_into().unwrap_or([0; S_BYTES]);
+            let q = field::i64_at(&s, S_QUANTITY);
+            let qty = i64::from(l.quantity);
+            field::put_i64(
+                &mut s,
+                S_QUANTITY,
+                if q - qty >= 10 { q - qty } else { q - qty + 91 },
+            );
+            field::add_u64(&mut s, S_YTD, u64::from(l.quantity));
+            field::add_u32(&mut s, S_ORDER_CNT, 1);
+            if l.supply_w != w {
+                all_local = 0;
+                field::add_u32(&mut s, S_REMOTE_CNT, 1);
+            }
+            let dist_info = S_DIST + 24 * (d as usize - 1);
+            let mut ol = [0u8; OL_BYTES];
+            ol[OL_DIST_INFO..].copy_from_slice(&s[dist_info..dist_info + 24]);
+            tx.update(STOCK, sk, &s).await?;
+            field::put_u32(&mut ol, OL_I_ID, l.item);
+            field::put_u32(&mut ol, OL_SUPPLY_W, l.supply_w);
+            field::put_u32(&mut ol, OL_QUANTITY, l.quantity);
+            field::put_i64(&mut ol, OL_AMOUNT, qty * price);
+            tx.insert(ORDER_LINE, olkey(w, d, o, i as u32 + 1), &ol)
+                .await?;
+        }
+        let mut ov = [0u8; O_BYTES];
+        field::put_u32(&mut ov, O_C_ID, cid);
+        field::put_u32(&mut ov, O_OL_CNT, n as u32);
+        field::put_u32(&mut ov, O_ALL_LOCAL, all_local);
+        field::put_u64(&mut ov, O_ENTRY_D, 2);
+        tx.insert(ORDER, okey(w, d, o), &ov).await?;
+        tx.insert(NEW_ORDER, okey(w, d, o), &o.to_le_bytes())
+            .await?;
+        tx.commit().await
+    }
+
+    /// The customer id a by-name selection resolves to (reading the name index as a
+    /// read-only item of `tx`); `None` if no customer has that name.
+    async fn resolve(
+        tx: &mut Txn<'_>,
+        w: u32,
+        d: u32,
+        by: CustomerBy,
+    ) -> Result<Option<u32>, Abort> {
+        match by {
+            CustomerBy::Id(c) => Ok(Some(c)),
+            CustomerBy::Name(name) => {
+                let k = name_key(w, d, name);
+                tx.fetch(&[Access::read(CUSTOMER_BY_NAME, k)]).await?;
+                Ok(tx.get(CUSTOMER_BY_NAME, k).and_then(|v| {
+                    let n = field::u32_at(v, 0) as usize;
+                    // The spec's position ceil(n / 2), 1-based.
+                    (n > 0).then(|| field::u32_at(v, 4 + 4 * ((n - 1) / 2)))
+                }))
+            }
+        }
+    }
+
+    async fn payment(
+        &self,
+        c: &mut Coordinator,
+        rng: &mut WlRng,
+        w: u32,
+        index: u32,
+        tally: &mut Tally,
+    ) -> Result<(), Abort> {
+        let d = rng.random_range(1..=DISTRICTS);
+        let (cw, cd) =
+            if self.o.warehouses > 1 && rng.random_range(0..100) < self.o.remote_payment_pct {
+                (
+                    self.other_warehouse(rng, w),
+                    rng.random_range(1..=DISTRICTS),
+                )
+            } else {
+                (w, d)
+            };
+        let by = self.customer_choice(rng);
+        let amount: i64 = rng.random_range(100..=500_000);
+        tally.history_seq += 1;
+        let hkey = (u64::from(index) + 1) << 40 | tally.history_seq;
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let Some(cid) = Self::resolve(&mut tx, cw, cd, by).await? else {
+            tx.rollback().await;
+            return Err(rollback_abort(CUSTOMER_BY_NAME, 0));
+        };
+        let ck = ckey(cw, cd, cid);
+        tx.fetch(&[
+            Access::update(WAREHOUSE, u64::from(w)),
+            Access::update(DISTRICT, dkey(w, d)),
+            Access::update(CUSTOMER, ck),
+        ])
+        .await?;
+        let (Some(wh), Some(dist), Some(cust)) = (
+            tx.get(WAREHOUSE, u64::from(w)).map(<[u8]>::to_vec),
+            tx.get(DISTRICT, dkey(w, d)).map(<[u8]>::to_vec),
+            tx.get(CUSTOMER, ck).map(<[u8]>::to_vec),
+        ) else {
+            tx.rollback().await;
+            return Err(rollback_abort(CUSTOMER, ck));
+        };
+        let (mut wh, mut dist, mut cust) = (wh, dist, cust);
+        field::add_i64(&mut wh, W_YTD, amount);
+        field::add_i64(&mut dist, D_YTD, amount);
+        field::add_i64(&mut cust, C_BALANCE, -amount);
+        field::add_i64(&mut cust, C_YTD_PAYMENT, amount);
+        field::add_u32(&mut cust, C_PAYMENT_CNT, 1);
+        if &cust[C_CREDIT..C_CREDIT + 2] == b"BC" {
+            // Bad credit: the payment goes in front of C_DATA, which keeps 500 characters.
+            let entry = format!("{cid} {cd} {cw} {d} {w} {amount}|");
+            let data = &mut cust[C_DATA..C_DATA + C_DATA_LEN];
+            let k = entry.len().min(C_DATA_LEN);
+            data.copy_within(0..C_DATA_LEN - k, k);
+            data[..k].copy_from_slice(&entry.as_bytes()[..k]);
+        }
+        tx.update(WAREHOUSE, u64::from(w), &wh).await?;
+        tx.update(DISTRICT, dkey(w, d), &dist).await?;
+        tx.update(CUSTOMER, ck, &cust).await?;
+        let mut h = [0u8; H_BYTES];
+        for (i, x) in [cid, cd, cw, d, w].into_iter().enumerate() {
+            field::put_u32(&mut h, 4 * i, x);
+        }
+        field::put_i64(&mut h, 24, amount);
+        h[40..48].copy_from_slice(&wh[16..24]);
+        tx.insert(HISTORY, hkey, &h).await?;
+        tx.commit().await
+    }
+
+    async fn order_status(
+        &self,
+        c: &mut Coordinator,
+        rng: &mut WlRng,
+        w: u32,
+    ) -> Result<(), Abort> {
+        let d = rng.random_range(1..=DISTRICTS);
+        let by = self.customer_choice(rng);
+        let mut tx = c.begin(TxKind::ReadOnly);
+        let Some(cid) = Self::resolve(&mut tx, w, d, by).await? else {
+            return tx.commit().await;
+        };
+        let ck = ckey(w, d, cid);
+        tx.fetch(&[
+            Access::read(CUSTOMER, ck),
+            Access::read(CUSTOMER_LAST_ORDER, ck),
+        ])
+        .await?;
+        let balance = tx.get(CUSTOMER, ck).map(|v| field::i64_at(v, C_BALANCE));
+        let Some(o) = tx.get(CUSTOMER_LAST_ORDER, ck).map(|v| field::u64_at(v, 0)) else {
+            return tx.commit().await;
+        };
+        let ok = okey(w, d, o);
+        tx.fetch(&[Access::read(ORDER, ok)]).await?;
+        let Some(n) = tx.get(ORDER, ok).map(|v| field::u32_at(v, O_OL_CNT)) else {
+            return tx.commit().await;
+        };
+        let acc: Vec<Access> = (1..=n)
+            .map(|l| Access::read(ORDER_LINE, olkey(w, d, o, l)))
+            .collect();
+        tx.fetch(&acc).await?;
+        let total: i64 = acc
+            .iter()
+            .filter_map(|a| tx.get(a.table, a.key))
+            .map(|v| field::i64_at(v, OL_AMOUNT))
+            .sum();
+        std::hint::black_box((balance, total));
+        tx.commit().await
+    }
+
+    async fn delivery(&self, c: &mut Coordinator, rng: &mut WlRng, w: u32) -> Result<(), Abort> {
+        let carrier = rng.random_range(1..=10u32);
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let heads: Vec<Access> = (1..=DISTRICTS)
+            .map(|d| Access::update(DELIVERY_HEAD, dkey(w, d)))
+            .collect();
+        tx.fetch(&heads).await?;
+        // (district, oldest undelivered order)
+        let mut pending: Vec<(u32, u64)> = Vec::with_capacity(DISTRICTS as usize);
+        for d in 1..=DISTRICTS {
+            if let Some(v) = tx.get(DELIVERY_HEAD, dkey(w, d)) {
+                pending.push((d, field::u64_at(v, 0)));
+            }
+        }
+        let acc: Vec<Access> = pending
+            .iter()
+            .map(|&(d, o)| Access::update(NEW_ORDER, okey(w, d, o)))
+            .collect();
+        tx.fetch(&acc).await?;
+        pending.retain(|&(d, o)| tx.get(NEW_ORDER, okey(w, d, o)).is_some());
+        if pending.is_empty() {
+            return tx.commit().await;
+        }
+        let acc: Vec<Access> = pending
+            .iter()
+            .map(|&(d, o)| Access::update(ORDER, okey(w, d, o)))
+            .collect();
+        tx.fetch(&acc).await?;
+        // (district, order, customer, lines)
+        let mut orders: Vec<(u32, u64, u32, u32)> = Vec::with_capacity(pending.len());
+        for &(d, o) in &pending {
+            let Some(v) = tx.get(ORDER, okey(w, d, o)) else {
+                tx.rollback().await;
+                return Err(rollback_abort(ORDER, okey(w, d, o)));
+            };
+            orders.push((d, o, field::u32_at(v, O_C_ID), field::u32_at(v, O_OL_CNT)));
+        }
+        let mut acc = Vec::with_capacity(orders.len() * 16);
+        for &(d, o, cid, n) in &orders {
+            acc.push(Access::update(CUSTOMER, ckey(w, d, cid)));
+            acc.extend((1..=n).map(|l| Access::update(ORDER_LINE, olkey(w, d, o, l))));
+        }
+        tx.fetch(&acc).await?;
+        for &(d, o, cid, n) in &orders {
+            let ok = okey(w, d, o);
+            tx.delete(NEW_ORDER, ok).await?;
+            tx.update(DELIVERY_HEAD, dkey(w, d), &(o + 1).to_le_bytes())
+                .await?;
+            let mut ov: [u8; O_BYTES] = tx
+                .get(ORDER, ok)
+                .and_then(|v| v.try_into().ok())
+                .unwrap_or([0; O_BYTES]);
+            field::put_u32(&mut ov, O_CARRIER, carrier);
+            tx.update(ORDER, ok, &ov).await?;
+            let mut total = 0i64;
+            for l in 1..=n {
+                let k = olkey(w, d, o, l);
+                let Some(v) = tx.get(ORDER_LINE, k) else {
+                    tx.rollback().await;
+                    return Err(rollback_abort(ORDER_LINE, k));
+                };
+                let mut v: [u8; OL_BYTES] = v.try_into().unwrap_or([0; OL_BYTES]);
+                total += field::i64_at(&v, OL_AMOUNT);
+                field::put_u64(&mut v, OL_DELIVERY_D, 3);
+                tx.update(ORDER_LINE, k, &v).await?;
+            }
+            let ck = ckey(w, d, cid);
+            let Some(cust) = tx.get(CUSTOMER, ck).map(<[u8]>::to_vec) else {
+                tx.rollback().await;
+                return Err(rollback_abort(CUSTOMER, ck));
+            };
+            let mut cust = cust;
+            field::add_i64(&mut cust, C_BALANCE, total);
+            field::add_u32(&mut cust, C_DELIVERY_CNT, 1);
+            tx.update(CUSTOMER, ck, &cust).await?;
+        }
+        tx.commit().await
+    }
+
+    async fn stock_level(&self, c: &mut Coordinator, rng: &mut WlRng, w: u32) -> Result<(), Abort> {
+        let d = rng.random_range(1..=DISTRICTS);
+        let threshold = rng.random_range(10..=20i64);
+        let mut tx = c.begin(TxKind::ReadOnly);
+        tx.fetch(&[Access::read(DISTRICT, dkey(w, d))]).await?;
+        let Some(next) = tx
+            .get(DISTRICT, dkey(w, d))
+            .map(|v| field::u64_at(v, D_NEXT_O_ID))
+        else {
+            return tx.commit().await;
+        };
+        let first = next.saturating_sub(20).max(1);
+        let acc: Vec<Access> = (first..next)
+            .map(|o| Access::read(ORDER, okey(w, d, o)))
+            .collect();
+        tx.fetch(&acc).await?;
+        let mut acc_lines = Vec::with_capacity(acc.len() * 15);
+        for o in first..next {
+            if let Some(n) = tx
+                .get(ORDER, okey(w, d, o))
+                .map(|v| field::u32_at(v, O_OL_CNT))
+            {
+                acc_lines.extend((1..=n).map(|l| Access::read(ORDER_LINE, olkey(w, d, o, l))));
+            }
+        }
+        tx.fetch(&acc_lines).await?;
+        let mut items: Vec<u32> = acc_lines
+            .iter()
+            .filter_map(|a| tx.get(a.table, a.key))
+            .map(|v| field::u32_at(v, OL_I_ID))
+            .collect();
+        items.sort_unstable();
+        items.dedup();
+        let acc_stock: Vec<Access> = items
+            .iter()
+            .map(|&i| Access::read(STOCK, skey(w, i)))
+            .collect();
+        tx.fetch(&acc_stock).await?;
+        let low = acc_stock
+            .iter()
+            .filter_map(|a| tx.get(a.table, a.key))
+            .filter(|v| field::i64_at(v, S_QUANTITY) < threshold)
+            .count();
+        std::hint::black_box(low);
+        tx.commit().await
+    }
+}
+
+/// The rows of `id`, by key.
+fn rows(pool: &Pool, plan: &Plan, id: u32) -> Result<(TableInfo, Vec<LocalRecord>), WorkloadError> {
+    let t = plan.table(id).ok_or(StoreError::NoSuchTable(id))?;
+    let r = scan_table(pool, t);
+    if let Some(x) = r.iter().find(|x| x.lock != 0 || x.version == u64::MAX) {
+        return Err(WorkloadError::Inconsistent(format!(
+            "{} key {}: lock word {:#x} left behind or record torn",
+            t.name, x.key, x.lock
+        )));
+    }
+    Ok((t.clone(), r))
+}
+
+fn verify(tp: &Tpcc, pool: &Pool, plan: &Plan) -> Result<Vec<String>, WorkloadError> {
+    let bad = |m: String| Err(WorkloadError::Inconsistent(m));
+    let (_, warehouses) = rows(pool, plan, WAREHOUSE)?;
+    let (_, districts) = rows(pool, plan, DISTRICT)?;
+    let (_, new_orders) = rows(pool, plan, NEW_ORDER)?;
+    let (_, orders) = rows(pool, plan, ORDER)?;
+    let (_, lines) = rows(pool, plan, ORDER_LINE)?;
+    let (_, heads) = rows(pool, plan, DELIVERY_HEAD)?;
+    for id in [
+        CUSTOMER,
+        HISTORY,
+        ITEM,
+        STOCK,
+        CUSTOMER_BY_NAME,
+        CUSTOMER_LAST_ORDER,
+    ] {
+        rows(pool, plan, id)?;
+    }
+    if districts.len() as u64 != tp.districts() || warehouses.len() as u32 != tp.o.warehouses {
+        return bad(format!(
+            "{} warehouses and {} districts, {} and {} loaded",
+            warehouses.len(),
+            districts.len(),
+            tp.o.warehouses,
+            tp.districts()
+        ));
+    }
+    // Condition 1: W_YTD = sum(D_YTD).
+    let mut d_ytd: HashMap<u32, i64> = HashMap::new();
+    for r in &districts {
+        *d_ytd.entry(district_of(r.key).0).or_default() += field::i64_at(&r.value, D_YTD);
+    }
+    for r in &warehouses {
+        let w = r.key as u32;
+        let (wy, dy) = (field::i64_at(&r.value, W_YTD), d_ytd[&w]);
+        if wy != dy {
+            return bad(format!(
+                "condition 1: warehouse {w}: W_YTD {wy} but its districts' D_YTD sum to {dy}"
+            ));
+        }
+    }
+    // Per district: max(O_ID), NEW_ORDER ids, sum(O_OL_CNT), order-line count.
+    #[derive(Default)]
+    struct Dist {
+        max_o: u64,
+        no_min: Option<u64>,
+        no_max: u64,
+        no_count: u64,
+        ol_cnt_sum: u64,
+        lines: u64,
+    }
+    let mut per: HashMap<u64, Dist> = HashMap::new();
+    let mut ol_cnt: HashMap<u64, u32> = HashMap::with_capacity(orders.len());
+    for r in &orders {
+        let (dk, o) = (r.key >> 24, r.key & MAX_ORDERS);
+        let e = per.entry(dk).or_default();
+        e.max_o = e.max_o.max(o);
+        let n = field::u32_at(&r.value, O_OL_CNT);
+        e.ol_cnt_sum += u64::from(n);
+        ol_cnt.insert(r.key, n);
+    }
+    for r in &new_orders {
+        let (dk, o) = (r.key >> 24, r.key & MAX_ORDERS);
+        let e = per.entry(dk).or_default();
+        e.no_min = Some(e.no_min.map_or(o, |m| m.min(o)));
+        e.no_max = e.no_max.max(o);
+        e.no_count += 1;
+    }
+    let mut lines_of: HashMap<u64, u32> = HashMap::with_capacity(orders.len());
+    for r in &lines {
+        let order = r.key / 16;
+        per.entry(order >> 24).or_default().lines += 1;
+        *lines_of.entry(order).or_default() += 1;
+    }
+    let head_of: HashMap<u64, u64> = heads
+        .iter()
+        .map(|r| (r.key, field::u64_at(&r.value, 0)))
+        .collect();
+    for r in &districts {
+        let (w, d) = district_of(r.key);
+        let next = field::u64_at(&r.value, D_NEXT_O_ID);
+        let e = per.remove(&r.key).unwrap_or_default();
+        if next - 1 != e.max_o {
+            return bad(format!(
+                "condition 2: district ({w}, {d}): D_NEXT_O_ID - 1 = {} but max(O_ID) = {}",
+                next - 1,
+                e.max_o
+            ));
+        }
+        if let Some(min) = e.no_min {
+            if e.no_max != next - 1 {
+                return bad(format!(
+                    "condition 2: district ({w}, {d}): D_NEXT_O_ID - 1 = {} but max(NO_O_ID) = \
+                     {}",
+                    next - 1,
+                    e.no_max
+                ));
+            }
+            if e.no_max - min + 1 != e.no_count {
+                return bad(format!(
+                    "condition 3: district ({w}, {d}): NEW_ORDER ids {min}..={} but {} rows",
+                    e.no_max, e.no_count
+                ));
+            }
+        }
+        if e.ol_cnt_sum != e.lines {
+            return bad(format!(
+                "condition 4: district ({w}, {d}): sum(O_OL_CNT) = {} but {} ORDER_LINE rows",
+                e.ol_cnt_sum, e.lines
+            ));
+        }
+        let head = head_of.get(&r.key).copied().unwrap_or(0);
+        let want = e.no_min.unwrap_or(next);
+        if head != want {
+            return bad(format!(
+                "district ({w}, {d}): delivery head {head}, but the oldest undelivered order is \
+                 {want}"
+            ));
+        }
+    }
+    if let Some((dk, _)) = per.iter().next() {
+        return bad(format!(
+            "orders of a district that does not exist (key {dk})"
+        ));
+    }
+    for (order, n) in &ol_cnt {
+        let have = lines_of.get(order).copied().unwrap_or(0);
+        if have != *n {
+            let (w, d) = district_of(order >> 24);
+            return bad(format!(
+                "condition 6: order {} of district ({w}, {d}) has O_OL_CNT {n} but {have} lines",
+                order & MAX_ORDERS
+            ));
+        }
+    }
+    let orphan: HashSet<u64> = lines_of
+        .keys()
+        .filter(|o| !ol_cnt.contains_key(o))
+        .copied()
+        .collect();
+    if !orphan.is_empty() {
+        return bad(format!("{} order-line groups have no order", orphan.len()));
+    }
+    Ok(vec![
+        format!(
+            "condition 1: W_YTD = sum(D_YTD) for all {} warehouses",
+            warehouses.len()
+        ),
+        format!(
+            "condition 2: D_NEXT_O_ID - 1 = max(O_ID) = max(NO_O_ID) for all {} districts",
+            districts.len()
+        ),
+        format!(
+            "condition 3: NEW_ORDER ids contiguous ({} undelivered orders)",
+            new_orders.len()
+        ),
+        format!(
+            "condition 4: sum(O_OL_CNT) = ORDER_LINE rows ({} orders, {} lines); condition 6 \
+             per order",
+            orders.len(),
+            lines.len()
+        ),
+        "every delivery head is the oldest undelivered order; no lock left".into(),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_distinct_and_decodable() {
+        let k = okey(7, 3, 12345);
+        assert_eq!(k >> 24, dkey(7, 3));
+        assert_eq!(k & MAX_ORDERS, 12345);
+        assert_eq!(olkey(7, 3, 12345, 15) / 16, k);
+        assert_eq!(district_of(dkey(65536, 10)), (65536, 10));
+        assert_ne!(ckey(1, 2, 4095), ckey(1, 3, 0));
+        assert_ne!(skey(1, MAX_ITEMS), skey(2, 0));
+    }
+
+    #[test]
+    fn last_names_follow_the_spec() {
+        assert_eq!(last_name(0), "BARBARBAR");
+        assert_eq!(last_name(371), "PRICALLYOUGHT");
+        assert_eq!(last_name(999), "EINGEINGEING");
+    }
+
+    #[test]
+    fn sizes_and_options() {
+        let t = Tpcc::new(Options::default()).unwrap();
+        assert_eq!(t.initial_orders(), (300, 211));
+        let s = Tpcc::new(Options::spec()).unwrap();
+        assert_eq!(s.initial_orders(), (3000, 2101));
+        assert!(Tpcc::new(Options {
+            warehouses: 0,
+            ..Options::default()
+        })
+        .unwrap_err()
+        .to_string()
+        .contains("--warehouses"));
+        assert!(Options::room_for(1_000_000, 2) > 25_000);
+    }
+}

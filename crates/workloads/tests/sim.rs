@@ -1,0 +1,332 @@
+//! Every workload, briefly, on the adversarial simulator under every protocol: the history
+//! checker finds each run serializable, and the workload's own consistency check (`--verify`)
+//! passes, for several seeds.
+
+use dtxn_check::{check, Isolation, Options, Txn as HTxn};
+use dtxn_fabric::sim::{SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
+use dtxn_store::{Plan, PoolMap, PoolShape};
+use dtxn_txn::{Coordinator, FordOptions, Protocol, Recorder, TxnConfig};
+use dtxn_workloads::{kv, rng::mix, smallbank, tatp, tpcc, WlRng, Workload};
+use rand::SeedableRng;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+struct Collect(Rc<RefCell<Vec<HTxn>>>);
+
+impl Recorder for Collect {
+    fn record(&mut self, t: &HTxn) {
+        self.0.borrow_mut().push(t.clone());
+    }
+}
+
+struct Outcome {
+    committed: u64,
+    attempts: u64,
+    per_type: Vec<u64>,
+}
+
+/// Loads `w` into a fresh adversarial sim pool, runs `txns` transactions on each of `topo`'s
+/// coordinators, checks the history and the workload's invariants.
+fn run<W: Workload + Clone>(
+    w: &W,
+    seed: u64,
+    topo: Topology,
+    txns: u64,
+    txn: TxnConfig,
+) -> Outcome {
+    let shape = PoolShape {
+        memory_nodes: 3,
+        replicas: 2,
+        log_slices: topo.coordinators(),
+        log_slice_bytes: w.log_slice_bytes(),
+        region_bytes: None,
+    };
+    let plan = Plan::new(&w.tables(), &shape).unwrap();
+    let mut cfg = SimConfig::new(seed, 3, plan.region_bytes);
+    cfg.profile = Profile::cx5_100g();
+    let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    w.load(&pool, &plan, seed).unwrap();
+    let history = Rc::new(RefCell::new(Vec::new()));
+    let protocol = txn.protocol.name();
+    let txn_cfg = Rc::new(txn);
+    let Pool::Sim(sim) = &mut pool else {
+        unreachable!()
+    };
+    let types = w.txn_types().len();
+    let shared = Rc::new(w.clone());
+    let r = sim
+        .run(topo, None, |ep: Endpoint| {
+            let (history, txn_cfg, w) = (history.clone(), txn_cfg.clone(), shared.clone());
+            async move {
+                let mut ep = ep;
+                let index = ep.id().index;
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                let mut c = Coordinator::new(ep, map, txn_cfg);
+                c.set_recorder(Box::new(Collect(history)));
+                let mut rng = WlRng::seed_from_u64(mix(seed, u64::from(index)));
+                let mut tally = w.tally(true);
+                let mut per_type = vec![0u64; types];
+                let mut committed = 0;
+                for _ in 0..txns {
+                    let (ty, r) = w.run_one(&mut c, &mut rng, &mut tally).await;
+                    assert!(ty < types);
+                    if r.is_ok() {
+                        committed += 1;
+                        per_type[ty] += 1;
+                    }
+                }
+                (tally, committed, per_type)
+            }
+        })
+        .unwrap();
+    let mut tallies = Vec::new();
+    let mut out = Outcome {
+        committed: 0,
+        attempts: txns * u64::from(topo.coordinators()),
+        per_type: vec![0; types],
+    };
+    for o in r.outputs {
+        let (tally, committed, per_type) = o.expect("no crash was injected");
+        tallies.push(tally);
+        out.committed += committed;
+        for (a, b) in out.per_type.iter_mut().zip(per_type) {
+            *a += b;
+        }
+    }
+    let what = format!("{} under {protocol}, seed {seed}", w.name());
+    match w.verify(&pool, &plan, seed, &tallies) {
+        Ok(checks) => assert!(!checks.is_empty(), "{what}"),
+        Err(e) => panic!("{what}: {e}"),
+    }
+    let h = history.borrow();
+    assert_eq!(
+        h.len() as u64,
+        out.attempts,
+        "{what}: every attempt recorded"
+    );
+    let report = check(
+        h.iter(),
+        Options {
+            isolation: Isolation::Serializable,
+            real_time: true,
+        },
+    )
+    .unwrap();
+    assert!(report.ok(), "{what}: {}", report.verdict());
+    out
+}
+
+/// Every protocol there is, with its default switches.
+fn protocols() -> Vec<TxnConfig> {
+    Protocol::NAMES
+        .iter()
+        .map(|n| TxnConfig {
+            protocol: Protocol::from_name(n).expect("listed"),
+            ..TxnConfig::default()
+        })
+        .collect()
+}
+
+fn topo(threads: u32, coroutines: u32) -> Topology {
+    Topology {
+        compute_nodes: 2,
+        threads,
+        coroutines,
+    }
+}
+
+#[test]
+fn smallbank_balances_match_committed_changes_and_the_history_is_serializable() {
+    let w = smallbank::SmallBank::new(smallbank::Options {
+        accounts: 200,
+        hot: 10,
+        ..smallbank::Options::default()
+    })
+    .unwrap();
+    for txn in protocols() {
+        for seed in 1..=4 {
+            let o = run(&w, seed, topo(2, 3), 80, txn.clone());
+            assert!(o.committed > o.attempts / 3, "seed {seed}: {}", o.committed);
+            assert!(o.per_type.iter().all(|&n| n > 0), "{:?}", o.per_type);
+        }
+    }
+}
+
+#[test]
+fn smallbank_transfers_conserve_money_with_backup_reads_and_no_hitchhiking() {
+    let w = smallbank::SmallBank::new(smallbank::Options {
+        accounts: 50,
+        hot: 5,
+        mix: smallbank::Mix::Transfer,
+        ..smallbank::Options::default()
+    })
+    .unwrap();
+    let ford = FordOptions {
+        hitchhiked_locking: false,
+        backup_reads: true,
+        ..FordOptions::default()
+    };
+    let txn = TxnConfig {
+        ford,
+        ..TxnConfig::default()
+    };
+    for seed in 1..=3 {
+        let o = run(&w, seed, topo(2, 2), 60, txn.clone());
+        assert!(o.committed > 0);
+        // Only Amalgamate and SendPayment run.
+        assert_eq!(
+            o.per_type[1] + o.per_type[2] + o.per_type[4] + o.per_type[5],
+            0
+        );
+    }
+}
+
+#[test]
+fn kv_checksums_and_write_counts_hold_skewed_and_uniform() {
+    for (theta, items) in [(0.99, 4), (0.0, 2)] {
+        let w = kv::Kv::new(kv::Options {
+            keys: 300,
+            value_size: 100,
+            theta,
+            read_only_pct: 50,
+            items,
+        })
+        .unwrap();
+        for txn in protocols() {
+            for seed in 1..=2 {
+                let o = run(&w, seed, topo(2, 2), 50, txn.clone());
+                assert!(o.per_type.iter().all(|&n| n > 0), "{:?}", o.per_type);
+            }
+        }
+    }
+}
+
+#[test]
+fn tatp_call_forwarding_rows_add_up_and_the_history_is_serializable() {
+    let w = tatp::Tatp::new(tatp::Options { subscribers: 100 }).unwrap();
+    let mut per_type = [0u64; 7];
+    for txn in protocols() {
+        for seed in 1..=3 {
+            let o = run(&w, seed, topo(2, 3), 80, txn.clone());
+            for (a, b) in per_type.iter_mut().zip(&o.per_type) {
+                *a += b;
+            }
+        }
+    }
+    // Inserts and deletes of call forwardings did commit.
+    assert!(per_type[5] > 0 && per_type[6] > 0, "{per_type:?}");
+}
+
+#[test]
+fn tpcc_meets_consistency_conditions_and_the_history_is_serializable() {
+    let w = tpcc::Tpcc::new(tpcc::Options {
+        warehouses: 2,
+        customers_per_district: 30,
+        items: 200,
+        new_orders_per_district: 200,
+        // More remote lines than the spec, so that the short run has some.
+        remote_item_pct: 10,
+        ..tpcc::Options::default()
+    })
+    .unwrap();
+    let mut per_type = [0u64; 5];
+    for txn in protocols() {
+        for seed in 1..=3 {
+            let o = run(&w, seed, topo(2, 2), 40, txn.clone());
+            for (a, b) in per_type.iter_mut().zip(&o.per_type) {
+                *a += b;
+            }
+        }
+    }
+    assert!(per_type.iter().all(|&n| n > 0), "{per_type:?}");
+}
+
+/// Overwrites the value of `key` in `table` on its primary, as a bug in a protocol would.
+fn corrupt(pool: &Pool, plan: &Plan, table: u32, key: u64, f: impl Fn(&mut [u8])) {
+    let t = plan.table(table).unwrap();
+    let codec = t.codec();
+    let bucket_bytes = t.bucket_bytes as usize;
+    let mut bucket = t.home_bucket(key);
+    loop {
+        let mut b = vec![0u8; bucket_bytes];
+        pool.with_local(t.primary(), |m| m.read(bucket, &mut b));
+        let scan = t.scan(bucket, &b, key);
+        if let Some((slot, off)) = scan.found {
+            let rec = t.slot_bytes(&b, slot).to_vec();
+            let mut v = vec![0u8; t.value_size as usize];
+            let h = codec.decode(&rec, &mut v).unwrap();
+            f(&mut v);
+            let mut out = vec![0u8; rec.len()];
+            codec.encode(&h, &v, &mut out);
+            pool.with_local(t.primary(), |m| m.write(off, &out));
+            return;
+        }
+        bucket = scan.next.expect("the key is loaded");
+    }
+}
+
+fn loaded<W: Workload>(w: &W) -> (Pool, Plan) {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 1,
+        log_slice_bytes: w.log_slice_bytes(),
+        region_bytes: None,
+    };
+    let plan = Plan::new(&w.tables(), &shape).unwrap();
+    let pool = Pool::Sim(SimPool::new(SimConfig::new(1, 2, plan.region_bytes)).unwrap());
+    plan.format_pool(&pool).unwrap();
+    w.load(&pool, &plan, 7).unwrap();
+    (pool, plan)
+}
+
+/// Negative controls: the checks catch what they are for.
+#[test]
+fn verify_catches_a_wrong_balance_a_bad_checksum_and_broken_tpcc_conditions() {
+    let sb = smallbank::SmallBank::new(smallbank::Options {
+        accounts: 100,
+        hot: 10,
+        ..smallbank::Options::default()
+    })
+    .unwrap();
+    let (pool, plan) = loaded(&sb);
+    assert!(sb.verify(&pool, &plan, 7, &[sb.tally(true)]).is_ok());
+    corrupt(&pool, &plan, smallbank::CHECKING, 42, |v| v[0] ^= 1);
+    let e = sb.verify(&pool, &plan, 7, &[sb.tally(true)]).unwrap_err();
+    assert!(e.to_string().contains("checking account 42"), "{e}");
+
+    let kvw = kv::Kv::new(kv::Options {
+        keys: 100,
+        ..kv::Options::default()
+    })
+    .unwrap();
+    let (pool, plan) = loaded(&kvw);
+    assert!(kvw.verify(&pool, &plan, 7, &[kvw.tally(true)]).is_ok());
+    corrupt(&pool, &plan, kv::KV, 5, |v| v[20] ^= 1);
+    let e = kvw.verify(&pool, &plan, 7, &[kvw.tally(true)]).unwrap_err();
+    assert!(e.to_string().contains("key 5: the value's checksum"), "{e}");
+
+    let tp = tpcc::Tpcc::new(tpcc::Options {
+        warehouses: 1,
+        customers_per_district: 20,
+        items: 100,
+        new_orders_per_district: 10,
+        ..tpcc::Options::default()
+    })
+    .unwrap();
+    for (table, key, off, want) in [
+        (tpcc::WAREHOUSE, 1, 8, "condition 1"),
+        (tpcc::DISTRICT, tpcc::dkey(1, 4), 16, "condition 2"),
+        (tpcc::ORDER, tpcc::okey(1, 2, 3), 8, "condition 4"),
+    ] {
+        let (pool, plan) = loaded(&tp);
+        assert!(tp.verify(&pool, &plan, 7, &[tp.tally(true)]).is_ok());
+        corrupt(&pool, &plan, table, key, |v| {
+            v[off] = v[off].wrapping_add(1)
+        });
+        let e = tp.verify(&pool, &plan, 7, &[tp.tally(true)]).unwrap_err();
+        assert!(e.to_string().contains(want), "{want}: {e}");
+    }
+}
