@@ -269,6 +269,9 @@ fn loopback_two_memnodes_two_compute_processes() {
                 "tcp",
                 "--ucx-devices",
                 "lo",
+                // Four processes on a few cores: spinning progress threads would starve them.
+                "--spin-us",
+                "0",
             ],
         )
     };
@@ -510,6 +513,8 @@ fn namespaces_memnodes_on_two_hosts_compute_on_a_third() {
                 "tcp",
                 "--ucx-devices",
                 "v0",
+                "--spin-us",
+                "0",
             ],
         )
     };

@@ -110,6 +110,7 @@ impl UcxPool {
                         token: token.clone(),
                         file: None,
                         ucx: cfg.clone(),
+                        spin: MemNodeConfig::DEFAULT_SPIN,
                     },
                     i as NodeId,
                 )
