@@ -176,6 +176,15 @@ fn probe_cmd(prefix: &[&str], memnodes: &str, extra: &[&str]) -> Command {
 
 /// `dtxn bench` against the memory nodes: SmallBank on FORD, small enough for a test.
 fn bench_cmd(prefix: &[&str], memnodes: &str, extra: &[&str]) -> Command {
+    workload_cmd(
+        prefix,
+        memnodes,
+        &["--workload", "smallbank", "--accounts", "2000"],
+        extra,
+    )
+}
+
+fn workload_cmd(prefix: &[&str], memnodes: &str, workload: &[&str], extra: &[&str]) -> Command {
     let mut cmd = match prefix.split_first() {
         Some((p, rest)) => {
             let mut c = Command::new(p);
@@ -192,10 +201,9 @@ fn bench_cmd(prefix: &[&str], memnodes: &str, extra: &[&str]) -> Command {
         memnodes,
         "--token",
         TOKEN,
-        "--workload",
-        "smallbank",
-        "--accounts",
-        "2000",
+    ])
+    .args(workload)
+    .args([
         "--protocol",
         "ford",
         "--threads",
@@ -262,7 +270,7 @@ fn loopback_two_memnodes_two_compute_processes() {
                 "--listen",
                 "127.0.0.1:0",
                 "--size",
-                "1M",
+                "4M",
                 "--token",
                 TOKEN,
                 "--ucx-tls",
@@ -351,6 +359,40 @@ fn loopback_two_memnodes_two_compute_processes() {
         assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
     }
     check_histories(&hist, &dir.join("merged.jsonl"));
+    // kv on FORD the same way: loaded once, two compute processes, histories checked.
+    let kv = ["--workload", "kv", "--keys", "5000"];
+    assert_ok(
+        &run_bounded(workload_cmd(
+            &[],
+            &memnodes,
+            &kv,
+            &["--compute-nodes", "2", "--load-only"],
+        )),
+        "kv --load-only",
+    );
+    let kv_hist: Vec<_> = (0..2).map(|k| dir.join(format!("kv{k}.jsonl"))).collect();
+    let runs: Vec<_> = (0..2u32)
+        .map(|k| {
+            let cmd = workload_cmd(
+                &[],
+                &memnodes,
+                &kv,
+                &[
+                    "--compute-nodes",
+                    "2",
+                    "--compute-node",
+                    &k.to_string(),
+                    "--record",
+                    kv_hist[k as usize].to_str().unwrap(),
+                ],
+            );
+            std::thread::spawn(move || run_bounded(cmd))
+        })
+        .collect();
+    for (k, r) in runs.into_iter().enumerate() {
+        assert_ok(&r.join().unwrap(), &format!("kv, compute node {k}"));
+    }
+    check_histories(&kv_hist, &dir.join("kv-merged.jsonl"));
     // Options that describe another pool are refused, not run.
     let o = run_bounded(bench_cmd(&[], &memnodes, &["--compute-nodes", "3"]));
     let err = String::from_utf8_lossy(&o.stderr);
