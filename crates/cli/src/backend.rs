@@ -94,7 +94,7 @@ impl BackendArgs {
                 let sizes = pool.node_sizes();
                 if sizes.len() != nodes {
                     bail!(
-                        "--memnodes lists {} memory node(s); this run needs {nodes}",
+                        "--memnodes lists {} memory node(s); this run needs {nodes} (--memory-nodes)",
                         sizes.len()
                     );
                 }
