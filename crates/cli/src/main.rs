@@ -8,6 +8,7 @@ mod memnode;
 mod probe;
 mod remote;
 mod sweep;
+mod torture;
 
 use anyhow::{bail, Result};
 use backend::{Backend, BackendArgs};
@@ -41,6 +42,9 @@ enum Cmd {
     Check(check::CheckArgs),
     /// Memory-node daemon: serves a region over UCX to compute processes until SIGTERM.
     Memnode(memnode::MemnodeArgs),
+    /// Every protocol x workload x seed on the adversarial sim, histories checked and
+    /// invariants verified; prints the replay command of the first failure.
+    Torture(torture::TortureArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -215,6 +219,7 @@ fn main() -> ExitCode {
         Cmd::Probe(a) => probe(a),
         Cmd::Bench(a) => bench::main(*a),
         Cmd::Check(a) => check::run(a),
+        Cmd::Torture(a) => torture::run(a),
         Cmd::Layout(a) => layout::run(*a),
         Cmd::Sweep(a) => sweep::run(*a),
         Cmd::Memnode(a) => memnode::run(a),

@@ -276,6 +276,10 @@ fn bad_input_is_one_clear_line_and_exit_2() {
             "--compute-nodes is a sim option",
         ),
         (vec!["bench", "--workload", "kv", "--items", "0"], "--items"),
+        (
+            vec!["bench", "--protocol", "farm", "--localized-validation"],
+            "--localized-validation is FORD's",
+        ),
     ];
     for (args, want) in cases {
         let o = dtxn(&args);
@@ -352,4 +356,29 @@ fn sweep_writes_a_csv_row_per_point_and_type_and_plots() {
         "{}",
         stderr(&bad)
     );
+}
+
+#[test]
+fn localized_validation_verifies_and_its_history_is_strictly_serializable() {
+    let hist = tmp("lv.jsonl");
+    let v = json(&dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "smallbank",
+        "--accounts",
+        "500",
+        "--localized-validation",
+        "--txns",
+        "3000",
+        "--verify",
+        "--record",
+        hist.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(v["verify"]["ok"], true, "{}", v["verify"]);
+    assert_eq!(v["config"]["localized_validation"], true);
+    let c = dtxn(&["check", hist.to_str().unwrap(), "--real-time"]);
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stdout));
 }

@@ -69,6 +69,42 @@ pub fn entry_bytes<'a>(images: impl IntoIterator<Item = &'a [u8]>) -> usize {
         .sum::<usize>()
 }
 
+/// Appends one item's bytes (descriptor and image) to an entry body: what a coordinator that
+/// logs incrementally writes after the body it already wrote.
+pub fn encode_item(table: u32, offset: u64, insert: bool, image: &[u8], out: &mut Vec<u8>) {
+    let at = out.len();
+    out.resize(at + ITEM_HEAD + image.len().div_ceil(8) * 8, 0);
+    out[at..at + 4].copy_from_slice(&table.to_le_bytes());
+    out[at + 4..at + 8].copy_from_slice(&u32::from(insert).to_le_bytes());
+    out[at + 8..at + 16].copy_from_slice(&offset.to_le_bytes());
+    out[at + 16..at + 20].copy_from_slice(&(image.len() as u32).to_le_bytes());
+    out[at + ITEM_HEAD..at + ITEM_HEAD + image.len()].copy_from_slice(image);
+}
+
+/// The entry's first line, for a body of `items` items, `body_bytes` long, with crc32 `crc`.
+/// Written after the body (on the same QP: in order, G4), so that a torn append leaves the
+/// previous, still valid, entry.
+pub fn encode_head(
+    txn: u64,
+    coordinator: u32,
+    status: LogStatus,
+    items: u32,
+    body_bytes: u32,
+    crc: u32,
+) -> [u8; HEAD] {
+    let mut out = [0u8; HEAD];
+    out[0..8].copy_from_slice(&txn.to_le_bytes());
+    out[8..16].copy_from_slice(&(status as u64).to_le_bytes());
+    out[16..20].copy_from_slice(&coordinator.to_le_bytes());
+    out[20..24].copy_from_slice(&items.to_le_bytes());
+    out[24..28].copy_from_slice(&body_bytes.to_le_bytes());
+    out[28..32].copy_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Bytes of an entry's first line; the body starts after it.
+pub const HEAD_BYTES: usize = HEAD;
+
 impl LogEntry {
     /// Encodes into `out` (cleared first), checking it fits a slice of `slice_bytes`.
     pub fn encode(&self, slice_bytes: u64, out: &mut Vec<u8>) -> Result<(), StoreError> {
@@ -80,24 +116,21 @@ impl LogEntry {
             });
         }
         out.clear();
-        out.resize(need, 0);
-        let mut at = HEAD;
+        out.resize(HEAD, 0);
         for it in &self.items {
-            out[at..at + 4].copy_from_slice(&it.table.to_le_bytes());
-            out[at + 4..at + 8].copy_from_slice(&u32::from(it.insert).to_le_bytes());
-            out[at + 8..at + 16].copy_from_slice(&it.offset.to_le_bytes());
-            out[at + 16..at + 20].copy_from_slice(&(it.old_image.len() as u32).to_le_bytes());
-            out[at + ITEM_HEAD..at + ITEM_HEAD + it.old_image.len()].copy_from_slice(&it.old_image);
-            at += ITEM_HEAD + it.old_image.len().div_ceil(8) * 8;
+            encode_item(it.table, it.offset, it.insert, &it.old_image, out);
         }
         let body = (need - HEAD) as u32;
         let crc = crc32fast::hash(&out[HEAD..]);
-        out[0..8].copy_from_slice(&self.txn.to_le_bytes());
-        out[8..16].copy_from_slice(&(self.status as u64).to_le_bytes());
-        out[16..20].copy_from_slice(&self.coordinator.to_le_bytes());
-        out[20..24].copy_from_slice(&(self.items.len() as u32).to_le_bytes());
-        out[24..28].copy_from_slice(&body.to_le_bytes());
-        out[28..32].copy_from_slice(&crc.to_le_bytes());
+        let head = encode_head(
+            self.txn,
+            self.coordinator,
+            self.status,
+            self.items.len() as u32,
+            body,
+            crc,
+        );
+        out[..HEAD].copy_from_slice(&head);
         Ok(())
     }
 

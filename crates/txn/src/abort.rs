@@ -20,6 +20,12 @@ pub enum AbortReason {
     Missing,
     /// The application rolled back (e.g. TPC-C's 1% NewOrder rollbacks).
     User,
+    /// The transaction's undo log does not fit its coordinator's log slice: a sizing problem
+    /// (give the pool bigger log slices).
+    LogFull,
+    /// An insert found its table's overflow area full: a sizing problem (give the table more
+    /// rows or more overflow).
+    TableFull,
     /// The request itself was wrong (no such table, a value of the wrong size, an update of
     /// an item never read for update). A bug in the caller, reported as an abort so that a
     /// workload never panics on it.
@@ -27,7 +33,7 @@ pub enum AbortReason {
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 8] = [
+    pub const ALL: [AbortReason; 10] = [
         AbortReason::LockConflict,
         AbortReason::Validation,
         AbortReason::Invisible,
@@ -35,6 +41,8 @@ impl AbortReason {
         AbortReason::Exists,
         AbortReason::Missing,
         AbortReason::User,
+        AbortReason::LogFull,
+        AbortReason::TableFull,
         AbortReason::BadRequest,
     ];
 
@@ -47,6 +55,8 @@ impl AbortReason {
             AbortReason::Exists => "exists",
             AbortReason::Missing => "missing",
             AbortReason::User => "user",
+            AbortReason::LogFull => "log-full",
+            AbortReason::TableFull => "table-full",
             AbortReason::BadRequest => "bad-request",
         }
     }

@@ -20,7 +20,7 @@ pub trait Recorder {
 pub struct CoordStats {
     pub committed: u64,
     /// Aborts by reason (indexed like [`AbortReason::ALL`]).
-    pub aborted: [u64; 8],
+    pub aborted: [u64; AbortReason::ALL.len()],
 }
 
 impl CoordStats {

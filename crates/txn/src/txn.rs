@@ -73,6 +73,8 @@ pub(crate) struct Item {
     pub new: NewValue,
     /// Inserts: the chain's insert lock we hold, as (node, address).
     pub chain_lock: Option<(NodeId, u64)>,
+    /// Its old image is in the undo log already.
+    pub in_log: bool,
     /// Inserts: the version the new record gets (above the slot's old stamps and the key's
     /// tombstone, so that neither ever repeats).
     pub install: Option<u64>,
@@ -94,8 +96,13 @@ pub struct Txn<'c> {
     pub(crate) items: Vec<Item>,
     pub(crate) start_ns: u64,
     pub(crate) stats_at_start: Stats,
-    /// RW images in the last undo-log entry written.
+    /// Items in the undo-log entry written so far.
     pub(crate) logged: usize,
+    /// The undo-log entry's body so far (items are appended as they are locked), its running
+    /// crc, and the memory nodes that hold it.
+    pub(crate) log_body: Vec<u8>,
+    pub(crate) log_crc: crc32fast::Hasher,
+    pub(crate) log_nodes: Vec<NodeId>,
     /// Versions installed, once the commit WRITEs have been posted (for the history).
     pub(crate) installed: bool,
     pub(crate) finished: bool,
@@ -103,7 +110,12 @@ pub struct Txn<'c> {
 
 impl<'c> Txn<'c> {
     pub(crate) fn new(c: &'c mut Coordinator, id: u64, kind: TxKind) -> Txn<'c> {
+        let mut log_body = std::mem::take(&mut c.log_buf);
+        log_body.clear();
         Txn {
+            log_body,
+            log_crc: crc32fast::Hasher::new(),
+            log_nodes: Vec::new(),
             start_ns: c.ep.now_ns(),
             stats_at_start: c.ep.stats(),
             c,
@@ -260,6 +272,7 @@ impl<'c> Txn<'c> {
 
     fn finish(&mut self, result: Result<(), Abort>) {
         self.finished = true;
+        self.c.log_buf = std::mem::take(&mut self.log_body);
         let end_ns = self.c.ep.now_ns();
         match result {
             Ok(()) => self.c.stats.committed += 1,

@@ -147,6 +147,11 @@ pub struct BenchArgs {
     #[arg(long, value_parser = parse_duration)]
     pub warmup: Option<u64>,
 
+    /// ford: localized validation (FORD-LV): the coordinators share a version cache, so
+    /// read-only items are validated locally on a hit (one compute node only).
+    #[arg(long)]
+    pub localized_validation: bool,
+
     /// Protocol switch, e.g. `--set ford.backup_reads=true` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,

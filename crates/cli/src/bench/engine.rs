@@ -10,7 +10,7 @@
 use dtxn_check::HistoryWriter;
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::PoolMap;
-use dtxn_txn::{AbortReason, Coordinator, Recorder, TxnConfig, TxnOutcome};
+use dtxn_txn::{AbortReason, Coordinator, Recorder, TxnConfig, TxnOutcome, Vcache};
 use dtxn_workloads::{rng::mix, WlRng, Workload};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -45,7 +45,7 @@ pub struct TypeStats {
     pub attempts: u64,
     pub committed: u64,
     /// Aborts by reason, indexed like [`AbortReason::ALL`].
-    pub aborts: [u64; 8],
+    pub aborts: [u64; AbortReason::ALL.len()],
     /// Latency of committed attempts, ns.
     pub latency: Histogram<u64>,
     /// Sums over committed attempts: critical-path round trips, verbs, payload bytes.
@@ -62,7 +62,7 @@ impl TypeStats {
         TypeStats {
             attempts: 0,
             committed: 0,
-            aborts: [0; 8],
+            aborts: [0; AbortReason::ALL.len()],
             // Two significant digits: 1% resolution, and a few tens of KiB per histogram.
             latency: Histogram::new_with_bounds(1, MAX_LATENCY_NS, 2).expect("valid bounds"),
             round_trips: 0,
@@ -164,6 +164,8 @@ pub struct Shared {
     pub progress: ProgressBar,
     record: Option<Arc<Mutex<HistoryWriter<File>>>>,
     record_failed: Arc<AtomicBool>,
+    /// FORD-LV: the version cache every coordinator of the (one) compute node shares.
+    pub vcache: Option<Arc<Vcache>>,
 }
 
 /// What one run produced.
@@ -200,6 +202,9 @@ async fn coordinator<W: Workload>(
         .await
         .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?;
     let mut c = Coordinator::new(ep, Rc::new(map), cfg);
+    if let Some(v) = &sh.vcache {
+        c.set_vcache(v.clone());
+    }
     if let Some(out) = &sh.record {
         c.set_recorder(Box::new(FileRecorder {
             out: out.clone(),
@@ -279,6 +284,7 @@ impl Shared {
             progress,
             record,
             record_failed: Arc::default(),
+            vcache: None,
         })
     }
 

@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 pub use args::{BenchArgs, WorkloadArgs};
 use dtxn_fabric::Topology;
 use dtxn_store::{Plan, PoolShape, TableSpec};
+use dtxn_txn::{Protocol, Vcache};
 use dtxn_workloads::{kv, smallbank, tatp, tpcc, Workload};
 use engine::{Shared, Stop};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -322,6 +323,9 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     if a.txns == Some(0) {
         bail!("--txns must be at least 1");
     }
+    if a.localized_validation && (cfg.protocol != Protocol::Ford || topo.compute_nodes != 1) {
+        bail!("--localized-validation is FORD's, with one compute node");
+    }
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
@@ -403,16 +407,32 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     } else {
         ProgressBar::hidden()
     };
-    let sh = Arc::new(Shared::new(
+    let mut sh = Shared::new(
         stop,
         a.seed,
         a.verify,
         topo.coordinators(),
         bar.clone(),
         a.record.as_deref(),
-    )?);
+    )?;
+    if a.localized_validation {
+        // The pool is this process's alone, which localized validation requires.
+        sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
+    }
+    let sh = Arc::new(sh);
     let w = Arc::new(w);
-    let out = engine::run(&mut pool, &w, topo, &cfg, &sh)?;
+    // Register with the pool: alone for localized validation (every writer must share this
+    // process's Vcache), shared otherwise. Matters when other processes use the pool (ucx).
+    // ucx: this process is one compute node of several; elsewhere one claim is enough.
+    let claim_nodes = if a.backend == Backend::Ucx {
+        topo.compute_nodes
+    } else {
+        1
+    };
+    let attachment = claim(&mut pool, a.localized_validation, claim_nodes)?;
+    let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
+    release_claim(&mut pool, attachment, claim_nodes)?;
+    let out = out?;
     bar.finish_and_clear();
     Arc::try_unwrap(sh)
         .map_err(|_| anyhow!("a coordinator outlived the run"))?
@@ -453,4 +473,47 @@ fn progress_bar(stop: Stop, backend: Backend) -> ProgressBar {
         bar.set_style(s);
     }
     bar
+}
+
+/// One coordinator on this process's compute node (ucx: `--compute-node K` of
+/// `compute_nodes`, which `UcxPool::run` requires; elsewhere 1).
+fn one_coordinator(compute_nodes: u32) -> Topology {
+    Topology {
+        compute_nodes,
+        threads: 1,
+        coroutines: 1,
+    }
+}
+
+/// Attaches this process to the pool (see `dtxn_txn::attach`).
+fn claim(
+    pool: &mut dtxn_fabric::Pool,
+    exclusive: bool,
+    compute_nodes: u32,
+) -> Result<dtxn_txn::Attachment> {
+    let r = pool.run(
+        one_coordinator(compute_nodes),
+        None,
+        move |mut ep| async move { dtxn_txn::attach(&mut ep, exclusive).await },
+    )?;
+    let out = r.outputs.into_iter().next().flatten();
+    out.ok_or_else(|| anyhow!("the attaching coordinator did not finish"))?
+        .map_err(|e| anyhow!("{e}"))
+}
+
+fn release_claim(
+    pool: &mut dtxn_fabric::Pool,
+    a: dtxn_txn::Attachment,
+    compute_nodes: u32,
+) -> Result<()> {
+    let r = pool.run(
+        one_coordinator(compute_nodes),
+        None,
+        move |mut ep| async move { dtxn_txn::detach(&mut ep, a).await },
+    )?;
+    match r.outputs.into_iter().next().flatten() {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(anyhow!("cannot detach from the pool: {e}")),
+        None => Err(anyhow!("the detaching coordinator did not finish")),
+    }
 }

@@ -35,6 +35,8 @@ pub struct ConfigReport {
     pub protocol: String,
     /// The protocol's switches as run.
     pub txn: TxnConfig,
+    /// FORD-LV: a version cache shared by the coordinators.
+    pub localized_validation: bool,
     pub backend: Backend,
     /// The backend in words (profile, adversary, seed; or the shm region).
     pub backend_detail: String,
@@ -74,6 +76,7 @@ impl ConfigReport {
             workload_options: w.options_json(),
             protocol: cfg.protocol.name().to_string(),
             txn: cfg.clone(),
+            localized_validation: a.localized_validation,
             backend: a.backend,
             backend_detail: a.backend_args().describe(),
             seed: a.seed,
@@ -245,8 +248,11 @@ impl BenchReport {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "dtxn bench: {} on {}, {}",
-            c.workload, c.protocol, c.backend_detail
+            "dtxn bench: {} on {}{}, {}",
+            c.workload,
+            c.protocol,
+            if c.localized_validation { "-lv" } else { "" },
+            c.backend_detail
         );
         let _ = writeln!(
             s,
@@ -338,11 +344,25 @@ impl BenchReport {
             "(RTs, verbs, bytes: means per committed transaction; RTs are critical-path round \
              trips)"
         );
+        if let Some(n) = a.aborts.get("log-full") {
+            let _ = writeln!(
+                s,
+                "note: {n} aborts because an undo log did not fit its slice (raise \
+                 --log-slice-bytes)"
+            );
+        }
+        if let Some(n) = a.aborts.get("table-full") {
+            let _ = writeln!(
+                s,
+                "note: {n} aborts because a table had no room for an insert (raise \
+                 --new-orders-per-district, or give the table more rows)"
+            );
+        }
         if let Some(n) = a.aborts.get("bad-request") {
             let _ = writeln!(
                 s,
-                "note: {n} aborts for a bad request: a table's room for inserts or an undo-log \
-                 slice ran out (raise --new-orders-per-district or --log-slice-bytes)"
+                "note: {n} aborts for a bad request (a workload asked for something the \
+                 protocol refuses: a bug)"
             );
         }
         if let Some(v) = &self.verify {

@@ -62,7 +62,7 @@ use crate::txn::{Access, Item, NewValue, TxKind, Txn};
 use crate::vcache::Check;
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cache::{check_slot, SlotCheck};
-use dtxn_store::log::{LogEntry, LogItem, LogStatus, STATUS_OFF};
+use dtxn_store::log::{encode_head, LogStatus, HEAD_BYTES, STATUS_OFF};
 use dtxn_store::record::RecordHeader;
 use dtxn_store::{PoolMap, TableInfo};
 
@@ -151,6 +151,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             new: NewValue::Keep,
             chain_lock: None,
             install: None,
+            in_log: false,
         });
         work.push((tx.items.len() - 1, stage, None));
     }
@@ -184,7 +185,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
         let mut give_back: Vec<(NodeId, u64)> = Vec::new();
         for (&(i, stage, expect), &(cas, read)) in work.iter().zip(&ids) {
             let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
-            let t = table(&map, table_id).clone();
+            let t = table(&map, table_id);
             let codec = t.codec();
             match stage {
                 Stage::Record { off, lock } => {
@@ -308,64 +309,72 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
 }
 
 /// Writes the undo log (the old image of every read-write item) to every replica of the
-/// tables written, in the background. Waits first for the previous log write of this
-/// transaction, so that at most one is outstanding.
+/// tables written, in the background. Items are appended as they are locked: the new items
+/// after the body already written, then the entry's first line (WRITEs on one QP apply in
+/// order, G4, so a torn append leaves the previous entry valid). A node that joins the log
+/// (a newly touched table's replica) gets the whole entry. Waits first for the previous log
+/// write, so that at most one is outstanding.
 async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
-    let logged = |i: &&Item| i.rw && (i.exists || i.new == NewValue::Insert);
-    let images = tx.items.iter().filter(logged).count();
-    if images == tx.logged || images == 0 {
+    let logged = |i: &Item| i.rw && (i.exists || i.new == NewValue::Insert);
+    let Some(first) = tx.items.iter().position(|i| logged(i) && !i.in_log) else {
         return Ok(());
-    }
-    let first = tx.items.iter().find(|i| i.rw).expect("a read-write item");
-    let fail = abort(AbortReason::ReplicaFailure, first);
+    };
+    let fail = abort(AbortReason::ReplicaFailure, &tx.items[first]);
     if tx.c.ep.wait_background().await.is_err() {
         return Err(fail);
     }
     let Some((slice, slice_bytes)) = tx.c.log_slice else {
-        return Err(abort(AbortReason::BadRequest, first));
+        // More coordinators than the pool has log slices.
+        return Err(abort(AbortReason::LogFull, &tx.items[first]));
     };
-    let entry = LogEntry {
-        txn: tx.id,
-        coordinator: tx.c.ep.id().index,
-        status: LogStatus::Pending,
-        items: tx
-            .items
-            .iter()
-            .filter(logged)
-            .map(|i| LogItem {
-                table: i.table,
-                offset: i.offset.expect("exists"),
-                insert: i.new == NewValue::Insert,
-                old_image: if i.new == NewValue::Insert {
-                    Vec::new()
-                } else {
-                    i.image.clone()
-                },
-            })
-            .collect(),
-    };
-    let mut buf = std::mem::take(&mut tx.c.log_buf);
-    if entry.encode(slice_bytes, &mut buf).is_err() {
-        tx.c.log_buf = buf;
-        return Err(abort(AbortReason::BadRequest, first));
+    let old_len = tx.log_body.len();
+    for it in tx.items.iter_mut().filter(|i| logged(i) && !i.in_log) {
+        let insert = it.new == NewValue::Insert;
+        let image: &[u8] = if insert { &[] } else { &it.image };
+        let offset = it.offset.expect("exists");
+        dtxn_store::log::encode_item(it.table, offset, insert, image, &mut tx.log_body);
+        it.in_log = true;
+        tx.logged += 1;
     }
-    let nodes = log_nodes(tx);
-    for &n in &nodes {
-        tx.c.ep.write(n, slice, &buf);
-        if tx.c.cfg.ford.flush {
+    if (HEAD_BYTES + tx.log_body.len()) as u64 > slice_bytes {
+        return Err(abort(AbortReason::LogFull, &tx.items[first]));
+    }
+    tx.log_crc.update(&tx.log_body[old_len..]);
+    let head = encode_head(
+        tx.id,
+        tx.c.ep.id().index,
+        LogStatus::Pending,
+        tx.logged as u32,
+        tx.log_body.len() as u32,
+        tx.log_crc.clone().finalize(),
+    );
+    let flush = tx.c.cfg.ford.flush;
+    for n in replica_nodes(tx) {
+        if tx.log_nodes.contains(&n) {
+            let tail = &tx.log_body[old_len..];
+            tx.c.ep
+                .write(n, slice + (HEAD_BYTES + old_len) as u64, tail);
+            tx.c.ep.write(n, slice, &head);
+        } else {
+            let body = &tx.log_body;
+            tx.c.ep.write_with(n, slice, HEAD_BYTES + body.len(), |b| {
+                b[..HEAD_BYTES].copy_from_slice(&head);
+                b[HEAD_BYTES..].copy_from_slice(body);
+            });
+            tx.log_nodes.push(n);
+        }
+        if flush {
             tx.c.ep.flush(n);
         }
     }
-    tx.c.log_buf = buf;
     if tx.c.ep.post_background().is_err() {
         return Err(fail);
     }
-    tx.logged = images;
     Ok(())
 }
 
 /// The memory nodes that hold a replica of a table this transaction may write.
-fn log_nodes(tx: &Txn<'_>) -> Vec<NodeId> {
+fn replica_nodes(tx: &Txn<'_>) -> Vec<NodeId> {
     let map = tx.c.map.clone();
     let mut nodes: Vec<NodeId> = tx
         .items
@@ -848,7 +857,7 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
     }
     if tx.logged > 0 {
         if let Some((slice, _)) = tx.c.log_slice {
-            for n in log_nodes(tx) {
+            for n in tx.log_nodes.clone() {
                 tx.c.ep
                     .write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
             }
@@ -929,6 +938,7 @@ pub(crate) async fn insert(
                 new: NewValue::Keep,
                 chain_lock: None,
                 install: None,
+                in_log: false,
             });
             tx.items.len() - 1
         }
@@ -1011,8 +1021,7 @@ pub(crate) async fn insert(
             }
             let index = tx.c.ep.old(f);
             if index >= t.overflow_buckets {
-                // The table is full: a sizing problem, reported as a bad request.
-                return Err(bad(AbortReason::BadRequest));
+                return Err(bad(AbortReason::TableFull));
             }
             for &n in &t.replicas {
                 tx.c.ep.write(n, chain_end, &(index + 1).to_le_bytes());

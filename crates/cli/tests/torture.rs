@@ -1,0 +1,64 @@
+//! `dtxn torture` end to end: a passing matrix, and one-line errors for bad input.
+
+use std::process::Command;
+
+fn dtxn(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_dtxn"))
+        .args(args)
+        .output()
+        .expect("dtxn runs")
+}
+
+#[test]
+fn a_small_matrix_passes_and_says_so() {
+    let dir = std::env::temp_dir().join(format!("dtxn-torture-test-{}", std::process::id()));
+    let o = dtxn(&[
+        "torture",
+        "--workloads",
+        "smallbank,tpcc",
+        "--seeds",
+        "2",
+        "--txns",
+        "300",
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // 3 protocols x 2 workloads x 2 seeds.
+    assert!(
+        out.lines()
+            .last()
+            .unwrap()
+            .starts_with("12 passed, 0 failed"),
+        "{out}"
+    );
+    // Passing runs leave no history behind.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_input_is_one_line() {
+    for (args, want) in [
+        (
+            vec!["torture", "--protocols", "nope"],
+            "unknown protocol 'nope'",
+        ),
+        (
+            vec!["torture", "--workloads", "ycsb"],
+            "unknown workload 'ycsb'",
+        ),
+        (vec!["torture", "--seeds", "0"], "at least 1"),
+    ] {
+        let o = dtxn(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}
