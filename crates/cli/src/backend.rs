@@ -3,7 +3,9 @@
 use anyhow::{bail, Context, Result};
 use dtxn_fabric::shm::{ShmConfig, ShmPool};
 use dtxn_fabric::sim::{Adversary, SimConfig, SimPool};
+use dtxn_fabric::ucx::{UcxConfig, UcxPool};
 use dtxn_fabric::{Pool, Profile};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -13,6 +15,8 @@ pub enum Backend {
     Sim,
     /// Real shared memory and CPU atomics.
     Shm,
+    /// Memory nodes served by `dtxn memnode` processes, over UCX (RDMA NICs, or TCP).
+    Ucx,
 }
 
 /// Options shared by every command that runs against a memory pool.
@@ -37,6 +41,24 @@ pub struct BackendArgs {
     /// shm: emulated network latency per round trip, in nanoseconds.
     #[arg(long, default_value_t = 0)]
     pub delay_ns: u64,
+    /// ucx: the memory nodes' bootstrap addresses, HOST:PORT,... (node i is the i-th; each
+    /// is a `dtxn memnode --listen` address).
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
+    pub memnodes: Vec<String>,
+    /// ucx: the memory nodes' --token.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// ucx: UCX transports (sets UCX_TLS), e.g. `tcp`, or `rc,ud` on RDMA NICs. Default: the
+    /// environment's UCX_TLS, or `tcp` on `lo` when every memory node is on a loopback address.
+    #[arg(long)]
+    pub ucx_tls: Option<String>,
+    /// ucx: devices UCX may use (sets UCX_NET_DEVICES), e.g. `eth1`, `mlx5_0:1`.
+    #[arg(long)]
+    pub ucx_devices: Option<String>,
+    /// ucx: this process's number among the run's compute processes (0, 1, ...): its
+    /// coordinators' ids, locks and log slices are its own.
+    #[arg(long, default_value_t = 0)]
+    pub compute_node: u32,
 }
 
 impl BackendArgs {
@@ -67,7 +89,92 @@ impl BackendArgs {
                 };
                 Ok(Pool::Shm(ShmPool::create(cfg)?))
             }
+            Backend::Ucx => {
+                let pool = self.ucx_pool()?;
+                let sizes = pool.node_sizes();
+                if sizes.len() != nodes {
+                    bail!(
+                        "--memnodes lists {} memory node(s); this run needs {nodes} (--memory-nodes)",
+                        sizes.len()
+                    );
+                }
+                for (i, (&size, addr)) in sizes.iter().zip(pool.addrs()).enumerate() {
+                    if size < node_size {
+                        bail!(
+                            "memory node {i} ({addr}) serves {size} bytes; this run needs \
+                             {node_size} per node: restart it with --size {node_size} or more"
+                        );
+                    }
+                }
+                Ok(Pool::Ucx(pool))
+            }
         }
+    }
+
+    /// The memory nodes' addresses, resolved (`ucx`).
+    pub fn memnode_addrs(&self) -> Result<Vec<SocketAddr>> {
+        if self.memnodes.is_empty() {
+            bail!("--backend ucx needs --memnodes HOST:PORT,... (the dtxn memnode listeners)");
+        }
+        self.memnodes
+            .iter()
+            .map(|m| {
+                let mut all = m
+                    .to_socket_addrs()
+                    .with_context(|| format!("--memnodes: cannot resolve '{m}' (HOST:PORT)"))?;
+                all.next()
+                    .with_context(|| format!("--memnodes: '{m}' resolves to no address"))
+            })
+            .collect()
+    }
+
+    /// UCX settings: the flags, else the environment, else TCP on `lo` when every memory
+    /// node is local (UCX's shared-memory transports are refused, and without a device list
+    /// its TCP transport would also try every other interface).
+    pub fn ucx_config(&self, addrs: &[SocketAddr]) -> UcxConfig {
+        let mut cfg = UcxConfig::default();
+        if let Some(tls) = &self.ucx_tls {
+            cfg.settings.push(("TLS".into(), tls.clone()));
+        }
+        if let Some(dev) = &self.ucx_devices {
+            cfg.settings.push(("NET_DEVICES".into(), dev.clone()));
+        }
+        let env_set =
+            std::env::var_os("UCX_TLS").is_some() || std::env::var_os("UCX_NET_DEVICES").is_some();
+        if cfg.settings.is_empty() && !env_set && addrs.iter().all(|a| a.ip().is_loopback()) {
+            cfg = UcxConfig::loopback_tcp();
+        }
+        cfg
+    }
+
+    /// Connects to the memory nodes (`ucx`), as compute node `--compute-node`.
+    pub fn ucx_pool(&self) -> Result<UcxPool> {
+        let token = match &self.token {
+            Some(t) if !t.is_empty() => t,
+            _ => bail!("--backend ucx needs --token (the memory nodes' --token)"),
+        };
+        let addrs = self.memnode_addrs()?;
+        let mut pool = UcxPool::connect(&addrs, token, self.ucx_config(&addrs))?;
+        pool.set_seed(self.seed);
+        pool.set_compute_node(self.compute_node);
+        Ok(pool)
+    }
+
+    /// Refuses options of another backend, which would silently do nothing.
+    pub fn check_options(&self) -> Result<()> {
+        if self.backend != Backend::Ucx {
+            let given = [
+                ("--memnodes", !self.memnodes.is_empty()),
+                ("--token", self.token.is_some()),
+                ("--ucx-tls", self.ucx_tls.is_some()),
+                ("--ucx-devices", self.ucx_devices.is_some()),
+                ("--compute-node", self.compute_node != 0),
+            ];
+            if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+                bail!("{flag} is an option of --backend ucx");
+            }
+        }
+        Ok(())
     }
 
     /// A short description for reports.
@@ -85,6 +192,17 @@ impl BackendArgs {
                     .as_ref()
                     .map_or("anonymous memory".to_string(), |d| d.display().to_string()),
                 self.delay_ns
+            ),
+            Backend::Ucx => format!(
+                "ucx (memory nodes {}{}{}, compute node {})",
+                self.memnodes.join(","),
+                self.ucx_tls
+                    .as_ref()
+                    .map_or(String::new(), |t| format!(", UCX_TLS={t}")),
+                self.ucx_devices
+                    .as_ref()
+                    .map_or(String::new(), |d| format!(", UCX_NET_DEVICES={d}")),
+                self.compute_node
             ),
         }
     }

@@ -6,11 +6,12 @@ mod check;
 mod layout;
 mod memnode;
 mod probe;
+mod remote;
 mod sweep;
 mod torture;
 
 use anyhow::{bail, Result};
-use backend::BackendArgs;
+use backend::{Backend, BackendArgs};
 use clap::{Parser, Subcommand};
 use probe::{ProbeCounts, ProbeParams, Scheme};
 use std::process::ExitCode;
@@ -102,13 +103,24 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
     } else {
         a.schemes.clone()
     };
+    a.backend.check_options()?;
     let biggest = *a.record_size.iter().max().expect("clap requires one");
-    let node_size = ((biggest as u64).div_ceil(64) * 64 * a.records as u64).div_ceil(4096) * 4096;
+    // Each compute node probes its own records (several probes may share a memory node).
+    let area = ((biggest as u64).div_ceil(64) * 64 * a.records as u64).div_ceil(4096) * 4096;
+    let base = area * u64::from(a.backend.compute_node);
+    let node_size = base + area;
+    // On ucx the pool is whatever --memnodes lists; the probe uses memory node 0.
+    let nodes = match a.backend.backend {
+        Backend::Ucx => a.backend.memnode_addrs()?.len(),
+        _ => 1,
+    };
     let mut rows = Vec::new();
     for &size in &a.record_size {
         for &scheme in &schemes {
-            let mut pool = a.backend.pool(1, node_size)?;
+            let mut pool = a.backend.pool(nodes, node_size)?;
             let params = ProbeParams {
+                base,
+                compute_node: a.backend.compute_node,
                 scheme,
                 record_size: size,
                 records: a.records,

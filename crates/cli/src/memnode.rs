@@ -38,6 +38,11 @@ pub struct MemnodeArgs {
     /// UCX's TCP transport uses every interface.
     #[arg(long)]
     pub ucx_devices: Option<String>,
+    /// Microseconds the progress thread keeps polling after its last request before it sleeps
+    /// on UCX's event fd. Spinning gives the lowest latency on a core of its own; use 0 where
+    /// memory nodes share a few cores with other busy processes (they would starve each other).
+    #[arg(long, default_value_t = 200)]
+    pub spin_us: u64,
 }
 
 /// `4096`, `64K`, `256M`, `2G`.
@@ -87,6 +92,7 @@ pub fn run(a: MemnodeArgs) -> Result<ExitCode> {
             token: a.token,
             file: a.path.clone(),
             ucx,
+            spin: std::time::Duration::from_micros(a.spin_us),
         },
         a.node,
     )?;

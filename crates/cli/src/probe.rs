@@ -62,6 +62,10 @@ impl Scheme {
 /// One probe run's parameters.
 #[derive(Debug, Clone, Serialize)]
 pub struct ProbeParams {
+    /// Where the records start on memory node 0.
+    pub base: u64,
+    /// This process's compute node (`ucx`: several probe processes may share a pool).
+    pub compute_node: u32,
     pub scheme: Scheme,
     pub record_size: usize,
     pub records: usize,
@@ -147,6 +151,7 @@ fn uniform_version(scheme: Scheme, record: usize, b: &[u8]) -> Option<u64> {
 }
 
 struct Layout {
+    base: u64,
     scheme: Scheme,
     size: usize,
     stride: u64,
@@ -155,7 +160,7 @@ struct Layout {
 
 impl Layout {
     fn addr(&self, r: usize) -> u64 {
-        r as u64 * self.stride
+        self.base + r as u64 * self.stride
     }
 }
 
@@ -163,12 +168,13 @@ impl Layout {
 pub fn run_probe(pool: &mut Pool, p: &ProbeParams) -> Result<ProbeCounts> {
     let size = p.record_size;
     let layout = Arc::new(Layout {
+        base: p.base,
         scheme: p.scheme,
         size,
         stride: (size as u64).div_ceil(64) * 64,
         records: p.records,
     });
-    let need = layout.stride * p.records as u64;
+    let need = p.base + layout.stride * p.records as u64;
     let have = pool.node_sizes()[0];
     if need > have {
         bail!(
@@ -176,17 +182,20 @@ pub fn run_probe(pool: &mut Pool, p: &ProbeParams) -> Result<ProbeCounts> {
             p.records
         );
     }
-    // Version 1 of every record, loaded by the memory node's CPU.
-    pool.with_local(0, |mem| {
+    // Version 1 of every record, loaded by the memory node's CPU (ucx: over the network,
+    // where a failure is an error, not a panic).
+    pool.try_with_local(0, |mem| {
         let mut buf = vec![0u8; size];
         for r in 0..p.records {
             image(p.scheme, r, 1, &mut buf);
             mem.write(layout.addr(r), &buf);
         }
-    });
+    })?;
     let readers_left = Arc::new(AtomicU64::new(u64::from(p.readers)));
     let topo = Topology {
-        compute_nodes: 1,
+        // Probe processes do not coordinate: compute node k of k + 1 only numbers this
+        // process's coordinators apart from the others'.
+        compute_nodes: p.compute_node + 1,
         threads: p.writers + p.readers,
         coroutines: 1,
     };

@@ -20,6 +20,7 @@ fn node(size: u64, token: &str) -> MemNode {
             token: token.into(),
             file: None,
             ucx: UcxConfig::loopback_tcp(),
+            spin: MemNodeConfig::DEFAULT_SPIN,
         },
         0,
     )
@@ -102,6 +103,7 @@ fn memory_nodes_refuse_bad_setups() {
         token: token.into(),
         file: None,
         ucx: UcxConfig::loopback_tcp(),
+        spin: MemNodeConfig::DEFAULT_SPIN,
     };
     assert!(MemNode::start(cfg(100, "t"), 0).is_err());
     assert!(MemNode::start(cfg(4096, ""), 0).is_err());
@@ -129,6 +131,7 @@ fn directly_mapped_regions_are_refused_unless_allowed() {
             token: "t".into(),
             file: None,
             ucx: shm.clone(),
+            spin: MemNodeConfig::DEFAULT_SPIN,
         },
         0,
     )
@@ -317,6 +320,7 @@ fn file_regions_persist_and_are_served_once() {
         token: "t".into(),
         file: Some(path.clone()),
         ucx: UcxConfig::loopback_tcp(),
+        spin: MemNodeConfig::DEFAULT_SPIN,
     };
     let n = MemNode::start(cfg.clone(), 0).unwrap();
     let e = MemNode::start(cfg.clone(), 0).unwrap_err();

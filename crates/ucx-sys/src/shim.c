@@ -2,16 +2,38 @@
  * parameter structs (whose layouts change between releases). Every function returns a
  * ucs_status_t (0 ok, 1 in progress, negative error) or a request handle with its status. */
 #include <ucp/api/ucp.h>
+#include <ucs/debug/log_def.h>
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+/* UCX logs to stdout by default, which corrupts the machine-readable output (JSON, CSV) of
+ * dtxn's commands: its messages go to stderr instead, one line each. */
+static ucs_log_func_rc_t dux_log_to_stderr(const char *file, unsigned line,
+                                           const char *function, ucs_log_level_t level,
+                                           const ucs_log_component_config_t *comp_conf,
+                                           const char *message, va_list ap)
+{
+    (void)function;
+    (void)comp_conf;
+    const char *base = strrchr(file, '/');
+    fprintf(stderr, "ucx %s %s:%u: ", ucs_log_level_names[level], base ? base + 1 : file, line);
+    vfprintf(stderr, message, ap);
+    fputc('\n', stderr);
+    return UCS_LOG_FUNC_RC_STOP;
+}
+
 int dux_init(const char *const *keys, const char *const *vals, size_t n, int wakeup,
              int shared_workers, ucp_context_h *out)
 {
+    static int log_redirected;
+    if (!__atomic_exchange_n(&log_redirected, 1, __ATOMIC_SEQ_CST))
+        ucs_log_push_handler(dux_log_to_stderr);
     ucp_config_t *cfg;
     ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
     if (st != UCS_OK)

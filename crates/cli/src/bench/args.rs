@@ -89,6 +89,30 @@ pub struct BenchArgs {
     /// shm: emulated network latency per round trip, in nanoseconds.
     #[arg(long, default_value_t = 0)]
     pub delay_ns: u64,
+    /// ucx: the memory nodes' bootstrap addresses, HOST:PORT,... (`dtxn memnode --listen`;
+    /// node i is the i-th).
+    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
+    pub memnodes: Vec<String>,
+    /// ucx: the memory nodes' --token.
+    #[arg(long)]
+    pub token: Option<String>,
+    /// ucx: UCX transports (UCX_TLS), e.g. `tcp`, `rc,ud` (default: the environment's, or tcp on
+    /// lo when every memory node is local).
+    #[arg(long)]
+    pub ucx_tls: Option<String>,
+    /// ucx: devices UCX may use (UCX_NET_DEVICES), e.g. `eth1`, `mlx5_0:1`.
+    #[arg(long)]
+    pub ucx_devices: Option<String>,
+    /// ucx: this process's number among the --compute-nodes compute processes (0, 1, ...).
+    #[arg(long, default_value_t = 0)]
+    pub compute_node: u32,
+    /// ucx: format and load the pool before running (one process, before the others start).
+    /// Without it the pool must have been loaded with the same workload and pool options.
+    #[arg(long)]
+    pub load: bool,
+    /// ucx: format and load the pool, then exit without running.
+    #[arg(long, conflicts_with = "load")]
+    pub load_only: bool,
 
     /// Memory nodes.
     #[arg(long, default_value_t = 2)]
@@ -102,7 +126,7 @@ pub struct BenchArgs {
     /// Undo-log slice of each coordinator, in bytes.
     #[arg(long, value_parser = parse_size)]
     pub log_slice_bytes: Option<u64>,
-    /// sim: compute nodes.
+    /// sim: compute nodes; ucx: compute processes of the run (start one per --compute-node).
     #[arg(long, default_value_t = 1)]
     pub compute_nodes: u32,
     /// Worker threads per compute node (default: shm 2, sim 8).
@@ -152,7 +176,7 @@ pub struct BenchArgs {
 impl BenchArgs {
     pub fn threads(&self) -> u32 {
         self.threads.unwrap_or(match self.backend {
-            Backend::Shm => 2,
+            Backend::Shm | Backend::Ucx => 2,
             Backend::Sim => 8,
         })
     }
@@ -160,13 +184,15 @@ impl BenchArgs {
     pub fn coroutines(&self) -> u32 {
         self.coroutines.unwrap_or(match self.backend {
             Backend::Shm => 1,
+            // Coroutines hide the network's round trips (tens of us over TCP).
+            Backend::Ucx => 4,
             Backend::Sim => 4,
         })
     }
 
     pub fn duration_ns(&self) -> u64 {
         self.duration.unwrap_or(match self.backend {
-            Backend::Shm => 2_000_000_000,
+            Backend::Shm | Backend::Ucx => 2_000_000_000,
             Backend::Sim => 20_000_000,
         })
     }
@@ -174,7 +200,7 @@ impl BenchArgs {
     pub fn warmup_ns(&self) -> u64 {
         self.warmup.unwrap_or(match (self.txns, self.backend) {
             (None, _) => self.duration_ns() / 10,
-            (Some(_), Backend::Shm) => 200_000_000,
+            (Some(_), Backend::Shm | Backend::Ucx) => 200_000_000,
             (Some(_), Backend::Sim) => 2_000_000,
         })
     }
@@ -187,6 +213,11 @@ impl BenchArgs {
             seed: self.seed,
             shm_dir: self.shm_dir.clone(),
             delay_ns: self.delay_ns,
+            memnodes: self.memnodes.clone(),
+            token: self.token.clone(),
+            ucx_tls: self.ucx_tls.clone(),
+            ucx_devices: self.ucx_devices.clone(),
+            compute_node: self.compute_node,
         }
     }
 

@@ -160,6 +160,15 @@ pub fn expected_txns(a: &BenchArgs, topo: Topology) -> u64 {
             ((a.duration_ns() + warm) as f64 * 1e-4 * f64::from(topo.threads)) as u64
         }
         (None, Backend::Sim) => (a.duration_ns() + warm) / 10_000 * u64::from(topo.coordinators()),
+        // Every compute process of the run, at shm's generous rate: every process must compute
+        // the same plan, so this depends on the shared options only.
+        (Some(t), Backend::Ucx) => {
+            t + (warm as f64 * 1e-4 * f64::from(topo.threads * topo.compute_nodes)) as u64
+        }
+        (None, Backend::Ucx) => {
+            ((a.duration_ns() + warm) as f64 * 1e-4 * f64::from(topo.threads * topo.compute_nodes))
+                as u64
+        }
     }
 }
 
@@ -202,6 +211,13 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
     if topo.compute_nodes == 0 {
         bail!("--compute-nodes must be at least 1");
     }
+    if a.backend == Backend::Ucx && a.compute_node >= topo.compute_nodes {
+        bail!(
+            "--compute-node {} must be less than --compute-nodes {}",
+            a.compute_node,
+            topo.compute_nodes
+        );
+    }
     if a.backend == Backend::Shm && topo.compute_nodes != 1 {
         bail!("--compute-nodes is a sim option: shm runs one compute node (use --threads)");
     }
@@ -211,6 +227,9 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
 /// Runs `dtxn bench` and prints its report.
 pub fn main(a: BenchArgs) -> Result<ExitCode> {
     let a = args::with_config(a, "bench")?;
+    if a.load_only {
+        return load_only(&a);
+    }
     let r = run(&a, !a.json)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
@@ -226,10 +245,78 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     }
 }
 
+/// Refuses options that the backend would ignore, and runs that cannot be right.
+fn check_backend_options(a: &BenchArgs, topo: Topology) -> Result<()> {
+    a.backend_args().check_options()?;
+    if a.backend != Backend::Ucx {
+        if a.load || a.load_only {
+            bail!(
+                "--load{} is an option of --backend ucx",
+                if a.load_only { "-only" } else { "" }
+            );
+        }
+        return Ok(());
+    }
+    if a.verify && topo.compute_nodes > 1 {
+        bail!(
+            "--verify needs what every compute process committed, but this process sees only \
+             its own: with --compute-nodes > 1 check the merged --record histories with \
+             dtxn check instead"
+        );
+    }
+    Ok(())
+}
+
+/// How to load the pool, for errors of compute processes that find it unloaded.
+fn load_hint(a: &BenchArgs) -> String {
+    format!(
+        "run this command once with --load-only, or one compute process with --load, against \
+         --memnodes {}",
+        a.memnodes.join(",")
+    )
+}
+
+/// Formats and loads the pool of `plan` on the remote memory nodes.
+fn load_remote(a: &BenchArgs, w: &Chosen, plan: &Plan, pool: &dtxn_fabric::Pool) -> Result<()> {
+    let fill = |p: &dtxn_fabric::Pool| -> Result<()> {
+        match w {
+            Chosen::SmallBank(x) => x.load(p, plan, a.seed)?,
+            Chosen::Kv(x) => x.load(p, plan, a.seed)?,
+            Chosen::Tatp(x) => x.load(p, plan, a.seed)?,
+            Chosen::Tpcc(x) => x.load(p, plan, a.seed)?,
+        }
+        Ok(())
+    };
+    crate::remote::load(pool, plan, &a.memnodes, fill)
+}
+
+/// `--load-only`: formats and loads the pool on the memory nodes, and exits.
+fn load_only(a: &BenchArgs) -> Result<ExitCode> {
+    let topo = topology(a)?;
+    check_backend_options(a, topo)?;
+    let w = choose(&a.workload, expected_txns(a, topo))?;
+    let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
+    let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
+    let start = Instant::now();
+    let pool = a
+        .backend_args()
+        .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+    load_remote(a, &w, &plan, &pool)?;
+    println!(
+        "dtxn bench: loaded {} on {} memory node(s) ({} bytes each) in {:.2} s",
+        a.workload.workload,
+        a.memory_nodes,
+        plan.region_bytes,
+        start.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Builds the pool, loads it, runs, verifies: everything but the printing.
 pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     let cfg = a.txn_config()?;
     let topo = topology(a)?;
+    check_backend_options(a, topo)?;
     if a.duration == Some(0) {
         bail!("--duration must be more than 0");
     }
@@ -242,29 +329,69 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
+    let remote_loaded = if a.backend == Backend::Ucx && a.load {
+        let pool = a
+            .backend_args()
+            .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+        let start = Instant::now();
+        load_remote(a, &w, &plan, &pool)?;
+        Some((pool, start.elapsed().as_nanos() as u64))
+    } else {
+        None
+    };
+    let ctx = Go {
+        a,
+        plan: &plan,
+        topo,
+        cfg,
+        progress,
+        remote_loaded,
+    };
     match w {
-        Chosen::SmallBank(x) => go(a, x, &plan, topo, cfg, progress),
-        Chosen::Kv(x) => go(a, x, &plan, topo, cfg, progress),
-        Chosen::Tatp(x) => go(a, x, &plan, topo, cfg, progress),
-        Chosen::Tpcc(x) => go(a, x, &plan, topo, cfg, progress),
+        Chosen::SmallBank(x) => go(ctx, x),
+        Chosen::Kv(x) => go(ctx, x),
+        Chosen::Tatp(x) => go(ctx, x),
+        Chosen::Tpcc(x) => go(ctx, x),
     }
 }
 
-fn go<W: Workload + report::Described>(
-    a: &BenchArgs,
-    w: W,
-    plan: &Plan,
+/// What `go` runs with.
+struct Go<'a> {
+    a: &'a BenchArgs,
+    plan: &'a Plan,
     topo: Topology,
     cfg: dtxn_txn::TxnConfig,
     progress: bool,
-) -> Result<BenchReport> {
+    /// ucx with --load: the pool, loaded, and the time that took.
+    remote_loaded: Option<(dtxn_fabric::Pool, u64)>,
+}
+
+fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport> {
+    let Go {
+        a,
+        plan,
+        topo,
+        cfg,
+        progress,
+        remote_loaded,
+    } = ctx;
     let load_start = Instant::now();
-    let mut pool = a
-        .backend_args()
-        .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
-    plan.format_pool(&pool)?;
-    w.load(&pool, plan, a.seed)?;
-    let load_ns = load_start.elapsed().as_nanos() as u64;
+    let (mut pool, load_ns) = match remote_loaded {
+        Some(loaded) => loaded,
+        None => {
+            let pool = a
+                .backend_args()
+                .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+            if a.backend == Backend::Ucx {
+                // Loaded by another process: only check it is the pool these options describe.
+                crate::remote::check_loaded(&pool, plan, &a.memnodes, &load_hint(a))?;
+            } else {
+                plan.format_pool(&pool)?;
+                w.load(&pool, plan, a.seed)?;
+            }
+            (pool, load_start.elapsed().as_nanos() as u64)
+        }
+    };
     let stop = match a.txns {
         Some(txns) => Stop::Txns {
             warmup_ns: a.warmup_ns(),
@@ -296,9 +423,15 @@ fn go<W: Workload + report::Described>(
     let w = Arc::new(w);
     // Register with the pool: alone for localized validation (every writer must share this
     // process's Vcache), shared otherwise. Matters when other processes use the pool (ucx).
-    let attachment = claim(&mut pool, a.localized_validation)?;
+    // ucx: this process is one compute node of several; elsewhere one claim is enough.
+    let claim_nodes = if a.backend == Backend::Ucx {
+        topo.compute_nodes
+    } else {
+        1
+    };
+    let attachment = claim(&mut pool, a.localized_validation, claim_nodes)?;
     let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
-    release_claim(&mut pool, attachment)?;
+    release_claim(&mut pool, attachment, claim_nodes)?;
     let out = out?;
     bar.finish_and_clear();
     Arc::try_unwrap(sh)
@@ -342,28 +475,42 @@ fn progress_bar(stop: Stop, backend: Backend) -> ProgressBar {
     bar
 }
 
-fn one_coordinator() -> Topology {
+/// One coordinator on this process's compute node (ucx: `--compute-node K` of
+/// `compute_nodes`, which `UcxPool::run` requires; elsewhere 1).
+fn one_coordinator(compute_nodes: u32) -> Topology {
     Topology {
-        compute_nodes: 1,
+        compute_nodes,
         threads: 1,
         coroutines: 1,
     }
 }
 
 /// Attaches this process to the pool (see `dtxn_txn::attach`).
-fn claim(pool: &mut dtxn_fabric::Pool, exclusive: bool) -> Result<dtxn_txn::Attachment> {
-    let r = pool.run(one_coordinator(), None, move |mut ep| async move {
-        dtxn_txn::attach(&mut ep, exclusive).await
-    })?;
+fn claim(
+    pool: &mut dtxn_fabric::Pool,
+    exclusive: bool,
+    compute_nodes: u32,
+) -> Result<dtxn_txn::Attachment> {
+    let r = pool.run(
+        one_coordinator(compute_nodes),
+        None,
+        move |mut ep| async move { dtxn_txn::attach(&mut ep, exclusive).await },
+    )?;
     let out = r.outputs.into_iter().next().flatten();
     out.ok_or_else(|| anyhow!("the attaching coordinator did not finish"))?
         .map_err(|e| anyhow!("{e}"))
 }
 
-fn release_claim(pool: &mut dtxn_fabric::Pool, a: dtxn_txn::Attachment) -> Result<()> {
-    let r = pool.run(one_coordinator(), None, move |mut ep| async move {
-        dtxn_txn::detach(&mut ep, a).await
-    })?;
+fn release_claim(
+    pool: &mut dtxn_fabric::Pool,
+    a: dtxn_txn::Attachment,
+    compute_nodes: u32,
+) -> Result<()> {
+    let r = pool.run(
+        one_coordinator(compute_nodes),
+        None,
+        move |mut ep| async move { dtxn_txn::detach(&mut ep, a).await },
+    )?;
     match r.outputs.into_iter().next().flatten() {
         Some(Ok(())) => Ok(()),
         Some(Err(e)) => Err(anyhow!("cannot detach from the pool: {e}")),

@@ -28,6 +28,9 @@ const BLOCKING_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct UcxPool {
     cfg: UcxConfig,
     seed: u64,
+    /// Which compute node of a run's topology this process is (see
+    /// [`UcxPool::set_compute_node`]).
+    compute_node: u32,
     runs: AtomicU64,
     addrs: Vec<SocketAddr>,
     nodes: Vec<NodeInfo>,
@@ -76,6 +79,7 @@ impl UcxPool {
         let ctx = Context::new(&cfg.settings, false)?;
         let pool = UcxPool {
             seed: 0,
+            compute_node: 0,
             runs: AtomicU64::new(0),
             addrs: addrs.to_vec(),
             sizes: nodes.iter().map(|n| n.size).collect(),
@@ -106,6 +110,7 @@ impl UcxPool {
                         token: token.clone(),
                         file: None,
                         ucx: cfg.clone(),
+                        spin: MemNodeConfig::DEFAULT_SPIN,
                     },
                     i as NodeId,
                 )
@@ -128,6 +133,18 @@ impl UcxPool {
 
     pub fn seed(&self) -> u64 {
         self.seed
+    }
+
+    /// Makes this process compute node `k` of the topologies it runs: several compute
+    /// processes share one pool, each running its own share of `topo.compute_nodes`, and their
+    /// coordinators must differ (ids are lock owners, transaction ids and log slices). A new
+    /// pool is compute node 0.
+    pub fn set_compute_node(&mut self, k: u32) {
+        self.compute_node = k;
+    }
+
+    pub fn compute_node(&self) -> u32 {
+        self.compute_node
     }
 
     pub fn node_sizes(&self) -> Vec<u64> {
@@ -219,6 +236,10 @@ impl UcxPool {
     /// `topo.threads` OS threads, each with its own UCP worker and one endpoint per memory node
     /// (its queue pairs), polling its `topo.coroutines` coordinators round-robin. `stop_at_ns`
     /// ends the run after that much wall time, dropping the coordinators still running.
+    ///
+    /// `topo.compute_nodes` counts every compute process of the run; this one runs only the
+    /// coordinators of its own compute node ([`UcxPool::set_compute_node`]), numbered
+    /// `k * threads * coroutines + ...` as on `sim`, and the report holds only theirs.
     pub fn run<F, Fut, R>(
         &self,
         topo: Topology,
@@ -231,10 +252,12 @@ impl UcxPool {
         R: Send + 'static,
     {
         topo.validate().map_err(FabricError::Setup)?;
-        if topo.compute_nodes != 1 {
-            return Err(FabricError::Setup(
-                "a ucx run is one compute process; start one per compute node".into(),
-            ));
+        if self.compute_node >= topo.compute_nodes {
+            return Err(FabricError::Setup(format!(
+                "this process is compute node {} but the run has {} compute node(s): a ucx \
+                 process runs one compute node's coordinators; start one per compute node",
+                self.compute_node, topo.compute_nodes
+            )));
         }
         let runs = self.runs.fetch_add(1, Ordering::Relaxed);
         let seed = self.seed ^ runs.wrapping_mul(0xa076_1d64_78bd_642f);
@@ -329,11 +352,12 @@ impl UcxPool {
         let mut tasks: Vec<Option<Task<R>>> = Vec::with_capacity(n);
         let mut cells = Vec::with_capacity(n);
         for coroutine in 0..topo.coroutines {
+            let per_node = topo.threads * topo.coroutines;
             let id = CoordId {
-                compute_node: 0,
+                compute_node: self.compute_node,
                 thread,
                 coroutine,
-                index: thread * topo.coroutines + coroutine,
+                index: self.compute_node * per_node + thread * topo.coroutines + coroutine,
             };
             let port = UcxPort::new(
                 qps.clone(),

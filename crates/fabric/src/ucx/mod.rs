@@ -69,6 +69,7 @@ pub use stub::{MemNode, UcxPool};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 /// Whether this build has the ucx backend (the `ucx` feature, and UCX found by pkg-config).
 pub const AVAILABLE: bool = cfg!(ucx);
@@ -114,4 +115,14 @@ pub struct MemNodeConfig {
     /// or extended to `size` bytes, mapped shared and registered (its contents are kept).
     pub file: Option<PathBuf>,
     pub ucx: UcxConfig,
+    /// How long the progress thread keeps polling after its last event before it sleeps on
+    /// the worker's event fd ([`MemNodeConfig::DEFAULT_SPIN`]). Spinning keeps emulated verbs
+    /// at TCP latency when the node has a core of its own; where memory nodes share cores with
+    /// other busy threads (several nodes and compute processes on one small host) the spinning
+    /// threads starve each other, and `ZERO` is much faster.
+    pub spin: Duration,
+}
+
+impl MemNodeConfig {
+    pub const DEFAULT_SPIN: Duration = Duration::from_micros(200);
 }

@@ -21,9 +21,6 @@ pub(crate) const RPC_OK: u8 = 0;
 pub(crate) const RPC_NO_HANDLER: u8 = 1;
 pub(crate) const RPC_FAILED: u8 = 2;
 
-/// After this long without events the progress thread sleeps on the worker's event fd; until
-/// then it spins, which is what keeps emulated one-sided verbs at TCP latency.
-const SPIN: Duration = Duration::from_micros(200);
 /// How often a sleeping progress thread looks at the stop flag.
 const WAIT_MS: i32 = 50;
 
@@ -37,6 +34,8 @@ struct Inner {
     token: String,
     info: NodeInfo,
     stop: AtomicBool,
+    /// See [`MemNodeConfig::spin`].
+    spin: Duration,
     rpc: RwLock<Option<Arc<dyn RpcHandler>>>,
     /// Keeps a file-backed region mapped (after `map`, which registers it, is dropped), and
     /// the file open with its lock.
@@ -121,6 +120,7 @@ impl MemNode {
             token: cfg.token,
             info,
             stop: AtomicBool::new(false),
+            spin: cfg.spin,
             rpc: RwLock::new(None),
             _file: file,
         });
@@ -309,7 +309,7 @@ fn progress(inner: &Inner) {
             last = Instant::now();
             continue;
         }
-        if last.elapsed() < SPIN {
+        if last.elapsed() < inner.spin {
             std::hint::spin_loop();
             continue;
         }

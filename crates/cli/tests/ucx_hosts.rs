@@ -1,0 +1,602 @@
+//! Pools across processes and hosts: `dtxn memnode` daemons and compute processes connected
+//! with `--backend ucx`, over UCX's TCP transport.
+//!
+//! - `loopback_*`: everything on 127.0.0.1, several processes at once.
+//! - `namespaces_*`: "hosts" are Linux network namespaces this test creates, joined by veth
+//!   pairs on 10.77.0.0/24 (addresses exist only inside those namespaces, nothing is routed
+//!   outside them); removed at the end, also when the test fails. Needs root and `ip`; skipped
+//!   with a message otherwise.
+//!
+//! Every wait is bounded, and readiness is the daemon's "serving ... at ADDR" line (printed
+//! once its listener is bound), never a sleep.
+
+use dtxn_fabric::ucx::AVAILABLE;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+/// Start-up of a daemon.
+const READY: Duration = Duration::from_secs(30);
+/// A whole compute process.
+const RUN: Duration = Duration::from_secs(240);
+const TOKEN: &str = "ucx-hosts-test";
+
+fn dtxn() -> &'static str {
+    env!("CARGO_BIN_EXE_dtxn")
+}
+
+fn skip_without_ucx() -> bool {
+    if !AVAILABLE {
+        eprintln!("skipped: this build has no ucx backend (install libucx-dev)");
+    }
+    !AVAILABLE
+}
+
+/// A daemon, stopped with SIGTERM (then SIGKILL) when dropped.
+struct Daemon {
+    child: Child,
+    lines: Receiver<String>,
+    addr: SocketAddr,
+}
+
+impl Daemon {
+    /// Runs `prefix... dtxn memnode args...` and waits for its address.
+    fn start(prefix: &[&str], args: &[&str]) -> Daemon {
+        let (prog, pre) = match prefix.split_first() {
+            Some((p, rest)) => (*p, rest.to_vec()),
+            None => (dtxn(), Vec::new()),
+        };
+        let mut cmd = Command::new(prog);
+        cmd.args(&pre);
+        if !prefix.is_empty() {
+            cmd.arg(dtxn());
+        }
+        let mut child = cmd
+            .arg("memnode")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("dtxn memnode starts");
+        let (tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut d = Daemon {
+            child,
+            lines,
+            addr: SocketAddr::from(([0, 0, 0, 0], 0)),
+        };
+        let first = d.lines.recv_timeout(READY).unwrap_or_else(|e| {
+            panic!("dtxn memnode {args:?} printed no address within {READY:?}: {e}")
+        });
+        d.addr = first
+            .rsplit(" at ")
+            .next()
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in {first:?}"));
+        d
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) on our own child's pid, which it keeps until we reap it.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            // Bounded wait for the child to exit (not a readiness wait).
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Runs a command to completion, killing it after `RUN`.
+fn run_bounded(mut cmd: Command) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the command starts");
+    let pid = child.id() as i32;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(RUN) {
+        Ok(o) => o.expect("the command ran"),
+        Err(_) => {
+            // SAFETY: kill(2) on a child that has not been reaped (its waiter is blocked).
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{cmd:?} did not finish within {RUN:?}");
+        }
+    }
+}
+
+/// Checks a `dtxn probe --json` run: exit 0, and no torn read accepted by a correct scheme.
+fn check_probe(o: &Output, what: &str) {
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "{what}: {}\nstdout: {stdout}\nstderr: {stderr}",
+        o.status
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {stdout}"));
+    let rows = v["results"].as_array().expect("results");
+    assert!(!rows.is_empty(), "{what}: no results");
+    for r in rows {
+        assert!(r["reads"].as_u64().unwrap() > 0, "{what}: {r}");
+        if r["correct_scheme"].as_bool().unwrap() {
+            assert_eq!(r["torn_undetected"].as_u64(), Some(0), "{what}: {r}");
+        }
+    }
+}
+
+fn probe_cmd(prefix: &[&str], memnodes: &str, extra: &[&str]) -> Command {
+    let mut cmd = match prefix.split_first() {
+        Some((p, rest)) => {
+            let mut c = Command::new(p);
+            c.args(rest).arg(dtxn());
+            c
+        }
+        None => Command::new(dtxn()),
+    };
+    cmd.args([
+        "probe",
+        "--backend",
+        "ucx",
+        "--memnodes",
+        memnodes,
+        "--token",
+        TOKEN,
+        "--record-size",
+        "256",
+        "--schemes",
+        "two-read,per-line,lock,bookend",
+        "--reads",
+        "1500",
+        "--json",
+    ])
+    .args(extra);
+    cmd
+}
+
+/// `dtxn bench` against the memory nodes: SmallBank on FORD, small enough for a test.
+fn bench_cmd(prefix: &[&str], memnodes: &str, extra: &[&str]) -> Command {
+    workload_cmd(
+        prefix,
+        memnodes,
+        &["--workload", "smallbank", "--accounts", "2000"],
+        extra,
+    )
+}
+
+fn workload_cmd(prefix: &[&str], memnodes: &str, workload: &[&str], extra: &[&str]) -> Command {
+    let mut cmd = match prefix.split_first() {
+        Some((p, rest)) => {
+            let mut c = Command::new(p);
+            c.args(rest).arg(dtxn());
+            c
+        }
+        None => Command::new(dtxn()),
+    };
+    cmd.args([
+        "bench",
+        "--backend",
+        "ucx",
+        "--memnodes",
+        memnodes,
+        "--token",
+        TOKEN,
+    ])
+    .args(workload)
+    .args([
+        "--protocol",
+        "ford",
+        "--threads",
+        "1",
+        "--coroutines",
+        "4",
+        "--txns",
+        "1500",
+        "--warmup",
+        "50ms",
+    ])
+    .args(extra);
+    cmd
+}
+
+fn assert_ok(o: &Output, what: &str) -> String {
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{what}: {}\nstdout: {stdout}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
+/// Checks the union of histories (each file starts with the format header) with `dtxn check`.
+fn check_histories(files: &[std::path::PathBuf], merged: &std::path::Path) {
+    let mut all = String::new();
+    for (i, f) in files.iter().enumerate() {
+        let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        let mut lines = text.lines();
+        let header = lines.next().expect("a header line");
+        if i == 0 {
+            all.push_str(header);
+            all.push('\n');
+        }
+        let body: Vec<&str> = lines.collect();
+        assert!(!body.is_empty(), "{}: no transactions", f.display());
+        for l in body {
+            all.push_str(l);
+            all.push('\n');
+        }
+    }
+    std::fs::write(merged, all).unwrap();
+    let o = run_bounded({
+        let mut c = Command::new(dtxn());
+        c.arg("check").arg(merged);
+        c
+    });
+    let out = assert_ok(&o, "dtxn check");
+    assert!(out.starts_with("serializable:"), "{out}");
+}
+
+#[test]
+fn loopback_two_memnodes_two_compute_processes() {
+    if skip_without_ucx() {
+        return;
+    }
+    let mem = |_: usize| {
+        Daemon::start(
+            &[],
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--size",
+                "4M",
+                "--token",
+                TOKEN,
+                "--ucx-tls",
+                "tcp",
+                "--ucx-devices",
+                "lo",
+                // Four processes on a few cores: spinning progress threads would starve them.
+                "--spin-us",
+                "0",
+            ],
+        )
+    };
+    let nodes: Vec<Daemon> = (0..2).map(mem).collect();
+    let memnodes = nodes
+        .iter()
+        .map(|d| d.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+
+    // A wrong token: one line, exit 2, no rkey.
+    let o = run_bounded({
+        let mut c = Command::new(dtxn());
+        c.args(["probe", "--backend", "ucx", "--memnodes", &memnodes])
+            .args(["--token", "wrong"]);
+        c
+    });
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("refused the token"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    // Two compute processes at once on the same memory nodes (loopback: --ucx-tls defaults
+    // to tcp on lo), each as its own compute node.
+    let spawn = |k: u32| {
+        let cmd = probe_cmd(&[], &memnodes, &["--compute-node", &k.to_string()]);
+        std::thread::spawn(move || run_bounded(cmd))
+    };
+    let (a, b) = (spawn(0), spawn(1));
+    let (a, b) = (a.join().unwrap(), b.join().unwrap());
+    check_probe(&a, "compute node 0");
+    check_probe(&b, "compute node 1");
+
+    // SmallBank on FORD: a compute process that finds no pool says how to load one.
+    let o = run_bounded(bench_cmd(&[], &memnodes, &["--compute-nodes", "2"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("memory node 0") && err.contains("has no dtxn pool"),
+        "{err}"
+    );
+    assert!(err.contains("--load-only"), "{err}");
+    // Loaded once, then two compute processes at once, each recording its history.
+    let out = assert_ok(
+        &run_bounded(bench_cmd(
+            &[],
+            &memnodes,
+            &["--compute-nodes", "2", "--load-only"],
+        )),
+        "--load-only",
+    );
+    assert!(out.contains("loaded smallbank"), "{out}");
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-hosts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hist: Vec<_> = (0..2).map(|k| dir.join(format!("h{k}.jsonl"))).collect();
+    let runs: Vec<_> = (0..2u32)
+        .map(|k| {
+            let cmd = bench_cmd(
+                &[],
+                &memnodes,
+                &[
+                    "--compute-nodes",
+                    "2",
+                    "--compute-node",
+                    &k.to_string(),
+                    "--record",
+                    hist[k as usize].to_str().unwrap(),
+                    "--json",
+                ],
+            );
+            std::thread::spawn(move || run_bounded(cmd))
+        })
+        .collect();
+    for (k, r) in runs.into_iter().enumerate() {
+        let out = assert_ok(&r.join().unwrap(), &format!("bench, compute node {k}"));
+        let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    }
+    check_histories(&hist, &dir.join("merged.jsonl"));
+    // kv on FORD the same way: loaded once, two compute processes, histories checked.
+    let kv = ["--workload", "kv", "--keys", "5000"];
+    assert_ok(
+        &run_bounded(workload_cmd(
+            &[],
+            &memnodes,
+            &kv,
+            &["--compute-nodes", "2", "--load-only"],
+        )),
+        "kv --load-only",
+    );
+    let kv_hist: Vec<_> = (0..2).map(|k| dir.join(format!("kv{k}.jsonl"))).collect();
+    let runs: Vec<_> = (0..2u32)
+        .map(|k| {
+            let cmd = workload_cmd(
+                &[],
+                &memnodes,
+                &kv,
+                &[
+                    "--compute-nodes",
+                    "2",
+                    "--compute-node",
+                    &k.to_string(),
+                    "--record",
+                    kv_hist[k as usize].to_str().unwrap(),
+                ],
+            );
+            std::thread::spawn(move || run_bounded(cmd))
+        })
+        .collect();
+    for (k, r) in runs.into_iter().enumerate() {
+        assert_ok(&r.join().unwrap(), &format!("kv, compute node {k}"));
+    }
+    check_histories(&kv_hist, &dir.join("kv-merged.jsonl"));
+    // Options that describe another pool are refused, not run.
+    let o = run_bounded(bench_cmd(&[], &memnodes, &["--compute-nodes", "3"]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("loaded with other options"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+    drop(nodes);
+}
+
+/// Network namespaces named `dtxnt-<pid>-<name>`, deleted on drop.
+struct Namespaces {
+    names: Vec<String>,
+}
+
+impl Namespaces {
+    fn prefix() -> String {
+        format!("dtxnt-{}-", std::process::id())
+    }
+
+    /// Deletes namespaces left by earlier runs whose process is gone (killed mid-test).
+    fn sweep_stale() {
+        let Ok(o) = Command::new("ip").args(["netns", "list"]).output() else {
+            return;
+        };
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            let pid = name
+                .strip_prefix("dtxnt-")
+                .and_then(|r| r.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            if let Some(pid) = pid {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = Command::new("ip").args(["netns", "del", name]).status();
+                }
+            }
+        }
+    }
+
+    /// `None` when this process cannot create namespaces (not root, no `ip`, no support).
+    fn create(names: &[&str]) -> Result<Namespaces, String> {
+        // SAFETY: geteuid(2) has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root".into());
+        }
+        Namespaces::sweep_stale();
+        let mut ns = Namespaces { names: Vec::new() };
+        for n in names {
+            let full = format!("{}{n}", Namespaces::prefix());
+            let o = Command::new("ip")
+                .args(["netns", "add", &full])
+                .output()
+                .map_err(|e| format!("cannot run ip: {e}"))?;
+            if !o.status.success() {
+                return Err(format!(
+                    "ip netns add failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ));
+            }
+            ns.names.push(full);
+        }
+        Ok(ns)
+    }
+
+    fn name(&self, short: &str) -> String {
+        format!("{}{short}", Namespaces::prefix())
+    }
+
+    /// Runs `ip ARGS`, panicking (and so tearing down) on failure.
+    fn ip(&self, args: &[&str]) {
+        let o = Command::new("ip").args(args).output().expect("ip runs");
+        assert!(
+            o.status.success(),
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&o.stderr).trim()
+        );
+    }
+}
+
+impl Namespaces {
+    /// Polls `dev`'s operational state in namespace `n` until it is up (at most `READY`).
+    fn wait_up(&self, n: &str, dev: &str) {
+        let deadline = std::time::Instant::now() + READY;
+        loop {
+            let o = Command::new("ip")
+                .args(["-n", n, "-o", "link", "show", dev])
+                .output()
+                .expect("ip runs");
+            let out = String::from_utf8_lossy(&o.stdout);
+            if out.contains("state UP") {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{dev} in {n} is not up after {READY:?}: {out}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Namespaces {
+    fn drop(&mut self) {
+        // Deleting a namespace deletes its veth ends (and so their peers).
+        for n in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", n]).status();
+        }
+    }
+}
+
+#[test]
+fn namespaces_memnodes_on_two_hosts_compute_on_a_third() {
+    if skip_without_ucx() {
+        return;
+    }
+    let ns = match Namespaces::create(&["m0", "m1", "c"]) {
+        Ok(ns) => ns,
+        Err(why) => {
+            eprintln!(
+                "skipped: cannot create network namespaces ({why}); run as root with iproute2"
+            );
+            return;
+        }
+    };
+    let (m0, m1, c) = (ns.name("m0"), ns.name("m1"), ns.name("c"));
+    // Two point-to-point links inside 10.77.0.0/24: m0 10.77.0.1 <-> c 10.77.0.2 (c0), and
+    // m1 10.77.0.5 <-> c 10.77.0.6 (c1). Created directly inside the namespaces.
+    ns.ip(&[
+        "link", "add", "v0", "netns", &m0, "type", "veth", "peer", "name", "c0", "netns", &c,
+    ]);
+    ns.ip(&[
+        "link", "add", "v0", "netns", &m1, "type", "veth", "peer", "name", "c1", "netns", &c,
+    ]);
+    for (n, dev, addr) in [
+        (&m0, "v0", "10.77.0.1/30"),
+        (&c, "c0", "10.77.0.2/30"),
+        (&m1, "v0", "10.77.0.5/30"),
+        (&c, "c1", "10.77.0.6/30"),
+    ] {
+        ns.ip(&["-n", n, "addr", "add", addr, "dev", dev]);
+        ns.ip(&["-n", n, "link", "set", dev, "up"]);
+        ns.ip(&["-n", n, "link", "set", "lo", "up"]);
+    }
+    // A veth's carrier comes up asynchronously (the kernel's link watch, about a second);
+    // UCX ignores devices without one, so wait until every link is up, with a bound.
+    for (n, dev) in [(&m0, "v0"), (&m1, "v0"), (&c, "c0"), (&c, "c1")] {
+        ns.wait_up(n, dev);
+    }
+    let daemon = |n: &str, ip: &str| {
+        let listen = format!("{ip}:7000");
+        Daemon::start(
+            &["ip", "netns", "exec", n],
+            &[
+                "--listen",
+                &listen,
+                "--size",
+                "1M",
+                "--token",
+                TOKEN,
+                "--ucx-tls",
+                "tcp",
+                "--ucx-devices",
+                "v0",
+                "--spin-us",
+                "0",
+            ],
+        )
+    };
+    let d0 = daemon(&m0, "10.77.0.1");
+    let d1 = daemon(&m1, "10.77.0.5");
+    let memnodes = format!("{},{}", d0.addr, d1.addr);
+    let o = run_bounded(probe_cmd(
+        &["ip", "netns", "exec", &c],
+        &memnodes,
+        &["--ucx-tls", "tcp", "--ucx-devices", "c0,c1"],
+    ));
+    check_probe(&o, "compute process in its own namespace");
+
+    // SmallBank on FORD from the compute namespace: load, run, verify, record, check.
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-ns-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hist = dir.join("h.jsonl");
+    let out = assert_ok(
+        &run_bounded(bench_cmd(
+            &["ip", "netns", "exec", &c],
+            &memnodes,
+            &[
+                "--ucx-tls",
+                "tcp",
+                "--ucx-devices",
+                "c0,c1",
+                "--load",
+                "--verify",
+                "--record",
+                hist.to_str().unwrap(),
+                "--json",
+            ],
+        )),
+        "bench in the compute namespace",
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(v["verify"]["ok"].as_bool(), Some(true), "{out}");
+    assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    check_histories(&[hist], &dir.join("merged.jsonl"));
+    let _ = std::fs::remove_dir_all(&dir);
+    drop((d0, d1));
+    drop(ns);
+}
