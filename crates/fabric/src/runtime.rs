@@ -86,3 +86,72 @@ pub(crate) fn poll_once<T>(fut: &mut Pin<Box<dyn Future<Output = T>>>) -> Poll<T
     let mut cx = Context::from_waker(Waker::noop());
     fut.as_mut().poll(&mut cx)
 }
+
+/// The executor of one real worker thread (`shm`, `ucx`): polls its coroutines round-robin
+/// until all have returned, a worker thread of the run unwinds (`abort`), or the wall-clock
+/// `stop` passes; the coordinators still running then are dropped here, on their own thread.
+/// `progress` is set by the ports when something completed, so that an idle round can spin a
+/// little for precision and then yield the core. `after_round` runs after every round (the
+/// `ucx` backend reaps detached batches there).
+pub(crate) fn drive_thread<R>(
+    mut tasks: Vec<Option<Task<R>>>,
+    progress: &std::cell::Cell<bool>,
+    abort: &std::sync::atomic::AtomicBool,
+    stop: Option<std::time::Instant>,
+    mut after_round: impl FnMut(),
+) -> Vec<Option<R>> {
+    let mut outputs: Vec<Option<R>> = (0..tasks.len()).map(|_| None).collect();
+    let mut live = tasks.len();
+    let mut idle_rounds = 0u32;
+    let mut rounds = 0u32;
+    while live > 0 {
+        progress.set(false);
+        for (slot, out) in tasks.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(t) = slot {
+                if let Poll::Ready((r, _)) = poll_once(t) {
+                    *out = Some(r);
+                    *slot = None;
+                    live -= 1;
+                    progress.set(true);
+                }
+            }
+        }
+        after_round();
+        if progress.get() {
+            idle_rounds = 0;
+        } else {
+            // Everyone waits (a deadline, the network): spin a little, then let the other
+            // threads (a memory node's progress thread, maybe) have the core.
+            idle_rounds = idle_rounds.saturating_add(1);
+            if idle_rounds < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        if abort.load(std::sync::atomic::Ordering::Relaxed) {
+            break;
+        }
+        rounds = rounds.wrapping_add(1);
+        // Reading the clock costs more than a round of immediate completions: look only now
+        // and then (and whenever idle, where it costs nothing).
+        if let Some(stop) = stop {
+            if (rounds & 63 == 0 || idle_rounds > 0) && std::time::Instant::now() >= stop {
+                break;
+            }
+        }
+    }
+    drop(tasks);
+    outputs
+}
+
+/// Tells the other worker threads of a run that this one is unwinding.
+pub(crate) struct AbortOnPanic<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for AbortOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}

@@ -39,7 +39,7 @@ mod region;
 mod tests;
 
 use crate::contract::{check_op, Fabric, LocalMem, RpcHandler};
-use crate::runtime::{poll_once, task, RunReport, Task, Topology};
+use crate::runtime::{drive_thread, task, AbortOnPanic, RunReport, Task, Topology};
 use crate::stats::Stats;
 use crate::verbs::{Batch, OpKind};
 use crate::{CoordId, Endpoint, FabricError, NodeId};
@@ -369,49 +369,7 @@ impl ShmPool {
             cells.push(ep.stats_cell());
             tasks.push(Some(task(f, ep)));
         }
-        let mut outputs: Vec<Option<R>> = (0..n).map(|_| None).collect();
-        let mut live = n;
-        let mut idle_rounds = 0u32;
-        let mut rounds = 0u32;
-        while live > 0 {
-            progress.set(false);
-            for (slot, out) in tasks.iter_mut().zip(outputs.iter_mut()) {
-                if let Some(t) = slot {
-                    if let Poll::Ready((r, _)) = poll_once(t) {
-                        *out = Some(r);
-                        *slot = None;
-                        live -= 1;
-                        progress.set(true);
-                    }
-                }
-            }
-            if progress.get() {
-                idle_rounds = 0;
-            } else {
-                // Everyone waits for a deadline (a sleep, an emulated delay): spin a little for
-                // precision, then let the other threads have the core.
-                idle_rounds = idle_rounds.saturating_add(1);
-                if idle_rounds < 64 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            if abort.load(Ordering::Relaxed) {
-                break;
-            }
-            rounds = rounds.wrapping_add(1);
-            // Reading the clock costs more than a round of immediate completions: look only now
-            // and then (and whenever idle, where it costs nothing).
-            if let Some(stop) = stop {
-                if (rounds & 63 == 0 || idle_rounds > 0) && Instant::now() >= stop {
-                    break;
-                }
-            }
-        }
-        // Coordinators still running at the stop are dropped here, on their own thread.
-        drop(tasks);
-        outputs
+        drive_thread(tasks, &progress, abort, stop, || {})
             .into_iter()
             .zip(cells.iter().map(|c| c.get()))
             .collect()
@@ -426,17 +384,6 @@ struct RunCtx {
     stop: Option<Instant>,
     /// Set when a worker thread unwinds.
     abort: Arc<AtomicBool>,
-}
-
-/// Tells the other worker threads of a run that this one is unwinding.
-struct AbortOnPanic<'a>(&'a AtomicBool);
-
-impl Drop for AbortOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
 }
 
 /// Names of the node files present in `dir`: the `i` of every `node-{i}.dtxn`.

@@ -5,7 +5,7 @@ use super::server::{AM_RPC_REQ, AM_RPC_RESP, RPC_NO_HANDLER, RPC_OK};
 use super::ucp::{post, AmHandle, Context, Ep, Req, Rkey, Worker};
 use super::{MemNode, MemNodeConfig, UcxConfig, CHUNK};
 use crate::contract::{check_op, Fabric, LocalMem, RpcHandler};
-use crate::runtime::{poll_once, task, RunReport, Task, Topology};
+use crate::runtime::{drive_thread, task, AbortOnPanic, RunReport, Task, Topology};
 use crate::stats::Stats;
 use crate::verbs::{Batch, OpKind, LINE};
 use crate::{CoordId, Endpoint, FabricError, NodeId};
@@ -370,62 +370,14 @@ impl UcxPool {
             cells.push(ep.stats_cell());
             tasks.push(Some(task(f, ep)));
         }
-        let mut outputs: Vec<Option<R>> = (0..n).map(|_| None).collect();
-        let mut live = n;
-        let mut idle_rounds = 0u32;
-        while live > 0 {
-            progress.set(false);
-            for (slot, out) in tasks.iter_mut().zip(outputs.iter_mut()) {
-                if let Some(t) = slot {
-                    if let Poll::Ready((r, _)) = poll_once(t) {
-                        *out = Some(r);
-                        *slot = None;
-                        live -= 1;
-                        progress.set(true);
-                    }
-                }
-            }
-            // Detached batches complete here (and the ports progress the worker when polled).
-            qps.borrow_mut().reap();
-            if progress.get() {
-                idle_rounds = 0;
-            } else {
-                // Waiting for the network: spin a little, then let the memory node's
-                // progress thread (maybe on this host, with few cores) have the CPU.
-                idle_rounds = idle_rounds.saturating_add(1);
-                if idle_rounds < 64 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
-            }
-            if abort.load(Ordering::Relaxed) {
-                break;
-            }
-            if let Some(stop) = stop {
-                if Instant::now() >= stop {
-                    break;
-                }
-            }
-        }
-        // Coordinators still running are dropped here (their ports hand in-flight batches to
-        // the queue pairs, which wait for them before closing).
-        drop(tasks);
+        // Detached batches complete after each round (the ports progress the worker when
+        // polled). Coordinators still running at the end are dropped in `drive_thread`: their
+        // ports hand in-flight batches to the queue pairs, which wait for them before closing.
+        let outputs = drive_thread(tasks, &progress, abort, stop, || qps.borrow_mut().reap());
         Ok(outputs
             .into_iter()
             .zip(cells.iter().map(|c| c.get()))
             .collect())
-    }
-}
-
-/// Tells the other worker threads of a run that this one is unwinding.
-struct AbortOnPanic<'a>(&'a AtomicBool);
-
-impl Drop for AbortOnPanic<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.0.store(true, Ordering::Relaxed);
-        }
     }
 }
 
