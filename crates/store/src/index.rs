@@ -44,6 +44,8 @@ pub struct TableInfo {
     pub overflow_off: u64,
     /// Memory nodes holding the table, primary first.
     pub replicas: Vec<NodeId>,
+    /// Multi-version tables (Motor's CVTs): the value region and the attributes.
+    pub mv: Option<crate::cvt::MvInfo>,
 }
 
 /// What a scan of one bucket found.
@@ -71,12 +73,26 @@ impl TableInfo {
 
     /// Bytes the table occupies on each replica.
     pub fn bytes(&self) -> u64 {
-        64 + (self.bucket_count + self.overflow_buckets) * self.bucket_bytes
+        let index = 64 + (self.bucket_count + self.overflow_buckets) * self.bucket_bytes;
+        match &self.mv {
+            Some(mv) => mv.values_off + self.slots() * mv.value_stride - self.table_off,
+            None => index,
+        }
     }
 
+    /// Record slots of the table, home and overflow buckets.
+    pub fn slots(&self) -> u64 {
+        (self.bucket_count + self.overflow_buckets) * u64::from(self.slots_per_bucket)
+    }
+
+    /// The codec of the records in the hash slots: for a multi-version table, its CVTs (whose
+    /// "value" is the Vcell array; see [`crate::cvt`]).
     pub fn codec(&self) -> SingleVersion {
-        match self.format {
-            RecordFormat::Single => SingleVersion::new(self.value_size as usize),
+        match (&self.format, &self.mv) {
+            (RecordFormat::Cvt, Some(mv)) => {
+                SingleVersion::new(usize::from(mv.vnum) * crate::cvt::VCELL_BYTES)
+            }
+            _ => SingleVersion::new(self.value_size as usize),
         }
     }
 

@@ -4,6 +4,7 @@
 //! region offset
 //! 0          superblock (one line)
 //! 64         node 0 only: the compute processes' claim word (the rest of the page reserved)
+//! 128        node 0 only: the timestamp oracle (FAA only)
 //! 4096       catalog: one 128-byte entry per table replica on this node
 //! log_off    log region: log_slices x log_slice_bytes, one slice per coordinator
 //! ...        tables (hash buckets, then their overflow area), at the same offsets on
@@ -17,12 +18,14 @@
 //! 40 log offset u64 | 48 log slice bytes u64 | 56 log slices u32 | 60 superblock crc32 u32
 //! ```
 //!
-//! Catalog entry (128 bytes):
+//! Catalog entry (256 bytes):
 //! ```text
 //! 0 table id u32 | 4 format u8 | 5 rank u8 (0 = primary) | 6 replica count u8 | 7 -
 //! 8 replica nodes [u16; 8], by rank | 24 value size u32 | 28 record bytes u32
 //! 32 table offset u64 | 40 bucket count u64 | 48 slots per bucket u32 | 52 bucket bytes u32
 //! 56 overflow offset u64 | 64 overflow buckets u64 | 72 name, 48 bytes UTF-8, zero-padded
+//! 128 multi-version tables only (vnum 0 otherwise): vnum u8 | 129 attributes u8 | 132 bar
+//! lines u32 | 136 value region offset u64 | 144 value stride u64 | 152 attribute ends [u32; 24]
 //! ```
 
 use crate::error::StoreError;
@@ -31,15 +34,18 @@ use dtxn_fabric::NodeId;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DTXNPOOL");
 /// Bumped on every incompatible change of any layout in this crate.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 pub const SUPERBLOCK_BYTES: usize = 64;
 /// Memory node 0: the compute processes' claim word, right after the superblock (CAS and FAA
 /// only). Bit 63: one process holds the pool alone (FORD's localized validation needs every
 /// writer on its Vcache); bits 0..63: how many processes share it.
 pub const CLAIM_OFF: u64 = 64;
 pub const CLAIM_EXCLUSIVE: u64 = 1 << 63;
+/// Memory node 0: the timestamp oracle of multi-version protocols (Motor), a counter taken
+/// with FAA only (never written by a verb: a WRITE may be lost under a concurrent FAA, G8).
+pub const ORACLE_OFF: u64 = 128;
 pub const CATALOG_OFF: u64 = 4096;
-pub const ENTRY_BYTES: usize = 128;
+pub const ENTRY_BYTES: usize = 256;
 pub const MAX_REPLICAS: usize = 8;
 pub const NAME_BYTES: usize = 48;
 
@@ -153,6 +159,7 @@ pub struct CatalogEntry {
     pub bucket_bytes: u32,
     pub overflow_off: u64,
     pub overflow_buckets: u64,
+    pub mv: Option<crate::cvt::MvInfo>,
 }
 
 impl CatalogEntry {
@@ -178,6 +185,17 @@ impl CatalogEntry {
         let name = self.name.as_bytes();
         let n = name.len().min(NAME_BYTES);
         b[72..72 + n].copy_from_slice(&name[..n]);
+        if let Some(mv) = &self.mv {
+            assert!(mv.attr_ends.len() <= crate::cvt::MAX_ATTRS);
+            b[128] = mv.vnum;
+            b[129] = mv.attr_ends.len() as u8;
+            b[132..136].copy_from_slice(&mv.bar_lines.to_le_bytes());
+            b[136..144].copy_from_slice(&mv.values_off.to_le_bytes());
+            b[144..152].copy_from_slice(&mv.value_stride.to_le_bytes());
+            for (i, e) in mv.attr_ends.iter().enumerate() {
+                b[152 + 4 * i..156 + 4 * i].copy_from_slice(&e.to_le_bytes());
+            }
+        }
     }
 
     pub fn decode(node: NodeId, b: &[u8]) -> Result<CatalogEntry, StoreError> {
@@ -207,7 +225,35 @@ impl CatalogEntry {
             bucket_bytes: u32_at(b, 52),
             overflow_off: u64_at(b, 56),
             overflow_buckets: u64_at(b, 64),
+            mv: None,
         };
+        let mut e = e;
+        if format == RecordFormat::Cvt {
+            let (vnum, attrs) = (b[128], b[129] as usize);
+            let attr_ends: Vec<u32> = (0..attrs.min(crate::cvt::MAX_ATTRS))
+                .map(|i| u32_at(b, 152 + 4 * i))
+                .collect();
+            let ordered = attr_ends.windows(2).all(|w| w[0] < w[1]);
+            if vnum == 0
+                || usize::from(vnum) > crate::cvt::MAX_VNUM
+                || attrs == 0
+                || attrs > crate::cvt::MAX_ATTRS
+                || !ordered
+                || attr_ends.last() != Some(&e.value_size)
+            {
+                return Err(corrupt(format!(
+                    "table {} has an impossible multi-version geometry",
+                    e.table
+                )));
+            }
+            e.mv = Some(crate::cvt::MvInfo {
+                vnum,
+                bar_lines: u32_at(b, 132),
+                values_off: u64_at(b, 136),
+                value_stride: u64_at(b, 144),
+                attr_ends,
+            });
+        }
         // Geometry that would make index arithmetic divide by zero or slice out of bounds.
         let slots = u64::from(e.slots_per_bucket);
         let stride = u64::from(e.bucket_bytes).saturating_sub(64) / slots.max(1);
@@ -256,7 +302,7 @@ mod tests {
         v1[8..12].copy_from_slice(&7u32.to_le_bytes());
         assert_eq!(
             Superblock::decode(2, &v1).unwrap_err().to_string(),
-            "memory node 2 has layout v7, this binary reads v1"
+            "memory node 2 has layout v7, this binary reads v2"
         );
         let mut bad = b;
         bad[20] ^= 1;
@@ -286,6 +332,7 @@ mod tests {
             bucket_bytes: 64 + 4 * 384,
             overflow_off: 1 << 22,
             overflow_buckets: 200,
+            mv: None,
         };
         let mut b = [0u8; ENTRY_BYTES];
         e.encode(&mut b);

@@ -5,11 +5,13 @@
 //! - [`plan`]: sizing and replica placement (same offsets on every replica).
 //! - [`index`]: the hash index of buckets and overflow chains.
 //! - [`record`]: record formats; a version stamp per cache line detects torn READs.
+//! - [`cvt`]: Motor's multi-version records (version cells, newest value, pre-image bars).
 //! - [`log`]: per-coordinator log slices for recovery without the coordinator.
 //! - [`cache`]: the compute-side address cache.
 //! - [`pool`]: bootstrap ([`PoolMap::bootstrap`]), formatting and loading.
 
 pub mod cache;
+pub mod cvt;
 mod error;
 pub mod index;
 pub mod layout;

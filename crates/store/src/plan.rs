@@ -21,6 +21,14 @@ pub struct TableSpec {
     pub load_factor: f64,
     /// Overflow buckets as a fraction of the main buckets.
     pub overflow_fraction: f64,
+    /// The value's attributes (columns), their sizes in order; empty: one attribute. A
+    /// multi-version table keeps pre-images of only the attributes an update changes.
+    pub attributes: Vec<u32>,
+    /// Pre-image bytes a typical update of this table changes (0: the whole value): sizes the
+    /// multi-version attribute bar (`vnum` such updates).
+    pub update_bytes: usize,
+    /// Versions per CVT of a multi-version table (`format` [`RecordFormat::Cvt`]).
+    pub vnum: u8,
 }
 
 impl TableSpec {
@@ -34,7 +42,41 @@ impl TableSpec {
             slots_per_bucket: 4,
             load_factor: 0.75,
             overflow_fraction: 0.25,
+            attributes: Vec::new(),
+            update_bytes: 0,
+            vnum: 4,
         }
+    }
+
+    /// Motor's layout for this table, with `vnum` versions per record.
+    pub fn multi_version(mut self, vnum: u8) -> TableSpec {
+        self.format = RecordFormat::Cvt;
+        self.vnum = vnum;
+        self
+    }
+
+    /// The end offset of each attribute (the value as one attribute if none are declared).
+    pub fn attr_ends(&self) -> Vec<u32> {
+        if self.attributes.is_empty() {
+            return vec![self.value_size as u32];
+        }
+        self.attributes
+            .iter()
+            .scan(0u32, |end, &a| {
+                *end += a;
+                Some(*end)
+            })
+            .collect()
+    }
+
+    /// Lines of a multi-version record's attribute bar: `vnum` typical updates' pre-images.
+    pub fn bar_lines(&self) -> u32 {
+        let bytes = if self.update_bytes == 0 {
+            self.value_size
+        } else {
+            self.update_bytes.min(self.value_size)
+        };
+        u32::from(self.vnum) * bytes.div_ceil(crate::cvt::BAR_LINE_DATA) as u32
     }
 }
 
@@ -110,7 +152,10 @@ impl Plan {
         let mut tables = Vec::new();
         for (i, s) in specs.iter().enumerate() {
             check_spec(s)?;
-            let record_bytes = s.format.record_bytes(s.value_size) as u64;
+            let record_bytes = match s.format {
+                RecordFormat::Single => s.format.record_bytes(s.value_size),
+                RecordFormat::Cvt => crate::cvt::cvt_bytes(usize::from(s.vnum)),
+            } as u64;
             let stride = spread_stride(record_bytes);
             let slots = s.slots_per_bucket;
             let bucket_bytes = 64 + u64::from(slots) * stride;
@@ -118,7 +163,17 @@ impl Plan {
             let bucket_count = ((s.rows as f64 / per_bucket).ceil() as u64).max(1);
             let overflow_buckets =
                 ((bucket_count as f64 * s.overflow_fraction).ceil() as u64).max(1);
-            let bytes = 64 + (bucket_count + overflow_buckets) * bucket_bytes;
+            let index_bytes = 64 + (bucket_count + overflow_buckets) * bucket_bytes;
+            let slots_total = (bucket_count + overflow_buckets) * u64::from(slots);
+            // Multi-version tables: each slot's Vpkg and bar, in a region after the index.
+            let mv = (s.format == RecordFormat::Cvt).then(|| {
+                let value_stride = spread_stride(crate::cvt::value_slot_bytes(
+                    s.value_size,
+                    s.bar_lines(),
+                ));
+                (value_stride, index_bytes + slots_total * value_stride)
+            });
+            let bytes = mv.map_or(index_bytes, |(_, b)| b);
             if bucket_bytes > u64::from(u32::MAX) {
                 return Err(StoreError::BadTable {
                     name: s.name.clone(),
@@ -155,6 +210,13 @@ impl Plan {
                 table_off,
                 overflow_off: table_off + 64 + bucket_count * bucket_bytes,
                 replicas,
+                mv: mv.map(|(value_stride, _)| crate::cvt::MvInfo {
+                    vnum: s.vnum,
+                    bar_lines: s.bar_lines(),
+                    values_off: table_off + index_bytes,
+                    value_stride,
+                    attr_ends: s.attr_ends(),
+                }),
             });
         }
         let node_need: Vec<u64> = next_free;
@@ -211,6 +273,33 @@ fn check_spec(s: &TableSpec) -> Result<(), StoreError> {
     }
     if !(s.overflow_fraction >= 0.0 && s.overflow_fraction.is_finite()) {
         return Err(bad(format!("overflow fraction {}", s.overflow_fraction)));
+    }
+    if !s.attributes.is_empty() {
+        let sum: u64 = s.attributes.iter().map(|&a| u64::from(a)).sum();
+        if sum != s.value_size as u64 || s.attributes.contains(&0) {
+            return Err(bad(format!(
+                "attributes of {:?} bytes do not add up to the value size {}",
+                s.attributes, s.value_size
+            )));
+        }
+    }
+    if s.format == RecordFormat::Cvt {
+        use crate::cvt::{MAX_ATTRS, MAX_VNUM};
+        if !(1..=MAX_VNUM).contains(&usize::from(s.vnum)) {
+            return Err(bad(format!(
+                "versions per record (vnum) must be 1 to {MAX_VNUM}, not {}",
+                s.vnum
+            )));
+        }
+        if s.attributes.len() > MAX_ATTRS {
+            return Err(bad(format!(
+                "a multi-version table has at most {MAX_ATTRS} attributes, not {}",
+                s.attributes.len()
+            )));
+        }
+        if s.bar_lines() > u32::from(u16::MAX) {
+            return Err(bad("the attribute bar exceeds 65535 lines".into()));
+        }
     }
     Ok(())
 }

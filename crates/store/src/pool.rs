@@ -145,6 +145,7 @@ fn info_of(e: &CatalogEntry) -> TableInfo {
         table_off: e.table_off,
         overflow_off: e.overflow_off,
         replicas: e.replicas.clone(),
+        mv: e.mv.clone(),
     }
 }
 
@@ -169,6 +170,7 @@ impl Plan {
                     bucket_bytes: t.bucket_bytes as u32,
                     overflow_off: t.overflow_off,
                     overflow_buckets: t.overflow_buckets,
+                    mv: t.mv.clone(),
                 })
             })
             .collect()
@@ -201,6 +203,7 @@ impl Plan {
         }
         mem.write(0, &[0u8; SUPERBLOCK_BYTES]);
         mem.write_u64(crate::layout::CLAIM_OFF, 0);
+        mem.write_u64(crate::layout::ORACLE_OFF, 0);
         mem.write(CATALOG_OFF, &cat);
         let zero = vec![0u8; 1 << 16];
         let log_end = self.log_off
@@ -261,17 +264,26 @@ impl<'a> Loader<'a> {
                 want: t.value_size as usize,
             });
         }
-        t.codec().encode(
-            &RecordHeader {
-                lock: 0,
-                version: 0,
-                key,
-                table: t.id,
-                valid: true,
-            },
-            value,
-            &mut self.record,
-        );
+        let header = RecordHeader {
+            lock: 0,
+            version: 0,
+            key,
+            table: t.id,
+            valid: true,
+        };
+        // A multi-version record: a CVT with one version (0, loaded), and its Vpkg.
+        let mv = crate::cvt::MvCodec::new(t);
+        let mut vpkg = Vec::new();
+        match &mv {
+            Some(k) => {
+                let mut cells = vec![crate::cvt::Vcell::default(); k.vnum];
+                cells[0].flags = crate::cvt::VALID | crate::cvt::CREATED;
+                k.encode_cvt(&crate::cvt::Cvt { header, cells }, &mut self.record);
+                vpkg = vec![0u8; k.vpkg_bytes()];
+                k.vpkg.encode(&header, value, &mut vpkg);
+            }
+            None => t.codec().encode(&header, value, &mut self.record),
+        }
         // Find the slot on the primary: walk the chain, remember the first free slot.
         let mut bucket = t.home_bucket(key);
         let mut free = None;
@@ -312,6 +324,9 @@ impl<'a> Loader<'a> {
                 if let Some(i) = new_overflow {
                     m.write_u64(t.overflow_counter(), i + 1);
                     m.write_u64(chain_end, i + 1);
+                }
+                if mv.is_some() {
+                    m.write(t.vpkg_off(slot), &vpkg);
                 }
                 m.write(slot, record);
             });

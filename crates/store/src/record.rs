@@ -15,7 +15,8 @@
 //!   [`SingleVersion::decode`]; callers never see stamps.
 //! - `valid` is 1 for a live record, 0 for a free or deleted slot.
 //!
-//! Motor's multi-version CVT format will be a second variant of [`RecordFormat`].
+//! Motor's multi-version CVTs ([`RecordFormat::Cvt`], [`crate::cvt`]) reuse this encoding: a
+//! CVT is a record whose value is its array of version cells.
 
 use serde::{Deserialize, Serialize};
 
@@ -44,18 +45,22 @@ pub struct Torn {
 pub enum RecordFormat {
     /// One version in place, a version stamp per cache line.
     Single,
+    /// Motor's consecutive version tuples (see [`crate::cvt`]).
+    Cvt,
 }
 
 impl RecordFormat {
     pub fn code(self) -> u8 {
         match self {
             RecordFormat::Single => 1,
+            RecordFormat::Cvt => 2,
         }
     }
 
     pub fn from_code(c: u8) -> Option<RecordFormat> {
         match c {
             1 => Some(RecordFormat::Single),
+            2 => Some(RecordFormat::Cvt),
             _ => None,
         }
     }
@@ -63,14 +68,14 @@ impl RecordFormat {
     pub fn name(self) -> &'static str {
         match self {
             RecordFormat::Single => "single-version",
+            RecordFormat::Cvt => "multi-version (CVT)",
         }
     }
 
-    /// Bytes a record with `value_size` value bytes occupies (a multiple of 64).
+    /// Bytes a single-version record with `value_size` value bytes occupies (a multiple of
+    /// 64); for CVTs see [`crate::cvt::cvt_bytes`].
     pub fn record_bytes(self, value_size: usize) -> usize {
-        match self {
-            RecordFormat::Single => SingleVersion::new(value_size).bytes(),
-        }
+        SingleVersion::new(value_size).bytes()
     }
 }
 

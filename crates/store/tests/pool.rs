@@ -165,10 +165,10 @@ fn strangers_and_corruption_are_clear_errors() {
     );
     // The layout version is checked before the checksum: a v1 pool read by v2 says so.
     let (mut old, _) = build(1, 3, 2);
-    old.with_local(2, |m| m.write(8, &2u32.to_le_bytes()));
+    old.with_local(2, |m| m.write(8, &1u32.to_le_bytes()));
     assert_eq!(
         bootstrap_error(&mut old),
-        "memory node 2 has layout v2, this binary reads v1"
+        "memory node 2 has layout v1, this binary reads v2"
     );
     let (mut bad, _) = build(1, 3, 2);
     bad.with_local(1, |m| {

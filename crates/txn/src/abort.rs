@@ -26,6 +26,12 @@ pub enum AbortReason {
     /// An insert found its table's overflow area full: a sizing problem (give the table more
     /// rows or more overflow).
     TableFull,
+    /// Multi-versioning: the record has a version newer than the transaction's start (a
+    /// read-write item under first-committer-wins, or Motor's early abort).
+    NewerVersion,
+    /// Multi-versioning: the version the snapshot needs was garbage-collected (the CVT has
+    /// no version old enough: more versions per record, `vnum`, help).
+    VersionGone,
     /// The request itself was wrong (no such table, a value of the wrong size, an update of
     /// an item never read for update). A bug in the caller, reported as an abort so that a
     /// workload never panics on it.
@@ -33,7 +39,7 @@ pub enum AbortReason {
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 10] = [
+    pub const ALL: [AbortReason; 12] = [
         AbortReason::LockConflict,
         AbortReason::Validation,
         AbortReason::Invisible,
@@ -43,6 +49,8 @@ impl AbortReason {
         AbortReason::User,
         AbortReason::LogFull,
         AbortReason::TableFull,
+        AbortReason::NewerVersion,
+        AbortReason::VersionGone,
         AbortReason::BadRequest,
     ];
 
@@ -57,6 +65,8 @@ impl AbortReason {
             AbortReason::User => "user",
             AbortReason::LogFull => "log-full",
             AbortReason::TableFull => "table-full",
+            AbortReason::NewerVersion => "newer-version",
+            AbortReason::VersionGone => "version-gone",
             AbortReason::BadRequest => "bad-request",
         }
     }

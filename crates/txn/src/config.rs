@@ -12,16 +12,20 @@ pub enum Protocol {
     Farm,
     /// DrTM+H (OSDI'18), as FORD's paper re-implemented it on disaggregated memory.
     Drtmh,
+    /// Motor (OSDI'24): multi-versioning with consecutive version tuples. Needs the pool laid
+    /// out with multi-version tables.
+    Motor,
 }
 
 impl Protocol {
-    pub const NAMES: [&'static str; 3] = ["ford", "farm", "drtmh"];
+    pub const NAMES: [&'static str; 4] = ["ford", "farm", "drtmh", "motor"];
 
     pub fn from_name(name: &str) -> Option<Protocol> {
         match name {
             "ford" => Some(Protocol::Ford),
             "farm" => Some(Protocol::Farm),
             "drtmh" => Some(Protocol::Drtmh),
+            "motor" => Some(Protocol::Motor),
             _ => None,
         }
     }
@@ -31,6 +35,58 @@ impl Protocol {
             Protocol::Ford => "ford",
             Protocol::Farm => "farm",
             Protocol::Drtmh => "drtmh",
+            Protocol::Motor => "motor",
+        }
+    }
+
+    /// Whether the protocol keeps several versions per record (the pool's tables must be laid
+    /// out as multi-version CVTs).
+    pub fn multi_version(self) -> bool {
+        self == Protocol::Motor
+    }
+}
+
+/// Isolation of a multi-version protocol (`--isolation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Isolation {
+    /// Serializable: read-only items are validated at the commit timestamp.
+    Serializable,
+    /// Snapshot isolation: no validation; write-write conflicts still abort
+    /// (first-committer-wins). Admits write skew.
+    Snapshot,
+}
+
+impl Isolation {
+    pub const NAMES: [&'static str; 2] = ["serializable", "snapshot"];
+
+    pub fn from_name(name: &str) -> Option<Isolation> {
+        match name {
+            "serializable" => Some(Isolation::Serializable),
+            "snapshot" => Some(Isolation::Snapshot),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::Serializable => "serializable",
+            Isolation::Snapshot => "snapshot",
+        }
+    }
+}
+
+/// Motor's switches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MotorOptions {
+    pub isolation: Isolation,
+}
+
+impl Default for MotorOptions {
+    fn default() -> MotorOptions {
+        MotorOptions {
+            isolation: Isolation::Serializable,
         }
     }
 }
@@ -80,6 +136,7 @@ impl Default for FordOptions {
 pub struct TxnConfig {
     pub protocol: Protocol,
     pub ford: FordOptions,
+    pub motor: MotorOptions,
     /// Entries of each coordinator's address cache.
     pub addr_cache_entries: usize,
     /// How often a torn or invisible record is re-read before the transaction aborts.
@@ -91,6 +148,7 @@ impl Default for TxnConfig {
         TxnConfig {
             protocol: Protocol::Ford,
             ford: FordOptions::default(),
+            motor: MotorOptions::default(),
             addr_cache_entries: 1 << 16,
             reread_limit: 16,
         }

@@ -43,6 +43,9 @@ pub struct TxnOutcome {
     pub result: Result<(), Abort>,
     /// Verbs, bytes and critical-path round trips of this attempt.
     pub fabric: Stats,
+    /// Of those round trips, the ones spent on the timestamp oracle (multi-version protocols;
+    /// the papers leave them out of their counts).
+    pub oracle_round_trips: u64,
     pub start_ns: u64,
     pub end_ns: u64,
 }

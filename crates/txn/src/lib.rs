@@ -19,7 +19,7 @@ pub mod vcache;
 
 pub use abort::{Abort, AbortReason};
 pub use attach::{attach, detach, AttachError, Attachment};
-pub use config::{FordOptions, Protocol, TxnConfig};
+pub use config::{FordOptions, Isolation, MotorOptions, Protocol, TxnConfig};
 pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use txn::{Access, TxKind, Txn};
 pub use vcache::Vcache;

@@ -2,7 +2,8 @@
 
 use crate::abort::{Abort, AbortReason};
 use crate::coord::{Coordinator, TxnOutcome};
-use crate::protocols::ford;
+use crate::config::Protocol;
+use crate::protocols::{ford, motor};
 use dtxn_check::history;
 use dtxn_fabric::{NodeId, Stats};
 
@@ -78,6 +79,8 @@ pub(crate) struct Item {
     /// Inserts: the version the new record gets (above the slot's old stamps and the key's
     /// tombstone, so that neither ever repeats).
     pub install: Option<u64>,
+    /// Multi-version protocols: the record's versions as read.
+    pub mv: Option<Box<motor::MvState>>,
 }
 
 impl Item {
@@ -106,6 +109,12 @@ pub struct Txn<'c> {
     /// Versions installed, once the commit WRITEs have been posted (for the history).
     pub(crate) installed: bool,
     pub(crate) finished: bool,
+    /// Multi-version protocols: the start timestamp (0 until taken).
+    pub(crate) ts_start: u64,
+    /// Round trips spent on the timestamp oracle.
+    pub(crate) oracle_round_trips: u64,
+    /// A failed commit left versions that recovery must settle: keep the locks.
+    pub(crate) keep_locks: bool,
 }
 
 impl<'c> Txn<'c> {
@@ -125,7 +134,14 @@ impl<'c> Txn<'c> {
             logged: 0,
             installed: false,
             finished: false,
+            ts_start: 0,
+            oracle_round_trips: 0,
+            keep_locks: false,
         }
+    }
+
+    fn multi_version(&self) -> bool {
+        self.c.cfg.protocol == Protocol::Motor
     }
 
     pub fn id(&self) -> u64 {
@@ -161,7 +177,11 @@ impl<'c> Txn<'c> {
     /// [`get`](Self::get).
     pub async fn fetch(&mut self, accesses: &[Access]) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
-        let r = ford::execute(self, accesses).await;
+        let r = if self.multi_version() {
+            motor::execute(self, accesses).await
+        } else {
+            ford::execute(self, accesses).await
+        };
         if let Err(a) = r {
             self.abort_with(a).await;
             return Err(a);
@@ -239,7 +259,11 @@ impl<'c> Txn<'c> {
     /// Inserts a new record. Aborts with `Exists` if the key is present.
     pub async fn insert(&mut self, table: u32, key: u64, value: &[u8]) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
-        let r = ford::insert(self, table, key, value).await;
+        let r = if self.multi_version() {
+            motor::insert(self, table, key, value).await
+        } else {
+            ford::insert(self, table, key, value).await
+        };
         if let Err(a) = r {
             self.abort_with(a).await;
             return Err(a);
@@ -250,7 +274,11 @@ impl<'c> Txn<'c> {
     /// Validates and commits. `Ok` means durable on every replica and serialized.
     pub async fn commit(mut self) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
-        let r = ford::commit(&mut self).await;
+        let r = if self.multi_version() {
+            motor::commit(&mut self).await
+        } else {
+            ford::commit(&mut self).await
+        };
         match r {
             Ok(()) => {
                 self.finish(Ok(()));
@@ -277,7 +305,11 @@ impl<'c> Txn<'c> {
         if self.finished {
             return;
         }
-        ford::release_on_abort(self).await;
+        if self.multi_version() {
+            motor::release_on_abort(self).await;
+        } else {
+            ford::release_on_abort(self).await;
+        }
         self.finish(Err(a));
     }
 
@@ -292,6 +324,7 @@ impl<'c> Txn<'c> {
         self.c.last = Some(TxnOutcome {
             result,
             fabric: self.c.ep.stats() - self.stats_at_start,
+            oracle_round_trips: self.oracle_round_trips,
             start_ns: self.start_ns,
             end_ns,
         });

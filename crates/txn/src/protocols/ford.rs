@@ -152,6 +152,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             chain_lock: None,
             install: None,
             in_log: false,
+            mv: None,
         });
         work.push((tx.items.len() - 1, stage, None));
     }
@@ -429,6 +430,7 @@ pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
                 validate_reads(tx).await?;
             }
         }
+        Protocol::Motor => unreachable!("Txn dispatches Motor to protocols::motor"),
     }
     release(tx, LogStatus::Committed);
     Ok(())
@@ -942,6 +944,7 @@ pub(crate) async fn insert(
                 chain_lock: None,
                 install: None,
                 in_log: false,
+                mv: None,
             });
             tx.items.len() - 1
         }

@@ -1,0 +1,624 @@
+//! Motor's multi-version records: the consecutive version tuple (CVT), the full newest value
+//! (Vpkg) and the attribute bar of pre-images.
+//!
+//! # Where things live
+//!
+//! A multi-version table's hash slots hold CVTs; a parallel *value region* after the table's
+//! overflow area holds, for slot number `i` (bucket-major over home and overflow buckets), the
+//! slot's Vpkg and attribute bar at `values_off + i * value_stride`. Motor stores a VpkgPtr and
+//! an AttrBarPtr in the CVT header and allocates bars from per-coordinator delta spaces at the
+//! first update; dtxn computes both addresses from the slot instead: no pointer to publish, no
+//! allocator state for a recovering coordinator to rebuild, and every replica identical by
+//! construction. The price is memory for the bars of records never updated (`dtxn layout`
+//! shows it).
+//!
+//! ```text
+//! CVT        a single-version record (crate::record) whose value is the Vcell array:
+//!            line 0: lock | stamp | key | table | valid(occupied) | Vcells...
+//!            the stamp is the commit timestamp of the last CVT write, on every line
+//! Vcell      0 version u64 | 8 bitmap u32 | 12 bar start line u16 | 14 flags u8 | 15 -
+//! Vpkg       a single-version record holding the newest non-deleted value; stamp = its version
+//! bar        bar_lines lines: 0 stamp u64 | 8..64 pre-image bytes
+//! ```
+//!
+//! # Why stamps instead of Motor's one-byte anchors
+//!
+//! Motor detects a torn or newer Vpkg with a start and an end anchor, and orders its reads
+//! (Vcell, then deltas, then Vpkg) so that a seqlock argument holds. Under the fabric contract
+//! neither holds: the lines of one READ are fetched in any order (G2/G3, so the middle of a
+//! Vpkg can change while both anchors match: the sync paper's broken "bookend" scheme), and
+//! two READs are not ordered (G5). dtxn therefore stamps every line of the Vpkg, of each
+//! pre-image chunk and of the CVT with the commit timestamp that wrote it. Timestamps are
+//! unique, so a line carrying the expected stamp holds exactly the expected bytes, whatever
+//! the order in which lines were fetched.
+//!
+//! # Versions
+//!
+//! A version is its writer's commit timestamp. The valid Vcells are always a newest-first
+//! suffix of the record's history (a cell is invalidated only with every older one), so a
+//! version can be rebuilt from the Vpkg and the chunks of every newer version. A delete writes
+//! a tombstone version, so older versions never reappear; an insert over a tombstone drops the
+//! versions before the tombstone; an insert into a fresh slot is marked `FRESH`: before it, the
+//! key never existed.
+
+use crate::index::TableInfo;
+use crate::record::{RecordHeader, SingleVersion, Torn, LINE};
+
+pub const VCELL_BYTES: usize = 16;
+/// Vcells per CVT: 1 to this.
+pub const MAX_VNUM: usize = 15;
+/// Attributes a multi-version table may declare (the bitmap is a u32; the catalog has room
+/// for this many attribute ends).
+pub const MAX_ATTRS: usize = 24;
+/// Pre-image bytes per bar line (after its stamp).
+pub const BAR_LINE_DATA: usize = LINE - 8;
+
+pub const VALID: u8 = 1;
+/// A delete: the key is absent from this version on.
+pub const TOMBSTONE: u8 = 2;
+/// The first version of the key in this slot: before it the key was absent.
+pub const CREATED: u8 = 4;
+/// Created in a slot the key never held: absent before it, at version 0.
+pub const FRESH: u8 = 8;
+/// Its pre-images are in the bar at `start` (unset: nothing changed, or they did not fit).
+pub const CHUNK: u8 = 16;
+
+/// The multi-version geometry of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MvInfo {
+    pub vnum: u8,
+    pub bar_lines: u32,
+    pub values_off: u64,
+    pub value_stride: u64,
+    /// End offset (exclusive) of each attribute in the value; the last is the value size.
+    pub attr_ends: Vec<u32>,
+}
+
+/// One version's metadata.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Vcell {
+    pub version: u64,
+    pub bitmap: u32,
+    pub start: u16,
+    pub flags: u8,
+}
+
+impl Vcell {
+    pub fn valid(&self) -> bool {
+        self.flags & VALID != 0
+    }
+
+    pub fn tombstone(&self) -> bool {
+        self.flags & TOMBSTONE != 0
+    }
+
+    fn encode(&self, b: &mut [u8]) {
+        b[0..8].copy_from_slice(&self.version.to_le_bytes());
+        b[8..12].copy_from_slice(&self.bitmap.to_le_bytes());
+        b[12..14].copy_from_slice(&self.start.to_le_bytes());
+        b[14] = self.flags;
+        b[15] = 0;
+    }
+
+    fn decode(b: &[u8]) -> Vcell {
+        Vcell {
+            version: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
+            bitmap: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
+            start: u16::from_le_bytes(b[12..14].try_into().expect("2 bytes")),
+            flags: b[14],
+        }
+    }
+}
+
+/// A decoded CVT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cvt {
+    pub header: RecordHeader,
+    pub cells: Vec<Vcell>,
+}
+
+/// What version selection found for a snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// The Vcell (index) of the version to read.
+    Version(usize),
+    /// The key is absent in the snapshot; `version` is what a history records as read (the
+    /// tombstone's, or 0 if the key never existed).
+    Absent { version: u64 },
+    /// The version the snapshot needs was garbage-collected.
+    Gone,
+}
+
+impl Cvt {
+    pub fn newest(&self) -> Option<usize> {
+        (0..self.cells.len())
+            .filter(|&i| self.cells[i].valid())
+            .max_by_key(|&i| self.cells[i].version)
+    }
+
+    /// The newest version that has a value (the Vpkg's version).
+    pub fn newest_value(&self) -> Option<usize> {
+        (0..self.cells.len())
+            .filter(|&i| self.cells[i].valid() && !self.cells[i].tombstone())
+            .max_by_key(|&i| self.cells[i].version)
+    }
+
+    /// The version a snapshot at `ts` sees: the largest valid version <= `ts`.
+    pub fn select(&self, ts: u64) -> Pick {
+        let best = (0..self.cells.len())
+            .filter(|&i| self.cells[i].valid() && self.cells[i].version <= ts)
+            .max_by_key(|&i| self.cells[i].version);
+        match best {
+            Some(i) if self.cells[i].tombstone() => Pick::Absent {
+                version: self.cells[i].version,
+            },
+            Some(i) => Pick::Version(i),
+            None => {
+                let oldest = (0..self.cells.len())
+                    .filter(|&i| self.cells[i].valid())
+                    .min_by_key(|&i| self.cells[i].version);
+                match oldest {
+                    Some(i) if self.cells[i].flags & FRESH != 0 => Pick::Absent { version: 0 },
+                    _ => Pick::Gone,
+                }
+            }
+        }
+    }
+}
+
+/// The encoders of one multi-version table.
+#[derive(Debug, Clone)]
+pub struct MvCodec {
+    pub cvt: SingleVersion,
+    pub vpkg: SingleVersion,
+    pub vnum: usize,
+    pub bar_lines: u32,
+    pub attr_ends: Vec<u32>,
+}
+
+/// The bytes a CVT of `vnum` cells occupies.
+pub fn cvt_bytes(vnum: usize) -> usize {
+    SingleVersion::new(vnum * VCELL_BYTES).bytes()
+}
+
+/// The bytes of a value slot (Vpkg + bar), before padding to the stride.
+pub fn value_slot_bytes(value_size: usize, bar_lines: u32) -> u64 {
+    SingleVersion::new(value_size).bytes() as u64 + u64::from(bar_lines) * LINE as u64
+}
+
+impl MvCodec {
+    pub fn new(t: &TableInfo) -> Option<MvCodec> {
+        let mv = t.mv.as_ref()?;
+        Some(MvCodec {
+            cvt: SingleVersion::new(usize::from(mv.vnum) * VCELL_BYTES),
+            vpkg: SingleVersion::new(t.value_size as usize),
+            vnum: usize::from(mv.vnum),
+            bar_lines: mv.bar_lines,
+            attr_ends: mv.attr_ends.clone(),
+        })
+    }
+
+    pub fn cvt_bytes(&self) -> usize {
+        self.cvt.bytes()
+    }
+
+    pub fn vpkg_bytes(&self) -> usize {
+        self.vpkg.bytes()
+    }
+
+    /// Decodes a CVT READ; `Torn` if its lines come from two writes.
+    pub fn decode_cvt(&self, rec: &[u8]) -> Result<Cvt, Torn> {
+        let mut payload = [0u8; MAX_VNUM * VCELL_BYTES];
+        let payload = &mut payload[..self.vnum * VCELL_BYTES];
+        let header = self.cvt.decode(rec, payload)?;
+        let cells = payload.chunks(VCELL_BYTES).map(Vcell::decode).collect();
+        Ok(Cvt { header, cells })
+    }
+
+    pub fn encode_cvt(&self, cvt: &Cvt, out: &mut [u8]) {
+        let mut payload = [0u8; MAX_VNUM * VCELL_BYTES];
+        let payload = &mut payload[..self.vnum * VCELL_BYTES];
+        for (c, b) in cvt.cells.iter().zip(payload.chunks_mut(VCELL_BYTES)) {
+            c.encode(b);
+        }
+        self.cvt.encode(&cvt.header, payload, out);
+    }
+
+    /// The attribute ranges of the value: (start, end).
+    pub fn attrs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let mut start = 0;
+        self.attr_ends.iter().map(move |&e| {
+            let r = (start, e as usize);
+            start = e as usize;
+            r
+        })
+    }
+
+    /// Bytes of the pre-images of the attributes in `bitmap`.
+    pub fn chunk_data_bytes(&self, bitmap: u32) -> usize {
+        self.attrs()
+            .enumerate()
+            .filter(|(a, _)| bitmap >> a & 1 == 1)
+            .map(|(_, (s, e))| e - s)
+            .sum()
+    }
+
+    /// Bar lines of the chunk of `bitmap`.
+    pub fn chunk_lines(&self, bitmap: u32) -> u32 {
+        self.chunk_data_bytes(bitmap).div_ceil(BAR_LINE_DATA) as u32
+    }
+
+    /// The attributes whose bytes differ between `old` and `new`.
+    pub fn changed(&self, old: &[u8], new: &[u8]) -> u32 {
+        self.attrs()
+            .enumerate()
+            .filter(|(_, (s, e))| old[*s..*e] != new[*s..*e])
+            .fold(0, |m, (a, _)| m | 1 << a)
+    }
+
+    /// The chunk of `old`'s attributes in `bitmap`, as bar lines stamped `version`.
+    pub fn encode_chunk(&self, bitmap: u32, old: &[u8], version: u64) -> Vec<u8> {
+        let lines = self.chunk_lines(bitmap) as usize;
+        let mut out = vec![0u8; lines * LINE];
+        let mut data = Vec::with_capacity(self.chunk_data_bytes(bitmap));
+        for (a, (s, e)) in self.attrs().enumerate() {
+            if bitmap >> a & 1 == 1 {
+                data.extend_from_slice(&old[s..e]);
+            }
+        }
+        for (l, piece) in data.chunks(BAR_LINE_DATA).enumerate() {
+            let line = &mut out[l * LINE..(l + 1) * LINE];
+            line[..8].copy_from_slice(&version.to_le_bytes());
+            line[8..8 + piece.len()].copy_from_slice(piece);
+        }
+        out
+    }
+
+    /// Overlays the pre-images of a chunk READ (stamped `version`) on `value`, for the
+    /// attributes in `take` (a subset of `bitmap`). `Err` if a line carries another stamp (the
+    /// bar wrapped over it since the CVT was read).
+    pub fn apply_chunk(
+        &self,
+        chunk: &[u8],
+        bitmap: u32,
+        version: u64,
+        take: u32,
+        value: &mut [u8],
+    ) -> Result<(), Torn> {
+        for (l, line) in chunk.chunks(LINE).enumerate() {
+            let stamp = u64::from_le_bytes(line[..8].try_into().expect("8 bytes"));
+            if stamp != version {
+                return Err(Torn {
+                    line: l,
+                    version,
+                    stamp,
+                });
+            }
+        }
+        let mut at = 0;
+        for (a, (s, e)) in self.attrs().enumerate() {
+            if bitmap >> a & 1 == 0 {
+                continue;
+            }
+            if take >> a & 1 == 1 {
+                for (i, byte) in value[s..e].iter_mut().enumerate() {
+                    let p = at + i;
+                    *byte = chunk[(p / BAR_LINE_DATA) * LINE + 8 + p % BAR_LINE_DATA];
+                }
+            }
+            at += e - s;
+        }
+        Ok(())
+    }
+
+    /// To rebuild version `cells[v0]` from the Vpkg (version `cells[vpkg]`): for each newer
+    /// version with pre-images, the attributes to take from its chunk, as (cell, attributes).
+    /// Each attribute comes from the oldest newer version that changed it. `None` if some
+    /// newer version's pre-images are missing (they did not fit the bar: older versions were
+    /// dropped then, so a caller holding a valid `v0` never sees this unless the CVT is
+    /// inconsistent).
+    pub fn rebuild_plan(&self, cvt: &Cvt, v0: usize, vpkg: usize) -> Option<Vec<(usize, u32)>> {
+        let (lo, hi) = (cvt.cells[v0].version, cvt.cells[vpkg].version);
+        let mut newer: Vec<usize> = (0..cvt.cells.len())
+            .filter(|&i| {
+                let c = &cvt.cells[i];
+                c.valid() && c.version > lo && c.version <= hi && !c.tombstone()
+            })
+            .collect();
+        newer.sort_by_key(|&i| cvt.cells[i].version);
+        let mut done = 0u32;
+        let mut plan = Vec::new();
+        for i in newer {
+            let c = &cvt.cells[i];
+            if c.bitmap == 0 {
+                continue;
+            }
+            if c.flags & CHUNK == 0 {
+                return None;
+            }
+            let take = c.bitmap & !done;
+            done |= c.bitmap;
+            if take != 0 {
+                plan.push((i, take));
+            }
+        }
+        Some(plan)
+    }
+
+    /// Where a new version's chunk of `lines` lines goes: after the newest chunk of the bar,
+    /// or at line 0 when it does not fit before the end. `None` if it exceeds the bar.
+    pub fn chunk_start(&self, cvt: &Cvt, lines: u32) -> Option<u32> {
+        if lines > self.bar_lines {
+            return None;
+        }
+        let head = (0..cvt.cells.len())
+            .filter(|&i| cvt.cells[i].valid() && cvt.cells[i].flags & CHUNK != 0)
+            .max_by_key(|&i| cvt.cells[i].version)
+            .map_or(0, |i| {
+                u32::from(cvt.cells[i].start) + self.chunk_lines(cvt.cells[i].bitmap)
+            });
+        Some(if head + lines > self.bar_lines {
+            0
+        } else {
+            head
+        })
+    }
+
+    /// Invalidates every valid cell older than or as old as `version` (the suffix invariant).
+    pub fn drop_through(cvt: &mut Cvt, version: u64) {
+        for c in &mut cvt.cells {
+            if c.valid() && c.version <= version {
+                c.flags &= !VALID;
+            }
+        }
+    }
+
+    /// Adds `cell` (a new version whose chunk, if any, is at `cell.start`): drops the versions
+    /// whose chunks it overwrites (and everything older), then takes a free cell or the
+    /// oldest one.
+    pub fn push(&self, cvt: &mut Cvt, cell: Vcell) {
+        if cell.flags & CHUNK != 0 {
+            let (s, e) = (
+                u32::from(cell.start),
+                u32::from(cell.start) + self.chunk_lines(cell.bitmap),
+            );
+            let overlapped = cvt
+                .cells
+                .iter()
+                .filter(|c| c.valid() && c.flags & CHUNK != 0)
+                .filter(|c| {
+                    let cs = u32::from(c.start);
+                    let ce = cs + self.chunk_lines(c.bitmap);
+                    cs < e && s < ce
+                })
+                .map(|c| c.version)
+                .max();
+            if let Some(v) = overlapped {
+                Self::drop_through(cvt, v);
+            }
+        } else if cell.bitmap != 0 {
+            // Pre-images that did not fit: no older version can be rebuilt any more.
+            Self::drop_through(cvt, u64::MAX);
+        }
+        let slot = match cvt.cells.iter().position(|c| !c.valid()) {
+            Some(i) => i,
+            None => {
+                let oldest = (0..cvt.cells.len())
+                    .min_by_key(|&i| cvt.cells[i].version)
+                    .expect("vnum >= 1");
+                // Overwriting the oldest keeps the valid cells a suffix.
+                oldest
+            }
+        };
+        cvt.cells[slot] = cell;
+    }
+}
+
+impl TableInfo {
+    /// The slot number of the record slot at `off` (bucket-major), for the value region.
+    pub fn slot_number(&self, off: u64) -> u64 {
+        let rel = off - (self.table_off + 64);
+        let (b, in_bucket) = (rel / self.bucket_bytes, rel % self.bucket_bytes);
+        b * u64::from(self.slots_per_bucket) + (in_bucket - 64) / self.slot_stride
+    }
+
+    /// The Vpkg of the multi-version record slot at `off`.
+    pub fn vpkg_off(&self, off: u64) -> u64 {
+        let mv = self.mv.as_ref().expect("a multi-version table");
+        mv.values_off + self.slot_number(off) * mv.value_stride
+    }
+
+    /// Line `line` of the attribute bar of the record slot at `off`.
+    pub fn bar_line_off(&self, off: u64, line: u32) -> u64 {
+        self.vpkg_off(off)
+            + SingleVersion::new(self.value_size as usize).bytes() as u64
+            + u64::from(line) * LINE as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn codec(vnum: usize, bar_lines: u32, attr_ends: Vec<u32>) -> MvCodec {
+        let size = *attr_ends.last().unwrap() as usize;
+        MvCodec {
+            cvt: SingleVersion::new(vnum * VCELL_BYTES),
+            vpkg: SingleVersion::new(size),
+            vnum,
+            bar_lines,
+            attr_ends,
+        }
+    }
+
+    fn cvt(cells: Vec<Vcell>) -> Cvt {
+        Cvt {
+            header: RecordHeader {
+                lock: 0,
+                version: 9,
+                key: 1,
+                table: 1,
+                valid: true,
+            },
+            cells,
+        }
+    }
+
+    fn cell(version: u64, flags: u8) -> Vcell {
+        Vcell {
+            version,
+            bitmap: 0,
+            start: 0,
+            flags: VALID | flags,
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(cvt_bytes(1), 64);
+        assert_eq!(cvt_bytes(2), 64);
+        assert_eq!(cvt_bytes(3), 128);
+        assert_eq!(cvt_bytes(4), 128);
+        assert_eq!(cvt_bytes(8), 192);
+    }
+
+    #[test]
+    fn selection_follows_tombstones_creation_and_gc() {
+        let c = cvt(vec![cell(10, CREATED | FRESH), cell(20, 0), cell(30, TOMBSTONE)]);
+        assert_eq!(c.select(5), Pick::Absent { version: 0 });
+        assert_eq!(c.select(10), Pick::Version(0));
+        assert_eq!(c.select(29), Pick::Version(1));
+        assert_eq!(c.select(31), Pick::Absent { version: 30 });
+        assert_eq!(c.newest(), Some(2));
+        assert_eq!(c.newest_value(), Some(1));
+        // The creation was overwritten: a snapshot before 20 cannot be served.
+        let gc = cvt(vec![cell(40, 0), cell(20, 0), cell(30, TOMBSTONE)]);
+        assert_eq!(gc.select(15), Pick::Gone);
+        // Re-created over a tombstone: before the tombstone, gone; between, absent.
+        let re = cvt(vec![cell(50, CREATED), cell(45, TOMBSTONE), Vcell::default()]);
+        assert_eq!(re.select(44), Pick::Gone);
+        assert_eq!(re.select(47), Pick::Absent { version: 45 });
+        assert_eq!(re.select(50), Pick::Version(0));
+    }
+
+    #[test]
+    fn cvt_round_trips_and_tears_are_seen() {
+        let k = codec(4, 8, vec![8, 16]);
+        let c = cvt(vec![
+            cell(3, CREATED),
+            Vcell {
+                version: 7,
+                bitmap: 2,
+                start: 1,
+                flags: VALID | CHUNK,
+            },
+            Vcell::default(),
+            cell(9, 0),
+        ]);
+        let mut b = vec![0u8; k.cvt_bytes()];
+        k.encode_cvt(&c, &mut b);
+        assert_eq!(k.decode_cvt(&b), Ok(c.clone()));
+        let mut c2 = c.clone();
+        c2.header.version = 10;
+        let mut b2 = vec![0u8; k.cvt_bytes()];
+        k.encode_cvt(&c2, &mut b2);
+        let mut mixed = b.clone();
+        mixed[64..].copy_from_slice(&b2[64..]);
+        assert!(k.decode_cvt(&mixed).is_err());
+    }
+
+    /// A model of a record's history: every version's full value, and the CVT, Vpkg and bar a
+    /// writer would leave. Any valid version the CVT offers is rebuilt exactly.
+    fn history_rebuilds(vnum: usize, bar_lines: u32, updates: &[(u8, u8)]) {
+        let attr_ends = vec![8u32, 16, 70, 80, 200];
+        let k = codec(vnum, bar_lines, attr_ends.clone());
+        let size = 200;
+        let mut values: Vec<(u64, Vec<u8>)> = vec![(1, vec![0u8; size])];
+        let mut c = cvt(vec![Vcell::default(); vnum]);
+        c.cells[0] = cell(1, CREATED);
+        let mut bar = vec![0u8; bar_lines as usize * LINE];
+        for (n, &(mask, fill)) in updates.iter().enumerate() {
+            let version = 2 + n as u64;
+            let old = values.last().unwrap().1.clone();
+            let mut new = old.clone();
+            for (a, (s, e)) in k.attrs().enumerate() {
+                if mask >> a & 1 == 1 {
+                    new[s..e].fill(fill.wrapping_add(n as u8));
+                }
+            }
+            let bitmap = k.changed(&old, &new);
+            let lines = k.chunk_lines(bitmap);
+            let mut cell = Vcell {
+                version,
+                bitmap,
+                start: 0,
+                flags: VALID,
+            };
+            if bitmap != 0 {
+                if let Some(s) = k.chunk_start(&c, lines) {
+                    cell.start = s as u16;
+                    cell.flags |= CHUNK;
+                    let chunk = k.encode_chunk(bitmap, &old, version);
+                    bar[s as usize * LINE..][..chunk.len()].copy_from_slice(&chunk);
+                }
+            }
+            k.push(&mut c, cell);
+            values.push((version, new.clone()));
+            // The valid cells are a suffix of the history.
+            let mut valid: Vec<u64> = c
+                .cells
+                .iter()
+                .filter(|c| c.valid())
+                .map(|c| c.version)
+                .collect();
+            valid.sort_unstable();
+            assert_eq!(*valid.last().unwrap(), version);
+            assert!(valid.windows(2).all(|w| w[1] == w[0] + 1), "{valid:?}");
+            let vpkg = c.newest_value().unwrap();
+            for (i, cl) in c.cells.iter().enumerate() {
+                if !cl.valid() {
+                    continue;
+                }
+                let plan = k.rebuild_plan(&c, i, vpkg).expect("valid versions rebuild");
+                let mut v = new.clone();
+                for (w, take) in plan {
+                    let wc = c.cells[w];
+                    let s = wc.start as usize * LINE;
+                    let e = s + k.chunk_lines(wc.bitmap) as usize * LINE;
+                    k.apply_chunk(&bar[s..e], wc.bitmap, wc.version, take, &mut v)
+                        .unwrap();
+                }
+                let want = &values.iter().find(|(ver, _)| *ver == cl.version).unwrap().1;
+                assert_eq!(&v, want, "version {}", cl.version);
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_history_rebuilds() {
+        let ups: Vec<(u8, u8)> = (0..40).map(|i| ((i * 7 % 31 + 1) as u8, i as u8)).collect();
+        history_rebuilds(4, 6, &ups);
+        history_rebuilds(2, 3, &ups);
+        history_rebuilds(1, 1, &ups);
+    }
+
+    proptest! {
+        #[test]
+        fn every_valid_version_rebuilds(vnum in 1usize..8, bar_lines in 1u32..12,
+                                        updates in prop::collection::vec((0u8..32, any::<u8>()), 0..30)) {
+            history_rebuilds(vnum, bar_lines, &updates);
+        }
+
+        #[test]
+        fn a_chunk_over_wrapped_lines_is_refused(v1 in 2u64..1000, d in 1u64..1000) {
+            let k = codec(2, 4, vec![8, 100]);
+            let old = vec![7u8; 100];
+            let mut chunk = k.encode_chunk(0b11, &old, v1);
+            let other = k.encode_chunk(0b11, &old, v1 + d);
+            chunk[64..128].copy_from_slice(&other[64..128]);
+            let mut v = vec![0u8; 100];
+            prop_assert!(k.apply_chunk(&chunk, 0b11, v1, 0b11, &mut v).is_err());
+        }
+    }
+}

@@ -1,0 +1,1047 @@
+//! Motor (Zhang et al., OSDI'24): multi-versioning with consecutive version tuples (CVT),
+//! serializable or snapshot isolation, on the store's multi-version tables
+//! ([`dtxn_store::cvt`]).
+//!
+//! Phases, with their verbs and critical-path round trips (addresses cached):
+//!
+//! 0. **Start timestamp** (1 RT): FAA on the oracle word. The paper leaves the timestamp
+//!    service out of its round-trip counts; dtxn counts it, separately
+//!    ([`crate::TxnOutcome::oracle_round_trips`]).
+//! 1. **Execute** (1 RT per batch of reads, 2 when a version must be rebuilt or the address
+//!    was not cached). Read-write items: CAS(lock) + READ(CVT) + READ(Vpkg) on the primary in
+//!    one doorbell batch: the CAS executes before the READs (G6), so both are read under the
+//!    lock, and the newest version is the one a writer builds on (Motor reads the Vpkg a round
+//!    trip later). First-committer-wins: the newest version must be at most the start
+//!    timestamp, under either isolation. Read-only items: READ(CVT) + READ(Vpkg) together;
+//!    the version a snapshot at the start timestamp sees is selected from the CVT, and when it
+//!    is not the Vpkg's version it is rebuilt from the Vpkg and the pre-images of every newer
+//!    version, read in a second round trip. Serializable read-write transactions abort early
+//!    when any item has a version newer than their start. A CVT locked by another coordinator
+//!    is read again (its writer may hold a commit timestamp below our start and not have
+//!    installed yet: the snapshot race of the digest's section 5.3).
+//! 2. **Commit timestamp** (1 RT, read-write transactions only): FAA, after every lock is held.
+//! 3. **Validate** (serializable, read-write transactions with read-only items, 1 RT): READ
+//!    each read-only item's CVT: unlocked and no version besides the one read up to now.
+//! 4. **Commit** (1 RT): per written record, to every replica in one batch, in this order on
+//!    each memory node (G4): the pre-image chunk, the new Vpkg, the whole CVT (the new Vcell,
+//!    versions dropped by garbage collection). No undo log: old versions are the undo.
+//! 5. **Release** (detached): lock words to 0, after every replica is written.
+//!
+//! Read-only transactions take a start timestamp and execute: no validation, no locks.
+//!
+//! Inserts of a key without a CVT lock the key's chain (CAS + READ of the home bucket), claim
+//! a free slot (CAS on its lock word + READ), and install a CVT created at the commit
+//! timestamp. A reader that finds no CVT for a key treats a claimed (locked, empty) slot in its
+//! chain as a possible insert of that key: it reads again (snapshot) or fails validation.
+//! A delete installs a tombstone version; an insert over a tombstone reuses the key's CVT.
+//!
+//! Where dtxn differs from the published Motor, and why:
+//! - Stamps instead of one-byte anchors (see [`dtxn_store::cvt`]): anchors are the sync
+//!   paper's broken bookend scheme when a READ's lines are fetched out of order.
+//! - Locks are released after every replica is written, not with the primary's commit WRITE,
+//!   so that "unlocked" always means "installed everywhere".
+//! - Snapshot readers wait out locked CVTs, and read-write items obey first-committer-wins
+//!   under snapshot isolation too (digest, section 5.3).
+
+use crate::abort::{Abort, AbortReason};
+use crate::config::Isolation;
+use crate::txn::{Access, Item, NewValue, TxKind, Txn};
+use dtxn_fabric::{NodeId, OpId};
+use dtxn_store::cvt::{Cvt, MvCodec, Pick, Vcell, CHUNK, CREATED, FRESH, TOMBSTONE, VALID};
+use dtxn_store::layout::ORACLE_OFF;
+use dtxn_store::record::RecordHeader;
+use dtxn_store::{PoolMap, TableInfo};
+use std::rc::Rc;
+
+/// Bit 62 of a lock word: its holder is committing. Set on every record a transaction writes
+/// (and every slot it claims) before it takes its commit timestamp, so an unmarked lock seen
+/// after a reader took its start timestamp belongs to a writer that will commit above it.
+pub(crate) const COMMITTING: u64 = 1 << 62;
+
+/// What Motor keeps of an item between phases.
+#[derive(Debug, Clone)]
+pub(crate) struct MvState {
+    /// The CVT as read (under our lock, for read-write items).
+    cvt: Cvt,
+    /// The Vcell of the version read, if it has a value.
+    v0: Option<usize>,
+    /// The value as read: the base of the pre-images a commit writes.
+    old: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// READ the CVT at `off` (with CAS(lock) first if `lock`), and its Vpkg if `vpkg`.
+    Cvt { off: u64, lock: bool, vpkg: bool },
+    /// READ a bucket of the item's chain; `pending`: a claimed empty slot seen so far.
+    Bucket { at: u64, hops: u64, pending: bool },
+    /// READ the Vpkg and the pre-image chunks that rebuild the version selected.
+    Value { off: u64 },
+}
+
+enum Next {
+    Done,
+    Again(Stage),
+    /// Read again (a torn or locked record): counts against the reread limit.
+    Reread(Stage),
+    Fail(AbortReason),
+}
+
+fn abort(reason: AbortReason, it: &Item) -> Abort {
+    Abort {
+        reason,
+        table: it.table,
+        key: it.key,
+    }
+}
+
+fn table(map: &PoolMap, id: u32) -> &TableInfo {
+    map.tables
+        .get(&id)
+        .expect("checked when the item was added")
+}
+
+fn codec(t: &TableInfo) -> MvCodec {
+    MvCodec::new(t).expect("motor runs on multi-version tables (checked at fetch)")
+}
+
+/// A timestamp from the oracle: FAA on memory node 0, one round trip.
+async fn timestamp(tx: &mut Txn<'_>) -> Result<u64, ()> {
+    let f = tx.c.ep.faa(0, ORACLE_OFF, 1);
+    tx.oracle_round_trips += 1;
+    if tx.c.ep.post().await.is_err() {
+        return Err(());
+    }
+    Ok(tx.c.ep.old(f) + 1)
+}
+
+fn new_item(t: &TableInfo, table_id: u32, key: u64, rw: bool) -> Item {
+    Item {
+        table: table_id,
+        key,
+        rw,
+        offset: None,
+        node: t.primary(),
+        exists: false,
+        version: 0,
+        locked: false,
+        cold: false,
+        value: vec![0; t.value_size as usize],
+        image: Vec::new(),
+        new: NewValue::Keep,
+        chain_lock: None,
+        install: None,
+        in_log: false,
+        mv: None,
+    }
+}
+
+/// Execution: fetch `accesses` (new items, or read-only items now wanted for update).
+pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let mut work: Vec<(usize, Stage)> = Vec::new();
+    for a in accesses {
+        let bad = Abort {
+            reason: AbortReason::BadRequest,
+            table: a.table,
+            key: a.key,
+        };
+        if a.for_update && tx.kind == TxKind::ReadOnly {
+            return Err(bad);
+        }
+        let Ok(t) = map.table(a.table) else {
+            return Err(bad);
+        };
+        if t.mv.is_none() {
+            // A single-version table: the pool was laid out for another protocol.
+            return Err(bad);
+        }
+        if let Some(i) = tx.find(a.table, a.key) {
+            let it = &mut tx.items[i];
+            if a.for_update && !it.rw {
+                it.rw = true;
+                let stage = match it.offset {
+                    Some(off) => Stage::Cvt {
+                        off,
+                        lock: true,
+                        vpkg: true,
+                    },
+                    None => Stage::Bucket {
+                        at: t.home_bucket(a.key),
+                        hops: 0,
+                        pending: false,
+                    },
+                };
+                work.push((i, stage));
+            }
+            continue;
+        }
+        let stage = match tx.c.cache.get(a.table, a.key) {
+            Some(off) => Stage::Cvt {
+                off,
+                lock: a.for_update,
+                vpkg: true,
+            },
+            None => Stage::Bucket {
+                at: t.home_bucket(a.key),
+                hops: 0,
+                pending: false,
+            },
+        };
+        tx.items.push(new_item(t, a.table, a.key, a.for_update));
+        work.push((tx.items.len() - 1, stage));
+    }
+    if work.is_empty() {
+        return Ok(());
+    }
+    if tx.ts_start == 0 {
+        tx.ts_start = timestamp(tx)
+            .await
+            .map_err(|()| abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]))?;
+    }
+    run_stages(tx, work).await
+}
+
+/// Runs items through their stages, one doorbell batch per round, until each is done.
+async fn run_stages(tx: &mut Txn<'_>, mut work: Vec<(usize, Stage)>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let mut rereads = 0u32;
+    let mut ids: Vec<OpId> = Vec::new();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    while !work.is_empty() {
+        ids.clear();
+        spans.clear();
+        for &(i, stage) in &work {
+            let start = ids.len();
+            post_stage(tx, &map, i, stage, &mut ids);
+            spans.push((start, ids.len()));
+        }
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
+        }
+        let mut next = Vec::new();
+        let mut failed = None;
+        let mut again = false;
+        for (&(i, stage), &(s, e)) in work.iter().zip(&spans) {
+            let ops: Vec<OpId> = ids[s..e].to_vec();
+            match on_stage(tx, &map, i, stage, &ops) {
+                Next::Done => {}
+                Next::Again(st) => next.push((i, st)),
+                Next::Reread(st) => {
+                    again = true;
+                    next.push((i, st));
+                }
+                Next::Fail(r) => {
+                    failed.get_or_insert(abort(r, &tx.items[i]));
+                }
+            }
+        }
+        if let Some(a) = failed {
+            return Err(a);
+        }
+        if again {
+            rereads += 1;
+            if rereads > tx.c.cfg.reread_limit {
+                return Err(abort(AbortReason::Invisible, &tx.items[next[0].0]));
+            }
+        }
+        work = next;
+    }
+    Ok(())
+}
+
+fn post_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ids: &mut Vec<OpId>) {
+    let it = &tx.items[i];
+    let t = table(map, it.table);
+    let p = t.primary();
+    let ep = &mut tx.c.ep;
+    match stage {
+        Stage::Cvt { off, lock, vpkg } => {
+            if lock {
+                ids.push(ep.cas(p, off, 0, tx.c.owner));
+            }
+            ids.push(ep.read(p, off, t.record_bytes as usize));
+            if vpkg {
+                let k = codec(t);
+                ids.push(ep.read(p, t.vpkg_off(off), k.vpkg_bytes()));
+            }
+        }
+        Stage::Bucket { at, .. } => ids.push(ep.read(p, at, t.bucket_bytes as usize)),
+        Stage::Value { off } => {
+            let k = codec(t);
+            let st = it.mv.as_ref().expect("selected");
+            let (v0, vpkg) = (
+                st.v0.expect("a value version"),
+                st.cvt.newest_value().expect("a value version"),
+            );
+            // Pre-images first: the READs are not ordered (G5), the stamps decide.
+            for (w, _) in k.rebuild_plan(&st.cvt, v0, vpkg).unwrap_or_default() {
+                let c = st.cvt.cells[w];
+                let lines = k.chunk_lines(c.bitmap) as usize;
+                ids.push(ep.read(
+                    p,
+                    t.bar_line_off(off, u32::from(c.start)),
+                    lines * dtxn_store::record::LINE,
+                ));
+            }
+            ids.push(ep.read(p, t.vpkg_off(off), k.vpkg_bytes()));
+        }
+    }
+}
+
+fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId]) -> Next {
+    let t = table(map, tx.items[i].table);
+    match stage {
+        Stage::Cvt { off, lock, vpkg } => {
+            let mut ops = ops.iter();
+            if lock {
+                let c = *ops.next().expect("cas");
+                if !tx.c.ep.cas_ok(c) {
+                    return Next::Fail(AbortReason::LockConflict);
+                }
+                tx.items[i].locked = true;
+                tx.items[i].offset = Some(off);
+            }
+            let cvt_bytes = tx.c.ep.bytes(*ops.next().expect("cvt")).to_vec();
+            let vpkg_bytes = vpkg.then(|| tx.c.ep.bytes(*ops.next().expect("vpkg")).to_vec());
+            on_cvt(tx, t, i, off, &cvt_bytes, vpkg_bytes.as_deref())
+        }
+        Stage::Bucket { at, hops, pending } => {
+            let bytes = tx.c.ep.bytes(ops[0]).to_vec();
+            on_bucket(tx, t, i, at, hops, pending, &bytes)
+        }
+        Stage::Value { off } => {
+            let k = codec(t);
+            let it = &mut tx.items[i];
+            let st = it.mv.as_ref().expect("selected");
+            let (v0, vpkg) = (
+                st.v0.expect("a value version"),
+                st.cvt.newest_value().expect("a value version"),
+            );
+            let Some(plan) = k.rebuild_plan(&st.cvt, v0, vpkg) else {
+                return Next::Fail(AbortReason::VersionGone);
+            };
+            let vp = tx.c.ep.bytes(ops[plan.len()]);
+            match k.vpkg.decode(vp, &mut it.value) {
+                Ok(h) if h.version == st.cvt.cells[vpkg].version => {}
+                // Torn, or a newer value since the CVT was read: read both again.
+                _ => {
+                    return Next::Reread(Stage::Cvt {
+                        off,
+                        lock: false,
+                        vpkg: true,
+                    })
+                }
+            }
+            for (n, &(w, take)) in plan.iter().enumerate() {
+                let c = st.cvt.cells[w];
+                let chunk = tx.c.ep.bytes(ops[n]);
+                if k
+                    .apply_chunk(chunk, c.bitmap, c.version, take, &mut it.value)
+                    .is_err()
+                {
+                    return Next::Reread(Stage::Cvt {
+                        off,
+                        lock: false,
+                        vpkg: true,
+                    });
+                }
+            }
+            it.exists = true;
+            Next::Done
+        }
+    }
+}
+
+/// A CVT (and maybe its Vpkg) was read for item `i`.
+fn on_cvt(
+    tx: &mut Txn<'_>,
+    t: &TableInfo,
+    i: usize,
+    off: u64,
+    cvt_bytes: &[u8],
+    vpkg_bytes: Option<&[u8]>,
+) -> Next {
+    let k = codec(t);
+    let (table_id, key, rw, locked) = {
+        let it = &tx.items[i];
+        (it.table, it.key, it.rw, it.locked)
+    };
+    let ours = locked && tx.items[i].offset == Some(off);
+    let again = Stage::Cvt {
+        off,
+        lock: rw && !ours,
+        vpkg: true,
+    };
+    let cvt = match k.decode_cvt(cvt_bytes) {
+        Ok(c) => c,
+        Err(_) => return Next::Reread(again),
+    };
+    let h = cvt.header;
+    if !h.valid || h.table != table_id || h.key != key {
+        // A stale cache entry (or a slot that lost a race): look the key up in its chain.
+        tx.c.cache.invalidate(table_id, key);
+        if ours {
+            // Give the wrong slot's lock back at once.
+            let z = 0u64.to_le_bytes();
+            tx.c.ep.write(t.primary(), off, &z);
+            let _ = tx.c.ep.post_detached();
+            let it = &mut tx.items[i];
+            it.locked = false;
+            it.offset = None;
+        }
+        return Next::Again(Stage::Bucket {
+            at: t.home_bucket(key),
+            hops: 0,
+            pending: false,
+        });
+    }
+    tx.c.cache.insert(table_id, key, off);
+    tx.items[i].offset = Some(off);
+    if !ours && h.lock & COMMITTING != 0 {
+        // Someone is committing: its commit timestamp may be below our start and its versions
+        // not installed yet. Read again until it is done. (A lock without the mark is a
+        // writer still executing: it will take its commit timestamp after this READ, above
+        // our start, so the versions we may see are all there.)
+        return Next::Reread(Stage::Cvt {
+            off,
+            lock: false,
+            vpkg: true,
+        });
+    }
+    let ts = tx.ts_start;
+    let serializable = tx.c.cfg.motor.isolation == Isolation::Serializable;
+    let newest = cvt.newest().map(|n| cvt.cells[n]);
+    let newest_version = newest.map_or(0, |c| c.version);
+    if ours {
+        // First-committer-wins (both isolation levels): we build on the newest version, so
+        // it must be in our snapshot.
+        if newest_version > ts {
+            return Next::Fail(AbortReason::NewerVersion);
+        }
+    } else if serializable && tx.kind == TxKind::ReadWrite && newest_version > ts {
+        // Early abort: validation at the commit timestamp would fail.
+        return Next::Fail(AbortReason::NewerVersion);
+    }
+    let pick = if ours {
+        match cvt.newest() {
+            Some(n) if cvt.cells[n].tombstone() => Pick::Absent {
+                version: cvt.cells[n].version,
+            },
+            Some(n) => Pick::Version(n),
+            None => Pick::Gone,
+        }
+    } else {
+        cvt.select(ts)
+    };
+    let vpkg_cell = cvt.newest_value();
+    let it = &mut tx.items[i];
+    match pick {
+        Pick::Gone => Next::Fail(AbortReason::VersionGone),
+        Pick::Absent { version } => {
+            it.exists = false;
+            it.version = version;
+            it.mv = Some(Box::new(MvState {
+                cvt,
+                v0: None,
+                old: Vec::new(),
+            }));
+            Next::Done
+        }
+        Pick::Version(v0) => {
+            it.version = cvt.cells[v0].version;
+            let direct = vpkg_cell == Some(v0)
+                && vpkg_bytes.is_some_and(|b| {
+                    matches!(k.vpkg.decode(b, &mut it.value),
+                             Ok(h) if h.version == cvt.cells[v0].version)
+                });
+            if direct {
+                it.exists = true;
+            }
+            it.mv = Some(Box::new(MvState {
+                cvt,
+                v0: Some(v0),
+                // A writer's pre-images are taken against the value it read under its lock.
+                old: if direct && ours {
+                    it.value.clone()
+                } else {
+                    Vec::new()
+                },
+            }));
+            if direct {
+                return Next::Done;
+            }
+            if ours {
+                // Under our lock the Vpkg can only be the newest value: torn or stale means
+                // the CVT and Vpkg disagree, which a finished commit never leaves.
+                return Next::Reread(Stage::Cvt {
+                    off,
+                    lock: false,
+                    vpkg: true,
+                });
+            }
+            Next::Again(Stage::Value { off })
+        }
+    }
+}
+
+/// A bucket of item `i`'s chain was read.
+fn on_bucket(
+    tx: &mut Txn<'_>,
+    t: &TableInfo,
+    i: usize,
+    at: u64,
+    hops: u64,
+    pending: bool,
+    bytes: &[u8],
+) -> Next {
+    let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
+    let codec = t.codec();
+    let scan = t.scan(at, bytes, key);
+    if let Some((s, off)) = scan.found {
+        tx.c.cache.insert(table_id, key, off);
+        if rw {
+            return Next::Again(Stage::Cvt {
+                off,
+                lock: true,
+                vpkg: true,
+            });
+        }
+        let rec = t.slot_bytes(bytes, s).to_vec();
+        return on_cvt(tx, t, i, off, &rec, None);
+    }
+    let claimed = (0..t.slots_per_bucket).any(|s| {
+        let h = codec.header(t.slot_bytes(bytes, s));
+        !h.valid && h.lock & COMMITTING != 0
+    });
+    let pending = pending || claimed;
+    if let Some(n) = scan.next {
+        if hops >= t.overflow_buckets {
+            // A chain longer than the overflow area: corrupt memory, not a transaction's fault.
+            return Next::Fail(AbortReason::BadRequest);
+        }
+        return Next::Again(Stage::Bucket {
+            at: n,
+            hops: hops + 1,
+            pending,
+        });
+    }
+    if pending {
+        // An insert has claimed a slot of this chain: it may be our key's, committed below
+        // our start. Read the chain again.
+        return Next::Reread(Stage::Bucket {
+            at: t.home_bucket(key),
+            hops: 0,
+            pending: false,
+        });
+    }
+    let it = &mut tx.items[i];
+    it.exists = false;
+    it.version = 0;
+    it.offset = None;
+    it.mv = None;
+    Next::Done
+}
+
+/// Insert. A key with a CVT (a tombstone) is inserted over it, under the CVT's lock; a key
+/// without one gets a free slot of its chain, claimed under the chain's insert lock.
+pub(crate) async fn insert(
+    tx: &mut Txn<'_>,
+    table_id: u32,
+    key: u64,
+    value: &[u8],
+) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let bad = |reason| Abort {
+        reason,
+        table: table_id,
+        key,
+    };
+    if tx.kind == TxKind::ReadOnly {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    let Ok(t) = map.table(table_id) else {
+        return Err(bad(AbortReason::BadRequest));
+    };
+    if value.len() != t.value_size as usize || t.mv.is_none() {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    // Fetch it for update first: this locks its CVT if it has one.
+    execute(tx, &[Access::update(table_id, key)]).await?;
+    let i = tx.find(table_id, key).expect("fetched");
+    {
+        let it = &mut tx.items[i];
+        match (&it.new, it.exists) {
+            (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
+                return Err(bad(AbortReason::Exists))
+            }
+            (NewValue::Delete, true) => {
+                it.value.copy_from_slice(value);
+                it.new = NewValue::Update;
+                return Ok(());
+            }
+            _ => {}
+        }
+        if it.locked && it.mv.is_some() {
+            // Over our key's tombstone.
+            it.value.copy_from_slice(value);
+            it.new = NewValue::Insert;
+            return Ok(());
+        }
+    }
+    claim_slot(tx, &map, i, value).await
+}
+
+/// A fresh insert: lock the chain, find the key still absent and a free slot, claim it.
+async fn claim_slot(
+    tx: &mut Txn<'_>,
+    map: &Rc<PoolMap>,
+    i: usize,
+    value: &[u8],
+) -> Result<(), Abort> {
+    let (table_id, key) = (tx.items[i].table, tx.items[i].key);
+    let bad = |reason| Abort {
+        reason,
+        table: table_id,
+        key,
+    };
+    let t = table(map, table_id);
+    let owner = tx.c.owner;
+    let primary = t.primary();
+    let home = t.home_bucket(key);
+    let lock_addr = t.insert_lock(home);
+    let held = tx
+        .items
+        .iter()
+        .any(|o| o.chain_lock == Some((primary, lock_addr)));
+    let cas = (!held).then(|| tx.c.ep.cas(primary, lock_addr, 0, owner));
+    let mut read = tx.c.ep.read(primary, home, t.bucket_bytes as usize);
+    if tx.c.ep.post().await.is_err() {
+        return Err(bad(AbortReason::ReplicaFailure));
+    }
+    if let Some(c) = cas {
+        if !tx.c.ep.cas_ok(c) {
+            return Err(bad(AbortReason::LockConflict));
+        }
+        tx.items[i].chain_lock = Some((primary, lock_addr));
+    }
+    let codec = t.codec();
+    let taken: Vec<u64> = tx.items.iter().filter_map(|o| o.offset).collect();
+    let mut bucket = home;
+    let mut free = None;
+    let mut hops = 0;
+    let chain_end;
+    loop {
+        let bytes = tx.c.ep.bytes(read);
+        let scan = t.scan(bucket, bytes, key);
+        if scan.found.is_some() {
+            // Inserted since we looked: a conflict with a transaction after our snapshot.
+            return Err(bad(AbortReason::Exists));
+        }
+        if free.is_none() {
+            free = (0..t.slots_per_bucket)
+                .map(|s| (t.slot(bucket, s), codec.header(t.slot_bytes(bytes, s))))
+                .find(|(off, h)| !h.valid && h.lock == 0 && !taken.contains(off))
+                .map(|(off, _)| off);
+        }
+        match scan.next {
+            Some(n) => {
+                hops += 1;
+                if hops > t.overflow_buckets {
+                    return Err(bad(AbortReason::BadRequest));
+                }
+                bucket = n;
+                read = tx.c.ep.read(primary, n, t.bucket_bytes as usize);
+                if tx.c.ep.post().await.is_err() {
+                    return Err(bad(AbortReason::ReplicaFailure));
+                }
+            }
+            None => {
+                chain_end = bucket;
+                break;
+            }
+        }
+    }
+    let slot = match free {
+        Some(s) => s,
+        None => {
+            // Chain a new overflow bucket (we hold the chain's insert lock).
+            let f = tx.c.ep.faa(primary, t.overflow_counter(), 1);
+            if tx.c.ep.post().await.is_err() {
+                return Err(bad(AbortReason::ReplicaFailure));
+            }
+            let index = tx.c.ep.old(f);
+            if index >= t.overflow_buckets {
+                return Err(bad(AbortReason::TableFull));
+            }
+            for &n in &t.replicas {
+                tx.c.ep.write(n, chain_end, &(index + 1).to_le_bytes());
+            }
+            if tx.c.ep.post().await.is_err() {
+                return Err(bad(AbortReason::ReplicaFailure));
+            }
+            t.slot(t.overflow_bucket(index), 0)
+        }
+    };
+    // Claim the slot: readers of absent keys in this chain now see an insert in progress.
+    let c = tx.c.ep.cas(primary, slot, 0, owner);
+    let r = tx.c.ep.read(primary, slot, 64);
+    if tx.c.ep.post().await.is_err() {
+        return Err(bad(AbortReason::ReplicaFailure));
+    }
+    if !tx.c.ep.cas_ok(c) {
+        return Err(bad(AbortReason::LockConflict));
+    }
+    let it = &mut tx.items[i];
+    it.locked = true;
+    it.offset = Some(slot);
+    it.node = primary;
+    if codec.header(tx.c.ep.bytes(r)).valid {
+        // Filled between our chain read and the claim (impossible under the chain lock
+        // unless memory is corrupt): give it back and abort.
+        return Err(bad(AbortReason::LockConflict));
+    }
+    it.value.copy_from_slice(value);
+    it.new = NewValue::Insert;
+    it.mv = None;
+    Ok(())
+}
+
+/// Validation (serializable), commit, release.
+pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    let writes = tx.items.iter().any(|i| i.new != NewValue::Keep);
+    if !writes {
+        // Read-only (or nothing written): the snapshot at the start timestamp is the
+        // serialization point; locks of read-for-update items just go.
+        release(tx);
+        return Ok(());
+    }
+    let first = tx
+        .items
+        .iter()
+        .find(|i| i.new != NewValue::Keep)
+        .expect("a write");
+    let fail = abort(AbortReason::ReplicaFailure, first);
+    mark_committing(tx).await.map_err(|()| fail)?;
+    let tc = timestamp(tx).await.map_err(|()| fail)?;
+    if tx.c.cfg.motor.isolation == Isolation::Serializable {
+        validate(tx, tc).await?;
+    }
+    install(tx, tc).await?;
+    release(tx);
+    Ok(())
+}
+
+/// Marks the lock of every record we write as committing, before the commit timestamp is
+/// taken (one round trip: the marks must land before the FAA, which is on another QP).
+async fn mark_committing(tx: &mut Txn<'_>) -> Result<(), ()> {
+    let map = tx.c.map.clone();
+    let mark = (tx.c.owner | COMMITTING).to_le_bytes();
+    for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+        let t = table(&map, it.table);
+        let off = it.offset.expect("written items have a slot");
+        // Our own lock word: other coordinators only CAS it (and fail), so a WRITE is safe.
+        tx.c.ep.write(t.primary(), off, &mark);
+    }
+    tx.c.ep.post().await.map_err(|_| ())
+}
+
+/// The items read without our lock still show, at the commit timestamp `tc`, the version
+/// read: no other version up to `tc`, and no writer committing (which may commit below us).
+async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    // Everything read without our lock: read-only items, and keys found absent for update
+    // but never inserted.
+    let ro: Vec<usize> = (0..tx.items.len())
+        .filter(|&i| !tx.items[i].locked)
+        .collect();
+    if ro.is_empty() {
+        return Ok(());
+    }
+    let mut work = Vec::new();
+    for &i in &ro {
+        let it = &tx.items[i];
+        let t = table(&map, it.table);
+        let stage = match it.offset {
+            Some(off) => Stage::Cvt {
+                off,
+                lock: false,
+                vpkg: false,
+            },
+            None => Stage::Bucket {
+                at: t.home_bucket(it.key),
+                hops: 0,
+                pending: false,
+            },
+        };
+        work.push((i, stage));
+    }
+    let mut rounds = 0;
+    while !work.is_empty() {
+        rounds += 1;
+        if rounds > tx.c.cfg.reread_limit {
+            return Err(abort(AbortReason::Invisible, &tx.items[work[0].0]));
+        }
+        let mut ids = Vec::new();
+        for &(i, stage) in &work {
+            let it = &tx.items[i];
+            let t = table(&map, it.table);
+            ids.push(match stage {
+                Stage::Cvt { off, .. } => tx.c.ep.read(t.primary(), off, t.record_bytes as usize),
+                Stage::Bucket { at, .. } => tx.c.ep.read(t.primary(), at, t.bucket_bytes as usize),
+                Stage::Value { .. } => unreachable!("validation reads CVTs and chains"),
+            });
+        }
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
+        }
+        let mut next = Vec::new();
+        for (&(i, stage), &id) in work.iter().zip(&ids) {
+            let it = &tx.items[i];
+            let t = table(&map, it.table);
+            let fail = abort(AbortReason::Validation, it);
+            let bytes = tx.c.ep.bytes(id);
+            match stage {
+                Stage::Cvt { .. } => {
+                    let Ok(cvt) = codec(t).decode_cvt(bytes) else {
+                        next.push((i, stage));
+                        continue;
+                    };
+                    let h = cvt.header;
+                    if h.lock & COMMITTING != 0
+                        || !h.valid
+                        || h.key != it.key
+                        || h.table != it.table
+                        || seen_at(&cvt, tc) != Some(it.version)
+                    {
+                        return Err(fail);
+                    }
+                }
+                Stage::Bucket { at, hops, .. } => {
+                    let scan = t.scan(at, bytes, it.key);
+                    let sv = t.codec();
+                    let claimed = (0..t.slots_per_bucket).any(|s| {
+                        let h = sv.header(t.slot_bytes(bytes, s));
+                        !h.valid && h.lock & COMMITTING != 0
+                    });
+                    if claimed {
+                        return Err(fail);
+                    }
+                    if let Some((s, _)) = scan.found {
+                        // Inserted since: fine only if above our commit timestamp.
+                        match codec(t).decode_cvt(t.slot_bytes(bytes, s)) {
+                            Ok(cvt)
+                                if cvt.header.lock & COMMITTING == 0
+                                    && seen_at(&cvt, tc) == Some(it.version) => {}
+                            Ok(_) => return Err(fail),
+                            Err(_) => {
+                                next.push((i, stage));
+                                continue;
+                            }
+                        }
+                    }
+                    if let Some(n) = scan.next {
+                        if hops >= t.overflow_buckets {
+                            return Err(abort(AbortReason::BadRequest, it));
+                        }
+                        next.push((
+                            i,
+                            Stage::Bucket {
+                                at: n,
+                                hops: hops + 1,
+                                pending: false,
+                            },
+                        ));
+                    }
+                }
+                Stage::Value { .. } => unreachable!(),
+            }
+        }
+        work = next;
+    }
+    Ok(())
+}
+
+/// The version a snapshot at `ts` reads in `cvt` (a tombstone's or 0 when absent); `None` if
+/// gone.
+fn seen_at(cvt: &Cvt, ts: u64) -> Option<u64> {
+    match cvt.select(ts) {
+        Pick::Version(i) => Some(cvt.cells[i].version),
+        Pick::Absent { version } => Some(version),
+        Pick::Gone => None,
+    }
+}
+
+/// Every replica of every written record in one round trip: pre-images, Vpkg, CVT.
+async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let first = tx
+        .items
+        .iter()
+        .find(|i| i.new != NewValue::Keep)
+        .expect("a write");
+    let fail = abort(AbortReason::ReplicaFailure, first);
+    for i in 0..tx.items.len() {
+        if tx.items[i].new == NewValue::Keep {
+            continue;
+        }
+        let it = &tx.items[i];
+        let t = table(&map, it.table);
+        let k = codec(t);
+        let off = it.offset.expect("written items have a slot");
+        let header = RecordHeader {
+            lock: owner | COMMITTING,
+            version: tc,
+            key: it.key,
+            table: it.table,
+            valid: true,
+        };
+        let mut cvt = match &it.mv {
+            Some(st) => Cvt {
+                header,
+                cells: st.cvt.cells.clone(),
+            },
+            None => Cvt {
+                header,
+                cells: vec![Vcell::default(); k.vnum],
+            },
+        };
+        let mut chunk = None;
+        let mut vpkg = true;
+        match it.new {
+            NewValue::Update => {
+                let st = it.mv.as_ref().expect("read before update");
+                // The old value: the Vpkg as read under our lock (the newest version).
+                let old = &st.old;
+                debug_assert!(st.v0.is_some() && old.len() == it.value.len());
+                let bitmap = k.changed(old, &it.value);
+                let mut cell = Vcell {
+                    version: tc,
+                    bitmap,
+                    start: 0,
+                    flags: VALID,
+                };
+                if bitmap != 0 {
+                    if let Some(s) = k.chunk_start(&cvt, k.chunk_lines(bitmap)) {
+                        cell.start = s as u16;
+                        cell.flags |= CHUNK;
+                        chunk = Some((s, k.encode_chunk(bitmap, old, tc)));
+                    }
+                }
+                k.push(&mut cvt, cell);
+            }
+            NewValue::Delete => {
+                vpkg = false;
+                k.push(
+                    &mut cvt,
+                    Vcell {
+                        version: tc,
+                        bitmap: 0,
+                        start: 0,
+                        flags: VALID | TOMBSTONE,
+                    },
+                );
+            }
+            NewValue::Insert => {
+                let flags = if it.mv.is_some() {
+                    // Over a tombstone: versions before it cannot be rebuilt from the new
+                    // value; the tombstone stays, so snapshots after it still see the key
+                    // absent.
+                    let tomb = cvt.newest().map_or(0, |n| cvt.cells[n].version);
+                    MvCodec::drop_through(&mut cvt, tomb.saturating_sub(1));
+                    VALID | CREATED
+                } else {
+                    VALID | CREATED | FRESH
+                };
+                k.push(
+                    &mut cvt,
+                    Vcell {
+                        version: tc,
+                        bitmap: 0,
+                        start: 0,
+                        flags,
+                    },
+                );
+            }
+            NewValue::Keep => unreachable!(),
+        }
+        let vpkg_header = RecordHeader {
+            lock: 0,
+            version: tc,
+            key: it.key,
+            table: it.table,
+            valid: true,
+        };
+        for (rank, &n) in t.replicas.iter().enumerate() {
+            if let Some((s, bytes)) = &chunk {
+                tx.c.ep.write(n, t.bar_line_off(off, *s), bytes);
+            }
+            if vpkg {
+                tx.c.ep.write_with(n, t.vpkg_off(off), k.vpkg_bytes(), |b| {
+                    k.vpkg.encode(&vpkg_header, &it.value, b)
+                });
+            }
+            // Only the primary's lock word is ever taken; it stays ours until the release.
+            let c = if rank == 0 {
+                cvt.clone()
+            } else {
+                Cvt {
+                    header: RecordHeader {
+                        lock: 0,
+                        ..cvt.header
+                    },
+                    cells: cvt.cells.clone(),
+                }
+            };
+            tx.c.ep
+                .write_with(n, off, k.cvt_bytes(), |b| k.encode_cvt(&c, b));
+        }
+    }
+    tx.installed = true;
+    for it in tx.items.iter_mut().filter(|i| i.new != NewValue::Keep) {
+        it.install = Some(tc);
+    }
+    if tx.c.ep.post().await.is_err() {
+        // Some replicas may hold the new versions: the locks stay held (no reader trusts a
+        // locked CVT), for recovery to settle.
+        tx.keep_locks = true;
+        return Err(fail);
+    }
+    Ok(())
+}
+
+/// Unlock, after every replica is written: posted detached, nobody waits.
+fn release(tx: &mut Txn<'_>) {
+    if tx.keep_locks {
+        return;
+    }
+    let map = tx.c.map.clone();
+    let zero = 0u64.to_le_bytes();
+    let mut any = false;
+    for it in &tx.items {
+        if let (true, Some(off)) = (it.locked, it.offset) {
+            let t = table(&map, it.table);
+            tx.c.ep.write(t.primary(), off, &zero);
+            any = true;
+        }
+        if let Some((n, addr)) = it.chain_lock {
+            tx.c.ep.write(n, addr, &zero);
+            any = true;
+        }
+    }
+    if any {
+        // A failed release leaves locks for recovery; nothing to report to this transaction.
+        let _ = tx.c.ep.post_detached();
+    }
+}
+
+pub(crate) async fn release_on_abort(tx: &mut Txn<'_>) {
+    release(tx);
+}
+
+/// The nodes a Motor transaction writes (for tests and tools).
+#[allow(dead_code)]
+pub(crate) fn replica_nodes(map: &PoolMap, table_id: u32) -> Vec<NodeId> {
+    table(map, table_id).replicas.clone()
+}
