@@ -436,6 +436,50 @@ impl TableInfo {
     }
 }
 
+/// The committed state of `key` in a multi-version table, read with a memory node's own CPU
+/// when no transaction runs (checks after a run): its slot, CVT and newest value (`None`:
+/// deleted). `Ok(None)`: the key has no CVT. `Err`: a torn CVT or Vpkg (an install that never
+/// finished) or a Vpkg that is not the CVT's newest value.
+pub fn local_lookup(
+    t: &TableInfo,
+    mem: &mut dyn dtxn_fabric::LocalMem,
+    key: u64,
+) -> Result<Option<(u64, Cvt, Option<Vec<u8>>)>, Torn> {
+    let k = MvCodec::new(t).expect("a multi-version table");
+    let mut bucket = t.home_bucket(key);
+    let mut bytes = vec![0u8; t.bucket_bytes as usize];
+    for _ in 0..=t.overflow_buckets {
+        mem.read(bucket, &mut bytes);
+        let scan = t.scan(bucket, &bytes, key);
+        if let Some((s, off)) = scan.found {
+            let cvt = k.decode_cvt(t.slot_bytes(&bytes, s))?;
+            let value = match cvt.newest() {
+                Some(n) if !cvt.cells[n].tombstone() => {
+                    let mut rec = vec![0u8; k.vpkg_bytes()];
+                    mem.read(t.vpkg_off(off), &mut rec);
+                    let mut v = vec![0u8; t.value_size as usize];
+                    let h = k.vpkg.decode(&rec, &mut v)?;
+                    if h.version != cvt.cells[n].version {
+                        return Err(Torn {
+                            line: 0,
+                            version: cvt.cells[n].version,
+                            stamp: h.version,
+                        });
+                    }
+                    Some(v)
+                }
+                _ => None,
+            };
+            return Ok(Some((off, cvt, value)));
+        }
+        match scan.next {
+            Some(n) => bucket = n,
+            None => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

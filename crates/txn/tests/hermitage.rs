@@ -616,3 +616,47 @@ fn g2_anti_dependency_cycles_once() -> Vec<Option<u64>> {
     });
     fin
 }
+
+/// G-single with a write (Hermitage's "G-single-write"): T1 reads key 1, T2 moves 5 from 1 to
+/// 2 and commits, T1 then reads key 2 for update. T1 cannot commit having seen 10 + 25: a
+/// multi-version protocol must not let T1 build on a version newer than its snapshot
+/// (first-committer-wins), even under snapshot isolation.
+#[test]
+fn g_single_write_read_skew() {
+    every_protocol(g_single_write_read_skew_once);
+}
+
+fn g_single_write_read_skew_once() {
+    let (b, _) = scenario(2, |role, mut c, b| async move {
+        if role == 0 {
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let r = async {
+                let one = tx.read(T, 1).await?.map(num).unwrap();
+                b.step.set(1);
+                until(tx.endpoint(), &b, 2).await;
+                let two = tx.read_for_update(T, 2).await?.map(num).unwrap();
+                tx.update(T, 2, &val(two + 1)).await?;
+                tx.commit().await?;
+                Ok::<_, dtxn_txn::Abort>(one + two)
+            }
+            .await;
+            if let Ok(sum) = r {
+                b.see(0, "sum", Some(sum));
+            }
+        } else {
+            until(c.endpoint(), &b, 1).await;
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
+                .await
+                .unwrap();
+            tx.update(T, 1, &val(5)).await.unwrap();
+            tx.update(T, 2, &val(25)).await.unwrap();
+            tx.commit().await.unwrap();
+            c.endpoint().sleep(10_000).await;
+            b.step.set(2);
+        }
+    });
+    for s in b.get(0, "sum") {
+        assert_eq!(s, Some(30));
+    }
+}
