@@ -24,9 +24,11 @@ pub struct TableSpec {
     /// The value's attributes (columns), their sizes in order; empty: one attribute. A
     /// multi-version table keeps pre-images of only the attributes an update changes.
     pub attributes: Vec<u32>,
-    /// Pre-image bytes a typical update of this table changes (0: the whole value): sizes the
-    /// multi-version attribute bar (`vnum` such updates).
-    pub update_bytes: usize,
+    /// The updates of this table, as (pre-image bytes, share of the table's updates): sizes a
+    /// multi-version record's attribute bar by Motor's formula, each kind of update kept
+    /// `max(vnum x share, 1)` times (truncated). Empty: whole-value updates. `[(0, 1.0)]`:
+    /// never updated (no bar).
+    pub update_mix: Vec<(u32, f64)>,
     /// Versions per CVT of a multi-version table (`format` [`RecordFormat::Cvt`]).
     pub vnum: u8,
 }
@@ -43,7 +45,7 @@ impl TableSpec {
             load_factor: 0.75,
             overflow_fraction: 0.25,
             attributes: Vec::new(),
-            update_bytes: 0,
+            update_mix: Vec::new(),
             vnum: 4,
         }
     }
@@ -69,14 +71,23 @@ impl TableSpec {
             .collect()
     }
 
-    /// Lines of a multi-version record's attribute bar: `vnum` typical updates' pre-images.
+    /// Lines of a multi-version record's attribute bar (Motor's ABS formula, in stamped
+    /// lines: each update's pre-images start a line).
     pub fn bar_lines(&self) -> u32 {
-        let bytes = if self.update_bytes == 0 {
-            self.value_size
+        let whole = [(self.value_size as u32, 1.0)];
+        let mix: &[(u32, f64)] = if self.update_mix.is_empty() {
+            &whole
         } else {
-            self.update_bytes.min(self.value_size)
+            &self.update_mix
         };
-        u32::from(self.vnum) * bytes.div_ceil(crate::cvt::BAR_LINE_DATA) as u32
+        mix.iter()
+            .map(|&(bytes, share)| {
+                let keep = ((f64::from(self.vnum) * share) as u32).max(1);
+                let lines = (bytes.min(self.value_size as u32) as usize)
+                    .div_ceil(crate::cvt::BAR_LINE_DATA) as u32;
+                keep * lines
+            })
+            .sum()
     }
 }
 

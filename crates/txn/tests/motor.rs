@@ -49,7 +49,7 @@ fn consistent(v: &[u8]) -> bool {
 fn spec(id: u32, name: &str, size: usize, rows: u64, vnum: u8) -> TableSpec {
     let mut t = TableSpec::new(id, name, size, rows).multi_version(vnum);
     t.attributes = vec![8, 8, size as u32 - 24, 8];
-    t.update_bytes = 24;
+    t.update_mix = vec![(24, 1.0)];
     t
 }
 

@@ -174,7 +174,21 @@ impl Workload for Kv {
     }
 
     fn tables(&self) -> Vec<TableSpec> {
-        vec![crate::table(KV, "kv", self.o.value_size, self.o.keys)]
+        // key, write count, fill, checksum: an update rewrites all but the key.
+        let size = self.o.value_size as u32;
+        let attrs: Vec<u32> = if size >= 24 {
+            vec![8, 8, size - 24, 8]
+        } else {
+            Vec::new()
+        };
+        vec![crate::table_with(
+            KV,
+            "kv",
+            self.o.value_size,
+            self.o.keys,
+            &attrs,
+            &[(size.saturating_sub(8), 1.0)],
+        )]
     }
 
     fn load(&self, pool: &Pool, plan: &Plan, _seed: u64) -> Result<(), WorkloadError> {

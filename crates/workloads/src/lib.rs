@@ -63,8 +63,26 @@ pub trait Workload: Send + Sync + 'static {
     /// The transaction types, in the order `run_one` reports them.
     fn txn_types(&self) -> &'static [&'static str];
 
-    /// The tables, sized from the options (rows loaded plus rows the run may insert).
+    /// The tables, sized from the options (rows loaded plus rows the run may insert), with
+    /// their attributes and update mix (what a multi-version layout keeps pre-images of).
     fn tables(&self) -> Vec<TableSpec>;
+
+    /// Versions per record under a multi-version protocol (Motor's paper: TPC-C 4, TATP 2,
+    /// SmallBank 3, kv 4).
+    fn default_vnum(&self) -> u8 {
+        4
+    }
+
+    /// The tables as `protocol` needs them laid out: multi-version CVTs with `vnum` versions
+    /// per record (default [`default_vnum`](Self::default_vnum)) for a multi-version protocol.
+    fn tables_for(&self, protocol: dtxn_txn::Protocol, vnum: Option<u8>) -> Vec<TableSpec> {
+        let mut t = self.tables();
+        if protocol.multi_version() {
+            let v = vnum.unwrap_or_else(|| self.default_vnum());
+            t = t.into_iter().map(|s| s.multi_version(v)).collect();
+        }
+        t
+    }
 
     /// Undo-log room one transaction needs (the old images of everything it writes), for
     /// [`dtxn_store::PoolShape::log_slice_bytes`].
@@ -101,6 +119,25 @@ pub trait Workload: Send + Sync + 'static {
 /// A table spec whose overflow area also covers the chance clustering of small tables: with
 /// 4 slots per bucket at load factor 0.75, about a fifth of the buckets overflow, give or take
 /// a few standard deviations when there are few buckets.
+/// A table spec as [`table`], with its attributes' sizes and its update mix (see
+/// [`TableSpec::update_mix`]).
+pub(crate) fn table_with(
+    id: u32,
+    name: &str,
+    value_size: usize,
+    rows: u64,
+    attributes: &[u32],
+    update_mix: &[(u32, f64)],
+) -> TableSpec {
+    let mut t = table(id, name, value_size, rows);
+    t.attributes = attributes.to_vec();
+    t.update_mix = update_mix.to_vec();
+    t
+}
+
+/// The update mix of a table that is never updated.
+pub(crate) const NEVER_UPDATED: &[(u32, f64)] = &[(0, 1.0)];
+
 pub(crate) fn table(id: u32, name: &str, value_size: usize, rows: u64) -> TableSpec {
     let mut t = TableSpec::new(id, name, value_size, rows.max(1));
     let buckets = (rows as f64 / (f64::from(t.slots_per_bucket) * t.load_factor)).max(1.0);

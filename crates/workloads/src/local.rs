@@ -2,6 +2,7 @@
 //! coordinator is running then, so what the primary holds is the committed state.
 
 use dtxn_fabric::Pool;
+use dtxn_store::cvt::MvCodec;
 use dtxn_store::TableInfo;
 
 /// One valid record of a table, as its primary holds it.
@@ -19,6 +20,7 @@ pub struct LocalRecord {
 /// `u64::MAX`, so that a check can flag it.
 pub fn scan_table(pool: &Pool, table: &TableInfo) -> Vec<LocalRecord> {
     let codec = table.codec();
+    let mv = MvCodec::new(table);
     let used_overflow = pool.with_local(table.primary(), |m| m.read_u64(table.overflow_counter()));
     let buckets = table.bucket_count + used_overflow.min(table.overflow_buckets);
     // Buckets are read in chunks: one with_local call per bucket is slow on big tables.
@@ -39,6 +41,15 @@ pub fn scan_table(pool: &Pool, table: &TableInfo) -> Vec<LocalRecord> {
                 if !h.valid || h.table != table.id {
                     continue;
                 }
+                if let Some(k) = &mv {
+                    // A multi-version record: its newest version, unless that is a delete.
+                    let off = start + b as u64 * table.bucket_bytes + 64
+                        + u64::from(s) * table.slot_stride;
+                    if let Some(r) = newest_version(pool, table, k, rec, off) {
+                        out.push(r);
+                    }
+                    continue;
+                }
                 let mut value = vec![0u8; table.value_size as usize];
                 let version = match codec.decode(rec, &mut value) {
                     Ok(h) => h.version,
@@ -55,4 +66,43 @@ pub fn scan_table(pool: &Pool, table: &TableInfo) -> Vec<LocalRecord> {
         first += n;
     }
     out
+}
+
+/// The newest version of the multi-version record `rec` (a CVT read from slot `off`), or
+/// `None` if it is a delete. A torn CVT or a Vpkg that is not its newest value is reported
+/// with `version` = `u64::MAX`.
+fn newest_version(
+    pool: &Pool,
+    table: &TableInfo,
+    k: &MvCodec,
+    rec: &[u8],
+    off: u64,
+) -> Option<LocalRecord> {
+    let torn = |key: u64, lock: u64| LocalRecord {
+        key,
+        version: u64::MAX,
+        lock,
+        value: vec![0u8; table.value_size as usize],
+    };
+    let h = k.cvt.header(rec);
+    let Ok(cvt) = k.decode_cvt(rec) else {
+        return Some(torn(h.key, h.lock));
+    };
+    let n = cvt.newest()?;
+    let cell = cvt.cells[n];
+    if cell.tombstone() {
+        return None;
+    }
+    let mut bytes = vec![0u8; k.vpkg_bytes()];
+    pool.with_local(table.primary(), |m| m.read(table.vpkg_off(off), &mut bytes));
+    let mut value = vec![0u8; table.value_size as usize];
+    match k.vpkg.decode(&bytes, &mut value) {
+        Ok(v) if v.version == cell.version => Some(LocalRecord {
+            key: h.key,
+            version: cell.version,
+            lock: h.lock,
+            value,
+        }),
+        _ => Some(torn(h.key, h.lock)),
+    }
 }

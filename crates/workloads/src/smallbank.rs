@@ -192,6 +192,10 @@ impl Workload for SmallBank {
         &TXN_TYPES
     }
 
+    fn default_vnum(&self) -> u8 {
+        3
+    }
+
     fn tables(&self) -> Vec<TableSpec> {
         vec![
             crate::table(SAVINGS, "savings", 8, self.o.accounts),

@@ -190,12 +190,26 @@ impl Workload for Tatp {
         &TXN_TYPES
     }
 
+    fn default_vnum(&self) -> u8 {
+        2
+    }
+
     fn tables(&self) -> Vec<TableSpec> {
+        use crate::{table_with, NEVER_UPDATED};
         let n = self.o.subscribers;
         vec![
-            crate::table(SUBSCRIBER, "subscriber", SUB_BYTES, n),
-            crate::table(SEC_SUBSCRIBER, "sec_subscriber", 8, n),
-            crate::table(ACCESS_INFO, "access_info", AI_BYTES, n * 5 / 2),
+            // sub_nbr, bits, hex and byte2 fields, msc_location, vlr_location, padding:
+            // UpdateLocation (14%) writes vlr_location, UpdateSubscriberData (2%) bit_1.
+            table_with(
+                SUBSCRIBER,
+                "subscriber",
+                SUB_BYTES,
+                n,
+                &[8, 2, 18, 4, 4, 4],
+                &[(4, 0.875), (2, 0.125)],
+            ),
+            table_with(SEC_SUBSCRIBER, "sec_subscriber", 8, n, &[], NEVER_UPDATED),
+            table_with(ACCESS_INFO, "access_info", AI_BYTES, n * 5 / 2, &[], NEVER_UPDATED),
             crate::table(SPECIAL_FACILITY, "special_facility", SF_BYTES, n * 5 / 2),
             // 3.75 rows per subscriber on average at load; inserts and deletes keep it there,
             // and a deleted row's slot is reused by its own key only: room for 5.

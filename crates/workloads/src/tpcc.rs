@@ -377,21 +377,50 @@ impl Workload for Tpcc {
         let orders = dists * (c + self.o.new_orders_per_district);
         let mut lines = crate::table(ORDER_LINE, "order_line", OL_BYTES, orders * 10);
         lines.overflow_fraction = lines.overflow_fraction.max(0.3);
+        use crate::{table_with, NEVER_UPDATED};
+        // Attributes follow the field offsets above; update mixes follow the transactions
+        // (Motor's ABS estimate: e.g. CUSTOMER, Payment's 20 bytes, 10% bad-credit Payments
+        // rewriting C_DATA too, Delivery's 12 bytes).
+        lines.attributes = vec![4, 4, 8, 8, 8, 24];
+        lines.update_mix = vec![(8, 1.0)];
         vec![
-            crate::table(WAREHOUSE, "warehouse", W_BYTES, w),
-            crate::table(DISTRICT, "district", D_BYTES, dists),
-            crate::table(CUSTOMER, "customer", C_BYTES, dists * c),
-            crate::table(HISTORY, "history", H_BYTES, orders),
+            table_with(WAREHOUSE, "warehouse", W_BYTES, w, &[8, 8, 80], &[(8, 1.0)]),
+            table_with(
+                DISTRICT,
+                "district",
+                D_BYTES,
+                dists,
+                &[8, 8, 4, 84],
+                &[(4, 0.5), (8, 0.5)],
+            ),
+            table_with(
+                CUSTOMER,
+                "customer",
+                C_BYTES,
+                dists * c,
+                &[8, 8, 4, 4, 4, 4, 132, 500],
+                &[(20, 0.47), (520, 0.05), (12, 0.48)],
+            ),
+            table_with(HISTORY, "history", H_BYTES, orders, &[], NEVER_UPDATED),
             crate::table(NEW_ORDER, "new_order", NO_BYTES, orders),
-            crate::table(ORDER, "order", O_BYTES, orders),
+            table_with(ORDER, "order", O_BYTES, orders, &[4, 4, 4, 4, 16], &[(4, 1.0)]),
             lines,
-            crate::table(ITEM, "item", I_BYTES, u64::from(self.o.items)),
-            crate::table(STOCK, "stock", S_BYTES, w * u64::from(self.o.items)),
-            crate::table(
+            table_with(ITEM, "item", I_BYTES, u64::from(self.o.items), &[], NEVER_UPDATED),
+            table_with(
+                STOCK,
+                "stock",
+                S_BYTES,
+                w * u64::from(self.o.items),
+                &[8, 8, 4, 4, 288],
+                &[(24, 1.0)],
+            ),
+            table_with(
                 CUSTOMER_BY_NAME,
                 "customer_by_name",
                 NAME_BYTES,
                 dists * c.min(1000),
+                &[],
+                NEVER_UPDATED,
             ),
             crate::table(CUSTOMER_LAST_ORDER, "customer_last_order", 8, dists * c),
             crate::table(DELIVERY_HEAD, "delivery_head", 8, dists),

@@ -42,7 +42,7 @@ fn run<W: Workload + Clone>(
         log_slice_bytes: w.log_slice_bytes(),
         region_bytes: None,
     };
-    let plan = Plan::new(&w.tables(), &shape).unwrap();
+    let plan = Plan::new(&w.tables_for(txn.protocol, None), &shape).unwrap();
     let mut cfg = SimConfig::new(seed, 3, plan.region_bytes);
     cfg.profile = Profile::cx5_100g();
     let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
@@ -50,6 +50,8 @@ fn run<W: Workload + Clone>(
     w.load(&pool, &plan, seed).unwrap();
     let history = Rc::new(RefCell::new(Vec::new()));
     let protocol = txn.protocol.name();
+    let snapshot =
+        txn.protocol == Protocol::Motor && txn.motor.isolation == dtxn_txn::Isolation::Snapshot;
     let txn_cfg = Rc::new(txn);
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
@@ -109,24 +111,36 @@ fn run<W: Workload + Clone>(
     let report = check(
         h.iter(),
         Options {
-            isolation: Isolation::Serializable,
+            isolation: if snapshot {
+                Isolation::Snapshot
+            } else {
+                Isolation::Serializable
+            },
             real_time: true,
         },
     )
     .unwrap();
-    assert!(report.ok(), "{what}: {}", report.verdict());
+    assert!(report.ok(), "{what} (snapshot: {snapshot}): {}", report.verdict());
     out
 }
 
-/// Every protocol there is, with its default switches.
+/// Every protocol there is, with its default switches; Motor also with snapshot isolation
+/// (checked against SI).
 fn protocols() -> Vec<TxnConfig> {
-    Protocol::NAMES
+    let mut all: Vec<TxnConfig> = Protocol::NAMES
         .iter()
         .map(|n| TxnConfig {
             protocol: Protocol::from_name(n).expect("listed"),
             ..TxnConfig::default()
         })
-        .collect()
+        .collect();
+    let mut si = TxnConfig {
+        protocol: Protocol::Motor,
+        ..TxnConfig::default()
+    };
+    si.motor.isolation = dtxn_txn::Isolation::Snapshot;
+    all.push(si);
+    all
 }
 
 fn topo(threads: u32, coroutines: u32) -> Topology {
