@@ -4,6 +4,7 @@
 use crate::bench::{self, WorkloadArgs};
 use anyhow::{anyhow, bail, Result};
 use dtxn_store::{Plan, PoolShape};
+use dtxn_txn::Protocol;
 use serde::Serialize;
 use std::process::ExitCode;
 
@@ -11,6 +12,13 @@ use std::process::ExitCode;
 pub struct LayoutArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
+    /// The protocol whose layout to show: a multi-version one (motor) lays tables out as
+    /// CVTs, and the output compares them with the single-version layout.
+    #[arg(long, default_value = "ford")]
+    pub protocol: String,
+    /// motor: versions per record (default per workload).
+    #[arg(long)]
+    pub vnum: Option<u8>,
     /// Memory nodes.
     #[arg(long, default_value_t = 2)]
     pub memory_nodes: u16,
@@ -47,6 +55,14 @@ struct TableRow {
     bytes_per_replica: u64,
     /// Memory nodes holding it, primary first.
     nodes: Vec<u16>,
+    /// Multi-version tables: versions per record, attribute-bar lines per record, and the
+    /// bytes the same table takes single-version (FORD's layout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vnum: Option<u8>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    bar_lines: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    single_version_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -63,6 +79,7 @@ struct NodeRow {
 #[derive(Debug, Serialize)]
 struct Layout {
     workload: String,
+    protocol: String,
     workload_options: serde_json::Value,
     memory_nodes: u16,
     replicas: usize,
@@ -70,6 +87,16 @@ struct Layout {
     log_slice_bytes: u64,
     tables: Vec<TableRow>,
     nodes: Vec<NodeRow>,
+    /// Multi-version layouts: the tables' bytes per copy against the single-version layout's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_single_version: Option<Footprint>,
+}
+
+#[derive(Debug, Serialize)]
+struct Footprint {
+    table_bytes: u64,
+    single_version_table_bytes: u64,
+    ratio: f64,
 }
 
 pub fn run(a: LayoutArgs) -> Result<ExitCode> {
@@ -94,8 +121,27 @@ pub fn run(a: LayoutArgs) -> Result<ExitCode> {
         log_slice_bytes: a.log_slice_bytes.unwrap_or(w.log_slice_bytes()),
         region_bytes: a.node_memory,
     };
-    let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
-    let l = layout(&a, &w, &plan);
+    let protocol = Protocol::from_name(&a.protocol).ok_or_else(|| {
+        anyhow!(
+            "unknown protocol '{}' (valid: {})",
+            a.protocol,
+            Protocol::NAMES.join(", ")
+        )
+    })?;
+    if a.vnum.is_some() && !protocol.multi_version() {
+        bail!("--vnum is for multi-version protocols (motor)");
+    }
+    let plan =
+        Plan::new(&w.tables(protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
+    // The single-version layout of the same tables, to compare footprints.
+    let single = if protocol.multi_version() {
+        let mut s = shape.clone();
+        s.region_bytes = None;
+        Some(Plan::new(&w.tables(Protocol::Ford, None), &s).map_err(|e| anyhow!("{e}"))?)
+    } else {
+        None
+    };
+    let l = layout(&a, &w, &plan, single.as_ref());
     if a.json {
         println!("{}", serde_json::to_string_pretty(&l)?);
     } else {
@@ -104,7 +150,7 @@ pub fn run(a: LayoutArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn layout(a: &LayoutArgs, w: &bench::Chosen, plan: &Plan) -> Layout {
+fn layout(a: &LayoutArgs, w: &bench::Chosen, plan: &Plan, single: Option<&Plan>) -> Layout {
     let slice = plan.shape.log_slice_bytes.div_ceil(64) * 64;
     let log_bytes = u64::from(plan.shape.log_slices) * slice;
     let tables = plan
@@ -121,8 +167,20 @@ fn layout(a: &LayoutArgs, w: &bench::Chosen, plan: &Plan) -> Layout {
             slots: (t.bucket_count + t.overflow_buckets) * u64::from(t.slots_per_bucket),
             bytes_per_replica: t.bytes(),
             nodes: t.replicas.clone(),
+            vnum: t.mv.as_ref().map(|m| m.vnum),
+            bar_lines: t.mv.as_ref().map(|m| m.bar_lines),
+            single_version_bytes: single.and_then(|p| p.table(t.id)).map(|s| s.bytes()),
         })
-        .collect();
+        .collect::<Vec<TableRow>>();
+    let vs_single_version = single.map(|p| {
+        let table_bytes: u64 = tables.iter().map(|t| t.bytes_per_replica).sum();
+        let single_version_table_bytes: u64 = p.tables.iter().map(|t| t.bytes()).sum();
+        Footprint {
+            table_bytes,
+            single_version_table_bytes,
+            ratio: table_bytes as f64 / single_version_table_bytes.max(1) as f64,
+        }
+    });
     let nodes = (0..plan.shape.memory_nodes)
         .map(|n| {
             let on: Vec<_> = plan
@@ -142,6 +200,8 @@ fn layout(a: &LayoutArgs, w: &bench::Chosen, plan: &Plan) -> Layout {
         .collect();
     Layout {
         workload: a.workload.workload.clone(),
+        protocol: a.protocol.clone(),
+        vs_single_version,
         workload_options: w.options_json(),
         memory_nodes: plan.shape.memory_nodes,
         replicas: plan.shape.replicas,
@@ -161,8 +221,14 @@ fn table(l: &Layout) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{} ({}) on {} memory nodes, {} replicas; {} log slices of {} bytes",
-        l.workload, l.workload_options, l.memory_nodes, l.replicas, l.log_slices, l.log_slice_bytes
+        "{} ({}) for {} on {} memory nodes, {} replicas; {} log slices of {} bytes",
+        l.workload,
+        l.workload_options,
+        l.protocol,
+        l.memory_nodes,
+        l.replicas,
+        l.log_slices,
+        l.log_slice_bytes
     );
     let _ = writeln!(s);
     let _ = writeln!(
@@ -185,6 +251,24 @@ fn table(l: &Layout) -> String {
             t.slots,
             mib(t.bytes_per_replica),
             nodes.join(",")
+        );
+        if let (Some(v), Some(b), Some(sv)) = (t.vnum, t.bar_lines, t.single_version_bytes) {
+            let _ = writeln!(
+                s,
+                "{:<20}     {v} versions, {b}-line attribute bar: {:.2}x the single-version {} MiB",
+                "",
+                t.bytes_per_replica as f64 / sv.max(1) as f64,
+                mib(sv)
+            );
+        }
+    }
+    if let Some(f) = &l.vs_single_version {
+        let _ = writeln!(
+            s,
+            "\ntables: {} MiB per copy, {:.2}x the single-version layout's {} MiB",
+            mib(f.table_bytes),
+            f.ratio,
+            mib(f.single_version_table_bytes)
         );
     }
     let _ = writeln!(s);

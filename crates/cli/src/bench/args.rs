@@ -4,7 +4,7 @@
 use crate::backend::{Backend, BackendArgs};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{CommandFactory, FromArgMatches, Parser};
-use dtxn_txn::{Protocol, TxnConfig};
+use dtxn_txn::{Isolation, Protocol, TxnConfig};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -70,6 +70,13 @@ pub struct BenchArgs {
     /// Concurrency-control protocol.
     #[arg(long, default_value = "ford")]
     pub protocol: String,
+    /// motor: serializable or snapshot (default serializable).
+    #[arg(long)]
+    pub isolation: Option<String>,
+    /// motor: versions per record (1 to 15; default per workload: TPC-C 4, TATP 2,
+    /// SmallBank 3, kv 4).
+    #[arg(long)]
+    pub vnum: Option<u8>,
 
     /// Where the memory pool lives (default for bench: shm, real memory).
     #[arg(long, value_enum, default_value_t = Backend::Shm)]
@@ -236,6 +243,28 @@ impl BenchArgs {
         };
         for s in &self.set {
             apply_set(&mut cfg, s)?;
+        }
+        if let Some(i) = &self.isolation {
+            if !protocol.multi_version() {
+                bail!("--isolation is for multi-version protocols (motor); {} is serializable", protocol.name());
+            }
+            cfg.motor.isolation = Isolation::from_name(i).ok_or_else(|| {
+                anyhow!(
+                    "unknown isolation '{i}' (valid: {})",
+                    Isolation::NAMES.join(", ")
+                )
+            })?;
+        }
+        if let Some(v) = self.vnum {
+            if !protocol.multi_version() {
+                bail!("--vnum is for multi-version protocols (motor)");
+            }
+            if !(1..=dtxn_store::cvt::MAX_VNUM).contains(&usize::from(v)) {
+                bail!(
+                    "--vnum {v}: versions per record must be 1 to {}",
+                    dtxn_store::cvt::MAX_VNUM
+                );
+            }
         }
         Ok(cfg)
     }

@@ -28,12 +28,13 @@ pub enum Chosen {
 }
 
 impl Chosen {
-    pub fn tables(&self) -> Vec<TableSpec> {
+    /// The tables, laid out for `protocol` (multi-version with `vnum` versions for Motor).
+    pub fn tables(&self, protocol: Protocol, vnum: Option<u8>) -> Vec<TableSpec> {
         match self {
-            Chosen::SmallBank(w) => w.tables(),
-            Chosen::Kv(w) => w.tables(),
-            Chosen::Tatp(w) => w.tables(),
-            Chosen::Tpcc(w) => w.tables(),
+            Chosen::SmallBank(w) => w.tables_for(protocol, vnum),
+            Chosen::Kv(w) => w.tables_for(protocol, vnum),
+            Chosen::Tatp(w) => w.tables_for(protocol, vnum),
+            Chosen::Tpcc(w) => w.tables_for(protocol, vnum),
         }
     }
 
@@ -296,7 +297,9 @@ fn load_only(a: &BenchArgs) -> Result<ExitCode> {
     check_backend_options(a, topo)?;
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
-    let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
+    let cfg = a.txn_config()?;
+    let plan =
+        Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
     let start = Instant::now();
     let pool = a
         .backend_args()
@@ -328,7 +331,8 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     }
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
-    let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
+    let plan =
+        Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
     let remote_loaded = if a.backend == Backend::Ucx && a.load {
         let pool = a
             .backend_args()
