@@ -3,20 +3,24 @@
 //!
 //! # Where things live
 //!
-//! A multi-version table's hash slots hold CVTs; a parallel *value region* after the table's
-//! overflow area holds, for slot number `i` (bucket-major over home and overflow buckets), the
-//! slot's Vpkg and attribute bar at `values_off + i * value_stride`. Motor stores a VpkgPtr and
-//! an AttrBarPtr in the CVT header and allocates bars from per-coordinator delta spaces at the
-//! first update; dtxn computes both addresses from the slot instead: no pointer to publish, no
-//! allocator state for a recovering coordinator to rebuild, and every replica identical by
-//! construction. The price is memory for the bars of records never updated (`dtxn layout`
-//! shows it).
+//! A multi-version table's hash slot holds a CVT followed by the record's Vpkg (so one READ
+//! fetches both, and a bucket READ brings the values with the versions). Pre-images of up to
+//! 8 bytes live in their Vcell; longer ones in the slot's *attribute bar*, in a region after
+//! the table's overflow area, at `values_off + i * value_stride` for slot number `i`
+//! (bucket-major over home and overflow buckets). Motor stores a VpkgPtr and an AttrBarPtr in
+//! the CVT header and allocates bars from per-coordinator delta spaces at the first update;
+//! dtxn computes both addresses from the slot instead: no pointer to publish, no allocator
+//! state for a recovering coordinator to rebuild, and every replica identical by
+//! construction. The price is memory for the values and bars of empty slots and of records
+//! never updated (`dtxn layout` shows it; tables declared never updated get no bar).
 //!
 //! ```text
+//! slot       CVT | Vpkg
 //! CVT        a single-version record (crate::record) whose value is the Vcell array:
 //!            line 0: lock | stamp | key | table | valid(occupied) | Vcells...
 //!            the stamp is the commit timestamp of the last CVT write, on every line
-//! Vcell      0 version u64 | 8 bitmap u32 | 12 bar start line u16 | 14 flags u8 | 15 -
+//! Vcell      0 version u64 | 8 bitmap u32 | 12 bar start line u16 | 14 flags u8
+//!            | 15 inline length u8 | 16 inline pre-images [u8; 8]
 //! Vpkg       a single-version record holding the newest non-deleted value; stamp = its version
 //! bar        bar_lines lines: 0 stamp u64 | 8..64 pre-image bytes
 //! ```
@@ -44,7 +48,9 @@
 use crate::index::TableInfo;
 use crate::record::{RecordHeader, SingleVersion, Torn, LINE};
 
-pub const VCELL_BYTES: usize = 16;
+pub const VCELL_BYTES: usize = 24;
+/// Pre-image bytes a Vcell holds itself.
+pub const INLINE_BYTES: usize = 8;
 /// Vcells per CVT: 1 to this.
 pub const MAX_VNUM: usize = 15;
 /// Attributes a multi-version table may declare (the bitmap is a u32; the catalog has room
@@ -60,8 +66,11 @@ pub const TOMBSTONE: u8 = 2;
 pub const CREATED: u8 = 4;
 /// Created in a slot the key never held: absent before it, at version 0.
 pub const FRESH: u8 = 8;
-/// Its pre-images are in the bar at `start` (unset: nothing changed, or they did not fit).
+/// Its pre-images are in the bar at `start`.
 pub const CHUNK: u8 = 16;
+/// Its pre-images are in the Vcell (`inline`). Neither this nor `CHUNK` with a non-empty
+/// bitmap: the pre-images did not fit, and no older version is kept.
+pub const INLINE: u8 = 32;
 
 /// The multi-version geometry of a table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +90,7 @@ pub struct Vcell {
     pub bitmap: u32,
     pub start: u16,
     pub flags: u8,
+    pub inline: [u8; INLINE_BYTES],
 }
 
 impl Vcell {
@@ -98,6 +108,7 @@ impl Vcell {
         b[12..14].copy_from_slice(&self.start.to_le_bytes());
         b[14] = self.flags;
         b[15] = 0;
+        b[16..24].copy_from_slice(&self.inline);
     }
 
     fn decode(b: &[u8]) -> Vcell {
@@ -106,6 +117,7 @@ impl Vcell {
             bitmap: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
             start: u16::from_le_bytes(b[12..14].try_into().expect("2 bytes")),
             flags: b[14],
+            inline: b[16..24].try_into().expect("8 bytes"),
         }
     }
 }
@@ -181,9 +193,9 @@ pub fn cvt_bytes(vnum: usize) -> usize {
     SingleVersion::new(vnum * VCELL_BYTES).bytes()
 }
 
-/// The bytes of a value slot (Vpkg + bar), before padding to the stride.
-pub fn value_slot_bytes(value_size: usize, bar_lines: u32) -> u64 {
-    SingleVersion::new(value_size).bytes() as u64 + u64::from(bar_lines) * LINE as u64
+/// The bytes of a multi-version hash slot: CVT and Vpkg.
+pub fn slot_record_bytes(vnum: usize, value_size: usize) -> usize {
+    cvt_bytes(vnum) + SingleVersion::new(value_size).bytes()
 }
 
 impl MvCodec {
@@ -202,15 +214,26 @@ impl MvCodec {
         self.cvt.bytes()
     }
 
+    /// The slot's bytes (CVT, then Vpkg).
+    pub fn record_bytes(&self) -> usize {
+        self.cvt.bytes() + self.vpkg.bytes()
+    }
+
+    /// The Vpkg part of a slot READ.
+    pub fn vpkg_of<'a>(&self, rec: &'a [u8]) -> &'a [u8] {
+        &rec[self.cvt.bytes()..self.record_bytes()]
+    }
+
     pub fn vpkg_bytes(&self) -> usize {
         self.vpkg.bytes()
     }
 
-    /// Decodes a CVT READ; `Torn` if its lines come from two writes.
+    /// Decodes a CVT READ (or a slot READ, whose CVT comes first); `Torn` if its lines come
+    /// from two writes.
     pub fn decode_cvt(&self, rec: &[u8]) -> Result<Cvt, Torn> {
         let mut payload = [0u8; MAX_VNUM * VCELL_BYTES];
         let payload = &mut payload[..self.vnum * VCELL_BYTES];
-        let header = self.cvt.decode(rec, payload)?;
+        let header = self.cvt.decode(&rec[..self.cvt.bytes()], payload)?;
         let cells = payload.chunks(VCELL_BYTES).map(Vcell::decode).collect();
         Ok(Cvt { header, cells })
     }
@@ -221,7 +244,8 @@ impl MvCodec {
         for (c, b) in cvt.cells.iter().zip(payload.chunks_mut(VCELL_BYTES)) {
             c.encode(b);
         }
-        self.cvt.encode(&cvt.header, payload, out);
+        let n = self.cvt.bytes();
+        self.cvt.encode(&cvt.header, payload, &mut out[..n]);
     }
 
     /// The attribute ranges of the value: (start, end).
@@ -256,16 +280,72 @@ impl MvCodec {
             .fold(0, |m, (a, _)| m | 1 << a)
     }
 
-    /// The chunk of `old`'s attributes in `bitmap`, as bar lines stamped `version`.
-    pub fn encode_chunk(&self, bitmap: u32, old: &[u8], version: u64) -> Vec<u8> {
-        let lines = self.chunk_lines(bitmap) as usize;
-        let mut out = vec![0u8; lines * LINE];
+    /// The pre-images of `old`'s attributes in `bitmap`, packed in attribute order.
+    pub fn pre_images(&self, bitmap: u32, old: &[u8]) -> Vec<u8> {
         let mut data = Vec::with_capacity(self.chunk_data_bytes(bitmap));
         for (a, (s, e)) in self.attrs().enumerate() {
             if bitmap >> a & 1 == 1 {
                 data.extend_from_slice(&old[s..e]);
             }
         }
+        data
+    }
+
+    /// A new version's Vcell for an update from `old` to `new`: its pre-images inline when
+    /// they fit 8 bytes, else in a bar chunk (returned, with its start line) when they fit the
+    /// bar, else nowhere (the cell then drops every older version when pushed).
+    pub fn update_cell(
+        &self,
+        cvt: &Cvt,
+        old: &[u8],
+        new: &[u8],
+        version: u64,
+    ) -> (Vcell, Option<(u32, Vec<u8>)>) {
+        let bitmap = self.changed(old, new);
+        let mut cell = Vcell {
+            version,
+            bitmap,
+            flags: VALID,
+            ..Vcell::default()
+        };
+        if bitmap == 0 {
+            return (cell, None);
+        }
+        let data = self.pre_images(bitmap, old);
+        if data.len() <= INLINE_BYTES {
+            cell.inline[..data.len()].copy_from_slice(&data);
+            cell.flags |= INLINE;
+            return (cell, None);
+        }
+        match self.chunk_start(cvt, self.chunk_lines(bitmap)) {
+            Some(s) => {
+                cell.start = s as u16;
+                cell.flags |= CHUNK;
+                (cell, Some((s, self.encode_chunk(bitmap, old, version))))
+            }
+            None => (cell, None),
+        }
+    }
+
+    /// Overlays the inline pre-images of `cell` on `value`, for the attributes in `take`.
+    pub fn apply_inline(&self, cell: &Vcell, take: u32, value: &mut [u8]) {
+        let mut at = 0;
+        for (a, (s, e)) in self.attrs().enumerate() {
+            if cell.bitmap >> a & 1 == 0 {
+                continue;
+            }
+            if take >> a & 1 == 1 {
+                value[s..e].copy_from_slice(&cell.inline[at..at + (e - s)]);
+            }
+            at += e - s;
+        }
+    }
+
+    /// The chunk of `old`'s attributes in `bitmap`, as bar lines stamped `version`.
+    pub fn encode_chunk(&self, bitmap: u32, old: &[u8], version: u64) -> Vec<u8> {
+        let lines = self.chunk_lines(bitmap) as usize;
+        let mut out = vec![0u8; lines * LINE];
+        let data = self.pre_images(bitmap, old);
         for (l, piece) in data.chunks(BAR_LINE_DATA).enumerate() {
             let line = &mut out[l * LINE..(l + 1) * LINE];
             line[..8].copy_from_slice(&version.to_le_bytes());
@@ -333,7 +413,7 @@ impl MvCodec {
             if c.bitmap == 0 {
                 continue;
             }
-            if c.flags & CHUNK == 0 {
+            if c.flags & (CHUNK | INLINE) == 0 {
                 return None;
             }
             let take = c.bitmap & !done;
@@ -396,7 +476,7 @@ impl MvCodec {
             if let Some(v) = overlapped {
                 Self::drop_through(cvt, v);
             }
-        } else if cell.bitmap != 0 {
+        } else if cell.bitmap != 0 && cell.flags & INLINE == 0 {
             // Pre-images that did not fit: no older version can be rebuilt any more.
             Self::drop_through(cvt, u64::MAX);
         }
@@ -422,17 +502,16 @@ impl TableInfo {
         b * u64::from(self.slots_per_bucket) + (in_bucket - 64) / self.slot_stride
     }
 
-    /// The Vpkg of the multi-version record slot at `off`.
+    /// The Vpkg of the multi-version record slot at `off` (right after its CVT).
     pub fn vpkg_off(&self, off: u64) -> u64 {
         let mv = self.mv.as_ref().expect("a multi-version table");
-        mv.values_off + self.slot_number(off) * mv.value_stride
+        off + cvt_bytes(usize::from(mv.vnum)) as u64
     }
 
     /// Line `line` of the attribute bar of the record slot at `off`.
     pub fn bar_line_off(&self, off: u64, line: u32) -> u64 {
-        self.vpkg_off(off)
-            + SingleVersion::new(self.value_size as usize).bytes() as u64
-            + u64::from(line) * LINE as u64
+        let mv = self.mv.as_ref().expect("a multi-version table");
+        mv.values_off + self.slot_number(off) * mv.value_stride + u64::from(line) * LINE as u64
     }
 }
 
@@ -515,16 +594,17 @@ mod tests {
             bitmap: 0,
             start: 0,
             flags: VALID | flags,
+            ..Vcell::default()
         }
     }
 
     #[test]
     fn sizes() {
         assert_eq!(cvt_bytes(1), 64);
-        assert_eq!(cvt_bytes(2), 64);
+        assert_eq!(cvt_bytes(2), 128);
         assert_eq!(cvt_bytes(3), 128);
-        assert_eq!(cvt_bytes(4), 128);
-        assert_eq!(cvt_bytes(8), 192);
+        assert_eq!(cvt_bytes(4), 192);
+        assert_eq!(cvt_bytes(8), 256);
     }
 
     #[test]
@@ -556,6 +636,7 @@ mod tests {
                 bitmap: 2,
                 start: 1,
                 flags: VALID | CHUNK,
+                ..Vcell::default()
             },
             Vcell::default(),
             cell(9, 0),
@@ -591,21 +672,9 @@ mod tests {
                     new[s..e].fill(fill.wrapping_add(n as u8));
                 }
             }
-            let bitmap = k.changed(&old, &new);
-            let lines = k.chunk_lines(bitmap);
-            let mut cell = Vcell {
-                version,
-                bitmap,
-                start: 0,
-                flags: VALID,
-            };
-            if bitmap != 0 {
-                if let Some(s) = k.chunk_start(&c, lines) {
-                    cell.start = s as u16;
-                    cell.flags |= CHUNK;
-                    let chunk = k.encode_chunk(bitmap, &old, version);
-                    bar[s as usize * LINE..][..chunk.len()].copy_from_slice(&chunk);
-                }
+            let (cell, chunk) = k.update_cell(&c, &old, &new, version);
+            if let Some((s, chunk)) = chunk {
+                bar[s as usize * LINE..][..chunk.len()].copy_from_slice(&chunk);
             }
             k.push(&mut c, cell);
             values.push((version, new.clone()));
@@ -628,6 +697,10 @@ mod tests {
                 let mut v = new.clone();
                 for (w, take) in plan {
                     let wc = c.cells[w];
+                    if wc.flags & INLINE != 0 {
+                        k.apply_inline(&wc, take, &mut v);
+                        continue;
+                    }
                     let s = wc.start as usize * LINE;
                     let e = s + k.chunk_lines(wc.bitmap) as usize * LINE;
                     k.apply_chunk(&bar[s..e], wc.bitmap, wc.version, take, &mut v)

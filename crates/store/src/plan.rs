@@ -165,7 +165,9 @@ impl Plan {
             check_spec(s)?;
             let record_bytes = match s.format {
                 RecordFormat::Single => s.format.record_bytes(s.value_size),
-                RecordFormat::Cvt => crate::cvt::cvt_bytes(usize::from(s.vnum)),
+                RecordFormat::Cvt => {
+                    crate::cvt::slot_record_bytes(usize::from(s.vnum), s.value_size)
+                }
             } as u64;
             let stride = spread_stride(record_bytes);
             let slots = s.slots_per_bucket;
@@ -176,12 +178,10 @@ impl Plan {
                 ((bucket_count as f64 * s.overflow_fraction).ceil() as u64).max(1);
             let index_bytes = 64 + (bucket_count + overflow_buckets) * bucket_bytes;
             let slots_total = (bucket_count + overflow_buckets) * u64::from(slots);
-            // Multi-version tables: each slot's Vpkg and bar, in a region after the index.
+            // Multi-version tables: each slot's attribute bar, in a region after the index
+            // (only READ and WRITE reach it: no atomics to spread).
             let mv = (s.format == RecordFormat::Cvt).then(|| {
-                let value_stride = spread_stride(crate::cvt::value_slot_bytes(
-                    s.value_size,
-                    s.bar_lines(),
-                ));
+                let value_stride = u64::from(s.bar_lines()) * 64;
                 (value_stride, index_bytes + slots_total * value_stride)
             });
             let bytes = mv.map_or(index_bytes, |(_, b)| b);

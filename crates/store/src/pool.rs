@@ -273,14 +273,13 @@ impl<'a> Loader<'a> {
         };
         // A multi-version record: a CVT with one version (0, loaded), and its Vpkg.
         let mv = crate::cvt::MvCodec::new(t);
-        let mut vpkg = Vec::new();
         match &mv {
             Some(k) => {
                 let mut cells = vec![crate::cvt::Vcell::default(); k.vnum];
                 cells[0].flags = crate::cvt::VALID | crate::cvt::CREATED;
                 k.encode_cvt(&crate::cvt::Cvt { header, cells }, &mut self.record);
-                vpkg = vec![0u8; k.vpkg_bytes()];
-                k.vpkg.encode(&header, value, &mut vpkg);
+                let n = k.cvt_bytes();
+                k.vpkg.encode(&header, value, &mut self.record[n..]);
             }
             None => t.codec().encode(&header, value, &mut self.record),
         }
@@ -324,9 +323,6 @@ impl<'a> Loader<'a> {
                 if let Some(i) = new_overflow {
                     m.write_u64(t.overflow_counter(), i + 1);
                     m.write_u64(chain_end, i + 1);
-                }
-                if mv.is_some() {
-                    m.write(t.vpkg_off(slot), &vpkg);
                 }
                 m.write(slot, record);
             });

@@ -71,7 +71,8 @@ pub(crate) struct MvState {
 
 #[derive(Debug, Clone, Copy)]
 enum Stage {
-    /// READ the CVT at `off` (with CAS(lock) first if `lock`), and its Vpkg if `vpkg`.
+    /// READ the CVT at `off` (with CAS(lock) first if `lock`), and the Vpkg after it if
+    /// `vpkg` (one READ: the slot).
     Cvt { off: u64, lock: bool, vpkg: bool },
     /// READ a bucket of the item's chain; `pending`: a claimed empty slot seen so far.
     Bucket { at: u64, hops: u64, pending: bool },
@@ -260,11 +261,13 @@ fn post_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ids: &mut
             if lock {
                 ids.push(ep.cas(p, off, 0, tx.c.owner));
             }
-            ids.push(ep.read(p, off, t.record_bytes as usize));
-            if vpkg {
-                let k = codec(t);
-                ids.push(ep.read(p, t.vpkg_off(off), k.vpkg_bytes()));
-            }
+            let k = codec(t);
+            let len = if vpkg {
+                k.record_bytes()
+            } else {
+                k.cvt_bytes()
+            };
+            ids.push(ep.read(p, off, len));
         }
         Stage::Bucket { at, .. } => ids.push(ep.read(p, at, t.bucket_bytes as usize)),
         Stage::Value { off } => {
@@ -277,6 +280,9 @@ fn post_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ids: &mut
             // Pre-images first: the READs are not ordered (G5), the stamps decide.
             for (w, _) in k.rebuild_plan(&st.cvt, v0, vpkg).unwrap_or_default() {
                 let c = st.cvt.cells[w];
+                if c.flags & CHUNK == 0 {
+                    continue;
+                }
                 let lines = k.chunk_lines(c.bitmap) as usize;
                 ids.push(ep.read(
                     p,
@@ -302,9 +308,9 @@ fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId
                 tx.items[i].locked = true;
                 tx.items[i].offset = Some(off);
             }
-            let cvt_bytes = tx.c.ep.bytes(*ops.next().expect("cvt")).to_vec();
-            let vpkg_bytes = vpkg.then(|| tx.c.ep.bytes(*ops.next().expect("vpkg")).to_vec());
-            on_cvt(tx, t, i, off, &cvt_bytes, vpkg_bytes.as_deref())
+            let bytes = tx.c.ep.bytes(*ops.next().expect("slot")).to_vec();
+            let k = codec(t);
+            on_cvt(tx, t, i, off, &bytes, vpkg.then(|| k.vpkg_of(&bytes)))
         }
         Stage::Bucket { at, hops, pending } => {
             let bytes = tx.c.ep.bytes(ops[0]).to_vec();
@@ -321,7 +327,11 @@ fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId
             let Some(plan) = k.rebuild_plan(&st.cvt, v0, vpkg) else {
                 return Next::Fail(AbortReason::VersionGone);
             };
-            let vp = tx.c.ep.bytes(ops[plan.len()]);
+            let reads = plan
+                .iter()
+                .filter(|&&(w, _)| st.cvt.cells[w].flags & CHUNK != 0)
+                .count();
+            let vp = tx.c.ep.bytes(ops[reads]);
             match k.vpkg.decode(vp, &mut it.value) {
                 Ok(h) if h.version == st.cvt.cells[vpkg].version => {}
                 // Torn, or a newer value since the CVT was read: read both again.
@@ -333,9 +343,15 @@ fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId
                     })
                 }
             }
-            for (n, &(w, take)) in plan.iter().enumerate() {
+            let mut n = 0;
+            for &(w, take) in &plan {
                 let c = st.cvt.cells[w];
+                if c.flags & CHUNK == 0 {
+                    k.apply_inline(&c, take, &mut it.value);
+                    continue;
+                }
                 let chunk = tx.c.ep.bytes(ops[n]);
+                n += 1;
                 if k
                     .apply_chunk(chunk, c.bitmap, c.version, take, &mut it.value)
                     .is_err()
@@ -496,7 +512,7 @@ fn on_bucket(
     bytes: &[u8],
 ) -> Next {
     let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
-    let codec = t.codec();
+    let sv = t.codec();
     let scan = t.scan(at, bytes, key);
     if let Some((s, off)) = scan.found {
         tx.c.cache.insert(table_id, key, off);
@@ -508,10 +524,11 @@ fn on_bucket(
             });
         }
         let rec = t.slot_bytes(bytes, s).to_vec();
-        return on_cvt(tx, t, i, off, &rec, None);
+        let k = codec(t);
+        return on_cvt(tx, t, i, off, &rec, Some(k.vpkg_of(&rec)));
     }
     let claimed = (0..t.slots_per_bucket).any(|s| {
-        let h = codec.header(t.slot_bytes(bytes, s));
+        let h = sv.header(t.slot_bytes(bytes, s));
         !h.valid && h.lock & COMMITTING != 0
     });
     let pending = pending || claimed;
@@ -787,7 +804,7 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
             let it = &tx.items[i];
             let t = table(&map, it.table);
             ids.push(match stage {
-                Stage::Cvt { off, .. } => tx.c.ep.read(t.primary(), off, t.record_bytes as usize),
+                Stage::Cvt { off, .. } => tx.c.ep.read(t.primary(), off, codec(t).cvt_bytes()),
                 Stage::Bucket { at, .. } => tx.c.ep.read(t.primary(), at, t.bucket_bytes as usize),
                 Stage::Value { .. } => unreachable!("validation reads CVTs and chains"),
             });
@@ -915,20 +932,8 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                 // The old value: the Vpkg as read under our lock (the newest version).
                 let old = &st.old;
                 debug_assert!(st.v0.is_some() && old.len() == it.value.len());
-                let bitmap = k.changed(old, &it.value);
-                let mut cell = Vcell {
-                    version: tc,
-                    bitmap,
-                    start: 0,
-                    flags: VALID,
-                };
-                if bitmap != 0 {
-                    if let Some(s) = k.chunk_start(&cvt, k.chunk_lines(bitmap)) {
-                        cell.start = s as u16;
-                        cell.flags |= CHUNK;
-                        chunk = Some((s, k.encode_chunk(bitmap, old, tc)));
-                    }
-                }
+                let (cell, c) = k.update_cell(&cvt, old, &it.value, tc);
+                chunk = c;
                 k.push(&mut cvt, cell);
             }
             NewValue::Delete => {
@@ -937,9 +942,8 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                     &mut cvt,
                     Vcell {
                         version: tc,
-                        bitmap: 0,
-                        start: 0,
                         flags: VALID | TOMBSTONE,
+                        ..Vcell::default()
                     },
                 );
             }
@@ -958,9 +962,8 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                     &mut cvt,
                     Vcell {
                         version: tc,
-                        bitmap: 0,
-                        start: 0,
                         flags,
+                        ..Vcell::default()
                     },
                 );
             }
