@@ -131,8 +131,7 @@ pub fn run(a: LayoutArgs) -> Result<ExitCode> {
     if a.vnum.is_some() && !protocol.multi_version() {
         bail!("--vnum is for multi-version protocols (motor)");
     }
-    let plan =
-        Plan::new(&w.tables(protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
+    let plan = Plan::new(&w.tables(protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
     // The single-version layout of the same tables, to compare footprints.
     let single = if protocol.multi_version() {
         let mut s = shape.clone();

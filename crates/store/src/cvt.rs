@@ -1,27 +1,27 @@
-//! Motor's multi-version records: the consecutive version tuple (CVT), the full newest value
-//! (Vpkg) and the attribute bar of pre-images.
+//! Motor's multi-version records: the consecutive version tuple (CVT) with the newest value,
+//! and the attribute bar of pre-images.
 //!
 //! # Where things live
 //!
-//! A multi-version table's hash slot holds a CVT followed by the record's Vpkg (so one READ
-//! fetches both, and a bucket READ brings the values with the versions). Pre-images of up to
-//! 8 bytes live in their Vcell; longer ones in the slot's *attribute bar*, in a region after
-//! the table's overflow area, at `values_off + i * value_stride` for slot number `i`
-//! (bucket-major over home and overflow buckets). Motor stores a VpkgPtr and an AttrBarPtr in
-//! the CVT header and allocates bars from per-coordinator delta spaces at the first update;
-//! dtxn computes both addresses from the slot instead: no pointer to publish, no allocator
-//! state for a recovering coordinator to rebuild, and every replica identical by
-//! construction. The price is memory for the values and bars of empty slots and of records
-//! never updated (`dtxn layout` shows it; tables declared never updated get no bar).
+//! A multi-version table's hash slot holds a CVT: the version cells *and* the newest value
+//! (Motor's Vpkg), as one stamped record, so one READ fetches both consistently and a bucket
+//! READ brings the values with the versions. Pre-images of up to 8 bytes live in their Vcell;
+//! longer ones in the slot's *attribute bar*, in a region after the table's overflow area, at
+//! `values_off + i * value_stride` for slot number `i` (bucket-major over home and overflow
+//! buckets). Motor keeps the Vpkg apart, behind a VpkgPtr, and allocates bars from
+//! per-coordinator delta spaces at the first update, behind an AttrBarPtr; dtxn computes the
+//! bar's address from the slot instead: no pointer to publish, no allocator state for a
+//! recovering coordinator to rebuild, and every replica identical by construction. The price
+//! is the bars of empty slots and of records never updated (`dtxn layout` shows it; tables
+//! declared never updated, or updated by 8 bytes at most, get no bar).
 //!
 //! ```text
-//! slot       CVT | Vpkg
-//! CVT        a single-version record (crate::record) whose value is the Vcell array:
-//!            line 0: lock | stamp | key | table | valid(occupied) | Vcells...
-//!            the stamp is the commit timestamp of the last CVT write, on every line
-//! Vcell      0 version u64 | 8 bitmap u32 | 12 bar start line u16 | 14 flags u8
-//!            | 15 inline length u8 | 16 inline pre-images [u8; 8]
-//! Vpkg       a single-version record holding the newest non-deleted value; stamp = its version
+//! CVT        a single-version record (crate::record) whose value is Vcells ++ newest value:
+//!            line 0: lock | stamp | key | table | valid(occupied) | Vcells... | value...
+//!            the stamp is the commit timestamp of the last write, on every line
+//! Vcell      0 version u64 | 8 bitmap u16 | 10 bar start line u8 | 11 flags u8
+//!            | 12 inline pre-images [u8; 8]   (20 bytes)
+//! value      the value of the newest version that has one (a delete leaves it)
 //! bar        bar_lines lines: 0 stamp u64 | 8..64 pre-image bytes
 //! ```
 //!
@@ -31,16 +31,17 @@
 //! (Vcell, then deltas, then Vpkg) so that a seqlock argument holds. Under the fabric contract
 //! neither holds: the lines of one READ are fetched in any order (G2/G3, so the middle of a
 //! Vpkg can change while both anchors match: the sync paper's broken "bookend" scheme), and
-//! two READs are not ordered (G5). dtxn therefore stamps every line of the Vpkg, of each
-//! pre-image chunk and of the CVT with the commit timestamp that wrote it. Timestamps are
-//! unique, so a line carrying the expected stamp holds exactly the expected bytes, whatever
-//! the order in which lines were fetched.
+//! two READs are not ordered (G5). dtxn therefore stamps every line of the CVT and of each
+//! pre-image chunk with the commit timestamp that wrote it. Timestamps are unique, so a line
+//! carrying the expected stamp holds exactly the expected bytes, whatever the order in which
+//! lines were fetched.
 //!
 //! # Versions
 //!
 //! A version is its writer's commit timestamp. The valid Vcells are always a newest-first
 //! suffix of the record's history (a cell is invalidated only with every older one), so a
-//! version can be rebuilt from the Vpkg and the chunks of every newer version. A delete writes
+//! version can be rebuilt from the newest value and the pre-images of every newer version. A
+//! delete writes
 //! a tombstone version, so older versions never reappear; an insert over a tombstone drops the
 //! versions before the tombstone; an insert into a fresh slot is marked `FRESH`: before it, the
 //! key never existed.
@@ -48,14 +49,15 @@
 use crate::index::TableInfo;
 use crate::record::{RecordHeader, SingleVersion, Torn, LINE};
 
-pub const VCELL_BYTES: usize = 24;
+pub const VCELL_BYTES: usize = 20;
 /// Pre-image bytes a Vcell holds itself.
 pub const INLINE_BYTES: usize = 8;
 /// Vcells per CVT: 1 to this.
 pub const MAX_VNUM: usize = 15;
-/// Attributes a multi-version table may declare (the bitmap is a u32; the catalog has room
-/// for this many attribute ends).
-pub const MAX_ATTRS: usize = 24;
+/// Attributes a multi-version table may declare (the bitmap is a u16).
+pub const MAX_ATTRS: usize = 16;
+/// Lines of an attribute bar (the start line is a u8).
+pub const MAX_BAR_LINES: u32 = 255;
 /// Pre-image bytes per bar line (after its stamp).
 pub const BAR_LINE_DATA: usize = LINE - 8;
 
@@ -87,8 +89,8 @@ pub struct MvInfo {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Vcell {
     pub version: u64,
-    pub bitmap: u32,
-    pub start: u16,
+    pub bitmap: u16,
+    pub start: u8,
     pub flags: u8,
     pub inline: [u8; INLINE_BYTES],
 }
@@ -104,20 +106,19 @@ impl Vcell {
 
     fn encode(&self, b: &mut [u8]) {
         b[0..8].copy_from_slice(&self.version.to_le_bytes());
-        b[8..12].copy_from_slice(&self.bitmap.to_le_bytes());
-        b[12..14].copy_from_slice(&self.start.to_le_bytes());
-        b[14] = self.flags;
-        b[15] = 0;
-        b[16..24].copy_from_slice(&self.inline);
+        b[8..10].copy_from_slice(&self.bitmap.to_le_bytes());
+        b[10] = self.start;
+        b[11] = self.flags;
+        b[12..20].copy_from_slice(&self.inline);
     }
 
     fn decode(b: &[u8]) -> Vcell {
         Vcell {
             version: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
-            bitmap: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
-            start: u16::from_le_bytes(b[12..14].try_into().expect("2 bytes")),
-            flags: b[14],
-            inline: b[16..24].try_into().expect("8 bytes"),
+            bitmap: u16::from_le_bytes(b[8..10].try_into().expect("2 bytes")),
+            start: b[10],
+            flags: b[11],
+            inline: b[12..20].try_into().expect("8 bytes"),
         }
     }
 }
@@ -148,7 +149,7 @@ impl Cvt {
             .max_by_key(|&i| self.cells[i].version)
     }
 
-    /// The newest version that has a value (the Vpkg's version).
+    /// The newest version that has a value (the value the CVT holds).
     pub fn newest_value(&self) -> Option<usize> {
         (0..self.cells.len())
             .filter(|&i| self.cells[i].valid() && !self.cells[i].tombstone())
@@ -181,30 +182,26 @@ impl Cvt {
 /// The encoders of one multi-version table.
 #[derive(Debug, Clone)]
 pub struct MvCodec {
+    /// The CVT record: Vcells, then the value.
     pub cvt: SingleVersion,
-    pub vpkg: SingleVersion,
     pub vnum: usize,
+    pub value_size: usize,
     pub bar_lines: u32,
     pub attr_ends: Vec<u32>,
 }
 
-/// The bytes a CVT of `vnum` cells occupies.
-pub fn cvt_bytes(vnum: usize) -> usize {
-    SingleVersion::new(vnum * VCELL_BYTES).bytes()
-}
-
-/// The bytes of a multi-version hash slot: CVT and Vpkg.
-pub fn slot_record_bytes(vnum: usize, value_size: usize) -> usize {
-    cvt_bytes(vnum) + SingleVersion::new(value_size).bytes()
+/// The bytes a CVT of `vnum` cells and a `value_size`-byte value occupies.
+pub fn cvt_bytes(vnum: usize, value_size: usize) -> usize {
+    SingleVersion::new(vnum * VCELL_BYTES + value_size).bytes()
 }
 
 impl MvCodec {
     pub fn new(t: &TableInfo) -> Option<MvCodec> {
         let mv = t.mv.as_ref()?;
         Some(MvCodec {
-            cvt: SingleVersion::new(usize::from(mv.vnum) * VCELL_BYTES),
-            vpkg: SingleVersion::new(t.value_size as usize),
+            cvt: SingleVersion::new(usize::from(mv.vnum) * VCELL_BYTES + t.value_size as usize),
             vnum: usize::from(mv.vnum),
+            value_size: t.value_size as usize,
             bar_lines: mv.bar_lines,
             attr_ends: mv.attr_ends.clone(),
         })
@@ -214,38 +211,32 @@ impl MvCodec {
         self.cvt.bytes()
     }
 
-    /// The slot's bytes (CVT, then Vpkg).
-    pub fn record_bytes(&self) -> usize {
-        self.cvt.bytes() + self.vpkg.bytes()
-    }
-
-    /// The Vpkg part of a slot READ.
-    pub fn vpkg_of<'a>(&self, rec: &'a [u8]) -> &'a [u8] {
-        &rec[self.cvt.bytes()..self.record_bytes()]
-    }
-
-    pub fn vpkg_bytes(&self) -> usize {
-        self.vpkg.bytes()
-    }
-
-    /// Decodes a CVT READ (or a slot READ, whose CVT comes first); `Torn` if its lines come
-    /// from two writes.
-    pub fn decode_cvt(&self, rec: &[u8]) -> Result<Cvt, Torn> {
-        let mut payload = [0u8; MAX_VNUM * VCELL_BYTES];
-        let payload = &mut payload[..self.vnum * VCELL_BYTES];
-        let header = self.cvt.decode(&rec[..self.cvt.bytes()], payload)?;
-        let cells = payload.chunks(VCELL_BYTES).map(Vcell::decode).collect();
+    /// Decodes a CVT READ into its cells and, into `value`, the newest value; `Torn` if its
+    /// lines come from two writes.
+    pub fn decode(&self, rec: &[u8], value: &mut [u8]) -> Result<Cvt, Torn> {
+        let mut payload = vec![0u8; self.vnum * VCELL_BYTES + self.value_size];
+        let header = self.cvt.decode(rec, &mut payload)?;
+        let (cells, v) = payload.split_at(self.vnum * VCELL_BYTES);
+        value.copy_from_slice(v);
+        let cells = cells.chunks(VCELL_BYTES).map(Vcell::decode).collect();
         Ok(Cvt { header, cells })
     }
 
-    pub fn encode_cvt(&self, cvt: &Cvt, out: &mut [u8]) {
-        let mut payload = [0u8; MAX_VNUM * VCELL_BYTES];
-        let payload = &mut payload[..self.vnum * VCELL_BYTES];
-        for (c, b) in cvt.cells.iter().zip(payload.chunks_mut(VCELL_BYTES)) {
+    /// Decodes a CVT READ's cells (the value's lines are checked too).
+    pub fn decode_cvt(&self, rec: &[u8]) -> Result<Cvt, Torn> {
+        let mut value = vec![0u8; self.value_size];
+        self.decode(rec, &mut value)
+    }
+
+    /// Encodes a CVT with the newest value `value`.
+    pub fn encode(&self, cvt: &Cvt, value: &[u8], out: &mut [u8]) {
+        let mut payload = vec![0u8; self.vnum * VCELL_BYTES + self.value_size];
+        let (cells, v) = payload.split_at_mut(self.vnum * VCELL_BYTES);
+        for (c, b) in cvt.cells.iter().zip(cells.chunks_mut(VCELL_BYTES)) {
             c.encode(b);
         }
-        let n = self.cvt.bytes();
-        self.cvt.encode(&cvt.header, payload, &mut out[..n]);
+        v.copy_from_slice(value);
+        self.cvt.encode(&cvt.header, &payload, out);
     }
 
     /// The attribute ranges of the value: (start, end).
@@ -259,7 +250,7 @@ impl MvCodec {
     }
 
     /// Bytes of the pre-images of the attributes in `bitmap`.
-    pub fn chunk_data_bytes(&self, bitmap: u32) -> usize {
+    pub fn chunk_data_bytes(&self, bitmap: u16) -> usize {
         self.attrs()
             .enumerate()
             .filter(|(a, _)| bitmap >> a & 1 == 1)
@@ -268,12 +259,12 @@ impl MvCodec {
     }
 
     /// Bar lines of the chunk of `bitmap`.
-    pub fn chunk_lines(&self, bitmap: u32) -> u32 {
+    pub fn chunk_lines(&self, bitmap: u16) -> u32 {
         self.chunk_data_bytes(bitmap).div_ceil(BAR_LINE_DATA) as u32
     }
 
     /// The attributes whose bytes differ between `old` and `new`.
-    pub fn changed(&self, old: &[u8], new: &[u8]) -> u32 {
+    pub fn changed(&self, old: &[u8], new: &[u8]) -> u16 {
         self.attrs()
             .enumerate()
             .filter(|(_, (s, e))| old[*s..*e] != new[*s..*e])
@@ -281,7 +272,7 @@ impl MvCodec {
     }
 
     /// The pre-images of `old`'s attributes in `bitmap`, packed in attribute order.
-    pub fn pre_images(&self, bitmap: u32, old: &[u8]) -> Vec<u8> {
+    pub fn pre_images(&self, bitmap: u16, old: &[u8]) -> Vec<u8> {
         let mut data = Vec::with_capacity(self.chunk_data_bytes(bitmap));
         for (a, (s, e)) in self.attrs().enumerate() {
             if bitmap >> a & 1 == 1 {
@@ -319,7 +310,7 @@ impl MvCodec {
         }
         match self.chunk_start(cvt, self.chunk_lines(bitmap)) {
             Some(s) => {
-                cell.start = s as u16;
+                cell.start = s as u8;
                 cell.flags |= CHUNK;
                 (cell, Some((s, self.encode_chunk(bitmap, old, version))))
             }
@@ -328,7 +319,7 @@ impl MvCodec {
     }
 
     /// Overlays the inline pre-images of `cell` on `value`, for the attributes in `take`.
-    pub fn apply_inline(&self, cell: &Vcell, take: u32, value: &mut [u8]) {
+    pub fn apply_inline(&self, cell: &Vcell, take: u16, value: &mut [u8]) {
         let mut at = 0;
         for (a, (s, e)) in self.attrs().enumerate() {
             if cell.bitmap >> a & 1 == 0 {
@@ -342,7 +333,7 @@ impl MvCodec {
     }
 
     /// The chunk of `old`'s attributes in `bitmap`, as bar lines stamped `version`.
-    pub fn encode_chunk(&self, bitmap: u32, old: &[u8], version: u64) -> Vec<u8> {
+    pub fn encode_chunk(&self, bitmap: u16, old: &[u8], version: u64) -> Vec<u8> {
         let lines = self.chunk_lines(bitmap) as usize;
         let mut out = vec![0u8; lines * LINE];
         let data = self.pre_images(bitmap, old);
@@ -360,9 +351,9 @@ impl MvCodec {
     pub fn apply_chunk(
         &self,
         chunk: &[u8],
-        bitmap: u32,
+        bitmap: u16,
         version: u64,
-        take: u32,
+        take: u16,
         value: &mut [u8],
     ) -> Result<(), Torn> {
         for (l, line) in chunk.chunks(LINE).enumerate() {
@@ -391,13 +382,13 @@ impl MvCodec {
         Ok(())
     }
 
-    /// To rebuild version `cells[v0]` from the Vpkg (version `cells[vpkg]`): for each newer
+    /// To rebuild version `cells[v0]` from the newest value (version `cells[vpkg]`): for each newer
     /// version with pre-images, the attributes to take from its chunk, as (cell, attributes).
     /// Each attribute comes from the oldest newer version that changed it. `None` if some
     /// newer version's pre-images are missing (they did not fit the bar: older versions were
     /// dropped then, so a caller holding a valid `v0` never sees this unless the CVT is
     /// inconsistent).
-    pub fn rebuild_plan(&self, cvt: &Cvt, v0: usize, vpkg: usize) -> Option<Vec<(usize, u32)>> {
+    pub fn rebuild_plan(&self, cvt: &Cvt, v0: usize, vpkg: usize) -> Option<Vec<(usize, u16)>> {
         let (lo, hi) = (cvt.cells[v0].version, cvt.cells[vpkg].version);
         let mut newer: Vec<usize> = (0..cvt.cells.len())
             .filter(|&i| {
@@ -406,7 +397,7 @@ impl MvCodec {
             })
             .collect();
         newer.sort_by_key(|&i| cvt.cells[i].version);
-        let mut done = 0u32;
+        let mut done = 0u16;
         let mut plan = Vec::new();
         for i in newer {
             let c = &cvt.cells[i];
@@ -502,12 +493,6 @@ impl TableInfo {
         b * u64::from(self.slots_per_bucket) + (in_bucket - 64) / self.slot_stride
     }
 
-    /// The Vpkg of the multi-version record slot at `off` (right after its CVT).
-    pub fn vpkg_off(&self, off: u64) -> u64 {
-        let mv = self.mv.as_ref().expect("a multi-version table");
-        off + cvt_bytes(usize::from(mv.vnum)) as u64
-    }
-
     /// Line `line` of the attribute bar of the record slot at `off`.
     pub fn bar_line_off(&self, off: u64, line: u32) -> u64 {
         let mv = self.mv.as_ref().expect("a multi-version table");
@@ -515,15 +500,18 @@ impl TableInfo {
     }
 }
 
+/// What [`local_lookup`] finds: the slot, the CVT, and the newest value (`None`: deleted).
+pub type LocalRecord = (u64, Cvt, Option<Vec<u8>>);
+
 /// The committed state of `key` in a multi-version table, read with a memory node's own CPU
 /// when no transaction runs (checks after a run): its slot, CVT and newest value (`None`:
-/// deleted). `Ok(None)`: the key has no CVT. `Err`: a torn CVT or Vpkg (an install that never
-/// finished) or a Vpkg that is not the CVT's newest value.
+/// deleted). `Ok(None)`: the key has no CVT. `Err`: a torn CVT (an install that never
+/// finished).
 pub fn local_lookup(
     t: &TableInfo,
     mem: &mut dyn dtxn_fabric::LocalMem,
     key: u64,
-) -> Result<Option<(u64, Cvt, Option<Vec<u8>>)>, Torn> {
+) -> Result<Option<LocalRecord>, Torn> {
     let k = MvCodec::new(t).expect("a multi-version table");
     let mut bucket = t.home_bucket(key);
     let mut bytes = vec![0u8; t.bucket_bytes as usize];
@@ -531,22 +519,10 @@ pub fn local_lookup(
         mem.read(bucket, &mut bytes);
         let scan = t.scan(bucket, &bytes, key);
         if let Some((s, off)) = scan.found {
-            let cvt = k.decode_cvt(t.slot_bytes(&bytes, s))?;
+            let mut v = vec![0u8; t.value_size as usize];
+            let cvt = k.decode(t.slot_bytes(&bytes, s), &mut v)?;
             let value = match cvt.newest() {
-                Some(n) if !cvt.cells[n].tombstone() => {
-                    let mut rec = vec![0u8; k.vpkg_bytes()];
-                    mem.read(t.vpkg_off(off), &mut rec);
-                    let mut v = vec![0u8; t.value_size as usize];
-                    let h = k.vpkg.decode(&rec, &mut v)?;
-                    if h.version != cvt.cells[n].version {
-                        return Err(Torn {
-                            line: 0,
-                            version: cvt.cells[n].version,
-                            stamp: h.version,
-                        });
-                    }
-                    Some(v)
-                }
+                Some(n) if !cvt.cells[n].tombstone() => Some(v),
                 _ => None,
             };
             return Ok(Some((off, cvt, value)));
@@ -567,9 +543,9 @@ mod tests {
     fn codec(vnum: usize, bar_lines: u32, attr_ends: Vec<u32>) -> MvCodec {
         let size = *attr_ends.last().unwrap() as usize;
         MvCodec {
-            cvt: SingleVersion::new(vnum * VCELL_BYTES),
-            vpkg: SingleVersion::new(size),
+            cvt: SingleVersion::new(vnum * VCELL_BYTES + size),
             vnum,
+            value_size: size,
             bar_lines,
             attr_ends,
         }
@@ -600,16 +576,20 @@ mod tests {
 
     #[test]
     fn sizes() {
-        assert_eq!(cvt_bytes(1), 64);
-        assert_eq!(cvt_bytes(2), 128);
-        assert_eq!(cvt_bytes(3), 128);
-        assert_eq!(cvt_bytes(4), 192);
-        assert_eq!(cvt_bytes(8), 256);
+        // SmallBank (8-byte values, 3 versions): two lines; TPC-C ORDER_LINE (56, 4): three.
+        assert_eq!(cvt_bytes(1, 8), 64);
+        assert_eq!(cvt_bytes(3, 8), 128);
+        assert_eq!(cvt_bytes(4, 56), 192);
+        assert_eq!(cvt_bytes(4, 664), 896);
     }
 
     #[test]
     fn selection_follows_tombstones_creation_and_gc() {
-        let c = cvt(vec![cell(10, CREATED | FRESH), cell(20, 0), cell(30, TOMBSTONE)]);
+        let c = cvt(vec![
+            cell(10, CREATED | FRESH),
+            cell(20, 0),
+            cell(30, TOMBSTONE),
+        ]);
         assert_eq!(c.select(5), Pick::Absent { version: 0 });
         assert_eq!(c.select(10), Pick::Version(0));
         assert_eq!(c.select(29), Pick::Version(1));
@@ -620,7 +600,11 @@ mod tests {
         let gc = cvt(vec![cell(40, 0), cell(20, 0), cell(30, TOMBSTONE)]);
         assert_eq!(gc.select(15), Pick::Gone);
         // Re-created over a tombstone: before the tombstone, gone; between, absent.
-        let re = cvt(vec![cell(50, CREATED), cell(45, TOMBSTONE), Vcell::default()]);
+        let re = cvt(vec![
+            cell(50, CREATED),
+            cell(45, TOMBSTONE),
+            Vcell::default(),
+        ]);
         assert_eq!(re.select(44), Pick::Gone);
         assert_eq!(re.select(47), Pick::Absent { version: 45 });
         assert_eq!(re.select(50), Pick::Version(0));
@@ -642,12 +626,14 @@ mod tests {
             cell(9, 0),
         ]);
         let mut b = vec![0u8; k.cvt_bytes()];
-        k.encode_cvt(&c, &mut b);
-        assert_eq!(k.decode_cvt(&b), Ok(c.clone()));
+        k.encode(&c, &[3; 16], &mut b);
+        let mut v = [0u8; 16];
+        assert_eq!(k.decode(&b, &mut v), Ok(c.clone()));
+        assert_eq!(v, [3; 16]);
         let mut c2 = c.clone();
         c2.header.version = 10;
         let mut b2 = vec![0u8; k.cvt_bytes()];
-        k.encode_cvt(&c2, &mut b2);
+        k.encode(&c2, &[3; 16], &mut b2);
         let mut mixed = b.clone();
         mixed[64..].copy_from_slice(&b2[64..]);
         assert!(k.decode_cvt(&mixed).is_err());

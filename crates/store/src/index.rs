@@ -86,12 +86,12 @@ impl TableInfo {
     }
 
     /// The codec of the records in the hash slots: for a multi-version table, its CVTs (whose
-    /// "value" is the Vcell array; see [`crate::cvt`]).
+    /// "value" is the Vcell array and the newest value; see [`crate::cvt`]).
     pub fn codec(&self) -> SingleVersion {
         match (&self.format, &self.mv) {
-            (RecordFormat::Cvt, Some(mv)) => {
-                SingleVersion::new(usize::from(mv.vnum) * crate::cvt::VCELL_BYTES)
-            }
+            (RecordFormat::Cvt, Some(mv)) => SingleVersion::new(
+                usize::from(mv.vnum) * crate::cvt::VCELL_BYTES + self.value_size as usize,
+            ),
             _ => SingleVersion::new(self.value_size as usize),
         }
     }

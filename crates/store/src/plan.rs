@@ -72,7 +72,8 @@ impl TableSpec {
     }
 
     /// Lines of a multi-version record's attribute bar (Motor's ABS formula, in stamped
-    /// lines: each update's pre-images start a line).
+    /// lines: each update's pre-images start a line; those of 8 bytes or less stay in their
+    /// Vcell and take none).
     pub fn bar_lines(&self) -> u32 {
         let whole = [(self.value_size as u32, 1.0)];
         let mix: &[(u32, f64)] = if self.update_mix.is_empty() {
@@ -81,6 +82,7 @@ impl TableSpec {
             &self.update_mix
         };
         mix.iter()
+            .filter(|&&(bytes, _)| bytes as usize > crate::cvt::INLINE_BYTES)
             .map(|&(bytes, share)| {
                 let keep = ((f64::from(self.vnum) * share) as u32).max(1);
                 let lines = (bytes.min(self.value_size as u32) as usize)
@@ -165,9 +167,7 @@ impl Plan {
             check_spec(s)?;
             let record_bytes = match s.format {
                 RecordFormat::Single => s.format.record_bytes(s.value_size),
-                RecordFormat::Cvt => {
-                    crate::cvt::slot_record_bytes(usize::from(s.vnum), s.value_size)
-                }
+                RecordFormat::Cvt => crate::cvt::cvt_bytes(usize::from(s.vnum), s.value_size),
             } as u64;
             let stride = spread_stride(record_bytes);
             let slots = s.slots_per_bucket;
@@ -308,8 +308,13 @@ fn check_spec(s: &TableSpec) -> Result<(), StoreError> {
                 s.attributes.len()
             )));
         }
-        if s.bar_lines() > u32::from(u16::MAX) {
-            return Err(bad("the attribute bar exceeds 65535 lines".into()));
+        if s.bar_lines() > crate::cvt::MAX_BAR_LINES {
+            return Err(bad(format!(
+                "the attribute bar needs {} lines, at most {} fit (declare a smaller update \
+                 mix)",
+                s.bar_lines(),
+                crate::cvt::MAX_BAR_LINES
+            )));
         }
     }
     Ok(())

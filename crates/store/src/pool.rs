@@ -271,15 +271,13 @@ impl<'a> Loader<'a> {
             table: t.id,
             valid: true,
         };
-        // A multi-version record: a CVT with one version (0, loaded), and its Vpkg.
+        // A multi-version record: a CVT with one version (0, loaded) and its value.
         let mv = crate::cvt::MvCodec::new(t);
         match &mv {
             Some(k) => {
                 let mut cells = vec![crate::cvt::Vcell::default(); k.vnum];
                 cells[0].flags = crate::cvt::VALID | crate::cvt::CREATED;
-                k.encode_cvt(&crate::cvt::Cvt { header, cells }, &mut self.record);
-                let n = k.cvt_bytes();
-                k.vpkg.encode(&header, value, &mut self.record[n..]);
+                k.encode(&crate::cvt::Cvt { header, cells }, value, &mut self.record);
             }
             None => t.codec().encode(&header, value, &mut self.record),
         }

@@ -1,8 +1,8 @@
 //! The transaction API: begin, read, read_for_update, update, delete, commit, rollback.
 
 use crate::abort::{Abort, AbortReason};
-use crate::coord::{Coordinator, TxnOutcome};
 use crate::config::Protocol;
+use crate::coord::{Coordinator, TxnOutcome};
 use crate::protocols::{ford, motor};
 use dtxn_check::history;
 use dtxn_fabric::{NodeId, Stats};

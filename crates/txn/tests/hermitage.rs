@@ -209,15 +209,16 @@ where
             |mut ep: Endpoint| {
                 let cfg = cfg.clone();
                 async move {
-                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                let mut c = Coordinator::new(ep, map, cfg);
-                let mut tx = c.begin(TxKind::ReadOnly);
-                let keys: Vec<Access> = (1..=4).map(|k| Access::read(T, k)).collect();
-                tx.fetch(&keys).await.unwrap();
-                let out: Vec<Option<u64>> = (1..=4).map(|k| tx.get(T, k).map(num)).collect();
-                tx.commit().await.unwrap();
-                out
-            }},
+                    let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                    let mut c = Coordinator::new(ep, map, cfg);
+                    let mut tx = c.begin(TxKind::ReadOnly);
+                    let keys: Vec<Access> = (1..=4).map(|k| Access::read(T, k)).collect();
+                    tx.fetch(&keys).await.unwrap();
+                    let out: Vec<Option<u64>> = (1..=4).map(|k| tx.get(T, k).map(num)).collect();
+                    tx.commit().await.unwrap();
+                    out
+                }
+            },
         )
         .unwrap();
     (board, r.outputs[0].clone().unwrap())

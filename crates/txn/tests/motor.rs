@@ -241,7 +241,10 @@ async fn transfer(c: &mut Coordinator, size: usize) {
     if tx.fetch(&accesses).await.is_err() {
         return;
     }
-    let (a, b) = (tx.get(CHECKING, from).unwrap(), tx.get(CHECKING, to).unwrap());
+    let (a, b) = (
+        tx.get(CHECKING, from).unwrap(),
+        tx.get(CHECKING, to).unwrap(),
+    );
     assert!(consistent(a) && consistent(b));
     let (a, ua, b, ub) = (amount(a), amount(&a[8..]), amount(b), amount(&b[8..]));
     if a < x {

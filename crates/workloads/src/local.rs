@@ -43,9 +43,7 @@ pub fn scan_table(pool: &Pool, table: &TableInfo) -> Vec<LocalRecord> {
                 }
                 if let Some(k) = &mv {
                     // A multi-version record: its newest version, unless that is a delete.
-                    let off = start + b as u64 * table.bucket_bytes + 64
-                        + u64::from(s) * table.slot_stride;
-                    if let Some(r) = newest_version(pool, table, k, rec, off) {
+                    if let Some(r) = newest_version(table, k, rec) {
                         out.push(r);
                     }
                     continue;
@@ -69,40 +67,24 @@ pub fn scan_table(pool: &Pool, table: &TableInfo) -> Vec<LocalRecord> {
 }
 
 /// The newest version of the multi-version record `rec` (a CVT read from slot `off`), or
-/// `None` if it is a delete. A torn CVT or a Vpkg that is not its newest value is reported
-/// with `version` = `u64::MAX`.
-fn newest_version(
-    pool: &Pool,
-    table: &TableInfo,
-    k: &MvCodec,
-    rec: &[u8],
-    off: u64,
-) -> Option<LocalRecord> {
-    let torn = |key: u64, lock: u64| LocalRecord {
-        key,
-        version: u64::MAX,
-        lock,
-        value: vec![0u8; table.value_size as usize],
-    };
+/// `None` if it is a delete. A torn CVT is reported with `version` = `u64::MAX`.
+fn newest_version(table: &TableInfo, k: &MvCodec, rec: &[u8]) -> Option<LocalRecord> {
     let h = k.cvt.header(rec);
-    let Ok(cvt) = k.decode_cvt(rec) else {
-        return Some(torn(h.key, h.lock));
+    let mut value = vec![0u8; table.value_size as usize];
+    let Ok(cvt) = k.decode(rec, &mut value) else {
+        return Some(LocalRecord {
+            key: h.key,
+            version: u64::MAX,
+            lock: h.lock,
+            value,
+        });
     };
     let n = cvt.newest()?;
     let cell = cvt.cells[n];
-    if cell.tombstone() {
-        return None;
-    }
-    let mut bytes = vec![0u8; k.vpkg_bytes()];
-    pool.with_local(table.primary(), |m| m.read(table.vpkg_off(off), &mut bytes));
-    let mut value = vec![0u8; table.value_size as usize];
-    match k.vpkg.decode(&bytes, &mut value) {
-        Ok(v) if v.version == cell.version => Some(LocalRecord {
-            key: h.key,
-            version: cell.version,
-            lock: h.lock,
-            value,
-        }),
-        _ => Some(torn(h.key, h.lock)),
-    }
+    (!cell.tombstone()).then_some(LocalRecord {
+        key: h.key,
+        version: cell.version,
+        lock: h.lock,
+        value,
+    })
 }

@@ -209,7 +209,14 @@ impl Workload for Tatp {
                 &[(4, 0.875), (2, 0.125)],
             ),
             table_with(SEC_SUBSCRIBER, "sec_subscriber", 8, n, &[], NEVER_UPDATED),
-            table_with(ACCESS_INFO, "access_info", AI_BYTES, n * 5 / 2, &[], NEVER_UPDATED),
+            table_with(
+                ACCESS_INFO,
+                "access_info",
+                AI_BYTES,
+                n * 5 / 2,
+                &[],
+                NEVER_UPDATED,
+            ),
             crate::table(SPECIAL_FACILITY, "special_facility", SF_BYTES, n * 5 / 2),
             // 3.75 rows per subscriber on average at load; inserts and deletes keep it there,
             // and a deleted row's slot is reused by its own key only: room for 5.

@@ -120,7 +120,11 @@ fn run<W: Workload + Clone>(
         },
     )
     .unwrap();
-    assert!(report.ok(), "{what} (snapshot: {snapshot}): {}", report.verdict());
+    assert!(
+        report.ok(),
+        "{what} (snapshot: {snapshot}): {}",
+        report.verdict()
+    );
     out
 }
 

@@ -246,7 +246,10 @@ impl BenchArgs {
         }
         if let Some(i) = &self.isolation {
             if !protocol.multi_version() {
-                bail!("--isolation is for multi-version protocols (motor); {} is serializable", protocol.name());
+                bail!(
+                    "--isolation is for multi-version protocols (motor); {} is serializable",
+                    protocol.name()
+                );
             }
             cfg.motor.isolation = Isolation::from_name(i).ok_or_else(|| {
                 anyhow!(

@@ -298,8 +298,7 @@ fn load_only(a: &BenchArgs) -> Result<ExitCode> {
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let cfg = a.txn_config()?;
-    let plan =
-        Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
+    let plan = Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
     let start = Instant::now();
     let pool = a
         .backend_args()
@@ -331,8 +330,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     }
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
-    let plan =
-        Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
+    let plan = Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
     let remote_loaded = if a.backend == Backend::Ucx && a.load {
         let pool = a
             .backend_args()

@@ -65,18 +65,18 @@ pub(crate) struct MvState {
     cvt: Cvt,
     /// The Vcell of the version read, if it has a value.
     v0: Option<usize>,
-    /// The value as read: the base of the pre-images a commit writes.
-    old: Vec<u8>,
+    /// The newest value as read: what older versions are rebuilt from, and (read under our
+    /// lock) the old value whose pre-images a commit keeps.
+    base: Vec<u8>,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum Stage {
-    /// READ the CVT at `off` (with CAS(lock) first if `lock`), and the Vpkg after it if
-    /// `vpkg` (one READ: the slot).
-    Cvt { off: u64, lock: bool, vpkg: bool },
+    /// READ the CVT at `off` (with CAS(lock) first if `lock`).
+    Cvt { off: u64, lock: bool },
     /// READ a bucket of the item's chain; `pending`: a claimed empty slot seen so far.
     Bucket { at: u64, hops: u64, pending: bool },
-    /// READ the Vpkg and the pre-image chunks that rebuild the version selected.
+    /// READ the pre-image chunks that rebuild the version selected from the newest value.
     Value { off: u64 },
 }
 
@@ -162,11 +162,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             if a.for_update && !it.rw {
                 it.rw = true;
                 let stage = match it.offset {
-                    Some(off) => Stage::Cvt {
-                        off,
-                        lock: true,
-                        vpkg: true,
-                    },
+                    Some(off) => Stage::Cvt { off, lock: true },
                     None => Stage::Bucket {
                         at: t.home_bucket(a.key),
                         hops: 0,
@@ -181,7 +177,6 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             Some(off) => Stage::Cvt {
                 off,
                 lock: a.for_update,
-                vpkg: true,
             },
             None => Stage::Bucket {
                 at: t.home_bucket(a.key),
@@ -257,40 +252,31 @@ fn post_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ids: &mut
     let p = t.primary();
     let ep = &mut tx.c.ep;
     match stage {
-        Stage::Cvt { off, lock, vpkg } => {
+        Stage::Cvt { off, lock } => {
             if lock {
                 ids.push(ep.cas(p, off, 0, tx.c.owner));
             }
-            let k = codec(t);
-            let len = if vpkg {
-                k.record_bytes()
-            } else {
-                k.cvt_bytes()
-            };
-            ids.push(ep.read(p, off, len));
+            ids.push(ep.read(p, off, t.record_bytes as usize));
         }
         Stage::Bucket { at, .. } => ids.push(ep.read(p, at, t.bucket_bytes as usize)),
         Stage::Value { off } => {
             let k = codec(t);
             let st = it.mv.as_ref().expect("selected");
-            let (v0, vpkg) = (
+            let (v0, newest) = (
                 st.v0.expect("a value version"),
                 st.cvt.newest_value().expect("a value version"),
             );
-            // Pre-images first: the READs are not ordered (G5), the stamps decide.
-            for (w, _) in k.rebuild_plan(&st.cvt, v0, vpkg).unwrap_or_default() {
+            for (w, _) in k.rebuild_plan(&st.cvt, v0, newest).unwrap_or_default() {
                 let c = st.cvt.cells[w];
-                if c.flags & CHUNK == 0 {
-                    continue;
+                if c.flags & CHUNK != 0 {
+                    let lines = k.chunk_lines(c.bitmap) as usize;
+                    ids.push(ep.read(
+                        p,
+                        t.bar_line_off(off, u32::from(c.start)),
+                        lines * dtxn_store::record::LINE,
+                    ));
                 }
-                let lines = k.chunk_lines(c.bitmap) as usize;
-                ids.push(ep.read(
-                    p,
-                    t.bar_line_off(off, u32::from(c.start)),
-                    lines * dtxn_store::record::LINE,
-                ));
             }
-            ids.push(ep.read(p, t.vpkg_off(off), k.vpkg_bytes()));
         }
     }
 }
@@ -298,7 +284,7 @@ fn post_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ids: &mut
 fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId]) -> Next {
     let t = table(map, tx.items[i].table);
     match stage {
-        Stage::Cvt { off, lock, vpkg } => {
+        Stage::Cvt { off, lock } => {
             let mut ops = ops.iter();
             if lock {
                 let c = *ops.next().expect("cas");
@@ -308,9 +294,8 @@ fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId
                 tx.items[i].locked = true;
                 tx.items[i].offset = Some(off);
             }
-            let bytes = tx.c.ep.bytes(*ops.next().expect("slot")).to_vec();
-            let k = codec(t);
-            on_cvt(tx, t, i, off, &bytes, vpkg.then(|| k.vpkg_of(&bytes)))
+            let bytes = tx.c.ep.bytes(*ops.next().expect("cvt")).to_vec();
+            on_cvt(tx, t, i, off, &bytes)
         }
         Stage::Bucket { at, hops, pending } => {
             let bytes = tx.c.ep.bytes(ops[0]).to_vec();
@@ -320,29 +305,14 @@ fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId
             let k = codec(t);
             let it = &mut tx.items[i];
             let st = it.mv.as_ref().expect("selected");
-            let (v0, vpkg) = (
+            let (v0, newest) = (
                 st.v0.expect("a value version"),
                 st.cvt.newest_value().expect("a value version"),
             );
-            let Some(plan) = k.rebuild_plan(&st.cvt, v0, vpkg) else {
+            let Some(plan) = k.rebuild_plan(&st.cvt, v0, newest) else {
                 return Next::Fail(AbortReason::VersionGone);
             };
-            let reads = plan
-                .iter()
-                .filter(|&&(w, _)| st.cvt.cells[w].flags & CHUNK != 0)
-                .count();
-            let vp = tx.c.ep.bytes(ops[reads]);
-            match k.vpkg.decode(vp, &mut it.value) {
-                Ok(h) if h.version == st.cvt.cells[vpkg].version => {}
-                // Torn, or a newer value since the CVT was read: read both again.
-                _ => {
-                    return Next::Reread(Stage::Cvt {
-                        off,
-                        lock: false,
-                        vpkg: true,
-                    })
-                }
-            }
+            it.value.copy_from_slice(&st.base);
             let mut n = 0;
             for &(w, take) in &plan {
                 let c = st.cvt.cells[w];
@@ -352,15 +322,11 @@ fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId
                 }
                 let chunk = tx.c.ep.bytes(ops[n]);
                 n += 1;
-                if k
-                    .apply_chunk(chunk, c.bitmap, c.version, take, &mut it.value)
+                if k.apply_chunk(chunk, c.bitmap, c.version, take, &mut it.value)
                     .is_err()
                 {
-                    return Next::Reread(Stage::Cvt {
-                        off,
-                        lock: false,
-                        vpkg: true,
-                    });
+                    // The bar wrapped over it since the CVT was read: read both again.
+                    return Next::Reread(Stage::Cvt { off, lock: false });
                 }
             }
             it.exists = true;
@@ -369,15 +335,8 @@ fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId
     }
 }
 
-/// A CVT (and maybe its Vpkg) was read for item `i`.
-fn on_cvt(
-    tx: &mut Txn<'_>,
-    t: &TableInfo,
-    i: usize,
-    off: u64,
-    cvt_bytes: &[u8],
-    vpkg_bytes: Option<&[u8]>,
-) -> Next {
+/// A CVT (with its newest value) was read for item `i`.
+fn on_cvt(tx: &mut Txn<'_>, t: &TableInfo, i: usize, off: u64, rec: &[u8]) -> Next {
     let k = codec(t);
     let (table_id, key, rw, locked) = {
         let it = &tx.items[i];
@@ -387,9 +346,9 @@ fn on_cvt(
     let again = Stage::Cvt {
         off,
         lock: rw && !ours,
-        vpkg: true,
     };
-    let cvt = match k.decode_cvt(cvt_bytes) {
+    let mut base = vec![0u8; t.value_size as usize];
+    let cvt = match k.decode(rec, &mut base) {
         Ok(c) => c,
         Err(_) => return Next::Reread(again),
     };
@@ -419,11 +378,7 @@ fn on_cvt(
         // not installed yet. Read again until it is done. (A lock without the mark is a
         // writer still executing: it will take its commit timestamp after this READ, above
         // our start, so the versions we may see are all there.)
-        return Next::Reread(Stage::Cvt {
-            off,
-            lock: false,
-            vpkg: true,
-        });
+        return Next::Reread(Stage::Cvt { off, lock: false });
     }
     let ts = tx.ts_start;
     let serializable = tx.c.cfg.motor.isolation == Isolation::Serializable;
@@ -450,7 +405,6 @@ fn on_cvt(
     } else {
         cvt.select(ts)
     };
-    let vpkg_cell = cvt.newest_value();
     let it = &mut tx.items[i];
     match pick {
         Pick::Gone => Next::Fail(AbortReason::VersionGone),
@@ -460,43 +414,50 @@ fn on_cvt(
             it.mv = Some(Box::new(MvState {
                 cvt,
                 v0: None,
-                old: Vec::new(),
+                base,
             }));
             Next::Done
         }
         Pick::Version(v0) => {
             it.version = cvt.cells[v0].version;
-            let direct = vpkg_cell == Some(v0)
-                && vpkg_bytes.is_some_and(|b| {
-                    matches!(k.vpkg.decode(b, &mut it.value),
-                             Ok(h) if h.version == cvt.cells[v0].version)
-                });
+            let direct = cvt.newest_value() == Some(v0);
             if direct {
+                it.value.copy_from_slice(&base);
                 it.exists = true;
+            } else if ours {
+                // Under our lock the version picked is the newest, which holds the value: a
+                // CVT that says otherwise is read again.
+                return Next::Reread(Stage::Cvt { off, lock: false });
+            } else {
+                // Older: rebuild from the newest value and the pre-images of newer versions.
+                let plan = k.rebuild_plan(&cvt, v0, cvt.newest_value().expect("v0 has one"));
+                let Some(plan) = plan else {
+                    return Next::Fail(AbortReason::VersionGone);
+                };
+                if plan.iter().all(|&(w, _)| cvt.cells[w].flags & CHUNK == 0) {
+                    it.value.copy_from_slice(&base);
+                    for &(w, take) in &plan {
+                        k.apply_inline(&cvt.cells[w], take, &mut it.value);
+                    }
+                    it.exists = true;
+                    it.mv = Some(Box::new(MvState {
+                        cvt,
+                        v0: Some(v0),
+                        base,
+                    }));
+                    return Next::Done;
+                }
             }
             it.mv = Some(Box::new(MvState {
                 cvt,
                 v0: Some(v0),
-                // A writer's pre-images are taken against the value it read under its lock.
-                old: if direct && ours {
-                    it.value.clone()
-                } else {
-                    Vec::new()
-                },
+                base,
             }));
             if direct {
-                return Next::Done;
+                Next::Done
+            } else {
+                Next::Again(Stage::Value { off })
             }
-            if ours {
-                // Under our lock the Vpkg can only be the newest value: torn or stale means
-                // the CVT and Vpkg disagree, which a finished commit never leaves.
-                return Next::Reread(Stage::Cvt {
-                    off,
-                    lock: false,
-                    vpkg: true,
-                });
-            }
-            Next::Again(Stage::Value { off })
         }
     }
 }
@@ -517,15 +478,10 @@ fn on_bucket(
     if let Some((s, off)) = scan.found {
         tx.c.cache.insert(table_id, key, off);
         if rw {
-            return Next::Again(Stage::Cvt {
-                off,
-                lock: true,
-                vpkg: true,
-            });
+            return Next::Again(Stage::Cvt { off, lock: true });
         }
         let rec = t.slot_bytes(bytes, s).to_vec();
-        let k = codec(t);
-        return on_cvt(tx, t, i, off, &rec, Some(k.vpkg_of(&rec)));
+        return on_cvt(tx, t, i, off, &rec);
     }
     let claimed = (0..t.slots_per_bucket).any(|s| {
         let h = sv.header(t.slot_bytes(bytes, s));
@@ -780,11 +736,7 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
         let it = &tx.items[i];
         let t = table(&map, it.table);
         let stage = match it.offset {
-            Some(off) => Stage::Cvt {
-                off,
-                lock: false,
-                vpkg: false,
-            },
+            Some(off) => Stage::Cvt { off, lock: false },
             None => Stage::Bucket {
                 at: t.home_bucket(it.key),
                 hops: 0,
@@ -804,7 +756,7 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
             let it = &tx.items[i];
             let t = table(&map, it.table);
             ids.push(match stage {
-                Stage::Cvt { off, .. } => tx.c.ep.read(t.primary(), off, codec(t).cvt_bytes()),
+                Stage::Cvt { off, .. } => tx.c.ep.read(t.primary(), off, t.record_bytes as usize),
                 Stage::Bucket { at, .. } => tx.c.ep.read(t.primary(), at, t.bucket_bytes as usize),
                 Stage::Value { .. } => unreachable!("validation reads CVTs and chains"),
             });
@@ -889,7 +841,7 @@ fn seen_at(cvt: &Cvt, ts: u64) -> Option<u64> {
     }
 }
 
-/// Every replica of every written record in one round trip: pre-images, Vpkg, CVT.
+/// Every replica of every written record in one round trip: pre-images, then the CVT.
 async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
@@ -925,19 +877,20 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
             },
         };
         let mut chunk = None;
-        let mut vpkg = true;
+        // The value the CVT holds: the new one, or for a delete the newest as it was.
+        let mut value = &it.value;
         match it.new {
             NewValue::Update => {
                 let st = it.mv.as_ref().expect("read before update");
-                // The old value: the Vpkg as read under our lock (the newest version).
-                let old = &st.old;
+                // The old value: the newest, as read under our lock.
+                let old = &st.base;
                 debug_assert!(st.v0.is_some() && old.len() == it.value.len());
                 let (cell, c) = k.update_cell(&cvt, old, &it.value, tc);
                 chunk = c;
                 k.push(&mut cvt, cell);
             }
             NewValue::Delete => {
-                vpkg = false;
+                value = &it.mv.as_ref().expect("read before delete").base;
                 k.push(
                     &mut cvt,
                     Vcell {
@@ -969,21 +922,11 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
             }
             NewValue::Keep => unreachable!(),
         }
-        let vpkg_header = RecordHeader {
-            lock: 0,
-            version: tc,
-            key: it.key,
-            table: it.table,
-            valid: true,
-        };
         for (rank, &n) in t.replicas.iter().enumerate() {
+            // The pre-images first (WRITEs on one QP apply in order, G4): a reader that sees
+            // the new CVT finds them in place.
             if let Some((s, bytes)) = &chunk {
                 tx.c.ep.write(n, t.bar_line_off(off, *s), bytes);
-            }
-            if vpkg {
-                tx.c.ep.write_with(n, t.vpkg_off(off), k.vpkg_bytes(), |b| {
-                    k.vpkg.encode(&vpkg_header, &it.value, b)
-                });
             }
             // Only the primary's lock word is ever taken; it stays ours until the release.
             let c = if rank == 0 {
@@ -998,7 +941,7 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                 }
             };
             tx.c.ep
-                .write_with(n, off, k.cvt_bytes(), |b| k.encode_cvt(&c, b));
+                .write_with(n, off, k.cvt_bytes(), |b| k.encode(&c, value, b));
         }
     }
     tx.installed = true;
