@@ -110,8 +110,8 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
     let base = area * u64::from(a.backend.compute_node);
     let node_size = base + area;
     // On ucx the pool is whatever --memnodes lists; the probe uses memory node 0.
-    let nodes = match a.backend.backend {
-        Backend::Ucx => a.backend.memnode_addrs()?.len(),
+    let nodes = match a.backend.kind() {
+        Backend::Ucx => a.backend.pool.memnode_addrs()?.len(),
         _ => 1,
     };
     let mut rows = Vec::new();
@@ -230,5 +230,26 @@ fn main() -> ExitCode {
             eprintln!("dtxn: error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_keeps_sim_as_its_default_backend() {
+        let cli = Cli::try_parse_from(["dtxn", "probe"]).unwrap();
+        let Cmd::Probe(a) = cli.cmd else {
+            panic!("not probe")
+        };
+        assert_eq!(a.backend.kind(), Backend::Sim);
+        let cli =
+            Cli::try_parse_from(["dtxn", "probe", "--backend", "shm", "--delay-ns", "5"]).unwrap();
+        let Cmd::Probe(a) = cli.cmd else {
+            panic!("not probe")
+        };
+        assert_eq!(a.backend.kind(), Backend::Shm);
+        assert_eq!(a.backend.pool.delay_ns, 5);
     }
 }

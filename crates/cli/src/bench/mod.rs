@@ -153,7 +153,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
 /// transaction per 10 us of virtual time per coordinator).
 pub fn expected_txns(a: &BenchArgs, topo: Topology) -> u64 {
     let warm = a.warmup_ns();
-    match (a.txns, a.backend) {
+    match (a.txns, a.kind()) {
         (Some(t), Backend::Shm) => t + (warm as f64 * 1e-4 * f64::from(topo.threads)) as u64,
         (Some(t), Backend::Sim) => t + warm / 10_000 * u64::from(topo.coordinators()),
         (None, Backend::Shm) => {
@@ -211,14 +211,14 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
     if topo.compute_nodes == 0 {
         bail!("--compute-nodes must be at least 1");
     }
-    if a.backend == Backend::Ucx && a.compute_node >= topo.compute_nodes {
+    if a.kind() == Backend::Ucx && a.backend.compute_node >= topo.compute_nodes {
         bail!(
             "--compute-node {} must be less than --compute-nodes {}",
-            a.compute_node,
+            a.backend.compute_node,
             topo.compute_nodes
         );
     }
-    if a.backend == Backend::Shm && topo.compute_nodes != 1 {
+    if a.kind() == Backend::Shm && topo.compute_nodes != 1 {
         bail!("--compute-nodes is a sim option: shm runs one compute node (use --threads)");
     }
     Ok(topo)
@@ -247,8 +247,8 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
 
 /// Refuses options that the backend would ignore, and runs that cannot be right.
 fn check_backend_options(a: &BenchArgs, topo: Topology) -> Result<()> {
-    a.backend_args().check_options()?;
-    if a.backend != Backend::Ucx {
+    a.backend.check_options()?;
+    if a.kind() != Backend::Ucx {
         if a.load || a.load_only {
             bail!(
                 "--load{} is an option of --backend ucx",
@@ -272,7 +272,7 @@ fn load_hint(a: &BenchArgs) -> String {
     format!(
         "run this command once with --load-only, or one compute process with --load, against \
          --memnodes {}",
-        a.memnodes.join(",")
+        a.backend.pool.memnodes.join(",")
     )
 }
 
@@ -280,14 +280,14 @@ fn load_hint(a: &BenchArgs) -> String {
 fn load_remote(a: &BenchArgs, w: &Chosen, plan: &Plan, pool: &dtxn_fabric::Pool) -> Result<()> {
     let fill = |p: &dtxn_fabric::Pool| -> Result<()> {
         match w {
-            Chosen::SmallBank(x) => x.load(p, plan, a.seed)?,
-            Chosen::Kv(x) => x.load(p, plan, a.seed)?,
-            Chosen::Tatp(x) => x.load(p, plan, a.seed)?,
-            Chosen::Tpcc(x) => x.load(p, plan, a.seed)?,
+            Chosen::SmallBank(x) => x.load(p, plan, a.backend.seed)?,
+            Chosen::Kv(x) => x.load(p, plan, a.backend.seed)?,
+            Chosen::Tatp(x) => x.load(p, plan, a.backend.seed)?,
+            Chosen::Tpcc(x) => x.load(p, plan, a.backend.seed)?,
         }
         Ok(())
     };
-    crate::remote::load(pool, plan, &a.memnodes, fill)
+    crate::remote::load(pool, plan, &a.backend.pool.memnodes, fill)
 }
 
 /// `--load-only`: formats and loads the pool on the memory nodes, and exits.
@@ -299,7 +299,7 @@ fn load_only(a: &BenchArgs) -> Result<ExitCode> {
     let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
     let start = Instant::now();
     let pool = a
-        .backend_args()
+        .backend
         .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
     load_remote(a, &w, &plan, &pool)?;
     println!(
@@ -329,9 +329,9 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let plan = Plan::new(&w.tables(), &shape).map_err(|e| anyhow!("{e}"))?;
-    let remote_loaded = if a.backend == Backend::Ucx && a.load {
+    let remote_loaded = if a.kind() == Backend::Ucx && a.load {
         let pool = a
-            .backend_args()
+            .backend
             .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
         let start = Instant::now();
         load_remote(a, &w, &plan, &pool)?;
@@ -380,14 +380,14 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         Some(loaded) => loaded,
         None => {
             let pool = a
-                .backend_args()
+                .backend
                 .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
-            if a.backend == Backend::Ucx {
+            if a.kind() == Backend::Ucx {
                 // Loaded by another process: only check it is the pool these options describe.
-                crate::remote::check_loaded(&pool, plan, &a.memnodes, &load_hint(a))?;
+                crate::remote::check_loaded(&pool, plan, &a.backend.pool.memnodes, &load_hint(a))?;
             } else {
                 plan.format_pool(&pool)?;
-                w.load(&pool, plan, a.seed)?;
+                w.load(&pool, plan, a.backend.seed)?;
             }
             (pool, load_start.elapsed().as_nanos() as u64)
         }
@@ -403,13 +403,13 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         },
     };
     let bar = if progress {
-        progress_bar(stop, a.backend)
+        progress_bar(stop, a.kind())
     } else {
         ProgressBar::hidden()
     };
     let mut sh = Shared::new(
         stop,
-        a.seed,
+        a.backend.seed,
         a.verify,
         topo.coordinators(),
         bar.clone(),
@@ -424,7 +424,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     // Register with the pool: alone for localized validation (every writer must share this
     // process's Vcache), shared otherwise. Matters when other processes use the pool (ucx).
     // ucx: this process is one compute node of several; elsewhere one claim is enough.
-    let claim_nodes = if a.backend == Backend::Ucx {
+    let claim_nodes = if a.kind() == Backend::Ucx {
         topo.compute_nodes
     } else {
         1
@@ -438,7 +438,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         .map_err(|_| anyhow!("a coordinator outlived the run"))?
         .finish_record()?;
     let verify = if a.verify {
-        Some(match w.verify(&pool, plan, a.seed, &out.tallies) {
+        Some(match w.verify(&pool, plan, a.backend.seed, &out.tallies) {
             Ok(checks) => report::Verdict { ok: true, checks },
             Err(e) => report::Verdict {
                 ok: false,
