@@ -9,6 +9,7 @@ mod probe;
 mod remote;
 mod sweep;
 mod torture;
+mod verify;
 
 use anyhow::{bail, Result};
 use backend::{Backend, BackendArgs};
@@ -40,6 +41,9 @@ enum Cmd {
     Layout(Box<layout::LayoutArgs>),
     /// Check a history file for serializability or snapshot isolation anomalies.
     Check(check::CheckArgs),
+    /// Check a workload's invariants on a pool after a run of several compute processes, from
+    /// their `bench --tally-out` files.
+    Verify(Box<verify::VerifyArgs>),
     /// Memory-node daemon: serves a region over UCX to compute processes until SIGTERM.
     Memnode(memnode::MemnodeArgs),
     /// Every protocol x workload x seed on the adversarial sim, histories checked and
@@ -223,6 +227,7 @@ fn main() -> ExitCode {
         Cmd::Layout(a) => layout::run(*a),
         Cmd::Sweep(a) => sweep::run(*a),
         Cmd::Memnode(a) => memnode::run(a),
+        Cmd::Verify(a) => verify::main(*a),
     };
     match r {
         Ok(code) => code,

@@ -133,6 +133,11 @@ pub struct BenchArgs {
     /// Check the workload's invariants on the pool after the run.
     #[arg(long)]
     pub verify: bool,
+    /// Write what this process committed (its workload tallies) to FILE (JSON) when it
+    /// finishes, for `dtxn verify --tallies` over every compute process's file (ucx, or shm
+    /// with --shm-dir).
+    #[arg(long, value_name = "FILE")]
+    pub tally_out: Option<PathBuf>,
     /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,

@@ -227,6 +227,7 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
 /// Runs `dtxn bench` and prints its report.
 pub fn main(a: BenchArgs) -> Result<ExitCode> {
     let a = args::with_config(a, "bench")?;
+    check_tally_out(&a)?;
     if a.load_only {
         return load_only(&a);
     }
@@ -260,11 +261,29 @@ fn check_backend_options(a: &BenchArgs, topo: Topology) -> Result<()> {
     if a.verify && topo.compute_nodes > 1 {
         bail!(
             "--verify needs what every compute process committed, but this process sees only \
-             its own: with --compute-nodes > 1 check the merged --record histories with \
-             dtxn check instead"
+             its own: give each compute process --tally-out FILE, then run dtxn verify \
+             --tallies FILE,... once all have finished"
         );
     }
     Ok(())
+}
+
+/// `--tally-out` is for pools that outlive the process: ucx, or shm in files.
+fn check_tally_out(a: &BenchArgs) -> Result<()> {
+    if a.tally_out.is_none() {
+        return Ok(());
+    }
+    if a.load_only {
+        bail!("--tally-out needs a run: not with --load-only");
+    }
+    match a.kind() {
+        Backend::Ucx => Ok(()),
+        Backend::Shm if a.backend.pool.shm_dir.is_some() => Ok(()),
+        _ => bail!(
+            "--tally-out is for pools that outlive this process (--backend ucx, or shm with \
+             --shm-dir): here use --verify"
+        ),
+    }
 }
 
 /// How to load the pool, for errors of compute processes that find it unloaded.
@@ -410,7 +429,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     let mut sh = Shared::new(
         stop,
         a.backend.seed,
-        a.verify,
+        a.verify || a.tally_out.is_some(),
         topo.coordinators(),
         bar.clone(),
         a.record.as_deref(),
@@ -432,13 +451,31 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     let attachment = claim(&mut pool, a.localized_validation, claim_nodes)?;
     let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
     release_claim(&mut pool, attachment, claim_nodes)?;
-    let out = out?;
+    let mut out = out?;
     bar.finish_and_clear();
     Arc::try_unwrap(sh)
         .map_err(|_| anyhow!("a coordinator outlived the run"))?
         .finish_record()?;
+    let mut tallies = std::mem::take(&mut out.tallies);
+    if let Some(path) = &a.tally_out {
+        // One tally for the process: what `dtxn verify` merges with the other processes'.
+        let merged =
+            dtxn_workloads::merge_all(tallies).ok_or_else(|| anyhow!("no coordinator ran"))?;
+        let run = crate::verify::RunId {
+            workload: w.name().to_string(),
+            options: w.options_json(),
+            seed: a.backend.seed,
+            protocol: cfg.protocol.name().to_string(),
+            pool: (&plan.shape).into(),
+            compute_nodes: topo.compute_nodes,
+            threads: topo.threads,
+            coroutines: topo.coroutines,
+        };
+        crate::verify::TallyFile::new::<W>(run, a.backend.compute_node, &merged)?.write(path)?;
+        tallies = vec![merged];
+    }
     let verify = if a.verify {
-        Some(match w.verify(&pool, plan, a.backend.seed, &out.tallies) {
+        Some(match w.verify(&pool, plan, a.backend.seed, &tallies) {
             Ok(checks) => report::Verdict { ok: true, checks },
             Err(e) => report::Verdict {
                 ok: false,
@@ -477,7 +514,7 @@ fn progress_bar(stop: Stop, backend: Backend) -> ProgressBar {
 
 /// One coordinator on this process's compute node (ucx: `--compute-node K` of
 /// `compute_nodes`, which `UcxPool::run` requires; elsewhere 1).
-fn one_coordinator(compute_nodes: u32) -> Topology {
+pub(crate) fn one_coordinator(compute_nodes: u32) -> Topology {
     Topology {
         compute_nodes,
         threads: 1,
@@ -501,7 +538,7 @@ fn claim(
         .map_err(|e| anyhow!("{e}"))
 }
 
-fn release_claim(
+pub(crate) fn release_claim(
     pool: &mut dtxn_fabric::Pool,
     a: dtxn_txn::Attachment,
     compute_nodes: u32,
