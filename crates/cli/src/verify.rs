@@ -29,7 +29,13 @@ pub const FORMAT: &str = "dtxn-tally";
 pub const VERSION: u32 = 1;
 
 #[derive(Debug, clap::Args)]
-#[command(mut_arg("backend", |a| a.default_value("ucx")))]
+#[command(
+    mut_arg("backend", |a| a.default_value("ucx")),
+    mut_arg("shm_dir", |a| a.help("shm: the run's --shm-dir (its memory nodes' files)")),
+    // A sim pool dies with its run: the sim options mean nothing here.
+    mut_arg("profile", |a| a.hide(true)),
+    mut_arg("benign", |a| a.hide(true)),
+)]
 pub struct VerifyArgs {
     /// The tally files of every compute process of the run (`dtxn bench --tally-out`),
     /// comma- or space-separated.

@@ -58,15 +58,7 @@ fn bench(pool_dir: &str, tally: &str, workload: &[&str]) {
 }
 
 fn verify(pool_dir: &str, tallies: &str) -> Output {
-    dtxn(&[
-        "verify",
-        "--backend",
-        "shm",
-        "--shm-dir",
-        pool_dir,
-        "--tallies",
-        tallies,
-    ])
+    dtxn(&on_shm(pool_dir, tallies))
 }
 
 /// Rewrites a tally file through `f`.
@@ -178,66 +170,14 @@ fn files_that_are_not_one_whole_run_and_bad_options_are_refused() {
     let twice = format!("{t},{t}");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (vec!["verify"], "--tallies"),
+        (on_shm(&pool, &both), "is not from the run of"),
+        (on_shm(&pool, &twice), "are both compute node 0's tallies"),
+        (on_shm(&pool, &node1), "but its run has --compute-nodes 1"),
         (
-            vec![
-                "verify",
-                "--backend",
-                "shm",
-                "--shm-dir",
-                &pool,
-                "--tallies",
-                &both,
-            ],
-            "is not from the run of",
-        ),
-        (
-            vec![
-                "verify",
-                "--backend",
-                "shm",
-                "--shm-dir",
-                &pool,
-                "--tallies",
-                &twice,
-            ],
-            "are both compute node 0's tallies",
-        ),
-        (
-            vec![
-                "verify",
-                "--backend",
-                "shm",
-                "--shm-dir",
-                &pool,
-                "--tallies",
-                &node1,
-            ],
-            "but its run has --compute-nodes 1",
-        ),
-        (
-            vec![
-                "verify",
-                "--backend",
-                "shm",
-                "--shm-dir",
-                &pool,
-                "--tallies",
-                &two,
-            ],
+            on_shm(&pool, &two),
             "no tally file of compute node(s) 1 of --compute-nodes 2",
         ),
-        (
-            vec![
-                "verify",
-                "--backend",
-                "shm",
-                "--shm-dir",
-                &pool,
-                "--tallies",
-                &garbage,
-            ],
-            "not a dtxn tally file",
-        ),
+        (on_shm(&pool, &garbage), "not a dtxn tally file"),
         (
             vec!["verify", "--backend", "shm", "--tallies", &t],
             "needs --shm-dir",
@@ -296,6 +236,19 @@ fn files_that_are_not_one_whole_run_and_bad_options_are_refused() {
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("loaded with other options"), "{err}");
+}
+
+/// `dtxn verify` arguments for `tallies` on the shm pool in `pool`.
+fn on_shm<'a>(pool: &'a str, tallies: &'a str) -> Vec<&'a str> {
+    vec![
+        "verify",
+        "--backend",
+        "shm",
+        "--shm-dir",
+        pool,
+        "--tallies",
+        tallies,
+    ]
 }
 
 fn tamper_copy(from: &str, to: &str, f: impl FnOnce(&mut serde_json::Value)) {

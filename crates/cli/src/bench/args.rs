@@ -130,7 +130,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
 
-    /// Check the workload's invariants on the pool after the run.
+    /// Check the workload's invariants on the pool after the run (one compute process; with
+    /// several, give each --tally-out and run `dtxn verify` once all have finished).
     #[arg(long)]
     pub verify: bool,
     /// Write what this process committed (its workload tallies) to FILE (JSON) when it
