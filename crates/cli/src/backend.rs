@@ -19,21 +19,20 @@ pub enum Backend {
     Ucx,
 }
 
-/// Options shared by every command that runs against a memory pool.
+/// Where the memory pool lives and how to reach it: the options every command that uses a
+/// pool shares (`bench`, `sweep`, `probe`, `verify`). Commands with another default backend
+/// change it with `#[command(mut_arg("backend", |a| a.default_value(..)))]`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct BackendArgs {
+pub struct PoolArgs {
     /// Where the memory pool lives.
-    #[arg(long, value_enum, default_value_t = Backend::Sim)]
-    pub backend: Backend,
+    #[arg(long = "backend", id = "backend", value_name = "BACKEND", value_enum, default_value_t = Backend::Sim)]
+    pub kind: Backend,
     /// sim: hardware profile, a preset (cx5-100g, cx5-100g-pm, ideal) or a TOML file.
     #[arg(long, default_value = "cx5-100g")]
     pub profile: String,
     /// sim: turn the adversarial memory model off (READs atomic, ops in arrival order).
     #[arg(long)]
     pub benign: bool,
-    /// Seed of every random choice (sim runs are reproducible from it).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
     /// shm: keep each memory node in a file in this directory (e.g. /dev/shm/dtxn) instead of
     /// anonymous memory.
     #[arg(long)]
@@ -55,62 +54,100 @@ pub struct BackendArgs {
     /// ucx: devices UCX may use (sets UCX_NET_DEVICES), e.g. `eth1`, `mlx5_0:1`.
     #[arg(long)]
     pub ucx_devices: Option<String>,
-    /// ucx: this process's number among the run's compute processes (0, 1, ...): its
-    /// coordinators' ids, locks and log slices are its own.
+}
+
+/// The pool options plus what a process running coordinators on it needs: its seed and, on
+/// ucx, its compute-node number (`bench`, `sweep`, `probe`).
+#[derive(Debug, Clone, clap::Args)]
+pub struct BackendArgs {
+    #[command(flatten)]
+    pub pool: PoolArgs,
+    /// Seed of every random choice (sim runs are reproducible from it).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// ucx: this process's number among the run's compute processes (0, 1, ... below
+    /// --compute-nodes): its coordinators' ids, locks and log slices are its own.
     #[arg(long, default_value_t = 0)]
     pub compute_node: u32,
 }
 
 impl BackendArgs {
+    /// The backend.
+    pub fn kind(&self) -> Backend {
+        self.pool.kind
+    }
+
     /// A fresh pool of `nodes` memory nodes of `node_size` bytes each.
     pub fn pool(&self, nodes: usize, node_size: u64) -> Result<Pool> {
         if nodes == 0 {
             bail!("a pool needs at least one memory node");
         }
-        match self.backend {
+        let p = &self.pool;
+        match p.kind {
             Backend::Sim => {
                 let mut cfg = SimConfig::new(self.seed, nodes, node_size);
-                cfg.profile = Profile::load(&self.profile)?;
+                cfg.profile = Profile::load(&p.profile)?;
                 cfg.persistent = cfg.profile.pm_write_gbps > 0.0;
-                if self.benign {
+                if p.benign {
                     cfg.adversary = Adversary::off();
                 }
                 Ok(Pool::Sim(SimPool::new(cfg)?))
             }
             Backend::Shm => {
-                if let Some(dir) = &self.shm_dir {
+                if let Some(dir) = &p.shm_dir {
                     std::fs::create_dir_all(dir)
                         .with_context(|| format!("cannot create {}", dir.display()))?;
                 }
                 let cfg = ShmConfig {
                     node_sizes: vec![node_size; nodes],
-                    dir: self.shm_dir.clone(),
-                    delay_ns: self.delay_ns,
+                    dir: p.shm_dir.clone(),
+                    delay_ns: p.delay_ns,
                 };
                 Ok(Pool::Shm(ShmPool::create(cfg)?))
             }
             Backend::Ucx => {
                 let pool = self.ucx_pool()?;
-                let sizes = pool.node_sizes();
-                if sizes.len() != nodes {
-                    bail!(
-                        "--memnodes lists {} memory node(s); this run needs {nodes} (--memory-nodes)",
-                        sizes.len()
-                    );
-                }
-                for (i, (&size, addr)) in sizes.iter().zip(pool.addrs()).enumerate() {
-                    if size < node_size {
-                        bail!(
-                            "memory node {i} ({addr}) serves {size} bytes; this run needs \
-                             {node_size} per node: restart it with --size {node_size} or more"
-                        );
-                    }
-                }
+                p.check_ucx_nodes(&pool, nodes, node_size)?;
                 Ok(Pool::Ucx(pool))
             }
         }
     }
 
+    /// Connects to the memory nodes (`ucx`), as compute node `--compute-node`.
+    pub fn ucx_pool(&self) -> Result<UcxPool> {
+        self.pool.connect(self.seed, self.compute_node)
+    }
+
+    /// Refuses options of another backend, which would silently do nothing.
+    pub fn check_options(&self) -> Result<()> {
+        self.pool.check_options()?;
+        if self.pool.kind != Backend::Ucx && self.compute_node != 0 {
+            bail!("--compute-node is an option of --backend ucx");
+        }
+        Ok(())
+    }
+
+    /// A short description for reports.
+    pub fn describe(&self) -> String {
+        let p = &self.pool;
+        match p.kind {
+            Backend::Sim => format!(
+                "sim (profile {}, {}, seed {}; times are virtual)",
+                p.profile,
+                if p.benign { "benign" } else { "adversarial" },
+                self.seed
+            ),
+            Backend::Shm => p.describe(),
+            Backend::Ucx => format!(
+                "ucx ({}, compute node {})",
+                p.ucx_detail(),
+                self.compute_node
+            ),
+        }
+    }
+}
+
+impl PoolArgs {
     /// The memory nodes' addresses, resolved (`ucx`).
     pub fn memnode_addrs(&self) -> Result<Vec<SocketAddr>> {
         if self.memnodes.is_empty() {
@@ -147,28 +184,48 @@ impl BackendArgs {
         cfg
     }
 
-    /// Connects to the memory nodes (`ucx`), as compute node `--compute-node`.
-    pub fn ucx_pool(&self) -> Result<UcxPool> {
+    /// Connects to the memory nodes (`ucx`), as compute node `compute_node`.
+    pub fn connect(&self, seed: u64, compute_node: u32) -> Result<UcxPool> {
         let token = match &self.token {
             Some(t) if !t.is_empty() => t,
             _ => bail!("--backend ucx needs --token (the memory nodes' --token)"),
         };
         let addrs = self.memnode_addrs()?;
         let mut pool = UcxPool::connect(&addrs, token, self.ucx_config(&addrs))?;
-        pool.set_seed(self.seed);
-        pool.set_compute_node(self.compute_node);
+        pool.set_seed(seed);
+        pool.set_compute_node(compute_node);
         Ok(pool)
+    }
+
+    /// Checks that the memory nodes `pool` reached are the `nodes` a run needs, each serving
+    /// at least `node_size` bytes.
+    fn check_ucx_nodes(&self, pool: &UcxPool, nodes: usize, node_size: u64) -> Result<()> {
+        let sizes = pool.node_sizes();
+        if sizes.len() != nodes {
+            bail!(
+                "--memnodes lists {} memory node(s); this run needs {nodes} (--memory-nodes)",
+                sizes.len()
+            );
+        }
+        for (i, (&size, addr)) in sizes.iter().zip(pool.addrs()).enumerate() {
+            if size < node_size {
+                bail!(
+                    "memory node {i} ({addr}) serves {size} bytes; this run needs \
+                     {node_size} per node: restart it with --size {node_size} or more"
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Refuses options of another backend, which would silently do nothing.
     pub fn check_options(&self) -> Result<()> {
-        if self.backend != Backend::Ucx {
+        if self.kind != Backend::Ucx {
             let given = [
                 ("--memnodes", !self.memnodes.is_empty()),
                 ("--token", self.token.is_some()),
                 ("--ucx-tls", self.ucx_tls.is_some()),
                 ("--ucx-devices", self.ucx_devices.is_some()),
-                ("--compute-node", self.compute_node != 0),
             ];
             if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
                 bail!("{flag} is an option of --backend ucx");
@@ -179,13 +236,8 @@ impl BackendArgs {
 
     /// A short description for reports.
     pub fn describe(&self) -> String {
-        match self.backend {
-            Backend::Sim => format!(
-                "sim (profile {}, {}, seed {}; times are virtual)",
-                self.profile,
-                if self.benign { "benign" } else { "adversarial" },
-                self.seed
-            ),
+        match self.kind {
+            Backend::Sim => format!("sim (profile {})", self.profile),
             Backend::Shm => format!(
                 "shm ({}, delay {} ns)",
                 self.shm_dir
@@ -193,17 +245,21 @@ impl BackendArgs {
                     .map_or("anonymous memory".to_string(), |d| d.display().to_string()),
                 self.delay_ns
             ),
-            Backend::Ucx => format!(
-                "ucx (memory nodes {}{}{}, compute node {})",
-                self.memnodes.join(","),
-                self.ucx_tls
-                    .as_ref()
-                    .map_or(String::new(), |t| format!(", UCX_TLS={t}")),
-                self.ucx_devices
-                    .as_ref()
-                    .map_or(String::new(), |d| format!(", UCX_NET_DEVICES={d}")),
-                self.compute_node
-            ),
+            Backend::Ucx => format!("ucx ({})", self.ucx_detail()),
         }
+    }
+
+    /// The memory nodes and UCX settings, for descriptions.
+    fn ucx_detail(&self) -> String {
+        format!(
+            "memory nodes {}{}{}",
+            self.memnodes.join(","),
+            self.ucx_tls
+                .as_ref()
+                .map_or(String::new(), |t| format!(", UCX_TLS={t}")),
+            self.ucx_devices
+                .as_ref()
+                .map_or(String::new(), |d| format!(", UCX_NET_DEVICES={d}")),
+        )
     }
 }

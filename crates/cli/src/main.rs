@@ -9,6 +9,7 @@ mod probe;
 mod remote;
 mod sweep;
 mod torture;
+mod verify;
 
 use anyhow::{bail, Result};
 use backend::{Backend, BackendArgs};
@@ -40,6 +41,9 @@ enum Cmd {
     Layout(Box<layout::LayoutArgs>),
     /// Check a history file for serializability or snapshot isolation anomalies.
     Check(check::CheckArgs),
+    /// Check a workload's invariants on a pool after a run of several compute processes, from
+    /// their `bench --tally-out` files.
+    Verify(Box<verify::VerifyArgs>),
     /// Memory-node daemon: serves a region over UCX to compute processes until SIGTERM.
     Memnode(memnode::MemnodeArgs),
     /// Every protocol x workload x seed on the adversarial sim, histories checked and
@@ -110,8 +114,8 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
     let base = area * u64::from(a.backend.compute_node);
     let node_size = base + area;
     // On ucx the pool is whatever --memnodes lists; the probe uses memory node 0.
-    let nodes = match a.backend.backend {
-        Backend::Ucx => a.backend.memnode_addrs()?.len(),
+    let nodes = match a.backend.kind() {
+        Backend::Ucx => a.backend.pool.memnode_addrs()?.len(),
         _ => 1,
     };
     let mut rows = Vec::new();
@@ -223,6 +227,7 @@ fn main() -> ExitCode {
         Cmd::Layout(a) => layout::run(*a),
         Cmd::Sweep(a) => sweep::run(*a),
         Cmd::Memnode(a) => memnode::run(a),
+        Cmd::Verify(a) => verify::main(*a),
     };
     match r {
         Ok(code) => code,
@@ -230,5 +235,26 @@ fn main() -> ExitCode {
             eprintln!("dtxn: error: {e:#}");
             ExitCode::from(2)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_keeps_sim_as_its_default_backend() {
+        let cli = Cli::try_parse_from(["dtxn", "probe"]).unwrap();
+        let Cmd::Probe(a) = cli.cmd else {
+            panic!("not probe")
+        };
+        assert_eq!(a.backend.kind(), Backend::Sim);
+        let cli =
+            Cli::try_parse_from(["dtxn", "probe", "--backend", "shm", "--delay-ns", "5"]).unwrap();
+        let Cmd::Probe(a) = cli.cmd else {
+            panic!("not probe")
+        };
+        assert_eq!(a.backend.kind(), Backend::Shm);
+        assert_eq!(a.backend.pool.delay_ns, 5);
     }
 }

@@ -42,7 +42,7 @@ fn axes(vary: &[String]) -> Result<Vec<(String, Vec<String>)>> {
         let known = cmd
             .get_arguments()
             .any(|a| a.get_long() == Some(key.as_str()));
-        if !known || ["config", "json", "csv", "record"].contains(&key.as_str()) {
+        if !known || ["config", "json", "csv", "record", "tally-out"].contains(&key.as_str()) {
             bail!("--vary '{k}': not a bench option that can vary (see dtxn bench --help)");
         }
         if out.iter().any(|(o, _)| *o == key) {
@@ -90,6 +90,9 @@ fn base_argv() -> Vec<OsString> {
 }
 
 pub fn run(a: SweepArgs) -> Result<ExitCode> {
+    if a.bench.tally_out.is_some() {
+        bail!("--tally-out is an option of a single dtxn bench run, not of a sweep");
+    }
     let axes = axes(&a.vary)?;
     let mut grid: Vec<Vec<(String, String)>> = vec![Vec::new()];
     for (k, vals) in &axes {

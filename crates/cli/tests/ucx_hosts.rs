@@ -1,7 +1,8 @@
 //! Pools across processes and hosts: `dtxn memnode` daemons and compute processes connected
 //! with `--backend ucx`, over UCX's TCP transport.
 //!
-//! - `loopback_*`: everything on 127.0.0.1, several processes at once.
+//! - `loopback_*`: everything on 127.0.0.1, several processes at once; their runs checked
+//!   with `dtxn check` (merged histories) and `dtxn verify` (merged tallies).
 //! - `namespaces_*`: "hosts" are Linux network namespaces this test creates, joined by veth
 //!   pairs on 10.77.0.0/24 (addresses exist only inside those namespaces, nothing is routed
 //!   outside them); removed at the end, also when the test fails. Needs root and `ip`; skipped
@@ -219,6 +220,15 @@ fn workload_cmd(prefix: &[&str], memnodes: &str, workload: &[&str], extra: &[&st
     cmd
 }
 
+/// `dtxn verify` over the tally files of a run on these memory nodes.
+fn verify_cmd(memnodes: &str, tallies: &[std::path::PathBuf]) -> Command {
+    let files: Vec<&str> = tallies.iter().map(|p| p.to_str().unwrap()).collect();
+    let mut cmd = Command::new(dtxn());
+    cmd.args(["verify", "--backend", "ucx", "--memnodes", memnodes])
+        .args(["--token", TOKEN, "--tallies", &files.join(",")]);
+    cmd
+}
+
 fn assert_ok(o: &Output, what: &str) -> String {
     let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
@@ -341,6 +351,7 @@ fn loopback_two_memnodes_two_compute_processes() {
     let dir = std::env::temp_dir().join(format!("dtxn-ucx-hosts-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let hist: Vec<_> = (0..2).map(|k| dir.join(format!("h{k}.jsonl"))).collect();
+    let tallies: Vec<_> = (0..2).map(|k| dir.join(format!("t{k}.json"))).collect();
     let runs: Vec<_> = (0..2u32)
         .map(|k| {
             let cmd = bench_cmd(
@@ -353,6 +364,8 @@ fn loopback_two_memnodes_two_compute_processes() {
                     &k.to_string(),
                     "--record",
                     hist[k as usize].to_str().unwrap(),
+                    "--tally-out",
+                    tallies[k as usize].to_str().unwrap(),
                     "--json",
                 ],
             );
@@ -365,6 +378,42 @@ fn loopback_two_memnodes_two_compute_processes() {
         assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
     }
     check_histories(&hist, &dir.join("merged.jsonl"));
+    // The invariants over both processes' commits: every balance is its loaded value plus
+    // what the two committed together.
+    let out = assert_ok(
+        &run_bounded(verify_cmd(&memnodes, &tallies)),
+        "verify, smallbank",
+    );
+    assert!(
+        out.starts_with("consistent: smallbank under ford (seed 1), 2 compute process(es)"),
+        "{out}"
+    );
+    // One process's tally alone does not account for the pool.
+    let o = run_bounded(verify_cmd(&memnodes, &tallies[1..]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no tally file of compute node(s) 0"), "{err}");
+    // A tampered tally: one committed change that never happened is caught, naming the
+    // account and the invariant (loaded plus committed changes), exit 1.
+    let bad = dir.join("t1-tampered.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&tallies[1]).unwrap()).unwrap();
+    let first = &mut v["tally"]["deltas"][0][1];
+    *first = (first.as_i64().unwrap() + 1).into();
+    std::fs::write(&bad, v.to_string()).unwrap();
+    let o = run_bounded(verify_cmd(&memnodes, &[tallies[0].clone(), bad]));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.starts_with("NOT consistent: smallbank"), "{out}");
+    assert!(
+        out.contains("FAILED:") && out.contains("but loaded") && out.contains("committed changes"),
+        "{out}"
+    );
     // kv on FORD the same way: loaded once, two compute processes, histories checked.
     let kv = ["--workload", "kv", "--keys", "5000"];
     assert_ok(
@@ -377,6 +426,7 @@ fn loopback_two_memnodes_two_compute_processes() {
         "kv --load-only",
     );
     let kv_hist: Vec<_> = (0..2).map(|k| dir.join(format!("kv{k}.jsonl"))).collect();
+    let kv_tallies: Vec<_> = (0..2).map(|k| dir.join(format!("kv{k}.json"))).collect();
     let runs: Vec<_> = (0..2u32)
         .map(|k| {
             let cmd = workload_cmd(
@@ -390,6 +440,8 @@ fn loopback_two_memnodes_two_compute_processes() {
                     &k.to_string(),
                     "--record",
                     kv_hist[k as usize].to_str().unwrap(),
+                    "--tally-out",
+                    kv_tallies[k as usize].to_str().unwrap(),
                 ],
             );
             std::thread::spawn(move || run_bounded(cmd))
@@ -399,6 +451,15 @@ fn loopback_two_memnodes_two_compute_processes() {
         assert_ok(&r.join().unwrap(), &format!("kv, compute node {k}"));
     }
     check_histories(&kv_hist, &dir.join("kv-merged.jsonl"));
+    let out = assert_ok(
+        &run_bounded(verify_cmd(&memnodes, &kv_tallies)),
+        "verify, kv",
+    );
+    assert!(out.starts_with("consistent: kv under ford"), "{out}");
+    assert!(
+        out.contains("each key's write count equals its committed writes"),
+        "{out}"
+    );
     // Options that describe another pool are refused, not run.
     let o = run_bounded(bench_cmd(&[], &memnodes, &["--compute-nodes", "3"]));
     let err = String::from_utf8_lossy(&o.stderr);

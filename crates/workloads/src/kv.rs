@@ -155,11 +155,24 @@ fn decode(key: u64, v: &[u8]) -> Option<u64> {
 }
 
 /// What one coordinator committed: writes per key, and committed reads of malformed values.
-#[derive(Debug, Default)]
+/// Serialized as `{"writes": [[key, count], ...], "bad_reads": n}`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Tally {
+    #[serde(skip)]
     on: bool,
+    #[serde(with = "crate::counts_serde")]
     writes: HashMap<u64, u64>,
     bad_reads: u64,
+}
+
+impl crate::Merge for Tally {
+    /// Write counts and bad reads add up.
+    fn merge(&mut self, other: Tally) {
+        self.on |= other.on;
+        crate::add_counts(&mut self.writes, other.writes);
+        self.bad_reads += other.bad_reads;
+    }
 }
 
 impl Workload for Kv {
@@ -372,6 +385,7 @@ impl Kv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Merge;
     use rand::SeedableRng;
 
     #[test]
@@ -447,5 +461,50 @@ mod tests {
             let e = Kv::new(o).unwrap_err().to_string();
             assert!(e.contains(want), "{e}");
         }
+    }
+
+    #[test]
+    fn tallies_merge_by_adding_writes_and_bad_reads() {
+        let t = |writes: &[(u64, u64)], bad_reads| Tally {
+            on: true,
+            writes: writes.iter().copied().collect(),
+            bad_reads,
+        };
+        let mut a = t(&[(1, 2), (5, 1)], 0);
+        a.merge(t(&[(1, 3), (7, 1)], 2));
+        assert_eq!(a.writes, [(1, 5), (5, 1), (7, 1)].into_iter().collect());
+        assert_eq!(a.bad_reads, 2);
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(json, r#"{"writes":[[1,5],[5,1],[7,1]],"bad_reads":2}"#);
+        let back: Tally = serde_json::from_str(&json).unwrap();
+        assert_eq!((back.writes, back.bad_reads), (a.writes, 2));
+    }
+
+    #[test]
+    fn verify_reads_merged_tallies_as_it_reads_separate_ones() {
+        let kv = Kv::new(Options {
+            keys: 50,
+            ..Options::default()
+        })
+        .unwrap();
+        let (pool, plan) = crate::loaded_pool(&kv, 1);
+        let t = |bad_reads| Tally {
+            bad_reads,
+            ..Tally::default()
+        };
+        assert!(kv.verify(&pool, &plan, 1, &[t(0), t(0)]).is_ok());
+        let merged = crate::merge_all([t(0), t(1)]).unwrap();
+        let e = kv
+            .verify(&pool, &plan, 1, &[merged])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("1 committed transactions read a malformed value"),
+            "{e}"
+        );
+        let mut w = Tally::default();
+        w.writes.insert(4, 1);
+        let e = kv.verify(&pool, &plan, 1, &[w]).unwrap_err().to_string();
+        assert!(e.contains("key 4: written 0 times"), "{e}");
     }
 }

@@ -12,7 +12,8 @@
 //! loader that fills a formatted pool with the memory nodes' own CPUs (as the papers' loaders
 //! do), a driver that runs one transaction of the mix on a [`Coordinator`], and a consistency
 //! check run on the pool after a benchmark (`--verify`), fed by what each coordinator
-//! committed (its [`Workload::Tally`]).
+//! committed (its [`Workload::Tally`]). Tallies [`Merge`] and serialize, so that the compute
+//! processes of one run can each write theirs down and one check can read them all.
 
 pub mod kv;
 mod local;
@@ -26,6 +27,10 @@ pub use local::{scan_table, LocalRecord};
 use dtxn_fabric::Pool;
 use dtxn_store::{Plan, StoreError, TableSpec};
 use dtxn_txn::{Abort, Coordinator};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::hash::Hash;
 
 /// The random number generator of a coordinator's driver (seeded per coordinator, so sim
 /// runs stay reproducible).
@@ -56,7 +61,9 @@ pub enum WorkloadError {
 #[allow(async_fn_in_trait)]
 pub trait Workload: Send + Sync + 'static {
     /// What one coordinator saw commit, for [`verify`](Self::verify) (empty unless verifying).
-    type Tally: Send + 'static;
+    /// It serializes (a compute process writes its own down for a check that reads every
+    /// process's) and [merges](Merge).
+    type Tally: Merge + Serialize + DeserializeOwned + Send + 'static;
 
     fn name(&self) -> &'static str;
 
@@ -114,6 +121,71 @@ pub trait Workload: Send + Sync + 'static {
         seed: u64,
         tallies: &[Self::Tally],
     ) -> Result<Vec<String>, WorkloadError>;
+}
+
+/// Tallies that combine: `a.merge(b)` is what `a`'s and `b`'s coordinators committed
+/// together, in the form [`Workload::verify`] reads it, so that verifying `[a + b]` passes or
+/// fails exactly as verifying `[a, b]` does. That lets each compute process of a run merge its
+/// coordinators' tallies into one, write it down, and a later check merge every process's.
+pub trait Merge {
+    fn merge(&mut self, other: Self);
+}
+
+/// Merges every tally of `all` into `first` (or returns `None` for none).
+pub fn merge_all<T: Merge>(all: impl IntoIterator<Item = T>) -> Option<T> {
+    let mut it = all.into_iter();
+    let mut acc = it.next()?;
+    for t in it {
+        acc.merge(t);
+    }
+    Some(acc)
+}
+
+/// Adds `other`'s counts into `into`, key by key.
+pub(crate) fn add_counts<K: Eq + Hash, V: Copy + std::ops::AddAssign + Default>(
+    into: &mut HashMap<K, V>,
+    other: HashMap<K, V>,
+) {
+    for (k, v) in other {
+        *into.entry(k).or_default() += v;
+    }
+}
+
+/// A map serialized as a list of `[key, value]` pairs, in key order (stable files; JSON
+/// objects take only string keys), skipping zero values. Reading sums repeated keys.
+pub(crate) mod counts_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::collections::HashMap;
+    use std::hash::Hash;
+
+    pub fn serialize<K, V, S>(m: &HashMap<K, V>, s: S) -> Result<S::Ok, S::Error>
+    where
+        K: Serialize + Ord + Copy,
+        V: Serialize + Copy + Default + PartialEq,
+        S: Serializer,
+    {
+        let mut pairs: Vec<(K, V)> = m
+            .iter()
+            .filter(|(_, &v)| v != V::default())
+            .map(|(&k, &v)| (k, v))
+            .collect();
+        pairs.sort_unstable_by_key(|p| p.0);
+        pairs.serialize(s)
+    }
+
+    pub fn deserialize<'de, K, V, D>(d: D) -> Result<HashMap<K, V>, D::Error>
+    where
+        K: Deserialize<'de> + Eq + Hash,
+        V: Deserialize<'de> + Copy + Default + std::ops::AddAssign,
+        D: Deserializer<'de>,
+    {
+        let pairs = Vec::<(K, V)>::deserialize(d)?;
+        let mut m = HashMap::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            *m.entry(k).or_default() += v;
+        }
+        Ok(m)
+    }
 }
 
 /// A table spec whose overflow area also covers the chance clustering of small tables: with
@@ -193,4 +265,29 @@ pub(crate) mod field {
         let x = u32_at(v, off).wrapping_add(d);
         put_u32(v, off, x);
     }
+}
+
+/// A workload loaded into a fresh shm pool (one memory node), for unit tests of `verify`.
+#[cfg(test)]
+pub(crate) fn loaded_pool<W: Workload>(w: &W, seed: u64) -> (Pool, Plan) {
+    use dtxn_fabric::shm::{ShmConfig, ShmPool};
+    let shape = dtxn_store::PoolShape {
+        memory_nodes: 1,
+        replicas: 1,
+        log_slices: 1,
+        log_slice_bytes: w.log_slice_bytes(),
+        region_bytes: None,
+    };
+    let plan = Plan::new(&w.tables(), &shape).expect("a plan");
+    let pool = Pool::Shm(
+        ShmPool::create(ShmConfig {
+            node_sizes: vec![plan.region_bytes],
+            dir: None,
+            delay_ns: 0,
+        })
+        .expect("a pool"),
+    );
+    plan.format_pool(&pool).expect("formatted");
+    w.load(&pool, &plan, seed).expect("loaded");
+    (pool, plan)
 }

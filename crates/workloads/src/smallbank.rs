@@ -164,11 +164,23 @@ fn bal(v: Option<&[u8]>) -> i64 {
     v.map_or(0, |v| field::i64_at(v, 0))
 }
 
-/// The committed balance changes one coordinator saw, per account of each table.
-#[derive(Debug, Default)]
+/// The committed balance changes one coordinator saw, per account of each table. Serialized
+/// as `{"deltas": [[[table, account], cents], ...]}` (accounts without a change left out).
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Tally {
+    #[serde(skip)]
     on: bool,
+    #[serde(with = "crate::counts_serde")]
     deltas: HashMap<(u32, u64), i64>,
+}
+
+impl crate::Merge for Tally {
+    /// Balance changes add up.
+    fn merge(&mut self, other: Tally) {
+        self.on |= other.on;
+        crate::add_counts(&mut self.deltas, other.deltas);
+    }
 }
 
 impl Tally {
@@ -440,6 +452,7 @@ pub(crate) fn user_abort(key: u64) -> Abort {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Merge;
 
     #[test]
     fn options_are_checked() {
@@ -475,5 +488,66 @@ mod tests {
         }
         // 90% chosen hot, plus the cold picks that land on hot ids by chance.
         assert!((8_900..9_300).contains(&hot), "{hot}");
+    }
+
+    fn tally(deltas: &[(u32, u64, i64)]) -> Tally {
+        let mut t = Tally {
+            on: true,
+            ..Tally::default()
+        };
+        t.add(deltas);
+        t
+    }
+
+    #[test]
+    fn tallies_merge_by_adding_balance_changes() {
+        let mut a = tally(&[(CHECKING, 3, -500), (SAVINGS, 1, 2020)]);
+        a.merge(tally(&[(CHECKING, 3, 130), (CHECKING, 4, 500)]));
+        assert_eq!(a.deltas.get(&(CHECKING, 3)), Some(&-370));
+        assert_eq!(a.deltas.get(&(CHECKING, 4)), Some(&500));
+        assert_eq!(a.deltas.get(&(SAVINGS, 1)), Some(&2020));
+        assert_eq!(a.deltas.len(), 3);
+        let none = crate::merge_all(Vec::<Tally>::new());
+        assert!(none.is_none());
+    }
+
+    #[test]
+    fn tallies_round_trip_through_json_in_a_stable_order() {
+        let t = tally(&[(CHECKING, 9, 5), (SAVINGS, 2, -7), (CHECKING, 1, 0)]);
+        let json = serde_json::to_string(&t).unwrap();
+        // Key order, zero changes left out.
+        assert_eq!(json, r#"{"deltas":[[[1,2],-7],[[2,9],5]]}"#);
+        let back: Tally = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            back.deltas,
+            t.deltas.into_iter().filter(|&(_, d)| d != 0).collect()
+        );
+        let e = serde_json::from_str::<Tally>(r#"{"deltas":[],"extra":1}"#).unwrap_err();
+        assert!(e.to_string().contains("extra"), "{e}");
+    }
+
+    /// Verifying the merge of two tallies passes or fails as verifying both does.
+    #[test]
+    fn verify_reads_merged_tallies_as_it_reads_separate_ones() {
+        let sb = SmallBank::new(Options {
+            accounts: 20,
+            hot: 4,
+            ..Options::default()
+        })
+        .unwrap();
+        let (pool, plan) = crate::loaded_pool(&sb, 7);
+        // Nothing was run: changes that cancel out pass, one of them alone does not.
+        let a = || tally(&[(CHECKING, 3, -500)]);
+        let b = || tally(&[(CHECKING, 3, 500)]);
+        assert!(sb.verify(&pool, &plan, 7, &[a(), b()]).is_ok());
+        let merged = crate::merge_all([a(), b()]).unwrap();
+        assert!(sb.verify(&pool, &plan, 7, &[merged]).is_ok());
+        let e = sb.verify(&pool, &plan, 7, &[a()]).unwrap_err().to_string();
+        assert!(
+            e.contains("checking account 3") && e.contains("committed changes"),
+            "{e}"
+        );
+        // The seed matters: balances are loaded from it.
+        assert!(sb.verify(&pool, &plan, 8, &[]).is_err());
     }
 }

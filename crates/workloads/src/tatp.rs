@@ -165,10 +165,19 @@ impl Tatp {
 }
 
 /// Committed call-forwarding inserts and deletes of one coordinator.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Tally {
     inserted: u64,
     deleted: u64,
+}
+
+impl crate::Merge for Tally {
+    /// Inserts and deletes add up.
+    fn merge(&mut self, other: Tally) {
+        self.inserted += other.inserted;
+        self.deleted += other.deleted;
+    }
 }
 
 fn rollback_abort(table: u32, key: u64) -> Abort {
@@ -559,6 +568,7 @@ async fn delete_call_forwarding(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Merge;
 
     #[test]
     fn keys_do_not_collide() {
@@ -590,5 +600,33 @@ mod tests {
         assert!((4500..5500).contains(&ai), "{ai}");
         assert!((4500..5500).contains(&sf), "{sf}");
         assert!((6800..8200).contains(&cf), "{cf}");
+    }
+
+    #[test]
+    fn tallies_merge_by_adding_inserts_and_deletes() {
+        let mut a = Tally {
+            inserted: 3,
+            deleted: 1,
+        };
+        a.merge(Tally {
+            inserted: 2,
+            deleted: 4,
+        });
+        assert_eq!((a.inserted, a.deleted), (5, 5));
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(json, r#"{"inserted":5,"deleted":5}"#);
+        let back: Tally = serde_json::from_str(&json).unwrap();
+        assert_eq!((back.inserted, back.deleted), (5, 5));
+    }
+
+    #[test]
+    fn verify_reads_merged_tallies_as_it_reads_separate_ones() {
+        let w = Tatp::new(Options { subscribers: 40 }).unwrap();
+        let (pool, plan) = crate::loaded_pool(&w, 2);
+        let t = |inserted, deleted| Tally { inserted, deleted };
+        assert!(w.verify(&pool, &plan, 2, &[t(2, 0), t(0, 2)]).is_ok());
+        let merged = crate::merge_all([t(2, 0), t(0, 2)]).unwrap();
+        assert!(w.verify(&pool, &plan, 2, &[merged]).is_ok());
+        assert!(w.verify(&pool, &plan, 2, &[t(2, 0)]).is_err());
     }
 }

@@ -267,10 +267,18 @@ fn rollback_abort(table: u32, key: u64) -> Abort {
     }
 }
 
-/// Per-coordinator state: the HISTORY key sequence (HISTORY rows need unique keys).
-#[derive(Debug, Default)]
+/// Per-coordinator state: the HISTORY key sequence (HISTORY rows need unique keys). TPC-C's
+/// check reads the pool only (its consistency conditions relate tables to each other), so
+/// there is nothing to carry to it: the tally serializes as `{}` and merging keeps `self`.
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Tally {
+    #[serde(skip)]
     history_seq: u64,
+}
+
+impl crate::Merge for Tally {
+    fn merge(&mut self, _other: Tally) {}
 }
 
 impl Tpcc {

@@ -7,7 +7,7 @@ use dtxn_fabric::sim::{SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
 use dtxn_store::{Plan, PoolMap, PoolShape};
 use dtxn_txn::{Coordinator, FordOptions, Protocol, Recorder, TxnConfig};
-use dtxn_workloads::{kv, rng::mix, smallbank, tatp, tpcc, WlRng, Workload};
+use dtxn_workloads::{kv, merge_all, rng::mix, smallbank, tatp, tpcc, WlRng, Workload};
 use rand::SeedableRng;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -98,8 +98,27 @@ fn run<W: Workload + Clone>(
         }
     }
     let what = format!("{} under {protocol}, seed {seed}", w.name());
+    // As several compute processes would hand them to `dtxn verify`: each half merged into
+    // one tally, written as JSON and read back, then merged with the other.
+    let half = tallies.len().div_ceil(2);
+    let mut as_files = Vec::new();
+    for part in [&tallies[..half], &tallies[half..]] {
+        let json = serde_json::to_string(&merge_all(part.iter().map(round_trip::<W>)))
+            .expect("a tally serializes");
+        let back: Option<W::Tally> = serde_json::from_str(&json).expect("and reads back");
+        as_files.extend(back);
+    }
+    let merged = merge_all(as_files).expect("some tallies");
     match w.verify(&pool, &plan, seed, &tallies) {
-        Ok(checks) => assert!(!checks.is_empty(), "{what}"),
+        Ok(checks) => {
+            assert!(!checks.is_empty(), "{what}");
+            let again = w.verify(&pool, &plan, seed, std::slice::from_ref(&merged));
+            assert_eq!(
+                again.ok(),
+                Some(checks),
+                "{what}: merged tallies verify alike"
+            );
+        }
         Err(e) => panic!("{what}: {e}"),
     }
     let h = history.borrow();
@@ -126,6 +145,11 @@ fn run<W: Workload + Clone>(
         report.verdict()
     );
     out
+}
+
+/// A copy of a tally (tallies are not `Clone`: they go through JSON, as files do).
+fn round_trip<W: Workload>(t: &W::Tally) -> W::Tally {
+    serde_json::from_str(&serde_json::to_string(t).unwrap()).unwrap()
 }
 
 /// Every protocol there is, with its default switches; Motor also with snapshot isolation

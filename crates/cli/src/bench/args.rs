@@ -62,7 +62,9 @@ pub struct WorkloadArgs {
 
 /// Options of `dtxn bench`. Every one can also come from `--config FILE.toml` (`threads = 4`,
 /// `workload = "tpcc"`, a `[txn]` table of protocol switches); the command line wins.
+/// Bench's default backend is shm (real memory).
 #[derive(Debug, Clone, clap::Args)]
+#[command(mut_arg("backend", |a| a.default_value("shm")))]
 pub struct BenchArgs {
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -78,41 +80,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub vnum: Option<u8>,
 
-    /// Where the memory pool lives (default for bench: shm, real memory).
-    #[arg(long, value_enum, default_value_t = Backend::Shm)]
-    pub backend: Backend,
-    /// sim: hardware profile, a preset (cx5-100g, cx5-100g-pm, ideal) or a TOML file.
-    #[arg(long, default_value = "cx5-100g")]
-    pub profile: String,
-    /// sim: turn the adversarial memory model off.
-    #[arg(long)]
-    pub benign: bool,
-    /// Seed of every random choice (sim runs are reproducible from it).
-    #[arg(long, default_value_t = 1)]
-    pub seed: u64,
-    /// shm: keep each memory node in a file in this directory instead of anonymous memory.
-    #[arg(long)]
-    pub shm_dir: Option<PathBuf>,
-    /// shm: emulated network latency per round trip, in nanoseconds.
-    #[arg(long, default_value_t = 0)]
-    pub delay_ns: u64,
-    /// ucx: the memory nodes' bootstrap addresses, HOST:PORT,... (`dtxn memnode --listen`;
-    /// node i is the i-th).
-    #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
-    pub memnodes: Vec<String>,
-    /// ucx: the memory nodes' --token.
-    #[arg(long)]
-    pub token: Option<String>,
-    /// ucx: UCX transports (UCX_TLS), e.g. `tcp`, `rc,ud` (default: the environment's, or tcp on
-    /// lo when every memory node is local).
-    #[arg(long)]
-    pub ucx_tls: Option<String>,
-    /// ucx: devices UCX may use (UCX_NET_DEVICES), e.g. `eth1`, `mlx5_0:1`.
-    #[arg(long)]
-    pub ucx_devices: Option<String>,
-    /// ucx: this process's number among the --compute-nodes compute processes (0, 1, ...).
-    #[arg(long, default_value_t = 0)]
-    pub compute_node: u32,
+    /// Where the pool lives and how to reach it, the seed, and (ucx) this process's compute
+    /// node.
+    #[command(flatten)]
+    pub backend: BackendArgs,
     /// ucx: format and load the pool before running (one process, before the others start).
     /// Without it the pool must have been loaded with the same workload and pool options.
     #[arg(long)]
@@ -166,9 +137,15 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE.toml")]
     pub config: Option<PathBuf>,
 
-    /// Check the workload's invariants on the pool after the run.
+    /// Check the workload's invariants on the pool after the run (one compute process; with
+    /// several, give each --tally-out and run `dtxn verify` once all have finished).
     #[arg(long)]
     pub verify: bool,
+    /// Write what this process committed (its workload tallies) to FILE (JSON) when it
+    /// finishes, for `dtxn verify --tallies` over every compute process's file (ucx, or shm
+    /// with --shm-dir).
+    #[arg(long, value_name = "FILE")]
+    pub tally_out: Option<PathBuf>,
     /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
@@ -182,14 +159,14 @@ pub struct BenchArgs {
 
 impl BenchArgs {
     pub fn threads(&self) -> u32 {
-        self.threads.unwrap_or(match self.backend {
+        self.threads.unwrap_or(match self.kind() {
             Backend::Shm | Backend::Ucx => 2,
             Backend::Sim => 8,
         })
     }
 
     pub fn coroutines(&self) -> u32 {
-        self.coroutines.unwrap_or(match self.backend {
+        self.coroutines.unwrap_or(match self.kind() {
             Backend::Shm => 1,
             // Coroutines hide the network's round trips (tens of us over TCP).
             Backend::Ucx => 4,
@@ -198,34 +175,23 @@ impl BenchArgs {
     }
 
     pub fn duration_ns(&self) -> u64 {
-        self.duration.unwrap_or(match self.backend {
+        self.duration.unwrap_or(match self.kind() {
             Backend::Shm | Backend::Ucx => 2_000_000_000,
             Backend::Sim => 20_000_000,
         })
     }
 
     pub fn warmup_ns(&self) -> u64 {
-        self.warmup.unwrap_or(match (self.txns, self.backend) {
+        self.warmup.unwrap_or(match (self.txns, self.kind()) {
             (None, _) => self.duration_ns() / 10,
             (Some(_), Backend::Shm | Backend::Ucx) => 200_000_000,
             (Some(_), Backend::Sim) => 2_000_000,
         })
     }
 
-    pub fn backend_args(&self) -> BackendArgs {
-        BackendArgs {
-            backend: self.backend,
-            profile: self.profile.clone(),
-            benign: self.benign,
-            seed: self.seed,
-            shm_dir: self.shm_dir.clone(),
-            delay_ns: self.delay_ns,
-            memnodes: self.memnodes.clone(),
-            token: self.token.clone(),
-            ucx_tls: self.ucx_tls.clone(),
-            ucx_devices: self.ucx_devices.clone(),
-            compute_node: self.compute_node,
-        }
+    /// The backend.
+    pub fn kind(&self) -> Backend {
+        self.backend.kind()
     }
 
     /// The protocol and its switches.
@@ -550,6 +516,36 @@ mod tests {
         assert_eq!(parse_size("512MiB"), Ok(512 << 20));
         assert_eq!(parse_size("100"), Ok(100));
         assert!(parse_size("3Q").is_err());
+    }
+
+    #[test]
+    fn the_backend_options_parse_into_one_struct_with_bench_defaults() {
+        let argv = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let a = parse_bench(argv(&["bench"])).unwrap();
+        assert_eq!(a.kind(), Backend::Shm, "bench's default backend is shm");
+        assert_eq!(a.backend.seed, 1);
+        assert_eq!(a.backend.compute_node, 0);
+        assert_eq!(a.backend.pool.profile, "cx5-100g");
+        let a = parse_bench(argv(&[
+            "bench",
+            "--backend",
+            "ucx",
+            "--memnodes",
+            "h0:7000,h1:7000",
+            "--token",
+            "t",
+            "--compute-node",
+            "1",
+            "--seed",
+            "9",
+        ]))
+        .unwrap();
+        assert_eq!(a.kind(), Backend::Ucx);
+        assert_eq!(a.backend.pool.memnodes, ["h0:7000", "h1:7000"]);
+        assert_eq!(a.backend.pool.token.as_deref(), Some("t"));
+        assert_eq!((a.backend.compute_node, a.backend.seed), (1, 9));
+        let e = parse_bench(argv(&["bench", "--backend", "tape"])).unwrap_err();
+        assert!(e.to_string().contains("tape"), "{e}");
     }
 
     #[test]

@@ -154,7 +154,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
 /// transaction per 10 us of virtual time per coordinator).
 pub fn expected_txns(a: &BenchArgs, topo: Topology) -> u64 {
     let warm = a.warmup_ns();
-    match (a.txns, a.backend) {
+    match (a.txns, a.kind()) {
         (Some(t), Backend::Shm) => t + (warm as f64 * 1e-4 * f64::from(topo.threads)) as u64,
         (Some(t), Backend::Sim) => t + warm / 10_000 * u64::from(topo.coordinators()),
         (None, Backend::Shm) => {
@@ -212,14 +212,14 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
     if topo.compute_nodes == 0 {
         bail!("--compute-nodes must be at least 1");
     }
-    if a.backend == Backend::Ucx && a.compute_node >= topo.compute_nodes {
+    if a.kind() == Backend::Ucx && a.backend.compute_node >= topo.compute_nodes {
         bail!(
             "--compute-node {} must be less than --compute-nodes {}",
-            a.compute_node,
+            a.backend.compute_node,
             topo.compute_nodes
         );
     }
-    if a.backend == Backend::Shm && topo.compute_nodes != 1 {
+    if a.kind() == Backend::Shm && topo.compute_nodes != 1 {
         bail!("--compute-nodes is a sim option: shm runs one compute node (use --threads)");
     }
     Ok(topo)
@@ -228,6 +228,7 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
 /// Runs `dtxn bench` and prints its report.
 pub fn main(a: BenchArgs) -> Result<ExitCode> {
     let a = args::with_config(a, "bench")?;
+    check_tally_out(&a)?;
     if a.load_only {
         return load_only(&a);
     }
@@ -248,8 +249,8 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
 
 /// Refuses options that the backend would ignore, and runs that cannot be right.
 fn check_backend_options(a: &BenchArgs, topo: Topology) -> Result<()> {
-    a.backend_args().check_options()?;
-    if a.backend != Backend::Ucx {
+    a.backend.check_options()?;
+    if a.kind() != Backend::Ucx {
         if a.load || a.load_only {
             bail!(
                 "--load{} is an option of --backend ucx",
@@ -261,11 +262,29 @@ fn check_backend_options(a: &BenchArgs, topo: Topology) -> Result<()> {
     if a.verify && topo.compute_nodes > 1 {
         bail!(
             "--verify needs what every compute process committed, but this process sees only \
-             its own: with --compute-nodes > 1 check the merged --record histories with \
-             dtxn check instead"
+             its own: give each compute process --tally-out FILE, then run dtxn verify \
+             --tallies FILE,... once all have finished"
         );
     }
     Ok(())
+}
+
+/// `--tally-out` is for pools that outlive the process: ucx, or shm in files.
+fn check_tally_out(a: &BenchArgs) -> Result<()> {
+    if a.tally_out.is_none() {
+        return Ok(());
+    }
+    if a.load_only {
+        bail!("--tally-out needs a run: not with --load-only");
+    }
+    match a.kind() {
+        Backend::Ucx => Ok(()),
+        Backend::Shm if a.backend.pool.shm_dir.is_some() => Ok(()),
+        _ => bail!(
+            "--tally-out is for pools that outlive this process (--backend ucx, or shm with \
+             --shm-dir): here use --verify"
+        ),
+    }
 }
 
 /// How to load the pool, for errors of compute processes that find it unloaded.
@@ -273,7 +292,7 @@ fn load_hint(a: &BenchArgs) -> String {
     format!(
         "run this command once with --load-only, or one compute process with --load, against \
          --memnodes {}",
-        a.memnodes.join(",")
+        a.backend.pool.memnodes.join(",")
     )
 }
 
@@ -281,14 +300,14 @@ fn load_hint(a: &BenchArgs) -> String {
 fn load_remote(a: &BenchArgs, w: &Chosen, plan: &Plan, pool: &dtxn_fabric::Pool) -> Result<()> {
     let fill = |p: &dtxn_fabric::Pool| -> Result<()> {
         match w {
-            Chosen::SmallBank(x) => x.load(p, plan, a.seed)?,
-            Chosen::Kv(x) => x.load(p, plan, a.seed)?,
-            Chosen::Tatp(x) => x.load(p, plan, a.seed)?,
-            Chosen::Tpcc(x) => x.load(p, plan, a.seed)?,
+            Chosen::SmallBank(x) => x.load(p, plan, a.backend.seed)?,
+            Chosen::Kv(x) => x.load(p, plan, a.backend.seed)?,
+            Chosen::Tatp(x) => x.load(p, plan, a.backend.seed)?,
+            Chosen::Tpcc(x) => x.load(p, plan, a.backend.seed)?,
         }
         Ok(())
     };
-    crate::remote::load(pool, plan, &a.memnodes, fill)
+    crate::remote::load(pool, plan, &a.backend.pool.memnodes, fill)
 }
 
 /// `--load-only`: formats and loads the pool on the memory nodes, and exits.
@@ -301,7 +320,7 @@ fn load_only(a: &BenchArgs) -> Result<ExitCode> {
     let plan = Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
     let start = Instant::now();
     let pool = a
-        .backend_args()
+        .backend
         .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
     load_remote(a, &w, &plan, &pool)?;
     println!(
@@ -331,9 +350,9 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let plan = Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
-    let remote_loaded = if a.backend == Backend::Ucx && a.load {
+    let remote_loaded = if a.kind() == Backend::Ucx && a.load {
         let pool = a
-            .backend_args()
+            .backend
             .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
         let start = Instant::now();
         load_remote(a, &w, &plan, &pool)?;
@@ -382,14 +401,14 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         Some(loaded) => loaded,
         None => {
             let pool = a
-                .backend_args()
+                .backend
                 .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
-            if a.backend == Backend::Ucx {
+            if a.kind() == Backend::Ucx {
                 // Loaded by another process: only check it is the pool these options describe.
-                crate::remote::check_loaded(&pool, plan, &a.memnodes, &load_hint(a))?;
+                crate::remote::check_loaded(&pool, plan, &a.backend.pool.memnodes, &load_hint(a))?;
             } else {
                 plan.format_pool(&pool)?;
-                w.load(&pool, plan, a.seed)?;
+                w.load(&pool, plan, a.backend.seed)?;
             }
             (pool, load_start.elapsed().as_nanos() as u64)
         }
@@ -405,14 +424,14 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         },
     };
     let bar = if progress {
-        progress_bar(stop, a.backend)
+        progress_bar(stop, a.kind())
     } else {
         ProgressBar::hidden()
     };
     let mut sh = Shared::new(
         stop,
-        a.seed,
-        a.verify,
+        a.backend.seed,
+        a.verify || a.tally_out.is_some(),
         topo.coordinators(),
         bar.clone(),
         a.record.as_deref(),
@@ -426,7 +445,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     // Register with the pool: alone for localized validation (every writer must share this
     // process's Vcache), shared otherwise. Matters when other processes use the pool (ucx).
     // ucx: this process is one compute node of several; elsewhere one claim is enough.
-    let claim_nodes = if a.backend == Backend::Ucx {
+    let claim_nodes = if a.kind() == Backend::Ucx {
         topo.compute_nodes
     } else {
         1
@@ -434,13 +453,32 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     let attachment = claim(&mut pool, a.localized_validation, claim_nodes)?;
     let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
     release_claim(&mut pool, attachment, claim_nodes)?;
-    let out = out?;
+    let mut out = out?;
     bar.finish_and_clear();
     Arc::try_unwrap(sh)
         .map_err(|_| anyhow!("a coordinator outlived the run"))?
         .finish_record()?;
+    let mut tallies = std::mem::take(&mut out.tallies);
+    if let Some(path) = &a.tally_out {
+        // One tally for the process: what `dtxn verify` merges with the other processes'.
+        let merged =
+            dtxn_workloads::merge_all(tallies).ok_or_else(|| anyhow!("no coordinator ran"))?;
+        let run = crate::verify::RunId {
+            workload: w.name().to_string(),
+            options: w.options_json(),
+            seed: a.backend.seed,
+            protocol: cfg.protocol.name().to_string(),
+            vnum: a.vnum,
+            pool: (&plan.shape).into(),
+            compute_nodes: topo.compute_nodes,
+            threads: topo.threads,
+            coroutines: topo.coroutines,
+        };
+        crate::verify::TallyFile::new::<W>(run, a.backend.compute_node, &merged)?.write(path)?;
+        tallies = vec![merged];
+    }
     let verify = if a.verify {
-        Some(match w.verify(&pool, plan, a.seed, &out.tallies) {
+        Some(match w.verify(&pool, plan, a.backend.seed, &tallies) {
             Ok(checks) => report::Verdict { ok: true, checks },
             Err(e) => report::Verdict {
                 ok: false,
@@ -479,7 +517,7 @@ fn progress_bar(stop: Stop, backend: Backend) -> ProgressBar {
 
 /// One coordinator on this process's compute node (ucx: `--compute-node K` of
 /// `compute_nodes`, which `UcxPool::run` requires; elsewhere 1).
-fn one_coordinator(compute_nodes: u32) -> Topology {
+pub(crate) fn one_coordinator(compute_nodes: u32) -> Topology {
     Topology {
         compute_nodes,
         threads: 1,
@@ -503,7 +541,7 @@ fn claim(
         .map_err(|e| anyhow!("{e}"))
 }
 
-fn release_claim(
+pub(crate) fn release_claim(
     pool: &mut dtxn_fabric::Pool,
     a: dtxn_txn::Attachment,
     compute_nodes: u32,
