@@ -228,7 +228,7 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         ),
         (
             vec!["bench", "--protocol", "calvin"],
-            "unknown protocol 'calvin' (valid: ford, farm, drtmh)",
+            "unknown protocol 'calvin' (valid: ford, farm, drtmh, motor)",
         ),
         (
             vec!["bench", "--threads", "0"],
@@ -279,6 +279,24 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         (
             vec!["bench", "--protocol", "farm", "--localized-validation"],
             "--localized-validation is FORD's",
+        ),
+        (
+            vec![
+                "bench",
+                "--protocol",
+                "motor",
+                "--isolation",
+                "repeatable-read",
+            ],
+            "unknown isolation 'repeatable-read' (valid: serializable, snapshot)",
+        ),
+        (
+            vec!["bench", "--protocol", "ford", "--isolation", "snapshot"],
+            "--isolation is for multi-version protocols",
+        ),
+        (
+            vec!["bench", "--protocol", "motor", "--vnum", "16"],
+            "--vnum 16: versions per record must be 1 to 15",
         ),
     ];
     for (args, want) in cases {

@@ -52,6 +52,8 @@ pub struct TypeStats {
     pub round_trips: u64,
     pub verbs: u64,
     pub bytes: u64,
+    /// Of the round trips, those spent on the timestamp oracle (multi-version protocols).
+    pub oracle_round_trips: u64,
 }
 
 /// An hour in ns: latencies above are clamped (a run that long is not a benchmark).
@@ -68,6 +70,7 @@ impl TypeStats {
             round_trips: 0,
             verbs: 0,
             bytes: 0,
+            oracle_round_trips: 0,
         }
     }
 
@@ -81,6 +84,7 @@ impl TypeStats {
                 self.round_trips += o.fabric.round_trips;
                 self.verbs += o.fabric.verbs_total();
                 self.bytes += o.fabric.bytes();
+                self.oracle_round_trips += o.oracle_round_trips;
             }
             Err(a) => {
                 let i = AbortReason::ALL
@@ -103,6 +107,7 @@ impl TypeStats {
         self.round_trips += o.round_trips;
         self.verbs += o.verbs;
         self.bytes += o.bytes;
+        self.oracle_round_trips += o.oracle_round_trips;
     }
 }
 
