@@ -113,7 +113,13 @@ async fn settle(
         let it = &e.items[i];
         let t = map.table(it.table).expect("checked");
         let now = t.codec().header(ep.bytes(r));
-        let new = if it.insert {
+        // A commit WRITE cut off by the crash leaves line 0 new and later lines old: the
+        // header alone would call it installed. Only a record whose every line agrees is.
+        let mut scratch = vec![0u8; t.value_size as usize];
+        let whole = t.codec().decode(ep.bytes(r), &mut scratch).is_ok();
+        let new = if !whole {
+            None
+        } else if it.insert {
             // An insert's new record: valid, our key... its version is whatever it installed.
             now.valid.then_some(now.version)
         } else {

@@ -437,43 +437,97 @@ fn localized_validation_is_serializable() {
 /// Negative control: the published FORD read path (trust the invisible bit, update in place,
 /// one READ) accepts torn records under the adversary, and the harness sees it: money is
 /// created or destroyed, or an audit sees a wrong total, or the checker finds a cycle.
+/// Single-item read-only transactions racing one writer of the same multi-line record: how
+/// many committed with a torn value (its first and last words disagree).
+fn torn_single_reads(seed: u64, ford: FordOptions) -> u64 {
+    let value_size = 1000;
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 8,
+        log_slice_bytes: 8192,
+        region_bytes: None,
+    };
+    let plan = Plan::new(
+        &[TableSpec::new(CHECKING, "checking", value_size, 4)],
+        &shape,
+    )
+    .unwrap();
+    let mut cfg = SimConfig::new(seed, 2, plan.region_bytes);
+    cfg.adversary.window_ns = 3000;
+    let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    Loader::new(plan.table(CHECKING).unwrap())
+        .insert(&pool, 0, &account(START, value_size))
+        .unwrap();
+    let txn_cfg = Rc::new(TxnConfig {
+        ford,
+        ..TxnConfig::default()
+    });
+    let Pool::Sim(sim) = &mut pool else {
+        unreachable!()
+    };
+    let topo = Topology {
+        compute_nodes: 1,
+        threads: 2,
+        coroutines: 1,
+    };
+    let r = sim
+        .run(topo, None, |mut ep: Endpoint| {
+            let txn_cfg = txn_cfg.clone();
+            async move {
+                let writer = ep.id().thread == 0;
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                let mut c = Coordinator::new(ep, map, txn_cfg);
+                let mut torn = 0;
+                for i in 0..1000u64 {
+                    if writer {
+                        let mut tx = c.begin(TxKind::ReadWrite);
+                        if tx.read_for_update(CHECKING, 0).await.is_ok() {
+                            let _ = tx
+                                .update(CHECKING, 0, &account(START + i, value_size))
+                                .await;
+                            let _ = tx.commit().await;
+                        }
+                    } else {
+                        let mut tx = c.begin(TxKind::ReadOnly);
+                        let Ok(Some(v)) = tx.read(CHECKING, 0).await else {
+                            continue;
+                        };
+                        let ok = consistent(v);
+                        if tx.commit().await.is_ok() && !ok {
+                            torn += 1;
+                        }
+                    }
+                }
+                torn
+            }
+        })
+        .unwrap();
+    r.outputs.iter().flatten().sum()
+}
+
+/// NEGATIVE CONTROL: the published FORD's read path (trust the invisible bit, skip validating
+/// one-item read-only transactions) commits torn reads under the adversarial simulator; dtxn's
+/// (per-line stamps) never does, in the same runs.
 #[test]
 fn trusting_the_invisible_bit_is_caught() {
-    let ford = FordOptions {
+    let trusting = FordOptions {
         trust_invisible_bit: true,
         ..FordOptions::default()
     };
     let mut caught = 0;
     for seed in 1..=6 {
-        let r = std::panic::catch_unwind(|| {
-            // Wide adversary windows: reads and commit WRITEs overlap more often.
-            let r = run_with(
-                seed,
-                2,
-                1000,
-                ford.clone(),
-                Profile::cx5_100g(),
-                3000,
-                false,
-            );
-            let report = check(
-                &r.history,
-                Options {
-                    isolation: Isolation::Serializable,
-                    real_time: false,
-                },
-            )
-            .unwrap();
-            r.torn > 0 || r.total != ACCOUNTS * START || !report.ok()
-        });
-        // A panic is an audit's assertion failing: the torn read was seen.
-        if r.unwrap_or(true) {
-            caught += 1;
-        }
+        caught += torn_single_reads(seed, trusting.clone());
+        assert_eq!(
+            torn_single_reads(seed, FordOptions::default()),
+            0,
+            "seed {seed}"
+        );
     }
     assert!(
-        caught > 0,
-        "the adversary never tore a record the published scheme accepted"
+        caught >= 3,
+        "the adversary tore only {caught} records the published scheme accepted"
     );
 }
 
@@ -505,7 +559,7 @@ fn the_baselines_conserve_money_and_are_serializable() {
 /// invariant: money conserved, replicas identical, no lock left, the history serializable.
 #[test]
 fn a_crashed_compute_node_is_recovered_from_its_logs() {
-    for seed in 1..=12 {
+    for seed in 1..=40 {
         for protocol in [dtxn_txn::Protocol::Ford, dtxn_txn::Protocol::Farm] {
             PROTOCOL.with(|p| p.set(protocol));
             CRASH_AT.with(|c| c.set(Some(20_000 + seed * 7_919)));
