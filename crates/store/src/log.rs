@@ -8,8 +8,11 @@
 //! 0  txn id u64 | 8 status u64 (0 empty, 1 pending, 2 committed, 3 aborted)
 //! 16 coordinator u32 | 20 items u32 | 24 body bytes u32 | 28 body crc32 u32 | 32..64 reserved
 //! 64 body: per item
-//!      0 table u32 | 4 flags u32 (bit 0: insert, no old image) | 8 record offset u64
-//!      16 image bytes u32 | 20 reserved u32 | 24 old image, padded to 8 bytes
+//!      0 table u32 | 4 flags u32 | 8 offset u64 | 16 image bytes u32 | 20 reserved u32
+//!      24 image, padded to 8 bytes
+//!    flags: bit 0 insert (an undo item without an old image); bits 1-2 what the image is:
+//!    0 the record's old image (FORD's undo log), 1 a record to install (Motor's op log),
+//!    2 attribute-bar lines to install (Motor's op log)
 //! ```
 //!
 //! The status word sits alone in the entry's first line, so the coordinator flips it with an
@@ -43,14 +46,45 @@ impl LogStatus {
     }
 }
 
+/// What a log item's image is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ItemKind {
+    /// The record's bytes before the transaction (FORD's undo log; empty for an insert).
+    Undo,
+    /// A whole record the committing transaction installs at `offset` (Motor's op log).
+    RedoRecord,
+    /// Attribute-bar lines the committing transaction installs at `offset` (Motor's op log).
+    RedoBar,
+}
+
+impl ItemKind {
+    fn bits(self) -> u32 {
+        match self {
+            ItemKind::Undo => 0,
+            ItemKind::RedoRecord => 1 << 1,
+            ItemKind::RedoBar => 2 << 1,
+        }
+    }
+
+    fn from_flags(f: u32) -> Option<ItemKind> {
+        match f >> 1 & 3 {
+            0 => Some(ItemKind::Undo),
+            1 => Some(ItemKind::RedoRecord),
+            2 => Some(ItemKind::RedoBar),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogItem {
     pub table: u32,
     pub offset: u64,
     /// The item was inserted by the transaction: rolling back means freeing the slot.
     pub insert: bool,
-    /// The record's bytes before the transaction (empty for an insert).
-    pub old_image: Vec<u8>,
+    pub kind: ItemKind,
+    /// See [`ItemKind`].
+    pub image: Vec<u8>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,10 +106,23 @@ pub fn entry_bytes<'a>(images: impl IntoIterator<Item = &'a [u8]>) -> usize {
 /// Appends one item's bytes (descriptor and image) to an entry body: what a coordinator that
 /// logs incrementally writes after the body it already wrote.
 pub fn encode_item(table: u32, offset: u64, insert: bool, image: &[u8], out: &mut Vec<u8>) {
+    encode_item_as(ItemKind::Undo, table, offset, insert, image, out)
+}
+
+/// [`encode_item`] for an item of any kind.
+pub fn encode_item_as(
+    kind: ItemKind,
+    table: u32,
+    offset: u64,
+    insert: bool,
+    image: &[u8],
+    out: &mut Vec<u8>,
+) {
     let at = out.len();
     out.resize(at + ITEM_HEAD + image.len().div_ceil(8) * 8, 0);
     out[at..at + 4].copy_from_slice(&table.to_le_bytes());
-    out[at + 4..at + 8].copy_from_slice(&u32::from(insert).to_le_bytes());
+    let flags = u32::from(insert) | kind.bits();
+    out[at + 4..at + 8].copy_from_slice(&flags.to_le_bytes());
     out[at + 8..at + 16].copy_from_slice(&offset.to_le_bytes());
     out[at + 16..at + 20].copy_from_slice(&(image.len() as u32).to_le_bytes());
     out[at + ITEM_HEAD..at + ITEM_HEAD + image.len()].copy_from_slice(image);
@@ -108,7 +155,7 @@ pub const HEAD_BYTES: usize = HEAD;
 impl LogEntry {
     /// Encodes into `out` (cleared first), checking it fits a slice of `slice_bytes`.
     pub fn encode(&self, slice_bytes: u64, out: &mut Vec<u8>) -> Result<(), StoreError> {
-        let need = entry_bytes(self.items.iter().map(|i| i.old_image.as_slice()));
+        let need = entry_bytes(self.items.iter().map(|i| i.image.as_slice()));
         if need as u64 > slice_bytes {
             return Err(StoreError::LogFull {
                 need,
@@ -118,7 +165,7 @@ impl LogEntry {
         out.clear();
         out.resize(HEAD, 0);
         for it in &self.items {
-            encode_item(it.table, it.offset, it.insert, &it.old_image, out);
+            encode_item_as(it.kind, it.table, it.offset, it.insert, &it.image, out);
         }
         let body = (need - HEAD) as u32;
         let crc = crc32fast::hash(&out[HEAD..]);
@@ -163,11 +210,14 @@ impl LogEntry {
             if at + ITEM_HEAD + len > HEAD + body {
                 return Err("item image overruns the body".into());
             }
+            let flags = d(at + 4);
             items.push(LogItem {
                 table: d(at),
-                insert: d(at + 4) & 1 == 1,
+                insert: flags & 1 == 1,
+                kind: ItemKind::from_flags(flags)
+                    .ok_or_else(|| format!("item flags {flags:#x}"))?,
                 offset: w(at + 8),
-                old_image: slice[at + ITEM_HEAD..at + ITEM_HEAD + len].to_vec(),
+                image: slice[at + ITEM_HEAD..at + ITEM_HEAD + len].to_vec(),
             });
             at += ITEM_HEAD + len.div_ceil(8) * 8;
         }
@@ -190,13 +240,15 @@ mod tests {
             any::<u32>(),
             any::<u64>(),
             any::<bool>(),
+            0..3u8,
             prop::collection::vec(any::<u8>(), 0..300),
         )
-            .prop_map(|(table, offset, insert, old_image)| LogItem {
+            .prop_map(|(table, offset, insert, kind, image)| LogItem {
                 table,
                 offset,
                 insert,
-                old_image: if insert { Vec::new() } else { old_image },
+                kind: [ItemKind::Undo, ItemKind::RedoRecord, ItemKind::RedoBar][kind as usize],
+                image: if insert { Vec::new() } else { image },
             })
     }
 
@@ -230,7 +282,8 @@ mod tests {
                 table: 1,
                 offset: 0,
                 insert: false,
-                old_image: vec![0; 100],
+                kind: ItemKind::Undo,
+                image: vec![0; 100],
             }],
         };
         let err = e.encode(128, &mut Vec::new()).unwrap_err();

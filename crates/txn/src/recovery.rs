@@ -18,11 +18,20 @@
 //!
 //! It returns what it decided, with the versions a rolled-forward transaction installed, for
 //! the history.
+//!
+//! Motor's entries are op logs (redo): the new records and pre-image lines of a commit in
+//! progress, written before any of them on each memory node. Such an entry is always rolled
+//! forward: every record the dead coordinator still locks gets its logged image on every
+//! replica that does not hold it whole yet (a replica's record is stamped with the commit
+//! timestamp once installed; a lock released means installed everywhere, so nothing else is
+//! touched).
 
 use crate::protocols::ford::INVISIBLE;
+use crate::protocols::motor::COMMITTING;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
-use dtxn_store::log::{LogEntry, LogStatus, STATUS_OFF};
+use dtxn_store::cvt::MvCodec;
+use dtxn_store::log::{ItemKind, LogEntry, LogStatus, STATUS_OFF};
 use dtxn_store::record::RecordHeader;
 use dtxn_store::PoolMap;
 
@@ -68,7 +77,12 @@ pub async fn recover(
             }
         }
         if let Some(e) = entry.as_ref().filter(|e| e.status == LogStatus::Pending) {
-            outcome = settle(ep, map, owner, e).await?;
+            let redo = e.items.iter().any(|i| i.kind != ItemKind::Undo);
+            outcome = if redo {
+                redo_motor(ep, map, owner, e).await?
+            } else {
+                settle(ep, map, owner, e).await?
+            };
             let status = match outcome {
                 Recovered::RolledForward(_) => LogStatus::Committed,
                 _ => LogStatus::Aborted,
@@ -96,8 +110,8 @@ async fn settle(
         let Ok(t) = map.table(it.table) else { continue };
         // An image of the wrong size is a corrupt entry (its crc passed, but trust nothing
         // remote): leave the item to the lock release.
-        let sized = it.old_image.len() == t.record_bytes as usize;
-        if !(sized || it.insert && it.old_image.is_empty()) {
+        let sized = it.image.len() == t.record_bytes as usize;
+        if !(sized || it.insert && it.image.is_empty()) {
             continue;
         }
         for &n in &t.replicas {
@@ -123,7 +137,7 @@ async fn settle(
             // An insert's new record: valid, our key... its version is whatever it installed.
             now.valid.then_some(now.version)
         } else {
-            let old = t.codec().header(&it.old_image);
+            let old = t.codec().header(&it.image);
             (now.version == old.version + 1 && now.key == old.key).then_some(now.version)
         };
         if n == t.primary() {
@@ -173,7 +187,7 @@ async fn settle(
         let codec = t.codec();
         for (rank, &n) in t.replicas.iter().enumerate() {
             let lock = if rank == 0 { owner } else { 0 };
-            if it.insert && it.old_image.is_empty() {
+            if it.insert && it.image.is_empty() {
                 // An entry without the slot's old image: free it, stamped above the insert.
                 let h = RecordHeader {
                     lock,
@@ -187,8 +201,8 @@ async fn settle(
                     codec.encode(&h, &zero, b)
                 });
             } else {
-                ep.write_with(n, it.offset, it.old_image.len(), |b| {
-                    b.copy_from_slice(&it.old_image);
+                ep.write_with(n, it.offset, it.image.len(), |b| {
+                    b.copy_from_slice(&it.image);
                     b[..8].copy_from_slice(&lock.to_le_bytes());
                 });
             }
@@ -196,6 +210,120 @@ async fn settle(
     }
     ep.post().await?;
     Ok(Recovered::RolledBack(e.txn))
+}
+
+/// Finishes the commit of a Motor op log: every logged record that `owner` still locks is
+/// written, with its pre-image lines first, to every replica that does not hold it whole.
+async fn redo_motor(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    owner: u64,
+    e: &LogEntry,
+) -> Result<Recovered, FabricError> {
+    // Each record item, with the bar lines logged after it.
+    let mut groups: Vec<(usize, Option<usize>)> = Vec::new();
+    for (i, it) in e.items.iter().enumerate() {
+        match it.kind {
+            ItemKind::RedoRecord => groups.push((i, None)),
+            ItemKind::RedoBar => {
+                if let Some(g) = groups.last_mut() {
+                    g.1 = Some(i);
+                }
+            }
+            ItemKind::Undo => {}
+        }
+    }
+    let mut reads = Vec::new();
+    for (g, &(i, _)) in groups.iter().enumerate() {
+        let it = &e.items[i];
+        // Trust nothing remote: an item that does not fit its table is left alone.
+        let Ok(t) = map.table(it.table) else { continue };
+        if t.mv.is_none() || it.image.len() != t.record_bytes as usize || !t.is_slot(it.offset) {
+            continue;
+        }
+        for &n in &t.replicas {
+            reads.push((g, n, ep.read(n, it.offset, t.record_bytes as usize)));
+        }
+    }
+    ep.post().await?;
+    let mut held = vec![None; groups.len()];
+    for &(g, n, r) in &reads {
+        let t = map.table(e.items[groups[g].0].table).expect("checked");
+        if n == t.primary() {
+            let lock = t.codec().header(ep.bytes(r)).lock;
+            if lock == owner || lock == owner | COMMITTING {
+                held[g] = Some(lock);
+            }
+        }
+    }
+    // The replicas that lack the logged record (decided before any WRITE is queued: the
+    // READs' results are gone once new ops are).
+    let mut missing = Vec::new();
+    for &(g, n, r) in &reads {
+        if held[g].is_none() {
+            continue;
+        }
+        let it = &e.items[groups[g].0];
+        let t = map.table(it.table).expect("checked");
+        let k = MvCodec::new(t).expect("checked");
+        let want = k.cvt.header(&it.image).version;
+        let mut v = vec![0u8; t.value_size as usize];
+        let whole = matches!(k.decode(ep.bytes(r), &mut v), Ok(c) if c.header.version >= want);
+        if !whole {
+            missing.push((g, n));
+        }
+    }
+    let mut writes = Vec::new();
+    for (g, n) in missing {
+        let lock = held[g].expect("held");
+        let (ri, bar) = groups[g];
+        let it = &e.items[ri];
+        let t = map.table(it.table).expect("checked");
+        if let Some(b) = bar {
+            ep.write(n, e.items[b].offset, &e.items[b].image);
+        }
+        let lock = if n == t.primary() { lock } else { 0 };
+        ep.write_with(n, it.offset, it.image.len(), |b| {
+            b.copy_from_slice(&it.image);
+            b[..8].copy_from_slice(&lock.to_le_bytes());
+        });
+        writes.push(n);
+    }
+    if !writes.is_empty() {
+        ep.post().await?;
+    }
+    let installed: Vec<history::Write> = groups
+        .iter()
+        .zip(&held)
+        .filter(|(_, h)| h.is_some())
+        .filter_map(|(&(i, _), _)| {
+            let it = &e.items[i];
+            let t = map.table(it.table).ok()?;
+            let k = MvCodec::new(t)?;
+            let mut v = vec![0u8; t.value_size as usize];
+            let cvt = k.decode(&it.image, &mut v).ok()?;
+            let newest = cvt.cells[cvt.newest()?];
+            Some(history::Write {
+                table: it.table,
+                key: cvt.header.key,
+                version: newest.version,
+                deleted: newest.tombstone(),
+            })
+        })
+        .collect();
+    if installed.is_empty() {
+        // It holds nothing it logged: the commit finished (or this entry is an older one).
+        return Ok(Recovered::Nothing);
+    }
+    Ok(Recovered::RolledForward(history::Txn {
+        txn: e.txn,
+        session: u64::from(e.coordinator),
+        status: history::Status::Committed,
+        start: 0,
+        end: ep.now_ns(),
+        reads: Vec::new(),
+        writes: installed,
+    }))
 }
 
 /// Clears every lock word that `owner` holds, on every table's primary and on backups' lock
@@ -222,7 +350,8 @@ async fn release_all(ep: &mut Endpoint, map: &PoolMap, owner: u64) -> Result<u32
                 for s in 0..t.slots_per_bucket {
                     let h = codec.header(t.slot_bytes(&bytes, s));
                     let off = t.slot(base, s);
-                    if primary && (h.lock == owner || h.lock == owner | INVISIBLE) {
+                    let ours = [owner, owner | INVISIBLE, owner | COMMITTING];
+                    if primary && ours.contains(&h.lock) {
                         cas.push(ep.cas(n, off, h.lock, 0));
                     } else if !primary && h.lock == INVISIBLE {
                         // A backup's invisible bit may be another, live, commit's: clearing it

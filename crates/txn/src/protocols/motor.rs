@@ -19,13 +19,18 @@
 //!    when any item has a version newer than their start. A CVT locked by another coordinator
 //!    is read again (its writer may hold a commit timestamp below our start and not have
 //!    installed yet: the snapshot race of the digest's section 5.3).
-//! 2. **Commit timestamp** (1 RT, read-write transactions only): FAA, after every lock is held.
-//! 3. **Validate** (serializable, read-write transactions with read-only items, 1 RT): READ
-//!    each read-only item's CVT: unlocked and no version besides the one read up to now.
-//! 4. **Commit** (1 RT): per written record, to every replica in one batch, in this order on
-//!    each memory node (G4): the pre-image chunk, the new Vpkg, the whole CVT (the new Vcell,
-//!    versions dropped by garbage collection). No undo log: old versions are the undo.
-//! 5. **Release** (detached): lock words to 0, after every replica is written.
+//! 2. **Mark** (1 RT, read-write transactions that write): every written record's lock word
+//!    gets the COMMITTING bit, before the commit timestamp exists.
+//! 3. **Commit timestamp** (1 RT): FAA, after every lock is held and marked.
+//! 4. **Validate** (serializable, 1 RT if any item was read without our lock): READ each
+//!    such item's CVT: not being committed, and the version a snapshot at the commit
+//!    timestamp sees is still the one read.
+//! 5. **Commit** (1 RT): to every replica in one batch, in this order on each memory node
+//!    (G4): the **op log** (the new records and pre-images, in the coordinator's log slice, for
+//!    a recovery agent to finish the commit), then per written record its pre-image chunk and
+//!    its whole CVT (the new Vcell and value, versions dropped by garbage collection). No undo
+//!    log: old versions are the undo.
+//! 6. **Release** (detached): lock words to 0, after every replica is written.
 //!
 //! Read-only transactions take a start timestamp and execute: no validation, no locks.
 //!
@@ -49,6 +54,7 @@ use crate::txn::{Access, Item, NewValue, TxKind, Txn};
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cvt::{Cvt, MvCodec, Pick, Vcell, CHUNK, CREATED, FRESH, TOMBSTONE, VALID};
 use dtxn_store::layout::ORACLE_OFF;
+use dtxn_store::log::{ItemKind, LogEntry, LogItem, LogStatus};
 use dtxn_store::record::RecordHeader;
 use dtxn_store::{PoolMap, TableInfo};
 use std::rc::Rc;
@@ -841,39 +847,35 @@ fn seen_at(cvt: &Cvt, ts: u64) -> Option<u64> {
     }
 }
 
-/// Every replica of every written record in one round trip: pre-images, then the CVT.
-async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
-    let map = tx.c.map.clone();
-    let owner = tx.c.owner;
-    let first = tx
-        .items
-        .iter()
-        .find(|i| i.new != NewValue::Keep)
-        .expect("a write");
-    let fail = abort(AbortReason::ReplicaFailure, first);
-    for i in 0..tx.items.len() {
-        if tx.items[i].new == NewValue::Keep {
-            continue;
-        }
-        let it = &tx.items[i];
-        let t = table(&map, it.table);
+/// What a commit writes for one record, on every replica.
+struct Install {
+    table: u32,
+    off: u64,
+    /// The CVT with the new version, as backups get it (lock word 0).
+    record: Vec<u8>,
+    /// Pre-image bar lines: (address, bytes).
+    chunk: Option<(u64, Vec<u8>)>,
+}
+
+/// The new CVT (and pre-image chunk) of every written item.
+fn prepare(tx: &Txn<'_>, map: &PoolMap, tc: u64) -> Vec<Install> {
+    let mut out = Vec::new();
+    for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+        let t = table(map, it.table);
         let k = codec(t);
         let off = it.offset.expect("written items have a slot");
         let header = RecordHeader {
-            lock: owner | COMMITTING,
+            lock: 0,
             version: tc,
             key: it.key,
             table: it.table,
             valid: true,
         };
-        let mut cvt = match &it.mv {
-            Some(st) => Cvt {
-                header,
-                cells: st.cvt.cells.clone(),
-            },
-            None => Cvt {
-                header,
-                cells: vec![Vcell::default(); k.vnum],
+        let mut cvt = Cvt {
+            header,
+            cells: match &it.mv {
+                Some(st) => st.cvt.cells.clone(),
+                None => vec![Vcell::default(); k.vnum],
             },
         };
         let mut chunk = None;
@@ -886,7 +888,7 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                 let old = &st.base;
                 debug_assert!(st.v0.is_some() && old.len() == it.value.len());
                 let (cell, c) = k.update_cell(&cvt, old, &it.value, tc);
-                chunk = c;
+                chunk = c.map(|(line, bytes)| (t.bar_line_off(off, line), bytes));
                 k.push(&mut cvt, cell);
             }
             NewValue::Delete => {
@@ -920,28 +922,95 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                     },
                 );
             }
-            NewValue::Keep => unreachable!(),
+            NewValue::Keep => unreachable!("filtered"),
         }
+        let mut record = vec![0u8; k.cvt_bytes()];
+        k.encode(&cvt, value, &mut record);
+        out.push(Install {
+            table: it.table,
+            off,
+            record,
+            chunk,
+        });
+    }
+    out
+}
+
+/// Every replica of every written record in one round trip: on each memory node, first the
+/// op log (the new records, for a recovery agent to finish the commit), then each record's
+/// pre-images, then its CVT. WRITEs on one QP apply in order (G4), and a crash leaves a
+/// prefix of each QP's ops: a node that received any new record holds the whole log entry.
+async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let first = tx
+        .items
+        .iter()
+        .find(|i| i.new != NewValue::Keep)
+        .expect("a write");
+    let (fail, full) = (
+        abort(AbortReason::ReplicaFailure, first),
+        abort(AbortReason::LogFull, first),
+    );
+    let installs = prepare(tx, &map, tc);
+    let mut items = Vec::new();
+    for w in &installs {
+        items.push(LogItem {
+            table: w.table,
+            offset: w.off,
+            insert: false,
+            kind: ItemKind::RedoRecord,
+            image: w.record.clone(),
+        });
+        if let Some((at, bytes)) = &w.chunk {
+            items.push(LogItem {
+                table: w.table,
+                offset: *at,
+                insert: false,
+                kind: ItemKind::RedoBar,
+                image: bytes.clone(),
+            });
+        }
+    }
+    let entry = LogEntry {
+        txn: tx.id,
+        coordinator: tx.c.ep.id().index,
+        status: LogStatus::Pending,
+        items,
+    };
+    // More coordinators than log slices, or an entry too big: a sizing problem, refused
+    // before anything is written.
+    let Some((slice, slice_bytes)) = tx.c.log_slice else {
+        return Err(full);
+    };
+    let mut log = std::mem::take(&mut tx.log_body);
+    if entry.encode(slice_bytes, &mut log).is_err() {
+        tx.log_body = log;
+        return Err(full);
+    }
+    let mut nodes: Vec<NodeId> = installs
+        .iter()
+        .flat_map(|w| table(&map, w.table).replicas.iter().copied())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    for &n in &nodes {
+        tx.c.ep.write(n, slice, &log);
+    }
+    tx.log_body = log;
+    for w in &installs {
+        let t = table(&map, w.table);
         for (rank, &n) in t.replicas.iter().enumerate() {
-            // The pre-images first (WRITEs on one QP apply in order, G4): a reader that sees
-            // the new CVT finds them in place.
-            if let Some((s, bytes)) = &chunk {
-                tx.c.ep.write(n, t.bar_line_off(off, *s), bytes);
+            if let Some((at, bytes)) = &w.chunk {
+                tx.c.ep.write(n, *at, bytes);
             }
             // Only the primary's lock word is ever taken; it stays ours until the release.
-            let c = if rank == 0 {
-                cvt.clone()
-            } else {
-                Cvt {
-                    header: RecordHeader {
-                        lock: 0,
-                        ..cvt.header
-                    },
-                    cells: cvt.cells.clone(),
+            tx.c.ep.write_with(n, w.off, w.record.len(), |b| {
+                b.copy_from_slice(&w.record);
+                if rank == 0 {
+                    b[..8].copy_from_slice(&(owner | COMMITTING).to_le_bytes());
                 }
-            };
-            tx.c.ep
-                .write_with(n, off, k.cvt_bytes(), |b| k.encode(&c, value, b));
+            });
         }
     }
     tx.installed = true;
@@ -950,7 +1019,7 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
     }
     if tx.c.ep.post().await.is_err() {
         // Some replicas may hold the new versions: the locks stay held (no reader trusts a
-        // locked CVT), for recovery to settle.
+        // committing CVT), for recovery to finish the commit from the op log.
         tx.keep_locks = true;
         return Err(fail);
     }
