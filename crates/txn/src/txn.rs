@@ -243,7 +243,11 @@ impl<'c> Txn<'c> {
                 // lock stays held, so the absence holds until the end).
                 it.new = NewValue::Keep;
                 it.install = None;
-                it.offset = None;
+                if !it.locked {
+                    // A slot chosen but not locked yet is given up; a locked one (Motor's
+                    // insert over a tombstone) stays known, so that its lock is released.
+                    it.offset = None;
+                }
                 it.cold = false;
                 it.in_log = false;
             } else {

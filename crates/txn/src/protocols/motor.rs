@@ -523,7 +523,8 @@ fn on_bucket(
 }
 
 /// Insert. A key with a CVT (a tombstone) is inserted over it, under the CVT's lock; a key
-/// without one gets a free slot of its chain, claimed under the chain's insert lock.
+/// without one gets a free slot of its chain, chosen under the chain's insert lock (one round
+/// trip: CAS + READ of the home bucket) and claimed with the commit's mark round.
 pub(crate) async fn insert(
     tx: &mut Txn<'_>,
     table_id: u32,
@@ -545,39 +546,56 @@ pub(crate) async fn insert(
     if value.len() != t.value_size as usize || t.mv.is_none() {
         return Err(bad(AbortReason::BadRequest));
     }
-    // Fetch it for update first: this locks its CVT if it has one.
-    execute(tx, &[Access::update(table_id, key)]).await?;
-    let i = tx.find(table_id, key).expect("fetched");
-    {
-        let it = &mut tx.items[i];
-        match (&it.new, it.exists) {
-            (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
-                return Err(bad(AbortReason::Exists))
+    let i = match tx.find(table_id, key) {
+        Some(i) => {
+            let it = &mut tx.items[i];
+            match (&it.new, it.exists) {
+                (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
+                    return Err(bad(AbortReason::Exists))
+                }
+                (NewValue::Delete, true) => {
+                    // Deleted, then inserted again by the same transaction: an update.
+                    it.value.copy_from_slice(value);
+                    it.new = NewValue::Update;
+                    return Ok(());
+                }
+                _ => {}
             }
-            (NewValue::Delete, true) => {
-                it.value.copy_from_slice(value);
-                it.new = NewValue::Update;
-                return Ok(());
+            it.rw = true;
+            if let (Some(off), Some(_), false) = (it.offset, &it.mv, it.locked) {
+                // Read absent through its CVT (a tombstone): lock it.
+                run_stages(tx, vec![(i, Stage::Cvt { off, lock: true })]).await?;
             }
-            _ => {}
+            i
         }
-        if it.locked && it.mv.is_some() {
-            // Over our key's tombstone.
-            it.value.copy_from_slice(value);
-            it.new = NewValue::Insert;
-            return Ok(());
+        None => {
+            tx.items.push(new_item(t, table_id, key, true));
+            tx.items.len() - 1
         }
+    };
+    if tx.ts_start == 0 {
+        tx.ts_start = timestamp(tx)
+            .await
+            .map_err(|()| bad(AbortReason::ReplicaFailure))?;
     }
-    claim_slot(tx, &map, i, value).await
+    if tx.items[i].mv.is_none() {
+        // No CVT seen: look in the chain, under its insert lock.
+        choose_slot(tx, &map, i).await?;
+    }
+    let it = &mut tx.items[i];
+    if it.exists {
+        return Err(bad(AbortReason::Exists));
+    }
+    it.value.copy_from_slice(value);
+    it.new = NewValue::Insert;
+    Ok(())
 }
 
-/// A fresh insert: lock the chain, find the key still absent and a free slot, claim it.
-async fn claim_slot(
-    tx: &mut Txn<'_>,
-    map: &Rc<PoolMap>,
-    i: usize,
-    value: &[u8],
-) -> Result<(), Abort> {
+/// A fresh insert: lock the chain (CAS + READ of the home bucket), find the key still absent
+/// and choose a free slot, claimed later by the commit's mark round (so a reader of the
+/// chain sees the claim before our commit timestamp exists). If the key has a CVT after all
+/// (a tombstone), lock that instead.
+async fn choose_slot(tx: &mut Txn<'_>, map: &Rc<PoolMap>, i: usize) -> Result<(), Abort> {
     let (table_id, key) = (tx.items[i].table, tx.items[i].key);
     let bad = |reason| Abort {
         reason,
@@ -613,9 +631,10 @@ async fn claim_slot(
     loop {
         let bytes = tx.c.ep.bytes(read);
         let scan = t.scan(bucket, bytes, key);
-        if scan.found.is_some() {
-            // Inserted since we looked: a conflict with a transaction after our snapshot.
-            return Err(bad(AbortReason::Exists));
+        if let Some((_, off)) = scan.found {
+            // The key has a CVT (deleted, or inserted since we looked): lock and read it.
+            tx.c.cache.insert(table_id, key, off);
+            return run_stages(tx, vec![(i, Stage::Cvt { off, lock: true })]).await;
         }
         if free.is_none() {
             free = (0..t.slots_per_bucket)
@@ -662,27 +681,13 @@ async fn claim_slot(
             t.slot(t.overflow_bucket(index), 0)
         }
     };
-    // Claim the slot: readers of absent keys in this chain now see an insert in progress.
-    let c = tx.c.ep.cas(primary, slot, 0, owner);
-    let r = tx.c.ep.read(primary, slot, 64);
-    if tx.c.ep.post().await.is_err() {
-        return Err(bad(AbortReason::ReplicaFailure));
-    }
-    if !tx.c.ep.cas_ok(c) {
-        return Err(bad(AbortReason::LockConflict));
-    }
     let it = &mut tx.items[i];
-    it.locked = true;
     it.offset = Some(slot);
     it.node = primary;
-    if codec.header(tx.c.ep.bytes(r)).valid {
-        // Filled between our chain read and the claim (impossible under the chain lock
-        // unless memory is corrupt): give it back and abort.
-        return Err(bad(AbortReason::LockConflict));
-    }
-    it.value.copy_from_slice(value);
-    it.new = NewValue::Insert;
-    it.mv = None;
+    it.exists = false;
+    it.version = 0;
+    // Claimed at the mark round.
+    it.cold = true;
     Ok(())
 }
 
@@ -701,7 +706,7 @@ pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
         .find(|i| i.new != NewValue::Keep)
         .expect("a write");
     let fail = abort(AbortReason::ReplicaFailure, first);
-    mark_committing(tx).await.map_err(|()| fail)?;
+    mark_committing(tx).await?;
     let tc = timestamp(tx).await.map_err(|()| fail)?;
     if tx.c.cfg.motor.isolation == Isolation::Serializable {
         validate(tx, tc).await?;
@@ -711,18 +716,52 @@ pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
     Ok(())
 }
 
-/// Marks the lock of every record we write as committing, before the commit timestamp is
-/// taken (one round trip: the marks must land before the FAA, which is on another QP).
-async fn mark_committing(tx: &mut Txn<'_>) -> Result<(), ()> {
+/// Marks the lock of every record we write as committing, and claims the free slots our
+/// inserts chose (CAS + READ: still free), before the commit timestamp is taken (one round
+/// trip: the marks must land before the FAA, which is on another QP).
+async fn mark_committing(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let mark = (tx.c.owner | COMMITTING).to_le_bytes();
-    for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+    let value = tx.c.owner | COMMITTING;
+    let mut claims = Vec::new();
+    for (i, it) in tx.items.iter().enumerate() {
+        if it.new == NewValue::Keep {
+            continue;
+        }
         let t = table(&map, it.table);
         let off = it.offset.expect("written items have a slot");
-        // Our own lock word: other coordinators only CAS it (and fail), so a WRITE is safe.
-        tx.c.ep.write(t.primary(), off, &mark);
+        if it.cold {
+            let c = tx.c.ep.cas(t.primary(), off, 0, value);
+            claims.push((i, c, tx.c.ep.read(t.primary(), off, 64)));
+        } else {
+            // Our own lock word: other coordinators only CAS it (and fail), so a WRITE is
+            // safe.
+            tx.c.ep.write(t.primary(), off, &value.to_le_bytes());
+        }
     }
-    tx.c.ep.post().await.map_err(|_| ())
+    let first = tx
+        .items
+        .iter()
+        .find(|i| i.new != NewValue::Keep)
+        .expect("a write");
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, first));
+    }
+    let mut failed = None;
+    for (i, c, r) in claims {
+        if !tx.c.ep.cas_ok(c) {
+            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+            continue;
+        }
+        let it = &mut tx.items[i];
+        it.locked = true;
+        it.cold = false;
+        // Filled since we chose it (only a corrupt chain lock allows that): give it up.
+        let sv = table(&map, it.table).codec();
+        if sv.header(tx.c.ep.bytes(r)).valid {
+            failed.get_or_insert(abort(AbortReason::LockConflict, it));
+        }
+    }
+    failed.map_or(Ok(()), Err)
 }
 
 /// The items read without our lock still show, at the commit timestamp `tc`, the version
