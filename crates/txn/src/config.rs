@@ -81,12 +81,17 @@ impl Isolation {
 #[serde(deny_unknown_fields, default)]
 pub struct MotorOptions {
     pub isolation: Isolation,
+    /// Start timestamps from the compute node's [`crate::StartClock`] while its newest
+    /// timestamp is at most this old (ns), without a round trip; 0: an oracle FAA per
+    /// transaction. Serializable either way; strict (real-time) order only with 0.
+    pub start_clock_ns: u64,
 }
 
 impl Default for MotorOptions {
     fn default() -> MotorOptions {
         MotorOptions {
             isolation: Isolation::Serializable,
+            start_clock_ns: 0,
         }
     }
 }

@@ -67,6 +67,8 @@ pub struct Coordinator {
     pub(crate) last: Option<TxnOutcome>,
     /// FORD's localized validation: the compute process's shared version cache.
     pub(crate) vcache: Option<Arc<Vcache>>,
+    /// Motor: the compute node's start clock.
+    pub(crate) start_clock: Option<Arc<crate::StartClock>>,
 }
 
 impl Coordinator {
@@ -85,7 +87,14 @@ impl Coordinator {
             stats: CoordStats::default(),
             last: None,
             vcache: None,
+            start_clock: None,
         }
+    }
+
+    /// Shares the compute node's start clock (Motor: start timestamps without a round trip,
+    /// see [`crate::StartClock`]); used when `motor.start_clock_ns` is not 0.
+    pub fn set_start_clock(&mut self, c: Arc<crate::StartClock>) {
+        self.start_clock = Some(c);
     }
 
     /// Turns on FORD's localized validation with the compute process's Vcache. Every writer of

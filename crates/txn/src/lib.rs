@@ -10,6 +10,7 @@
 
 mod abort;
 pub mod attach;
+mod clock;
 mod config;
 mod coord;
 mod protocols;
@@ -19,6 +20,7 @@ pub mod vcache;
 
 pub use abort::{Abort, AbortReason};
 pub use attach::{attach, detach, AttachError, Attachment};
+pub use clock::StartClock;
 pub use config::{FordOptions, Isolation, MotorOptions, Protocol, TxnConfig};
 pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use txn::{Access, TxKind, Txn};

@@ -23,6 +23,8 @@ const ORDER: u32 = 2;
 thread_local! {
     /// Commits that recovery finished for a crashed coordinator, summed over runs.
     static RECOVERED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Read-only transactions that committed with a start timestamp from the start clock.
+    static CLOCKED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 struct Collect(Rc<RefCell<Vec<HTxn>>>);
@@ -68,6 +70,8 @@ struct Setup {
     window_ns: u64,
     /// Crash compute node 1 at this virtual time, then recover its coordinators.
     crash_at_ns: Option<u64>,
+    /// `motor.start_clock_ns`: start timestamps from each compute node's clock.
+    start_clock_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -119,7 +123,11 @@ fn run(s: Setup) -> Outcome {
         ..TxnConfig::default()
     };
     txn_cfg.motor.isolation = s.isolation;
+    txn_cfg.motor.start_clock_ns = s.start_clock_ns;
     let txn_cfg = Rc::new(txn_cfg);
+    let clocks: Vec<_> = (0..2)
+        .map(|_| std::sync::Arc::new(dtxn_txn::StartClock::new(s.start_clock_ns)))
+        .collect();
     let topo = Topology {
         compute_nodes: 2,
         threads: 2,
@@ -133,10 +141,14 @@ fn run(s: Setup) -> Outcome {
         .run(topo, None, |ep: Endpoint| {
             let history = history.clone();
             let txn_cfg = txn_cfg.clone();
+            let clock = clocks[ep.id().compute_node as usize].clone();
             async move {
                 let mut ep = ep;
                 let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
                 let mut c = Coordinator::new(ep, map, txn_cfg);
+                if s.start_clock_ns > 0 {
+                    c.set_start_clock(clock);
+                }
                 c.set_recorder(Box::new(Collect(history)));
                 let mut audits = 0;
                 for _ in 0..40 {
@@ -147,7 +159,11 @@ fn run(s: Setup) -> Outcome {
                         let mut tx = c.begin(TxKind::ReadOnly);
                         if let Ok(Some(v)) = tx.read(CHECKING, k).await {
                             assert!(consistent(v), "a read-only read returned a torn value");
-                            let _ = tx.commit().await;
+                            if tx.commit().await.is_ok()
+                                && c.last_outcome().unwrap().oracle_round_trips == 0
+                            {
+                                CLOCKED.with(|n| n.set(n.get() + 1));
+                            }
                         }
                     } else if dice < 35 {
                         // The whole bank, accounts and orders: a snapshot sees the exact total.
@@ -268,7 +284,8 @@ fn run(s: Setup) -> Outcome {
                 Isolation::Serializable => CheckIsolation::Serializable,
                 Isolation::Snapshot => CheckIsolation::Snapshot,
             },
-            real_time: true,
+            // A start clock trades real-time order for a round trip.
+            real_time: s.start_clock_ns == 0,
         },
     )
     .unwrap();
@@ -357,7 +374,28 @@ fn setup(seed: u64) -> Setup {
         value_size: 136,
         window_ns: 400,
         crash_at_ns: None,
+        start_clock_ns: 0,
     }
+}
+
+/// Start timestamps from each compute node's clock (no oracle round trip while it is fresh):
+/// still serializable (or SI), without the real-time order.
+#[test]
+fn start_clocks_keep_snapshots_consistent() {
+    CLOCKED.with(|c| c.set(0));
+    for seed in 0..8 {
+        let o = run(Setup {
+            start_clock_ns: 20_000,
+            isolation: if seed % 2 == 0 {
+                Isolation::Serializable
+            } else {
+                Isolation::Snapshot
+            },
+            ..setup(400 + seed)
+        });
+        assert!(o.audits > 0, "{o:?}");
+    }
+    assert!(CLOCKED.with(|c| c.get()) > 50, "the clock was hardly used");
 }
 
 /// A compute node crashes mid-run: its coordinators stop wherever they were, their ops in

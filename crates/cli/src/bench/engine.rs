@@ -10,7 +10,7 @@
 use dtxn_check::HistoryWriter;
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::PoolMap;
-use dtxn_txn::{AbortReason, Coordinator, Recorder, TxnConfig, TxnOutcome, Vcache};
+use dtxn_txn::{AbortReason, Coordinator, Recorder, StartClock, TxnConfig, TxnOutcome, Vcache};
 use dtxn_workloads::{rng::mix, WlRng, Workload};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -171,6 +171,8 @@ pub struct Shared {
     record_failed: Arc<AtomicBool>,
     /// FORD-LV: the version cache every coordinator of the (one) compute node shares.
     pub vcache: Option<Arc<Vcache>>,
+    /// Motor with `motor.start_clock_ns`: one start clock per compute node.
+    pub start_clocks: Vec<Arc<StartClock>>,
 }
 
 /// What one run produced.
@@ -209,6 +211,9 @@ async fn coordinator<W: Workload>(
     let mut c = Coordinator::new(ep, Rc::new(map), cfg);
     if let Some(v) = &sh.vcache {
         c.set_vcache(v.clone());
+    }
+    if let Some(clock) = sh.start_clocks.get(c.endpoint().id().compute_node as usize) {
+        c.set_start_clock(clock.clone());
     }
     if let Some(out) = &sh.record {
         c.set_recorder(Box::new(FileRecorder {
@@ -290,6 +295,7 @@ impl Shared {
             record,
             record_failed: Arc::default(),
             vcache: None,
+            start_clocks: Vec::new(),
         })
     }
 

@@ -440,6 +440,11 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
     }
+    if cfg.protocol == Protocol::Motor && cfg.motor.start_clock_ns > 0 {
+        sh.start_clocks = (0..topo.compute_nodes)
+            .map(|_| Arc::new(dtxn_txn::StartClock::new(cfg.motor.start_clock_ns)))
+            .collect();
+    }
     let sh = Arc::new(sh);
     let w = Arc::new(w);
     // Register with the pool: alone for localized validation (every writer must share this

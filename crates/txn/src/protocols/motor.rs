@@ -119,7 +119,28 @@ async fn timestamp(tx: &mut Txn<'_>) -> Result<u64, ()> {
     if tx.c.ep.post().await.is_err() {
         return Err(());
     }
-    Ok(tx.c.ep.old(f) + 1)
+    let ts = tx.c.ep.old(f) + 1;
+    if let Some(c) = &tx.c.start_clock {
+        c.observe(ts, tx.c.ep.now_ns());
+    }
+    Ok(ts)
+}
+
+/// The start timestamp: the compute node's start clock while it is fresh (see
+/// [`crate::StartClock`]), else the oracle.
+async fn start(tx: &mut Txn<'_>) -> Result<(), ()> {
+    if tx.ts_start != 0 {
+        return Ok(());
+    }
+    let cached = match (&tx.c.start_clock, tx.c.cfg.motor.start_clock_ns) {
+        (Some(c), n) if n > 0 => c.start(tx.c.ep.now_ns()),
+        _ => None,
+    };
+    tx.ts_start = match cached {
+        Some(ts) => ts,
+        None => timestamp(tx).await?,
+    };
+    Ok(())
 }
 
 fn new_item(t: &TableInfo, table_id: u32, key: u64, rw: bool) -> Item {
@@ -196,11 +217,9 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
     if work.is_empty() {
         return Ok(());
     }
-    if tx.ts_start == 0 {
-        tx.ts_start = timestamp(tx)
-            .await
-            .map_err(|()| abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]))?;
-    }
+    start(tx)
+        .await
+        .map_err(|()| abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]))?;
     run_stages(tx, work).await
 }
 
@@ -573,11 +592,9 @@ pub(crate) async fn insert(
             tx.items.len() - 1
         }
     };
-    if tx.ts_start == 0 {
-        tx.ts_start = timestamp(tx)
-            .await
-            .map_err(|()| bad(AbortReason::ReplicaFailure))?;
-    }
+    start(tx)
+        .await
+        .map_err(|()| bad(AbortReason::ReplicaFailure))?;
     if tx.items[i].mv.is_none() {
         // No CVT seen: look in the chain, under its insert lock.
         choose_slot(tx, &map, i).await?;
