@@ -236,14 +236,19 @@ impl<'c> Txn<'c> {
 
     /// Deletes a record read for update.
     pub async fn delete(&mut self, table: u32, key: u64) -> Result<(), Abort> {
+        let multi_version = self.multi_version();
         let r = self.writable(table, key).map(|i| {
             let it = &mut self.items[i];
             if it.new == NewValue::Insert {
                 // Deleting our own insert: the key stays absent; give the slot up (the chain
-                // lock stays held, so the absence holds until the end).
+                // lock stays held, so the absence holds until the end). Motor locked the slot
+                // (or the key's tombstone CVT) when it inserted: it keeps the offset, so that
+                // the release gives that lock back.
                 it.new = NewValue::Keep;
                 it.install = None;
-                it.offset = None;
+                if !multi_version {
+                    it.offset = None;
+                }
                 it.cold = false;
                 it.in_log = false;
             } else {

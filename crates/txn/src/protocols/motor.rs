@@ -555,8 +555,9 @@ pub(crate) async fn insert(
             }
             _ => {}
         }
-        if it.locked && it.mv.is_some() {
-            // Over our key's tombstone.
+        if it.locked {
+            // Over our key's tombstone, or into the slot we claimed for it before (an insert
+            // we deleted since).
             it.value.copy_from_slice(value);
             it.new = NewValue::Insert;
             return Ok(());
