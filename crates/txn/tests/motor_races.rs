@@ -5,7 +5,7 @@
 use dtxn_check::{check, Isolation as CheckIsolation, Options, Txn as HTxn};
 use dtxn_fabric::sim::{SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Topology};
-use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec};
 use dtxn_txn::{AbortReason, Coordinator, Isolation, Protocol, Recorder, TxKind, TxnConfig};
 use std::cell::RefCell;
 use std::future::Future;
@@ -76,6 +76,14 @@ fn spec() -> TableSpec {
     let mut spec = TableSpec::new(T, "test", 72, 16).multi_version(4);
     spec.attributes = vec![8, 56, 8];
     spec
+}
+
+/// Keys (besides 1 and 2) whose home bucket is `home`.
+fn keys_in(t: &TableInfo, home: u64, n: usize) -> Vec<u64> {
+    (3..10_000)
+        .filter(|&k| t.home_bucket(k) == home)
+        .take(n)
+        .collect()
 }
 
 struct Ran {
@@ -220,4 +228,31 @@ fn insert_then_delete_in_one_transaction_releases_its_locks() {
         assert_eq!(ran.board.get("four"), [Some(44)], "{iso:?}");
         assert_eq!(locks_left(&ran), [], "{iso:?}: locks left");
     }
+}
+
+/// A serializable transaction that saw a key absent and inserts another key of the same
+/// chain: at validation its own claimed slot (marked committing) is no other writer's insert,
+/// so it commits.
+#[test]
+fn own_claimed_slot_does_not_fail_validation_of_an_absent_key() {
+    let ran = scenario(Isolation::Serializable, 1, |_, mut c, b| async move {
+        let t = c.map().table(T).unwrap().clone();
+        let keys = keys_in(&t, t.home_bucket(3), 2);
+        let (absent, new) = (keys[0], keys[1]);
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let r = async {
+            assert!(tx.read(T, absent).await?.is_none());
+            tx.insert(T, new, &val(5)).await?;
+            tx.commit().await
+        }
+        .await;
+        b.see("commit", reason(r));
+    });
+    assert_eq!(
+        ran.board.get("commit"),
+        [None],
+        "{:?}",
+        named(&ran.board.get("commit"))
+    );
+    assert_eq!(locks_left(&ran), []);
 }

@@ -724,6 +724,7 @@ async fn mark_committing(tx: &mut Txn<'_>) -> Result<(), ()> {
 /// read: no other version up to `tc`, and no writer committing (which may commit below us).
 async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
     let map = tx.c.map.clone();
+    let owner = tx.c.owner;
     // Everything read without our lock: read-only items, and keys found absent for update
     // but never inserted.
     let ro: Vec<usize> = (0..tx.items.len())
@@ -790,9 +791,10 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                 Stage::Bucket { at, hops, .. } => {
                     let scan = t.scan(at, bytes, it.key);
                     let sv = t.codec();
+                    // Another writer's insert committing (not a slot we claimed ourselves).
                     let claimed = (0..t.slots_per_bucket).any(|s| {
                         let h = sv.header(t.slot_bytes(bytes, s));
-                        !h.valid && h.lock & COMMITTING != 0
+                        !h.valid && h.lock & COMMITTING != 0 && h.lock != owner | COMMITTING
                     });
                     if claimed {
                         return Err(fail);
