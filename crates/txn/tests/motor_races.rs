@@ -6,7 +6,9 @@ use dtxn_check::{check, Isolation as CheckIsolation, Options, Txn as HTxn};
 use dtxn_fabric::sim::{SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec};
-use dtxn_txn::{AbortReason, Coordinator, Isolation, Protocol, Recorder, TxKind, TxnConfig};
+use dtxn_txn::{
+    AbortReason, Access, Coordinator, Isolation, Protocol, Recorder, TxKind, TxnConfig,
+};
 use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
@@ -255,4 +257,39 @@ fn own_claimed_slot_does_not_fail_validation_of_an_absent_key() {
         named(&ran.board.get("commit"))
     );
     assert_eq!(locks_left(&ran), []);
+}
+
+/// One fetch that names a key twice, read-only then for update (the second wins): the key is
+/// locked once and read under its lock, cached address or not.
+#[test]
+fn a_key_fetched_read_only_and_for_update_at_once_is_locked_once() {
+    for iso in [Isolation::Serializable, Isolation::Snapshot] {
+        let ran = scenario(iso, 1, |_, mut c, b| async move {
+            // First with an empty address cache (bucket reads), then with a warm one.
+            for _ in 0..2 {
+                let mut tx = c.begin(TxKind::ReadWrite);
+                let r = async {
+                    tx.fetch(&[Access::read(T, 1), Access::update(T, 1)])
+                        .await?;
+                    let v = num(tx.get(T, 1).unwrap());
+                    tx.update(T, 1, &val(v + 1)).await?;
+                    tx.commit().await
+                }
+                .await;
+                b.see("fetch", reason(r));
+            }
+            let mut tx = c.begin(TxKind::ReadOnly);
+            let v = tx.read(T, 1).await.unwrap().map(num);
+            b.see("final", v);
+            tx.commit().await.unwrap();
+        });
+        assert_eq!(
+            ran.board.get("fetch"),
+            [None, None],
+            "{iso:?}: {:?}",
+            named(&ran.board.get("fetch"))
+        );
+        assert_eq!(ran.board.get("final"), [Some(12)]);
+        assert_eq!(locks_left(&ran), [], "{iso:?}");
+    }
 }

@@ -161,6 +161,14 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             let it = &mut tx.items[i];
             if a.for_update && !it.rw {
                 it.rw = true;
+                // Named read-only earlier in this same call: its stage, not yet posted, locks
+                // it instead (a bucket read of a read-write item goes on to CAS + READ).
+                if let Some((_, st)) = work.iter_mut().find(|(j, _)| *j == i) {
+                    if let Stage::Cvt { lock, .. } = st {
+                        *lock = true;
+                    }
+                    continue;
+                }
                 let stage = match it.offset {
                     Some(off) => Stage::Cvt { off, lock: true },
                     None => Stage::Bucket {
