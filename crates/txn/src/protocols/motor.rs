@@ -188,6 +188,14 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             let it = &mut tx.items[i];
             if a.for_update && !it.rw {
                 it.rw = true;
+                // Named read-only earlier in this same call: its stage, not yet posted, locks
+                // it instead (a bucket read of a read-write item goes on to CAS + READ).
+                if let Some((_, st)) = work.iter_mut().find(|(j, _)| *j == i) {
+                    if let Stage::Cvt { lock, .. } = st {
+                        *lock = true;
+                    }
+                    continue;
+                }
                 let stage = match it.offset {
                     Some(off) => Stage::Cvt { off, lock: true },
                     None => Stage::Bucket {
@@ -785,6 +793,7 @@ async fn mark_committing(tx: &mut Txn<'_>) -> Result<(), Abort> {
 /// read: no other version up to `tc`, and no writer committing (which may commit below us).
 async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
     let map = tx.c.map.clone();
+    let owner = tx.c.owner;
     // Everything read without our lock: read-only items, and keys found absent for update
     // but never inserted.
     let ro: Vec<usize> = (0..tx.items.len())
@@ -851,9 +860,10 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                 Stage::Bucket { at, hops, .. } => {
                     let scan = t.scan(at, bytes, it.key);
                     let sv = t.codec();
+                    // Another writer's insert committing (not a slot we claimed ourselves).
                     let claimed = (0..t.slots_per_bucket).any(|s| {
                         let h = sv.header(t.slot_bytes(bytes, s));
-                        !h.valid && h.lock & COMMITTING != 0
+                        !h.valid && h.lock & COMMITTING != 0 && h.lock != owner | COMMITTING
                     });
                     if claimed {
                         return Err(fail);

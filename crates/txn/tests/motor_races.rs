@@ -1,0 +1,295 @@
+//! Motor corner cases, scripted as deterministic interleavings on the simulator (in the style
+//! of `hermitage.rs`): a transaction's own inserts and deletes, its own claimed slots, and
+//! what it leaves behind in memory (no lock word may stay set after every transaction ended).
+
+use dtxn_check::{check, Isolation as CheckIsolation, Options, Txn as HTxn};
+use dtxn_fabric::sim::{SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec};
+use dtxn_txn::{
+    AbortReason, Access, Coordinator, Isolation, Protocol, Recorder, TxKind, TxnConfig,
+};
+use std::cell::RefCell;
+use std::future::Future;
+use std::rc::Rc;
+
+const T: u32 = 1;
+
+fn val(x: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 72];
+    b[..8].copy_from_slice(&x.to_le_bytes());
+    b[64..].copy_from_slice(&x.to_le_bytes());
+    b
+}
+
+fn num(v: &[u8]) -> u64 {
+    u64::from_le_bytes(v[..8].try_into().unwrap())
+}
+
+struct Collect(Rc<RefCell<Vec<HTxn>>>);
+
+impl Recorder for Collect {
+    fn record(&mut self, t: &HTxn) {
+        self.0.borrow_mut().push(t.clone());
+    }
+}
+
+/// Shared by the roles of a scenario: what each role observed.
+#[derive(Default)]
+struct Board {
+    seen: RefCell<Vec<(&'static str, Option<u64>)>>,
+}
+
+impl Board {
+    fn see(&self, what: &'static str, v: Option<u64>) {
+        self.seen.borrow_mut().push((what, v));
+    }
+
+    fn get(&self, what: &str) -> Vec<Option<u64>> {
+        self.seen
+            .borrow()
+            .iter()
+            .filter(|(w, _)| *w == what)
+            .map(|x| x.1)
+            .collect()
+    }
+}
+
+fn reason(r: Result<(), dtxn_txn::Abort>) -> Option<u64> {
+    match r {
+        Ok(()) => None,
+        Err(a) => Some(
+            AbortReason::ALL
+                .iter()
+                .position(|&x| x == a.reason)
+                .unwrap() as u64,
+        ),
+    }
+}
+
+fn named(codes: &[Option<u64>]) -> Vec<Option<AbortReason>> {
+    codes
+        .iter()
+        .map(|c| c.map(|c| AbortReason::ALL[c as usize]))
+        .collect()
+}
+
+fn spec() -> TableSpec {
+    let mut spec = TableSpec::new(T, "test", 72, 16).multi_version(4);
+    spec.attributes = vec![8, 56, 8];
+    spec
+}
+
+/// Keys (besides 1 and 2) whose home bucket is `home`.
+fn keys_in(t: &TableInfo, home: u64, n: usize) -> Vec<u64> {
+    (3..10_000)
+        .filter(|&k| t.home_bucket(k) == home)
+        .take(n)
+        .collect()
+}
+
+struct Ran {
+    board: Rc<Board>,
+    pool: Pool,
+    plan: Plan,
+}
+
+/// Runs `script(role, coordinator, board)` as `roles` Motor coordinators against keys 1 -> 10
+/// and 2 -> 20; asserts that the history satisfies `iso`.
+fn scenario<F, Fut>(iso: Isolation, roles: u32, script: F) -> Ran
+where
+    F: Fn(u32, Coordinator, Rc<Board>) -> Fut + Copy + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 8,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let plan = Plan::new(&[spec()], &shape).unwrap();
+    let mut pool = Pool::Sim(SimPool::new(SimConfig::new(3, 2, plan.region_bytes)).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    l.insert(&pool, 1, &val(10)).unwrap();
+    l.insert(&pool, 2, &val(20)).unwrap();
+    let board = Rc::new(Board::default());
+    let history = Rc::new(RefCell::new(Vec::new()));
+    let mut cfg = TxnConfig {
+        protocol: Protocol::Motor,
+        ..TxnConfig::default()
+    };
+    cfg.motor.isolation = iso;
+    let cfg = Rc::new(cfg);
+    let Pool::Sim(sim) = &mut pool else {
+        unreachable!()
+    };
+    let topo = Topology {
+        compute_nodes: 1,
+        threads: roles,
+        coroutines: 1,
+    };
+    sim.run(topo, None, |mut ep: Endpoint| {
+        let (board, history, cfg) = (board.clone(), history.clone(), cfg.clone());
+        let role = ep.id().thread;
+        async move {
+            let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+            let mut c = Coordinator::new(ep, map, cfg);
+            c.set_recorder(Box::new(Collect(history)));
+            script(role, c, board).await
+        }
+    })
+    .unwrap();
+    let h = history.borrow();
+    let report = check(
+        h.iter(),
+        Options {
+            isolation: match iso {
+                Isolation::Serializable => CheckIsolation::Serializable,
+                Isolation::Snapshot => CheckIsolation::Snapshot,
+            },
+            real_time: true,
+        },
+    )
+    .unwrap();
+    assert!(report.ok(), "{report}");
+    Ran { board, pool, plan }
+}
+
+/// Every lock word of the table (record slots and chains' insert locks) on its primary that
+/// is still set, as (offset, word).
+fn locks_left(ran: &Ran) -> Vec<(u64, u64)> {
+    let t = ran.plan.table(T).unwrap();
+    let buckets = (0..t.bucket_count)
+        .map(|b| t.table_off + 64 + b * t.bucket_bytes)
+        .chain((0..t.overflow_buckets).map(|i| t.overflow_bucket(i)));
+    let mut left = Vec::new();
+    for b in buckets {
+        let words =
+            std::iter::once(t.insert_lock(b)).chain((0..t.slots_per_bucket).map(|s| t.slot(b, s)));
+        for off in words {
+            let w = ran.pool.with_local(t.primary(), |m| m.read_u64(off));
+            if w != 0 {
+                left.push((off, w));
+            }
+        }
+    }
+    left
+}
+
+/// A transaction that inserts a key and deletes it again commits with the key absent, and
+/// leaves no lock behind: neither on a deleted key's CVT it re-inserted over (which would
+/// lock the key out of every later writer) nor on the free slot it claimed for a new key.
+#[test]
+fn insert_then_delete_in_one_transaction_releases_its_locks() {
+    for iso in [Isolation::Serializable, Isolation::Snapshot] {
+        let ran = scenario(iso, 1, |_, mut c, b| async move {
+            // Key 1 deleted: its CVT holds a tombstone.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.read_for_update(T, 1).await.unwrap();
+            tx.delete(T, 1).await.unwrap();
+            tx.commit().await.unwrap();
+            // Re-inserted over the tombstone and deleted again; key 3 inserted into a free
+            // slot and deleted again.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.insert(T, 1, &val(11)).await.unwrap();
+            tx.delete(T, 1).await.unwrap();
+            tx.insert(T, 3, &val(33)).await.unwrap();
+            tx.delete(T, 3).await.unwrap();
+            assert!(tx.get(T, 1).is_none() && tx.get(T, 3).is_none());
+            tx.commit().await.unwrap();
+            // Inserted, deleted and inserted again: one slot, the last value.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.insert(T, 4, &val(4)).await.unwrap();
+            tx.delete(T, 4).await.unwrap();
+            tx.insert(T, 4, &val(44)).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = c.begin(TxKind::ReadOnly);
+            let v = tx.read(T, 4).await.unwrap().map(num);
+            b.see("four", v);
+            tx.commit().await.unwrap();
+            // Key 1 can be written again.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let r = async {
+                let v = tx.read_for_update(T, 1).await?.map(num);
+                b.see("again", v);
+                tx.insert(T, 1, &val(12)).await?;
+                tx.commit().await
+            }
+            .await;
+            b.see("reinsert", reason(r));
+        });
+        assert_eq!(
+            ran.board.get("reinsert"),
+            [None],
+            "{iso:?}: re-insert aborted: {:?}",
+            named(&ran.board.get("reinsert"))
+        );
+        assert_eq!(ran.board.get("again"), [None], "{iso:?}");
+        assert_eq!(ran.board.get("four"), [Some(44)], "{iso:?}");
+        assert_eq!(locks_left(&ran), [], "{iso:?}: locks left");
+    }
+}
+
+/// A serializable transaction that saw a key absent and inserts another key of the same
+/// chain: at validation its own claimed slot (marked committing) is no other writer's insert,
+/// so it commits.
+#[test]
+fn own_claimed_slot_does_not_fail_validation_of_an_absent_key() {
+    let ran = scenario(Isolation::Serializable, 1, |_, mut c, b| async move {
+        let t = c.map().table(T).unwrap().clone();
+        let keys = keys_in(&t, t.home_bucket(3), 2);
+        let (absent, new) = (keys[0], keys[1]);
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let r = async {
+            assert!(tx.read(T, absent).await?.is_none());
+            tx.insert(T, new, &val(5)).await?;
+            tx.commit().await
+        }
+        .await;
+        b.see("commit", reason(r));
+    });
+    assert_eq!(
+        ran.board.get("commit"),
+        [None],
+        "{:?}",
+        named(&ran.board.get("commit"))
+    );
+    assert_eq!(locks_left(&ran), []);
+}
+
+/// One fetch that names a key twice, read-only then for update (the second wins): the key is
+/// locked once and read under its lock, cached address or not.
+#[test]
+fn a_key_fetched_read_only_and_for_update_at_once_is_locked_once() {
+    for iso in [Isolation::Serializable, Isolation::Snapshot] {
+        let ran = scenario(iso, 1, |_, mut c, b| async move {
+            // First with an empty address cache (bucket reads), then with a warm one.
+            for _ in 0..2 {
+                let mut tx = c.begin(TxKind::ReadWrite);
+                let r = async {
+                    tx.fetch(&[Access::read(T, 1), Access::update(T, 1)])
+                        .await?;
+                    let v = num(tx.get(T, 1).unwrap());
+                    tx.update(T, 1, &val(v + 1)).await?;
+                    tx.commit().await
+                }
+                .await;
+                b.see("fetch", reason(r));
+            }
+            let mut tx = c.begin(TxKind::ReadOnly);
+            let v = tx.read(T, 1).await.unwrap().map(num);
+            b.see("final", v);
+            tx.commit().await.unwrap();
+        });
+        assert_eq!(
+            ran.board.get("fetch"),
+            [None, None],
+            "{iso:?}: {:?}",
+            named(&ran.board.get("fetch"))
+        );
+        assert_eq!(ran.board.get("final"), [Some(12)]);
+        assert_eq!(locks_left(&ran), [], "{iso:?}");
+    }
+}
