@@ -465,7 +465,9 @@ impl MvCodec {
                 .map(|c| c.version)
                 .max();
             if let Some(v) = overlapped {
-                Self::drop_through(cvt, v);
+                // Version v's pre-images rebuild the versions before v, which go; v itself is
+                // rebuilt from newer versions' pre-images, which stay.
+                Self::drop_through(cvt, v - 1);
             }
         } else if cell.bitmap != 0 && cell.flags & INLINE == 0 {
             // Pre-images that did not fit: no older version can be rebuilt any more.

@@ -115,6 +115,9 @@ pub struct Txn<'c> {
     pub(crate) oracle_round_trips: u64,
     /// A failed commit left versions that recovery must settle: keep the locks.
     pub(crate) keep_locks: bool,
+    /// Locks taken on slots that turned out to be the wrong ones, to give back once the
+    /// round's results are read (Motor).
+    pub(crate) give_back: Vec<(NodeId, u64)>,
 }
 
 impl<'c> Txn<'c> {
@@ -137,6 +140,7 @@ impl<'c> Txn<'c> {
             ts_start: 0,
             oracle_round_trips: 0,
             keep_locks: false,
+            give_back: Vec::new(),
         }
     }
 

@@ -265,6 +265,14 @@ async fn run_stages(tx: &mut Txn<'_>, mut work: Vec<(usize, Stage)>) -> Result<(
                 }
             }
         }
+        if !tx.give_back.is_empty() {
+            let z = 0u64.to_le_bytes();
+            for (n, off) in std::mem::take(&mut tx.give_back) {
+                tx.c.ep.write(n, off, &z);
+            }
+            // A lost release leaves the lock to recovery; nothing to tell this transaction.
+            let _ = tx.c.ep.post_detached();
+        }
         if let Some(a) = failed {
             return Err(a);
         }
@@ -390,10 +398,8 @@ fn on_cvt(tx: &mut Txn<'_>, t: &TableInfo, i: usize, off: u64, rec: &[u8]) -> Ne
         // A stale cache entry (or a slot that lost a race): look the key up in its chain.
         tx.c.cache.invalidate(table_id, key);
         if ours {
-            // Give the wrong slot's lock back at once.
-            let z = 0u64.to_le_bytes();
-            tx.c.ep.write(t.primary(), off, &z);
-            let _ = tx.c.ep.post_detached();
+            // Give the wrong slot's lock back, once this round's results are read.
+            tx.give_back.push((t.primary(), off));
             let it = &mut tx.items[i];
             it.locked = false;
             it.offset = None;
