@@ -85,6 +85,10 @@ pub struct MotorOptions {
     /// timestamp is at most this old (ns), without a round trip; 0: an oracle FAA per
     /// transaction. Serializable either way; strict (real-time) order only with 0.
     pub start_clock_ns: u64,
+    /// `"pool"`: timestamps from the pool's oracle word (one FAA each); `"local"`: from the
+    /// compute process's own counter ([`crate::LocalOracle`]), for a process that holds the
+    /// pool alone.
+    pub oracle: String,
 }
 
 impl Default for MotorOptions {
@@ -92,6 +96,7 @@ impl Default for MotorOptions {
         MotorOptions {
             isolation: Isolation::Serializable,
             start_clock_ns: 0,
+            oracle: "pool".into(),
         }
     }
 }

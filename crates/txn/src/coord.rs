@@ -69,6 +69,8 @@ pub struct Coordinator {
     pub(crate) vcache: Option<Arc<Vcache>>,
     /// Motor: the compute node's start clock.
     pub(crate) start_clock: Option<Arc<crate::StartClock>>,
+    /// Motor: the compute process's own timestamp oracle.
+    pub(crate) local_oracle: Option<Arc<crate::LocalOracle>>,
 }
 
 impl Coordinator {
@@ -88,7 +90,15 @@ impl Coordinator {
             last: None,
             vcache: None,
             start_clock: None,
+            local_oracle: None,
         }
+    }
+
+    /// Takes Motor's timestamps from the compute process's own counter instead of the pool's
+    /// oracle word: only for a process that holds the pool alone (`attach(ep, true)`), or
+    /// timestamps of two processes would collide.
+    pub fn set_local_oracle(&mut self, o: Arc<crate::LocalOracle>) {
+        self.local_oracle = Some(o);
     }
 
     /// Shares the compute node's start clock (Motor: start timestamps without a round trip,

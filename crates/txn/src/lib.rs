@@ -20,7 +20,7 @@ pub mod vcache;
 
 pub use abort::{Abort, AbortReason};
 pub use attach::{attach, detach, AttachError, Attachment};
-pub use clock::StartClock;
+pub use clock::{LocalOracle, StartClock, LOCAL_ORACLE_BLOCK};
 pub use config::{FordOptions, Isolation, MotorOptions, Protocol, TxnConfig};
 pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use txn::{Access, TxKind, Txn};

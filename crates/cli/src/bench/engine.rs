@@ -10,7 +10,9 @@
 use dtxn_check::HistoryWriter;
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::PoolMap;
-use dtxn_txn::{AbortReason, Coordinator, Recorder, StartClock, TxnConfig, TxnOutcome, Vcache};
+use dtxn_txn::{
+    AbortReason, Coordinator, LocalOracle, Recorder, StartClock, TxnConfig, TxnOutcome, Vcache,
+};
 use dtxn_workloads::{rng::mix, WlRng, Workload};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
@@ -173,6 +175,8 @@ pub struct Shared {
     pub vcache: Option<Arc<Vcache>>,
     /// Motor with `motor.start_clock_ns`: one start clock per compute node.
     pub start_clocks: Vec<Arc<StartClock>>,
+    /// Motor with `motor.oracle=local`: the process's own timestamp counter.
+    pub local_oracle: Option<Arc<LocalOracle>>,
 }
 
 /// What one run produced.
@@ -214,6 +218,9 @@ async fn coordinator<W: Workload>(
     }
     if let Some(clock) = sh.start_clocks.get(c.endpoint().id().compute_node as usize) {
         c.set_start_clock(clock.clone());
+    }
+    if let Some(o) = &sh.local_oracle {
+        c.set_local_oracle(o.clone());
     }
     if let Some(out) = &sh.record {
         c.set_recorder(Box::new(FileRecorder {
@@ -296,6 +303,7 @@ impl Shared {
             record_failed: Arc::default(),
             vcache: None,
             start_clocks: Vec::new(),
+            local_oracle: None,
         })
     }
 

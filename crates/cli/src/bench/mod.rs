@@ -344,6 +344,16 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     if a.txns == Some(0) {
         bail!("--txns must be at least 1");
     }
+    let local_oracle = cfg.motor.oracle == "local";
+    if !["pool", "local"].contains(&cfg.motor.oracle.as_str()) {
+        bail!(
+            "--set motor.oracle={}: expected pool or local",
+            cfg.motor.oracle
+        );
+    }
+    if local_oracle && (cfg.protocol != Protocol::Motor || topo.compute_nodes != 1) {
+        bail!("motor.oracle=local is Motor's, with one compute node (it holds the pool alone)");
+    }
     if a.localized_validation && (cfg.protocol != Protocol::Ford || topo.compute_nodes != 1) {
         bail!("--localized-validation is FORD's, with one compute node");
     }
@@ -440,6 +450,9 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
     }
+    if cfg.motor.oracle == "local" {
+        sh.local_oracle = Some(Arc::new(dtxn_txn::LocalOracle::new()));
+    }
     if cfg.protocol == Protocol::Motor && cfg.motor.start_clock_ns > 0 {
         sh.start_clocks = (0..topo.compute_nodes)
             .map(|_| Arc::new(dtxn_txn::StartClock::new(cfg.motor.start_clock_ns)))
@@ -455,7 +468,9 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     } else {
         1
     };
-    let attachment = claim(&mut pool, a.localized_validation, claim_nodes)?;
+    // Alone also for a local timestamp oracle: another process's timestamps would collide.
+    let alone = a.localized_validation || cfg.motor.oracle == "local";
+    let attachment = claim(&mut pool, alone, claim_nodes)?;
     let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
     release_claim(&mut pool, attachment, claim_nodes)?;
     let mut out = out?;

@@ -112,8 +112,21 @@ fn codec(t: &TableInfo) -> MvCodec {
     MvCodec::new(t).expect("motor runs on multi-version tables (checked at fetch)")
 }
 
-/// A timestamp from the oracle: FAA on memory node 0, one round trip.
+/// A timestamp from the oracle: FAA on memory node 0, one round trip; or the compute
+/// process's own counter (no round trip once its block is reserved).
 async fn timestamp(tx: &mut Txn<'_>) -> Result<u64, ()> {
+    if let Some(o) = tx.c.local_oracle.clone() {
+        if let Some(ts) = o.next() {
+            return Ok(ts);
+        }
+        let f = tx.c.ep.faa(0, ORACLE_OFF, crate::LOCAL_ORACLE_BLOCK);
+        tx.oracle_round_trips += 1;
+        if tx.c.ep.post().await.is_err() {
+            return Err(());
+        }
+        o.start_at(tx.c.ep.old(f) + 1);
+        return o.next().ok_or(());
+    }
     let f = tx.c.ep.faa(0, ORACLE_OFF, 1);
     tx.oracle_round_trips += 1;
     if tx.c.ep.post().await.is_err() {
