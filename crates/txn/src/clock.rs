@@ -45,60 +45,53 @@ impl StartClock {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_local_oracle_counts_from_its_block() {
-        let o = LocalOracle::new();
-        assert_eq!(o.next(), None);
-        o.start_at(100);
-        o.start_at(500);
-        assert_eq!(o.next(), Some(100));
-        assert_eq!(o.next(), Some(101));
-    }
-
-    #[test]
-    fn serves_the_newest_value_while_it_is_fresh() {
-        let c = StartClock::new(1_000);
-        assert_eq!(c.start(0), None);
-        c.observe(7, 100);
-        c.observe(5, 50);
-        assert_eq!(c.start(600), Some(7));
-        assert_eq!(c.start(1_100), Some(7));
-        assert_eq!(c.start(1_101), None);
-    }
-}
-
 /// A compute process's own timestamp oracle, for a process that holds the pool alone (Motor's
 /// authors' configuration: one compute server, a process-wide counter). Timestamps cost no
 /// round trip. It starts above every timestamp the pool has seen by reserving a block of the
 /// pool's oracle word (one FAA, by the first coordinator that needs a timestamp), so a run
 /// after a crashed one still stamps above everything that run wrote.
-#[derive(Debug, Default)]
+///
+/// It also replaces the round trip that marks a writer's locks *committing* in the pool: a
+/// writer sets its bit here before it takes its commit timestamp and clears it once its
+/// records are installed; a reader copies the bits right after taking its start timestamp,
+/// and treats a record locked by a coordinator whose bit it copied as being committed (it
+/// waits). One total order over the counter and the bits (SeqCst) makes the argument: a
+/// writer whose commit timestamp is below my start set its bit before my copy, so I either
+/// see the bit or, if it was cleared already, read its installed records.
+#[derive(Debug)]
 pub struct LocalOracle {
     next: AtomicU64,
+    committing: Box<[AtomicU64]>,
 }
 
 /// Timestamps a local oracle reserves from the pool's oracle word.
 pub const LOCAL_ORACLE_BLOCK: u64 = 1 << 40;
 
+impl Default for LocalOracle {
+    fn default() -> LocalOracle {
+        LocalOracle::new(1024)
+    }
+}
+
 impl LocalOracle {
-    pub fn new() -> LocalOracle {
-        LocalOracle::default()
+    /// An oracle for coordinators with lock-owner ids 1..=`coordinators`.
+    pub fn new(coordinators: u32) -> LocalOracle {
+        LocalOracle {
+            next: AtomicU64::new(0),
+            committing: (0..=coordinators / 64).map(|_| AtomicU64::new(0)).collect(),
+        }
     }
 
     /// A fresh timestamp, or `None` until [`LocalOracle::start_at`] has run.
     pub fn next(&self) -> Option<u64> {
-        let mut cur = self.next.load(Ordering::Acquire);
+        let mut cur = self.next.load(Ordering::SeqCst);
         loop {
             if cur == 0 {
                 return None;
             }
             match self
                 .next
-                .compare_exchange_weak(cur, cur + 1, Ordering::AcqRel, Ordering::Acquire)
+                .compare_exchange_weak(cur, cur + 1, Ordering::SeqCst, Ordering::SeqCst)
             {
                 Ok(_) => return Some(cur),
                 Err(now) => cur = now,
@@ -111,6 +104,83 @@ impl LocalOracle {
     pub fn start_at(&self, first: u64) {
         let _ = self
             .next
-            .compare_exchange(0, first.max(1), Ordering::AcqRel, Ordering::Acquire);
+            .compare_exchange(0, first.max(1), Ordering::SeqCst, Ordering::SeqCst);
+    }
+
+    fn bit(&self, owner: u64) -> Option<(&AtomicU64, u64)> {
+        let i = owner.checked_sub(1)?;
+        let word = self.committing.get((i / 64) as usize)?;
+        Some((word, 1 << (i % 64)))
+    }
+
+    /// Whether `owner` (a lock-owner id) can be tracked here.
+    pub fn tracks(&self, owner: u64) -> bool {
+        self.bit(owner).is_some()
+    }
+
+    /// Sets or clears `owner`'s committing bit.
+    pub fn set_committing(&self, owner: u64, on: bool) {
+        if let Some((w, b)) = self.bit(owner) {
+            if on {
+                w.fetch_or(b, Ordering::SeqCst);
+            } else {
+                w.fetch_and(!b, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Copies the committing bits into `out`.
+    pub fn committing(&self, out: &mut Vec<u64>) {
+        out.clear();
+        out.extend(self.committing.iter().map(|w| w.load(Ordering::SeqCst)));
+    }
+
+    /// Whether `owner`'s bit is set in a copy made by [`LocalOracle::committing`].
+    pub fn is_set(bits: &[u64], owner: u64) -> bool {
+        owner.checked_sub(1).is_some_and(|i| {
+            bits.get((i / 64) as usize)
+                .is_some_and(|w| w >> (i % 64) & 1 == 1)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_local_oracle_counts_from_its_block() {
+        let o = LocalOracle::new(100);
+        assert_eq!(o.next(), None);
+        o.start_at(100);
+        o.start_at(500);
+        assert_eq!(o.next(), Some(100));
+        assert_eq!(o.next(), Some(101));
+    }
+
+    #[test]
+    fn committing_bits_are_per_owner() {
+        let o = LocalOracle::new(100);
+        let mut bits = Vec::new();
+        o.set_committing(1, true);
+        o.set_committing(70, true);
+        o.committing(&mut bits);
+        assert!(LocalOracle::is_set(&bits, 1) && LocalOracle::is_set(&bits, 70));
+        assert!(!LocalOracle::is_set(&bits, 2) && !LocalOracle::is_set(&bits, 0));
+        o.set_committing(70, false);
+        o.committing(&mut bits);
+        assert!(!LocalOracle::is_set(&bits, 70));
+        assert!(o.tracks(101) && !o.tracks(129) && !o.tracks(0));
+    }
+
+    #[test]
+    fn serves_the_newest_value_while_it_is_fresh() {
+        let c = StartClock::new(1_000);
+        assert_eq!(c.start(0), None);
+        c.observe(7, 100);
+        c.observe(5, 50);
+        assert_eq!(c.start(600), Some(7));
+        assert_eq!(c.start(1_100), Some(7));
+        assert_eq!(c.start(1_101), None);
     }
 }

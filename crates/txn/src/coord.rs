@@ -96,9 +96,14 @@ impl Coordinator {
 
     /// Takes Motor's timestamps from the compute process's own counter instead of the pool's
     /// oracle word: only for a process that holds the pool alone (`attach(ep, true)`), or
-    /// timestamps of two processes would collide.
-    pub fn set_local_oracle(&mut self, o: Arc<crate::LocalOracle>) {
+    /// timestamps of two processes would collide. `false` (and nothing set) if the oracle was
+    /// made for fewer coordinators than this one's index.
+    pub fn set_local_oracle(&mut self, o: Arc<crate::LocalOracle>) -> bool {
+        if !o.tracks(self.owner) {
+            return false;
+        }
         self.local_oracle = Some(o);
+        true
     }
 
     /// Shares the compute node's start clock (Motor: start timestamps without a round trip,

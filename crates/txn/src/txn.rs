@@ -118,6 +118,8 @@ pub struct Txn<'c> {
     /// Locks taken on slots that turned out to be the wrong ones, to give back once the
     /// round's results are read (Motor).
     pub(crate) give_back: Vec<(NodeId, u64)>,
+    /// Motor with a local oracle: the coordinators committing when our timestamp was taken.
+    pub(crate) suspects: Vec<u64>,
 }
 
 impl<'c> Txn<'c> {
@@ -141,6 +143,7 @@ impl<'c> Txn<'c> {
             oracle_round_trips: 0,
             keep_locks: false,
             give_back: Vec::new(),
+            suspects: Vec::new(),
         }
     }
 

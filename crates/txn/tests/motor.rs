@@ -130,7 +130,7 @@ fn run(s: Setup) -> Outcome {
     let clocks: Vec<_> = (0..2)
         .map(|_| std::sync::Arc::new(dtxn_txn::StartClock::new(s.start_clock_ns)))
         .collect();
-    let oracle = std::sync::Arc::new(dtxn_txn::LocalOracle::new());
+    let oracle = std::sync::Arc::new(dtxn_txn::LocalOracle::new(12));
     let topo = Topology {
         compute_nodes: 2,
         threads: 2,
@@ -154,7 +154,7 @@ fn run(s: Setup) -> Outcome {
                     c.set_start_clock(clock);
                 }
                 if s.local_oracle {
-                    c.set_local_oracle(oracle);
+                    assert!(c.set_local_oracle(oracle));
                 }
                 c.set_recorder(Box::new(Collect(history)));
                 let mut audits = 0;

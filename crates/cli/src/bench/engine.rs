@@ -220,7 +220,11 @@ async fn coordinator<W: Workload>(
         c.set_start_clock(clock.clone());
     }
     if let Some(o) = &sh.local_oracle {
-        c.set_local_oracle(o.clone());
+        if !c.set_local_oracle(o.clone()) {
+            return Err(format!(
+                "coordinator {index}: the local oracle does not track it"
+            ));
+        }
     }
     if let Some(out) = &sh.record {
         c.set_recorder(Box::new(FileRecorder {

@@ -451,7 +451,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
     }
     if cfg.motor.oracle == "local" {
-        sh.local_oracle = Some(Arc::new(dtxn_txn::LocalOracle::new()));
+        sh.local_oracle = Some(Arc::new(dtxn_txn::LocalOracle::new(topo.coordinators())));
     }
     if cfg.protocol == Protocol::Motor && cfg.motor.start_clock_ns > 0 {
         sh.start_clocks = (0..topo.compute_nodes)

@@ -153,7 +153,25 @@ async fn start(tx: &mut Txn<'_>) -> Result<(), ()> {
         Some(ts) => ts,
         None => timestamp(tx).await?,
     };
+    copy_committing(tx);
     Ok(())
+}
+
+/// With a local oracle: which coordinators are committing, copied right after a timestamp
+/// was taken (see [`crate::LocalOracle`]).
+fn copy_committing(tx: &mut Txn<'_>) {
+    if let Some(o) = &tx.c.local_oracle {
+        o.committing(&mut tx.suspects);
+    }
+}
+
+/// Whether a lock word belongs to a writer that may be committing below our timestamp: its
+/// mark in the pool, or (local oracle) its bit when we took the timestamp.
+fn committing(tx: &Txn<'_>, lock: u64) -> bool {
+    lock & COMMITTING != 0
+        || (lock != 0
+            && tx.c.local_oracle.is_some()
+            && crate::LocalOracle::is_set(&tx.suspects, lock))
 }
 
 fn new_item(t: &TableInfo, table_id: u32, key: u64, rw: bool) -> Item {
@@ -425,7 +443,7 @@ fn on_cvt(tx: &mut Txn<'_>, t: &TableInfo, i: usize, off: u64, rec: &[u8]) -> Ne
     }
     tx.c.cache.insert(table_id, key, off);
     tx.items[i].offset = Some(off);
-    if !ours && h.lock & COMMITTING != 0 {
+    if !ours && committing(tx, h.lock) {
         // Someone is committing: its commit timestamp may be below our start and its versions
         // not installed yet. Read again until it is done. (A lock without the mark is a
         // writer still executing: it will take its commit timestamp after this READ, above
@@ -750,12 +768,30 @@ pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
         .find(|i| i.new != NewValue::Keep)
         .expect("a write");
     let fail = abort(AbortReason::ReplicaFailure, first);
-    mark_committing(tx).await?;
-    let tc = timestamp(tx).await.map_err(|()| fail)?;
-    if tx.c.cfg.motor.isolation == Isolation::Serializable {
-        validate(tx, tc).await?;
+    // With a local oracle, the committing mark is our bit in it, not a round trip.
+    let local = tx.c.local_oracle.clone();
+    let owner = tx.c.owner;
+    if let Some(o) = &local {
+        o.set_committing(owner, true);
     }
-    install(tx, tc).await?;
+    let r = async {
+        mark_committing(tx, local.is_none()).await?;
+        let tc = timestamp(tx).await.map_err(|()| fail)?;
+        copy_committing(tx);
+        if tx.c.cfg.motor.isolation == Isolation::Serializable {
+            validate(tx, tc).await?;
+        }
+        install(tx, tc).await
+    }
+    .await;
+    if let Some(o) = &local {
+        // Installed everywhere, or never: either way no reader need wait for us. (After a
+        // failed install the locks stay, and so does the bit: some records may be new.)
+        if !tx.keep_locks {
+            o.set_committing(owner, false);
+        }
+    }
+    r?;
     release(tx);
     Ok(())
 }
@@ -763,10 +799,11 @@ pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
 /// Marks the lock of every record we write as committing, and claims the free slots our
 /// inserts chose (CAS + READ: still free), before the commit timestamp is taken (one round
 /// trip: the marks must land before the FAA, which is on another QP).
-async fn mark_committing(tx: &mut Txn<'_>) -> Result<(), Abort> {
+async fn mark_committing(tx: &mut Txn<'_>, marks: bool) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let value = tx.c.owner | COMMITTING;
     let mut claims = Vec::new();
+    let mut any = false;
     for (i, it) in tx.items.iter().enumerate() {
         if it.new == NewValue::Keep {
             continue;
@@ -776,11 +813,16 @@ async fn mark_committing(tx: &mut Txn<'_>) -> Result<(), Abort> {
         if it.cold {
             let c = tx.c.ep.cas(t.primary(), off, 0, value);
             claims.push((i, c, tx.c.ep.read(t.primary(), off, 64)));
-        } else {
+            any = true;
+        } else if marks {
             // Our own lock word: other coordinators only CAS it (and fail), so a WRITE is
             // safe.
             tx.c.ep.write(t.primary(), off, &value.to_le_bytes());
+            any = true;
         }
+    }
+    if !any {
+        return Ok(());
     }
     let first = tx
         .items
@@ -867,7 +909,7 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                         continue;
                     };
                     let h = cvt.header;
-                    if h.lock & COMMITTING != 0
+                    if committing(tx, h.lock)
                         || !h.valid
                         || h.key != it.key
                         || h.table != it.table
@@ -891,7 +933,7 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                         // Inserted since: fine only if above our commit timestamp.
                         match codec(t).decode_cvt(t.slot_bytes(bytes, s)) {
                             Ok(cvt)
-                                if cvt.header.lock & COMMITTING == 0
+                                if !committing(tx, cvt.header.lock)
                                     && seen_at(&cvt, tc) == Some(it.version) => {}
                             Ok(_) => return Err(fail),
                             Err(_) => {
