@@ -21,7 +21,8 @@ pub struct TortureArgs {
     #[arg(long, default_value_t = 1)]
     pub first_seed: u64,
     /// Protocols, comma-separated (default: all, and `motor-si`: Motor with snapshot
-    /// isolation, checked against SI).
+    /// isolation, checked against SI; `motor-local`: Motor with its compute process's own
+    /// timestamp oracle, one compute node).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc).
@@ -77,6 +78,11 @@ fn bench_args(w: &str, p: &str, seed: u64, txns: u64, record: &str) -> Vec<Strin
     if p == SNAPSHOT_MOTOR {
         v.extend_from_slice(&["--isolation", "snapshot"]);
     }
+    if p == LOCAL_MOTOR {
+        // The local oracle needs the pool alone: one compute node, as many coordinators.
+        v.extend_from_slice(&["--set", "motor.oracle=local", "--compute-nodes", "1"]);
+        v.extend_from_slice(&["--threads", "4"]);
+    }
     v.extend_from_slice(match w {
         "smallbank" => &["--accounts", "2000"],
         "kv" => &["--keys", "5000"],
@@ -88,9 +94,11 @@ fn bench_args(w: &str, p: &str, seed: u64, txns: u64, record: &str) -> Vec<Strin
 
 /// Motor with snapshot isolation, as torture names it.
 const SNAPSHOT_MOTOR: &str = "motor-si";
+/// Motor with a local timestamp oracle, as torture names it.
+const LOCAL_MOTOR: &str = "motor-local";
 
 fn protocol_of(p: &str) -> &str {
-    if p == SNAPSHOT_MOTOR {
+    if p == SNAPSHOT_MOTOR || p == LOCAL_MOTOR {
         "motor"
     } else {
         p
@@ -101,7 +109,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
     let known: Vec<&str> = Protocol::NAMES
         .iter()
         .copied()
-        .chain([SNAPSHOT_MOTOR])
+        .chain([SNAPSHOT_MOTOR, LOCAL_MOTOR])
         .collect();
     let protocols: Vec<String> = if a.protocols.is_empty() {
         known.iter().map(|s| s.to_string()).collect()
@@ -185,7 +193,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                 }
             }
             println!(
-                "{p:<8} {w:<10} seeds {}..{}: {committed} transactions committed, {:.1} s",
+                "{p:<11} {w:<10} seeds {}..{}: {committed} transactions committed, {:.1} s",
                 a.first_seed,
                 a.first_seed + a.seeds - 1,
                 t0.elapsed().as_secs_f64()

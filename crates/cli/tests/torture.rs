@@ -29,12 +29,12 @@ fn a_small_matrix_passes_and_says_so() {
         "{out}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    // 5 protocols (ford, farm, drtmh, motor, motor-si) x 2 workloads x 2 seeds.
+    // 6 protocols (ford, farm, drtmh, motor, motor-si, motor-local) x 2 workloads x 2 seeds.
     assert!(
         out.lines()
             .last()
             .unwrap()
-            .starts_with("20 passed, 0 failed"),
+            .starts_with("24 passed, 0 failed"),
         "{out}"
     );
     // Passing runs leave no history behind.
