@@ -30,10 +30,13 @@ pub enum AbortReason {
     /// an item never read for update). A bug in the caller, reported as an abort so that a
     /// workload never panics on it.
     BadRequest,
+    /// A hash chain in memory is corrupt (a cycle, or a link out of the table's overflow
+    /// area): the walk stops rather than loop or stray. Not expected of a correct run.
+    CorruptChain,
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 10] = [
+    pub const ALL: [AbortReason; 11] = [
         AbortReason::LockConflict,
         AbortReason::Validation,
         AbortReason::Invisible,
@@ -44,6 +47,7 @@ impl AbortReason {
         AbortReason::LogFull,
         AbortReason::TableFull,
         AbortReason::BadRequest,
+        AbortReason::CorruptChain,
     ];
 
     pub fn name(self) -> &'static str {
@@ -58,6 +62,7 @@ impl AbortReason {
             AbortReason::LogFull => "log-full",
             AbortReason::TableFull => "table-full",
             AbortReason::BadRequest => "bad-request",
+            AbortReason::CorruptChain => "corrupt-chain",
         }
     }
 }
