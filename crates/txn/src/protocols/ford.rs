@@ -185,7 +185,18 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             });
         }
         if tx.c.ep.post().await.is_err() {
-            return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
+            let first = abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]);
+            let cased: Vec<(NodeId, u64)> = work
+                .iter()
+                .filter_map(|&(i, stage, _)| match stage {
+                    Stage::Record { off, lock: true } => {
+                        Some((table(&map, tx.items[i].table).primary(), off))
+                    }
+                    _ => None,
+                })
+                .collect();
+            give_back_after_failure(tx, &cased).await;
+            return Err(first);
         }
         let mut next = Vec::new();
         let mut again = false;
@@ -464,34 +475,13 @@ enum Install {
 
 /// FaRM's lock phase: CAS every read-write item's lock on its primary, nothing else.
 async fn lock_only(tx: &mut Txn<'_>) -> Result<(), Abort> {
-    let map = tx.c.map.clone();
-    let owner = tx.c.owner;
-    let mut cas: Vec<(usize, OpId)> = Vec::new();
-    for (i, it) in tx.items.iter().enumerate() {
-        let wanted = it.rw && it.cold && (it.exists || it.new == NewValue::Insert);
-        let Some(off) = it.offset.filter(|_| wanted) else {
-            continue;
-        };
-        let t = table(&map, it.table);
-        cas.push((i, tx.c.ep.cas(t.primary(), off, 0, owner)));
-    }
-    if cas.is_empty() {
-        return Ok(());
-    }
-    if tx.c.ep.post().await.is_err() {
-        return Err(abort(AbortReason::ReplicaFailure, &tx.items[cas[0].0]));
-    }
-    let mut failed = None;
-    for &(i, c) in &cas {
-        let it = &mut tx.items[i];
-        if tx.c.ep.cas_ok(c) {
-            it.locked = true;
-            it.cold = false;
-        } else {
-            failed.get_or_insert(abort(AbortReason::LockConflict, it));
-        }
-    }
-    failed.map_or(Ok(()), Err)
+    lock_round(tx, |it| {
+        cold_rw(it).then_some(Want {
+            lock: true,
+            header: false,
+        })
+    })
+    .await
 }
 
 /// FaRM's validation phase: every item read (read-write ones too: their lock was a bare CAS)
@@ -517,15 +507,8 @@ async fn validate_all(tx: &mut Txn<'_>) -> Result<(), Abort> {
         for &(i, read) in &checks {
             let it = &tx.items[i];
             let h = header(tx.c.ep.bytes(read));
-            let bad = if it.new == NewValue::Insert {
-                h.valid || h.version >= it.new_version() || h.lock != owner
-            } else if it.rw {
-                h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-            } else {
-                h.version != it.version
-                    || h.lock != 0
-                    || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-            };
+            // FaRM's lock was a bare CAS: an insert's slot must also carry our lock.
+            let bad = changed(it, &h) || it.new == NewValue::Insert && h.lock != owner;
             if bad {
                 return Err(abort(AbortReason::Validation, it));
             }
@@ -537,59 +520,21 @@ async fn validate_all(tx: &mut Txn<'_>) -> Result<(), Abort> {
 /// DrTM+H's merged round: CAS + READ(header) of every read-write item, READ(header) of every
 /// read-only item, in one batch.
 async fn lock_and_validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
-    let map = tx.c.map.clone();
-    let owner = tx.c.owner;
-    let mut checks: Vec<(usize, Option<OpId>, OpId)> = Vec::new();
-    for (i, it) in tx.items.iter().enumerate() {
-        let Some(off) = it
-            .offset
-            .filter(|_| it.exists || it.new == NewValue::Insert)
-        else {
-            continue;
-        };
-        let t = table(&map, it.table);
-        if it.rw && it.cold {
-            let c = tx.c.ep.cas(t.primary(), off, 0, owner);
-            checks.push((i, Some(c), tx.c.ep.read(t.primary(), off, 64)));
-        } else if !it.rw {
-            checks.push((i, None, tx.c.ep.read(t.primary(), off, 64)));
+    lock_round(tx, |it| {
+        if cold_rw(it) {
+            Some(Want {
+                lock: true,
+                header: true,
+            })
+        } else {
+            let read = !it.rw && it.exists && it.offset.is_some();
+            read.then_some(Want {
+                lock: false,
+                header: true,
+            })
         }
-    }
-    if checks.is_empty() {
-        return Ok(());
-    }
-    if tx.c.ep.post().await.is_err() {
-        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
-    }
-    let mut failed = None;
-    for &(i, cas, read) in &checks {
-        let it = &mut tx.items[i];
-        let h = header(tx.c.ep.bytes(read));
-        let bad = match cas {
-            Some(c) if !tx.c.ep.cas_ok(c) => {
-                failed.get_or_insert(abort(AbortReason::LockConflict, it));
-                continue;
-            }
-            Some(_) => {
-                it.locked = true;
-                it.cold = false;
-                if it.new == NewValue::Insert {
-                    h.valid || h.version >= it.new_version()
-                } else {
-                    h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-                }
-            }
-            None => {
-                h.version != it.version
-                    || h.lock != 0
-                    || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-            }
-        };
-        if bad {
-            failed.get_or_insert(abort(AbortReason::Validation, it));
-        }
-    }
-    failed.map_or(Ok(()), Err)
+    })
+    .await
 }
 
 async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
@@ -604,46 +549,96 @@ async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
 /// Locks the read-write items read without their lock (cold, or hitchhiking off), checking
 /// their versions: CAS + READ(header) on the primary.
 async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    lock_round(tx, |it| {
+        cold_rw(it).then_some(Want {
+            lock: true,
+            header: true,
+        })
+    })
+    .await
+}
+
+/// A read-write item to lock at commit: read (or inserted) without its lock.
+fn cold_rw(it: &Item) -> bool {
+    it.rw && it.cold && (it.exists || it.new == NewValue::Insert) && it.offset.is_some()
+}
+
+/// What a lock round does for one item, on its primary.
+#[derive(Debug, Clone, Copy)]
+struct Want {
+    /// CAS(0 -> owner) on its lock word.
+    lock: bool,
+    /// READ its header (after the CAS, G6), to check it is unchanged.
+    header: bool,
+}
+
+/// Whether an item's header, read at validation, says the item changed since it was read: a
+/// read-only item must still have its version and be unlocked; a locked one its version; an
+/// insert's free slot must still be free, stamped below the version we install.
+fn changed(it: &Item, h: &RecordHeader) -> bool {
+    if it.new == NewValue::Insert {
+        h.valid || h.version >= it.new_version()
+    } else if it.rw {
+        h.version != it.version || check_slot(h, it.table, it.key) == SlotCheck::Stale
+    } else {
+        h.version != it.version
+            || h.lock != 0
+            || check_slot(h, it.table, it.key) == SlotCheck::Stale
+    }
+}
+
+/// One lock round (FORD's cold locks, FaRM's lock phase, DrTM+H's lock-and-validate): what
+/// `want` asks for every item, in one batch. Every completion is looked at before an abort is
+/// reported, so that no lock won goes unrecorded (and unreleased); a batch that fails (a memory
+/// node down) gives back the CASes it may have won on the nodes still up.
+async fn lock_round(tx: &mut Txn<'_>, want: impl Fn(&Item) -> Option<Want>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
-    let mut checks: Vec<(usize, OpId, OpId)> = Vec::new();
+    let mut checks: Vec<(usize, Option<OpId>, Option<OpId>)> = Vec::new();
     for (i, it) in tx.items.iter().enumerate() {
-        let wanted = it.rw && it.cold && (it.exists || it.new == NewValue::Insert);
-        let Some(off) = it.offset.filter(|_| wanted) else {
+        let (Some(w), Some(off)) = (want(it), it.offset) else {
             continue;
         };
-        let t = table(&map, it.table);
-        let c = tx.c.ep.cas(t.primary(), off, 0, owner);
-        checks.push((i, c, tx.c.ep.read(t.primary(), off, 64)));
+        let p = table(&map, it.table).primary();
+        let cas = w.lock.then(|| tx.c.ep.cas(p, off, 0, owner));
+        let read = w.header.then(|| tx.c.ep.read(p, off, 64));
+        checks.push((i, cas, read));
     }
     if checks.is_empty() {
         return Ok(());
     }
     if tx.c.ep.post().await.is_err() {
-        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
+        let first = abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]);
+        let cased: Vec<(NodeId, u64)> = checks
+            .iter()
+            .filter(|c| c.1.is_some())
+            .map(|&(i, _, _)| {
+                let it = &tx.items[i];
+                (table(&map, it.table).primary(), it.offset.expect("picked"))
+            })
+            .collect();
+        give_back_after_failure(tx, &cased).await;
+        return Err(first);
     }
     let mut failed = None;
     for &(i, cas, read) in &checks {
         let it = &mut tx.items[i];
-        if !tx.c.ep.cas_ok(cas) {
-            failed.get_or_insert(abort(AbortReason::LockConflict, it));
-            continue;
+        if let Some(c) = cas {
+            if !tx.c.ep.cas_ok(c) {
+                failed.get_or_insert(abort(AbortReason::LockConflict, it));
+                continue;
+            }
+            it.locked = true;
+            it.cold = false;
         }
-        it.locked = true;
-        it.cold = false;
-        let h = header(tx.c.ep.bytes(read));
-        if let Some(v) = &tx.c.vcache {
+        let Some(r) = read else { continue };
+        let h = header(tx.c.ep.bytes(r));
+        if let (Some(v), true) = (&tx.c.vcache, cas.is_some()) {
             // The version under the lock: if it differs from the one read, we abort below and
             // the entry must hold what memory holds.
             v.lock(it.table, it.key, h.version, owner);
         }
-        let changed = if it.new == NewValue::Insert {
-            // The free slot we picked: still free, stamped below the version we install.
-            h.valid || h.version >= it.new_version()
-        } else {
-            h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-        };
-        if changed {
+        if changed(it, &h) {
             failed.get_or_insert(abort(AbortReason::Validation, it));
         }
     }
@@ -688,10 +683,7 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
     for &(i, read) in &checks {
         let it = &tx.items[i];
         let h = header(tx.c.ep.bytes(read));
-        if h.version != it.version
-            || h.lock != 0
-            || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-        {
+        if changed(it, &h) {
             return Err(abort(AbortReason::Validation, it));
         }
         if let Some(v) = &tx.c.vcache {
@@ -784,10 +776,7 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
     for &(i, read) in &reads {
         let it = &tx.items[i];
         let h = header(tx.c.ep.bytes(read));
-        if h.version != it.version
-            || h.lock != 0
-            || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-        {
+        if changed(it, &h) {
             let a = abort(AbortReason::Validation, it);
             roll_back(tx).await;
             return Err(a);
