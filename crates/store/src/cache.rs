@@ -93,6 +93,25 @@ impl AddrCache {
         self.ways[i].used = self.tick;
     }
 
+    /// Starts loading the set of `(table, key)` into the CPU's cache, without waiting: a
+    /// caller about to look up many keys prefetches them all first, so that their misses
+    /// overlap (a lookup is mostly one miss on its set). A hint: it changes nothing.
+    #[inline]
+    pub fn prefetch(&self, table: u32, key: u64) {
+        let s = self.set(table, key);
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: PREFETCHT0 is a hint: it never faults and neither reads into the program
+        // nor writes anything; the address is inside `ways` (`s` is a valid way index). SSE
+        // is part of the x86_64 baseline.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                self.ways.as_ptr().add(s).cast(),
+            );
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = s;
+    }
+
     pub fn get(&mut self, table: u32, key: u64) -> Option<u64> {
         match self.find(table, key) {
             Some(i) => {

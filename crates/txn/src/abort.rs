@@ -36,10 +36,13 @@ pub enum AbortReason {
     /// an item never read for update). A bug in the caller, reported as an abort so that a
     /// workload never panics on it.
     BadRequest,
+    /// A hash chain in memory is corrupt (a cycle, or a link out of the table's overflow
+    /// area): the walk stops rather than loop or stray. Not expected of a correct run.
+    CorruptChain,
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 12] = [
+    pub const ALL: [AbortReason; 13] = [
         AbortReason::LockConflict,
         AbortReason::Validation,
         AbortReason::Invisible,
@@ -52,6 +55,7 @@ impl AbortReason {
         AbortReason::NewerVersion,
         AbortReason::VersionGone,
         AbortReason::BadRequest,
+        AbortReason::CorruptChain,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +72,7 @@ impl AbortReason {
             AbortReason::NewerVersion => "newer-version",
             AbortReason::VersionGone => "version-gone",
             AbortReason::BadRequest => "bad-request",
+            AbortReason::CorruptChain => "corrupt-chain",
         }
     }
 }

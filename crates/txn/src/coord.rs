@@ -61,6 +61,10 @@ pub struct Coordinator {
     /// This coordinator's log slice (the same on every memory node).
     pub(crate) log_slice: Option<(u64, u64)>,
     pub(crate) log_buf: Vec<u8>,
+    /// Buffers handed back by finished transactions, for the next ones.
+    pub(crate) items_buf: Vec<crate::txn::Item>,
+    pub(crate) index_buf: crate::txn::ItemIndex,
+    pub(crate) spare: Vec<Vec<u8>>,
     next_seq: u64,
     pub(crate) recorder: Option<Box<dyn Recorder>>,
     pub stats: CoordStats,
@@ -81,6 +85,9 @@ impl Coordinator {
             owner: u64::from(index) + 1,
             log_slice: map.log_slice(index),
             log_buf: Vec::new(),
+            items_buf: Vec::new(),
+            index_buf: Default::default(),
+            spare: Vec::new(),
             ep,
             map,
             cfg,

@@ -68,7 +68,7 @@ fn inserts_deletes_and_absent_reads_are_serializable() {
                     let mut exists_aborts = 0;
                     for n in 0..50u64 {
                         let key = c.endpoint().rng().random_range(0..KEYS);
-                        let op = c.endpoint().rng().random_range(0..3);
+                        let op = c.endpoint().rng().random_range(0..5);
                         let r: Result<(), Abort> = async {
                             match op {
                                 0 => {
@@ -81,6 +81,31 @@ fn inserts_deletes_and_absent_reads_are_serializable() {
                                     if tx.read_for_update(T, key).await?.is_some() {
                                         tx.delete(T, key).await?;
                                     }
+                                    tx.commit().await
+                                }
+                                // Batched inserts, often into one chain.
+                                3 => {
+                                    let mut tx = c.begin(TxKind::ReadWrite);
+                                    let vals: Vec<(u64, Vec<u8>)> = (0..3)
+                                        .map(|i| (key + i) % KEYS)
+                                        .map(|k| (k, value(k, n)))
+                                        .collect();
+                                    let rows: Vec<(u32, u64, &[u8])> =
+                                        vals.iter().map(|(k, v)| (T, *k, &v[..])).collect();
+                                    tx.insert_many(&rows).await?;
+                                    tx.commit().await
+                                }
+                                // Delete (if present), then insert it again with another key
+                                // in one batch: an update and an insert.
+                                4 => {
+                                    let mut tx = c.begin(TxKind::ReadWrite);
+                                    if tx.read_for_update(T, key).await?.is_some() {
+                                        tx.delete(T, key).await?;
+                                    }
+                                    let other = (key + 5) % KEYS;
+                                    let (a, b) = (value(key, n), value(other, n));
+                                    tx.insert_many(&[(T, key, &a[..]), (T, other, &b[..])])
+                                        .await?;
                                     tx.commit().await
                                 }
                                 _ => {

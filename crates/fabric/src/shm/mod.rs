@@ -468,6 +468,9 @@ struct ShmPort {
     progress: Rc<Cell<bool>>,
 }
 
+/// Bytes of each op a batch prefetches before it executes (see `Region::prefetch`).
+const PREFETCH_MAX: u64 = 1024;
+
 impl ShmPort {
     fn execute(&self, batch: &mut Batch) {
         let Batch {
@@ -476,6 +479,17 @@ impl ShmPort {
             words,
             resp,
         } = batch;
+        if ops.len() > 1 {
+            for op in ops.iter() {
+                if matches!(
+                    op.kind,
+                    OpKind::Read | OpKind::Write | OpKind::Cas | OpKind::Faa
+                ) {
+                    let region = &self.shared.regions[op.node as usize];
+                    region.prefetch(op.addr, u64::from(op.len).min(PREFETCH_MAX));
+                }
+            }
+        }
         for (i, op) in ops.iter().enumerate() {
             let region = &self.shared.regions[op.node as usize];
             let span = op.data as usize..op.data as usize + op.len as usize;

@@ -74,8 +74,8 @@ pub(crate) const INVISIBLE: u64 = 1 << 63;
 enum Stage {
     /// READ the record at this offset, with CAS(lock) first if `lock`.
     Record { off: u64, lock: bool },
-    /// READ a bucket of the item's chain.
-    Bucket(u64),
+    /// READ a bucket of the item's chain, reached after `hops` overflow links.
+    Bucket { at: u64, hops: u64 },
 }
 
 fn abort(reason: AbortReason, it: &Item) -> Abort {
@@ -100,6 +100,11 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
     let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
     // (item, stage, version it must still have: an upgraded read-only item)
     let mut work: Vec<(usize, Stage, Option<u64>)> = Vec::new();
+    if accesses.len() > 1 {
+        for a in accesses {
+            tx.c.cache.prefetch(a.table, a.key);
+        }
+    }
     for a in accesses {
         let bad = Abort {
             reason: AbortReason::BadRequest,
@@ -121,7 +126,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             }
             continue;
         }
-        let Ok(t) = tx.c.map.table(a.table) else {
+        let Ok(t) = map.table(a.table) else {
             return Err(bad);
         };
         let node = if !a.for_update && tx.c.cfg.ford.backup_reads && t.replicas.len() > 1 {
@@ -134,9 +139,14 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 off,
                 lock: a.for_update && hitchhike,
             },
-            None => Stage::Bucket(t.home_bucket(a.key)),
+            None => Stage::Bucket {
+                at: t.home_bucket(a.key),
+                hops: 0,
+            },
         };
-        tx.items.push(Item {
+        let value = tx.buffer(t.value_size as usize);
+        let image = tx.buffer(0);
+        let i = tx.push_item(Item {
             table: a.table,
             key: a.key,
             rw: a.for_update,
@@ -146,15 +156,15 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             version: 0,
             locked: false,
             cold: false,
-            value: vec![0; t.value_size as usize],
-            image: Vec::new(),
+            value,
+            image,
             new: NewValue::Keep,
             chain_lock: None,
             install: None,
             in_log: false,
             mv: None,
         });
-        work.push((tx.items.len() - 1, stage, None));
+        work.push((i, stage, None));
     }
     let mut rereads = 0;
     let mut ids: Vec<(Option<OpId>, OpId)> = Vec::new();
@@ -172,11 +182,22 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 Stage::Record { off, lock: false } => {
                     (None, ep.read(it.node, off, t.record_bytes as usize))
                 }
-                Stage::Bucket(b) => (None, ep.read(it.node, b, t.bucket_bytes as usize)),
+                Stage::Bucket { at, .. } => (None, ep.read(it.node, at, t.bucket_bytes as usize)),
             });
         }
         if tx.c.ep.post().await.is_err() {
-            return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
+            let first = abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]);
+            let cased: Vec<(NodeId, u64)> = work
+                .iter()
+                .filter_map(|&(i, stage, _)| match stage {
+                    Stage::Record { off, lock: true } => {
+                        Some((table(&map, tx.items[i].table).primary(), off))
+                    }
+                    _ => None,
+                })
+                .collect();
+            give_back_after_failure(tx, &cased).await;
+            return Err(first);
         }
         let mut next = Vec::new();
         let mut again = false;
@@ -219,7 +240,11 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                             it.locked = false;
                             it.offset = None;
                         }
-                        next.push((i, Stage::Bucket(t.home_bucket(key)), expect));
+                        let home = Stage::Bucket {
+                            at: t.home_bucket(key),
+                            hops: 0,
+                        };
+                        next.push((i, home, expect));
                         continue;
                     }
                     if !it.locked && h.lock & INVISIBLE != 0 {
@@ -245,7 +270,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                         }
                     }
                 }
-                Stage::Bucket(b) => {
+                Stage::Bucket { at: b, mut hops } => {
                     let bytes = tx.c.ep.bytes(read);
                     let scan = t.scan(b, bytes, key);
                     let it = &mut tx.items[i];
@@ -280,10 +305,14 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                                 again = true;
                             }
                         }
-                    } else if let Some(n) = scan.next {
-                        next.push((i, Stage::Bucket(n), expect));
                     } else {
-                        it.exists = false;
+                        match next_bucket(t, scan.next, &mut hops) {
+                            Ok(Some(at)) => next.push((i, Stage::Bucket { at, hops }, expect)),
+                            Ok(None) => it.exists = false,
+                            Err(()) => {
+                                failed.get_or_insert(abort(AbortReason::CorruptChain, it));
+                            }
+                        }
                     }
                 }
             }
@@ -448,34 +477,13 @@ enum Install {
 
 /// FaRM's lock phase: CAS every read-write item's lock on its primary, nothing else.
 async fn lock_only(tx: &mut Txn<'_>) -> Result<(), Abort> {
-    let map = tx.c.map.clone();
-    let owner = tx.c.owner;
-    let mut cas: Vec<(usize, OpId)> = Vec::new();
-    for (i, it) in tx.items.iter().enumerate() {
-        let wanted = it.rw && it.cold && (it.exists || it.new == NewValue::Insert);
-        let Some(off) = it.offset.filter(|_| wanted) else {
-            continue;
-        };
-        let t = table(&map, it.table);
-        cas.push((i, tx.c.ep.cas(t.primary(), off, 0, owner)));
-    }
-    if cas.is_empty() {
-        return Ok(());
-    }
-    if tx.c.ep.post().await.is_err() {
-        return Err(abort(AbortReason::ReplicaFailure, &tx.items[cas[0].0]));
-    }
-    let mut failed = None;
-    for &(i, c) in &cas {
-        let it = &mut tx.items[i];
-        if tx.c.ep.cas_ok(c) {
-            it.locked = true;
-            it.cold = false;
-        } else {
-            failed.get_or_insert(abort(AbortReason::LockConflict, it));
-        }
-    }
-    failed.map_or(Ok(()), Err)
+    lock_round(tx, |it| {
+        cold_rw(it).then_some(Want {
+            lock: true,
+            header: false,
+        })
+    })
+    .await
 }
 
 /// FaRM's validation phase: every item read (read-write ones too: their lock was a bare CAS)
@@ -501,15 +509,8 @@ async fn validate_all(tx: &mut Txn<'_>) -> Result<(), Abort> {
         for &(i, read) in &checks {
             let it = &tx.items[i];
             let h = header(tx.c.ep.bytes(read));
-            let bad = if it.new == NewValue::Insert {
-                h.valid || h.version >= it.new_version() || h.lock != owner
-            } else if it.rw {
-                h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-            } else {
-                h.version != it.version
-                    || h.lock != 0
-                    || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-            };
+            // FaRM's lock was a bare CAS: an insert's slot must also carry our lock.
+            let bad = changed(it, &h) || it.new == NewValue::Insert && h.lock != owner;
             if bad {
                 return Err(abort(AbortReason::Validation, it));
             }
@@ -521,59 +522,21 @@ async fn validate_all(tx: &mut Txn<'_>) -> Result<(), Abort> {
 /// DrTM+H's merged round: CAS + READ(header) of every read-write item, READ(header) of every
 /// read-only item, in one batch.
 async fn lock_and_validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
-    let map = tx.c.map.clone();
-    let owner = tx.c.owner;
-    let mut checks: Vec<(usize, Option<OpId>, OpId)> = Vec::new();
-    for (i, it) in tx.items.iter().enumerate() {
-        let Some(off) = it
-            .offset
-            .filter(|_| it.exists || it.new == NewValue::Insert)
-        else {
-            continue;
-        };
-        let t = table(&map, it.table);
-        if it.rw && it.cold {
-            let c = tx.c.ep.cas(t.primary(), off, 0, owner);
-            checks.push((i, Some(c), tx.c.ep.read(t.primary(), off, 64)));
-        } else if !it.rw {
-            checks.push((i, None, tx.c.ep.read(t.primary(), off, 64)));
+    lock_round(tx, |it| {
+        if cold_rw(it) {
+            Some(Want {
+                lock: true,
+                header: true,
+            })
+        } else {
+            let read = !it.rw && it.exists && it.offset.is_some();
+            read.then_some(Want {
+                lock: false,
+                header: true,
+            })
         }
-    }
-    if checks.is_empty() {
-        return Ok(());
-    }
-    if tx.c.ep.post().await.is_err() {
-        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
-    }
-    let mut failed = None;
-    for &(i, cas, read) in &checks {
-        let it = &mut tx.items[i];
-        let h = header(tx.c.ep.bytes(read));
-        let bad = match cas {
-            Some(c) if !tx.c.ep.cas_ok(c) => {
-                failed.get_or_insert(abort(AbortReason::LockConflict, it));
-                continue;
-            }
-            Some(_) => {
-                it.locked = true;
-                it.cold = false;
-                if it.new == NewValue::Insert {
-                    h.valid || h.version >= it.new_version()
-                } else {
-                    h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-                }
-            }
-            None => {
-                h.version != it.version
-                    || h.lock != 0
-                    || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-            }
-        };
-        if bad {
-            failed.get_or_insert(abort(AbortReason::Validation, it));
-        }
-    }
-    failed.map_or(Ok(()), Err)
+    })
+    .await
 }
 
 async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
@@ -588,46 +551,96 @@ async fn validate(tx: &mut Txn<'_>) -> Result<(), Abort> {
 /// Locks the read-write items read without their lock (cold, or hitchhiking off), checking
 /// their versions: CAS + READ(header) on the primary.
 async fn lock_cold(tx: &mut Txn<'_>) -> Result<(), Abort> {
+    lock_round(tx, |it| {
+        cold_rw(it).then_some(Want {
+            lock: true,
+            header: true,
+        })
+    })
+    .await
+}
+
+/// A read-write item to lock at commit: read (or inserted) without its lock.
+fn cold_rw(it: &Item) -> bool {
+    it.rw && it.cold && (it.exists || it.new == NewValue::Insert) && it.offset.is_some()
+}
+
+/// What a lock round does for one item, on its primary.
+#[derive(Debug, Clone, Copy)]
+struct Want {
+    /// CAS(0 -> owner) on its lock word.
+    lock: bool,
+    /// READ its header (after the CAS, G6), to check it is unchanged.
+    header: bool,
+}
+
+/// Whether an item's header, read at validation, says the item changed since it was read: a
+/// read-only item must still have its version and be unlocked; a locked one its version; an
+/// insert's free slot must still be free, stamped below the version we install.
+fn changed(it: &Item, h: &RecordHeader) -> bool {
+    if it.new == NewValue::Insert {
+        h.valid || h.version >= it.new_version()
+    } else if it.rw {
+        h.version != it.version || check_slot(h, it.table, it.key) == SlotCheck::Stale
+    } else {
+        h.version != it.version
+            || h.lock != 0
+            || check_slot(h, it.table, it.key) == SlotCheck::Stale
+    }
+}
+
+/// One lock round (FORD's cold locks, FaRM's lock phase, DrTM+H's lock-and-validate): what
+/// `want` asks for every item, in one batch. Every completion is looked at before an abort is
+/// reported, so that no lock won goes unrecorded (and unreleased); a batch that fails (a memory
+/// node down) gives back the CASes it may have won on the nodes still up.
+async fn lock_round(tx: &mut Txn<'_>, want: impl Fn(&Item) -> Option<Want>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
-    let mut checks: Vec<(usize, OpId, OpId)> = Vec::new();
+    let mut checks: Vec<(usize, Option<OpId>, Option<OpId>)> = Vec::new();
     for (i, it) in tx.items.iter().enumerate() {
-        let wanted = it.rw && it.cold && (it.exists || it.new == NewValue::Insert);
-        let Some(off) = it.offset.filter(|_| wanted) else {
+        let (Some(w), Some(off)) = (want(it), it.offset) else {
             continue;
         };
-        let t = table(&map, it.table);
-        let c = tx.c.ep.cas(t.primary(), off, 0, owner);
-        checks.push((i, c, tx.c.ep.read(t.primary(), off, 64)));
+        let p = table(&map, it.table).primary();
+        let cas = w.lock.then(|| tx.c.ep.cas(p, off, 0, owner));
+        let read = w.header.then(|| tx.c.ep.read(p, off, 64));
+        checks.push((i, cas, read));
     }
     if checks.is_empty() {
         return Ok(());
     }
     if tx.c.ep.post().await.is_err() {
-        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
+        let first = abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]);
+        let cased: Vec<(NodeId, u64)> = checks
+            .iter()
+            .filter(|c| c.1.is_some())
+            .map(|&(i, _, _)| {
+                let it = &tx.items[i];
+                (table(&map, it.table).primary(), it.offset.expect("picked"))
+            })
+            .collect();
+        give_back_after_failure(tx, &cased).await;
+        return Err(first);
     }
     let mut failed = None;
     for &(i, cas, read) in &checks {
         let it = &mut tx.items[i];
-        if !tx.c.ep.cas_ok(cas) {
-            failed.get_or_insert(abort(AbortReason::LockConflict, it));
-            continue;
+        if let Some(c) = cas {
+            if !tx.c.ep.cas_ok(c) {
+                failed.get_or_insert(abort(AbortReason::LockConflict, it));
+                continue;
+            }
+            it.locked = true;
+            it.cold = false;
         }
-        it.locked = true;
-        it.cold = false;
-        let h = header(tx.c.ep.bytes(read));
-        if let Some(v) = &tx.c.vcache {
+        let Some(r) = read else { continue };
+        let h = header(tx.c.ep.bytes(r));
+        if let (Some(v), true) = (&tx.c.vcache, cas.is_some()) {
             // The version under the lock: if it differs from the one read, we abort below and
             // the entry must hold what memory holds.
             v.lock(it.table, it.key, h.version, owner);
         }
-        let changed = if it.new == NewValue::Insert {
-            // The free slot we picked: still free, stamped below the version we install.
-            h.valid || h.version >= it.new_version()
-        } else {
-            h.version != it.version || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-        };
-        if changed {
+        if changed(it, &h) {
             failed.get_or_insert(abort(AbortReason::Validation, it));
         }
     }
@@ -672,10 +685,7 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
     for &(i, read) in &checks {
         let it = &tx.items[i];
         let h = header(tx.c.ep.bytes(read));
-        if h.version != it.version
-            || h.lock != 0
-            || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-        {
+        if changed(it, &h) {
             return Err(abort(AbortReason::Validation, it));
         }
         if let Some(v) = &tx.c.vcache {
@@ -768,10 +778,7 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
     for &(i, read) in &reads {
         let it = &tx.items[i];
         let h = header(tx.c.ep.bytes(read));
-        if h.version != it.version
-            || h.lock != 0
-            || check_slot(&h, it.table, it.key) == SlotCheck::Stale
-        {
+        if changed(it, &h) {
             let a = abort(AbortReason::Validation, it);
             roll_back(tx).await;
             return Err(a);
@@ -882,181 +889,328 @@ pub(crate) async fn release_on_abort(tx: &mut Txn<'_>) {
     release(tx, LogStatus::Aborted);
 }
 
-/// Insert: lock the key's chain (CAS on the home bucket's insert lock + READ of the bucket, one
-/// batch, G6), make sure the key is absent, pick a free slot (chaining a new overflow bucket
-/// if there is none), and lock that slot with the other cold items at commit. Holding the
-/// chain lock until release keeps every other insert of the chain out, so a key is never
-/// placed twice, and lets readers validate absence.
-pub(crate) async fn insert(
-    tx: &mut Txn<'_>,
-    table_id: u32,
-    key: u64,
-    value: &[u8],
-) -> Result<(), Abort> {
+/// Inserts, any number in one batch: lock each key's chain (CAS on the home bucket's insert
+/// lock + READ of the bucket, G6; one CAS per chain, and none for a chain whose lock we hold
+/// already), every chain in the same doorbell batch; make sure each key is absent (walking
+/// the chains' overflow buckets together, a round per bucket); pick a free slot for each
+/// (chaining a new overflow bucket if a chain has none), and lock the slots with the other
+/// cold items at commit. Holding the chain lock until release keeps every other insert of
+/// the chain out, so a key is never placed twice, and lets readers validate absence.
+///
+/// So `n` inserts into chains without overflow cost one round trip, not `n`. Any failure
+/// aborts the whole transaction (as the same inserts made one at a time would).
+pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let bad = |reason| Abort {
-        reason,
-        table: table_id,
-        key,
-    };
-    if tx.kind == TxKind::ReadOnly {
-        return Err(bad(AbortReason::BadRequest));
-    }
-    let Ok(t) = map.table(table_id) else {
-        return Err(bad(AbortReason::BadRequest));
-    };
-    if value.len() != t.value_size as usize {
-        return Err(bad(AbortReason::BadRequest));
-    }
-    let i = match tx.find(table_id, key) {
-        Some(i) => {
-            let it = &mut tx.items[i];
-            match (&it.new, it.exists) {
-                (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
-                    return Err(bad(AbortReason::Exists))
-                }
-                (NewValue::Delete, true) => {
-                    // Deleted, then inserted again by the same transaction: an update.
-                    it.value.copy_from_slice(value);
-                    it.new = NewValue::Update;
-                    return Ok(());
-                }
-                _ => {
-                    it.rw = true;
-                    i
-                }
-            }
+    // The items to place, in row order.
+    let mut todo: Vec<usize> = Vec::with_capacity(rows.len());
+    for &(table_id, key, value) in rows {
+        let bad = |reason| Abort {
+            reason,
+            table: table_id,
+            key,
+        };
+        if tx.kind == TxKind::ReadOnly {
+            return Err(bad(AbortReason::BadRequest));
         }
-        None => {
-            tx.items.push(Item {
-                table: table_id,
-                key,
-                rw: true,
-                offset: None,
-                node: t.primary(),
-                exists: false,
-                version: 0,
-                locked: false,
-                cold: false,
-                value: vec![0; t.value_size as usize],
-                image: Vec::new(),
-                new: NewValue::Keep,
-                chain_lock: None,
-                install: None,
-                in_log: false,
-                mv: None,
-            });
-            tx.items.len() - 1
+        let Ok(t) = map.table(table_id) else {
+            return Err(bad(AbortReason::BadRequest));
+        };
+        if value.len() != t.value_size as usize {
+            return Err(bad(AbortReason::BadRequest));
         }
-    };
-    let owner = tx.c.owner;
-    let primary = t.primary();
-    let home = t.home_bucket(key);
-    let lock_addr = t.insert_lock(home);
-    let held = tx
-        .items
-        .iter()
-        .any(|o| o.chain_lock == Some((primary, lock_addr)));
-    let mut read = if held {
-        tx.c.ep.read(primary, home, t.bucket_bytes as usize)
-    } else {
-        let c = tx.c.ep.cas(primary, lock_addr, 0, owner);
-        let r = tx.c.ep.read(primary, home, t.bucket_bytes as usize);
-        if tx.c.ep.post().await.is_err() {
-            return Err(bad(AbortReason::ReplicaFailure));
-        }
-        if !tx.c.ep.cas_ok(c) {
-            return Err(bad(AbortReason::LockConflict));
-        }
-        tx.items[i].chain_lock = Some((primary, lock_addr));
-        r
-    };
-    if held && tx.c.ep.post().await.is_err() {
-        return Err(bad(AbortReason::ReplicaFailure));
-    }
-    let codec = t.codec();
-    let taken: Vec<u64> = tx.items.iter().filter_map(|o| o.offset).collect();
-    let mut bucket = home;
-    let mut tombstone = 0;
-    let mut free: Option<(u64, Vec<u8>)> = None;
-    let chain_end;
-    loop {
-        let bytes = tx.c.ep.bytes(read);
-        let scan = t.scan(bucket, bytes, key);
-        if scan.found.is_some() {
-            return Err(bad(AbortReason::Exists));
-        }
-        if let Some((slot, _)) = scan.tombstone {
-            tombstone = tombstone.max(codec.header(t.slot_bytes(bytes, slot)).version);
-        }
-        // A free slot is one never used, or our key's own tombstone: another key's
-        // tombstone stays, because it carries that key's last version (a later insert of it
-        // must install above, and reads of it absent report it).
-        for s in 0..t.slots_per_bucket {
-            let off = t.slot(bucket, s);
-            let rec = t.slot_bytes(bytes, s);
-            let h = codec.header(rec);
-            let own = h.key == key && h.table == table_id;
-            let usable = !h.valid && (h.version == 0 || own) && !taken.contains(&off);
-            if usable && (free.is_none() || own) {
-                free = Some((off, rec.to_vec()));
-            }
-        }
-        match scan.next {
-            Some(n) => {
-                bucket = n;
-                read = tx.c.ep.read(primary, n, t.bucket_bytes as usize);
-                if tx.c.ep.post().await.is_err() {
-                    return Err(bad(AbortReason::ReplicaFailure));
+        let i = match tx.find(table_id, key) {
+            Some(i) => {
+                let it = &mut tx.items[i];
+                match (&it.new, it.exists) {
+                    (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
+                        return Err(bad(AbortReason::Exists))
+                    }
+                    (NewValue::Delete, true) => {
+                        // Deleted, then inserted again by the same transaction: an update.
+                        it.value.copy_from_slice(value);
+                        it.new = NewValue::Update;
+                        continue;
+                    }
+                    // The same key twice in this batch.
+                    _ if todo.contains(&i) => return Err(bad(AbortReason::Exists)),
+                    _ => {
+                        it.rw = true;
+                        i
+                    }
                 }
             }
             None => {
-                chain_end = bucket;
-                break;
+                let value = tx.buffer(t.value_size as usize);
+                let image = tx.buffer(0);
+                tx.push_item(Item {
+                    table: table_id,
+                    key,
+                    rw: true,
+                    offset: None,
+                    node: t.primary(),
+                    exists: false,
+                    version: 0,
+                    locked: false,
+                    cold: false,
+                    value,
+                    image,
+                    new: NewValue::Keep,
+                    chain_lock: None,
+                    install: None,
+                    in_log: false,
+                    mv: None,
+                })
             }
+        };
+        // Placed or not, the transaction aborts if this call fails: the value may go in now.
+        tx.items[i].value.copy_from_slice(value);
+        todo.push(i);
+    }
+    if todo.is_empty() {
+        return Ok(());
+    }
+
+    // Lock every chain not yet ours and read every home bucket, in one batch.
+    let owner = tx.c.owner;
+    let mut walks: Vec<Walk> = Vec::with_capacity(todo.len());
+    let mut cas: Vec<(usize, NodeId, u64, OpId)> = Vec::new();
+    let mut reads: Vec<OpId> = Vec::with_capacity(todo.len());
+    for &i in &todo {
+        let it = &tx.items[i];
+        let t = table(&map, it.table);
+        let (primary, home) = (t.primary(), t.home_bucket(it.key));
+        let lock = (primary, t.insert_lock(home));
+        let held = tx.items.iter().any(|o| o.chain_lock == Some(lock))
+            || cas.iter().any(|&(_, n, a, _)| (n, a) == lock);
+        if !held {
+            cas.push((i, lock.0, lock.1, tx.c.ep.cas(lock.0, lock.1, 0, owner)));
+        }
+        reads.push(tx.c.ep.read(primary, home, t.bucket_bytes as usize));
+        walks.push(Walk {
+            item: i,
+            chain: lock,
+            bucket: home,
+            hops: 0,
+            tombstone: 0,
+            own: None,
+            free: Vec::new(),
+            end: None,
+        });
+    }
+    if tx.c.ep.post().await.is_err() {
+        let taken: Vec<(NodeId, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a)).collect();
+        give_back_after_failure(tx, &taken).await;
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[todo[0]]));
+    }
+    let mut failed = None;
+    for &(i, n, a, c) in &cas {
+        if tx.c.ep.cas_ok(c) {
+            tx.items[i].chain_lock = Some((n, a));
+        } else {
+            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
         }
     }
-    let (slot, image) = match free {
-        Some(f) => f,
-        None => {
-            // Chain a new overflow bucket (we hold the chain's insert lock, so nobody else
-            // links one here): claim it on the primary, link it on every replica.
-            let f = tx.c.ep.faa(primary, t.overflow_counter(), 1);
-            if tx.c.ep.post().await.is_err() {
-                return Err(bad(AbortReason::ReplicaFailure));
+    if let Some(a) = failed {
+        return Err(a);
+    }
+
+    // Walk the chains: look for the key, its tombstones, and free slots. A chain shared by
+    // several rows keeps as many free slots as rows (the rows place themselves one by one).
+    let taken: Vec<u64> = tx.items.iter().filter_map(|o| o.offset).collect();
+    let sharing: Vec<usize> = walks
+        .iter()
+        .map(|w| walks.iter().filter(|o| o.chain == w.chain).count())
+        .collect();
+    loop {
+        let mut more = false;
+        for (k, w) in walks.iter_mut().enumerate() {
+            if w.end.is_some() {
+                continue;
             }
-            let index = tx.c.ep.old(f);
-            if index >= t.overflow_buckets {
-                return Err(bad(AbortReason::TableFull));
+            let it = &tx.items[w.item];
+            let t = table(&map, it.table);
+            let codec = t.codec();
+            let (table_id, key) = (it.table, it.key);
+            let bytes = tx.c.ep.bytes(reads[k]);
+            let scan = t.scan(w.bucket, bytes, key);
+            if scan.found.is_some() {
+                return Err(abort(AbortReason::Exists, it));
             }
-            for &n in &t.replicas {
-                tx.c.ep.write(n, chain_end, &(index + 1).to_le_bytes());
+            if let Some((slot, _)) = scan.tombstone {
+                let v = codec.header(t.slot_bytes(bytes, slot)).version;
+                w.tombstone = w.tombstone.max(v);
             }
-            if tx.c.ep.post().await.is_err() {
-                return Err(bad(AbortReason::ReplicaFailure));
+            // A free slot is one never used, or our key's own tombstone: another key's
+            // tombstone stays, because it carries that key's last version (a later insert of
+            // it must install above, and reads of it absent report it).
+            for s in 0..t.slots_per_bucket {
+                let off = t.slot(w.bucket, s);
+                let rec = t.slot_bytes(bytes, s);
+                let h = codec.header(rec);
+                let own = h.key == key && h.table == table_id;
+                if h.valid || !(h.version == 0 || own) || taken.contains(&off) {
+                    continue;
+                }
+                if own {
+                    w.own = Some((off, rec.to_vec()));
+                } else if w.free.len() < sharing[k] {
+                    w.free.push((off, rec.to_vec()));
+                }
             }
-            (
-                t.slot(t.overflow_bucket(index), 0),
-                vec![0; t.record_bytes as usize],
-            )
+            match next_bucket(t, scan.next, &mut w.hops) {
+                Err(()) => return Err(abort(AbortReason::CorruptChain, it)),
+                Ok(Some(n)) => {
+                    w.bucket = n;
+                    more = true;
+                }
+                Ok(None) => w.end = Some(w.bucket),
+            }
         }
-    };
-    let stamp = codec.header(&image).version;
-    let it = &mut tx.items[i];
-    it.offset = Some(slot);
-    it.node = primary;
-    it.version = tombstone;
-    it.install = Some(stamp.max(tombstone) + 1);
-    it.value.copy_from_slice(value);
-    it.image = image;
-    it.new = NewValue::Insert;
-    it.cold = true;
+        if !more {
+            break;
+        }
+        for (k, w) in walks.iter().enumerate() {
+            if w.end.is_none() {
+                let t = table(&map, tx.items[w.item].table);
+                reads[k] = tx.c.ep.read(w.chain.0, w.bucket, t.bucket_bytes as usize);
+            }
+        }
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[todo[0]]));
+        }
+    }
+
+    // Place the rows, one by one.
+    let mut placed: Vec<u64> = Vec::with_capacity(walks.len());
+    // Overflow buckets chained by this call: (chain, bucket, its next unused slot).
+    let mut fresh: Vec<((NodeId, u64), u64, u32)> = Vec::new();
+    for w in walks {
+        let t = table(&map, tx.items[w.item].table);
+        let pick = w
+            .own
+            .or_else(|| w.free.into_iter().find(|(off, _)| !placed.contains(off)));
+        let (slot, image) = match pick {
+            Some(p) => p,
+            None => {
+                let f = fresh.iter_mut().find(|f| f.0 == w.chain);
+                let slot = match f {
+                    Some(f) if f.2 < t.slots_per_bucket => {
+                        f.2 += 1;
+                        t.slot(f.1, f.2 - 1)
+                    }
+                    f => {
+                        // Chain a new overflow bucket (we hold the chain's insert lock, so
+                        // nobody else links one here): claim it on the primary, link it on
+                        // every replica after the chain's last bucket.
+                        let end = f.as_ref().map_or(w.end.expect("walked"), |f| f.1);
+                        let it = &tx.items[w.item];
+                        let fail = abort(AbortReason::ReplicaFailure, it);
+                        let full = abort(AbortReason::TableFull, it);
+                        let faa = tx.c.ep.faa(w.chain.0, t.overflow_counter(), 1);
+                        if tx.c.ep.post().await.is_err() {
+                            return Err(fail);
+                        }
+                        let index = tx.c.ep.old(faa);
+                        if index >= t.overflow_buckets {
+                            return Err(full);
+                        }
+                        for &n in &t.replicas {
+                            tx.c.ep.write(n, end, &(index + 1).to_le_bytes());
+                        }
+                        if tx.c.ep.post().await.is_err() {
+                            return Err(fail);
+                        }
+                        let bucket = t.overflow_bucket(index);
+                        match f {
+                            Some(f) => *f = (w.chain, bucket, 1),
+                            None => fresh.push((w.chain, bucket, 1)),
+                        }
+                        t.slot(bucket, 0)
+                    }
+                };
+                (slot, vec![0; t.record_bytes as usize])
+            }
+        };
+        placed.push(slot);
+        let stamp = t.codec().header(&image).version;
+        let it = &mut tx.items[w.item];
+        it.offset = Some(slot);
+        it.node = w.chain.0;
+        it.version = w.tombstone;
+        it.install = Some(stamp.max(w.tombstone) + 1);
+        it.image = image;
+        it.new = NewValue::Insert;
+        it.cold = true;
+    }
     log_undo(tx).await
+}
+
+/// One insert's walk along its key's chain.
+struct Walk {
+    item: usize,
+    /// The chain's insert lock, as (node, address): it names the chain.
+    chain: (NodeId, u64),
+    /// The bucket being read.
+    bucket: u64,
+    /// Overflow buckets followed so far.
+    hops: u64,
+    /// The greatest version of the key's tombstones on the chain.
+    tombstone: u64,
+    /// The key's own tombstone (slot, image), reusable by it alone.
+    own: Option<(u64, Vec<u8>)>,
+    /// Free slots (slot, image), as many as rows share the chain.
+    free: Vec<(u64, Vec<u8>)>,
+    /// The chain's last bucket, once reached.
+    end: Option<u64>,
+}
+
+/// The next bucket of a chain, from a bucket's `next` link: `Err` if the link leaves the
+/// table's overflow area or the walk has taken more hops than the table has overflow buckets
+/// (a cycle): memory is corrupt, and following it would loop or read another table.
+fn next_bucket(t: &TableInfo, next: Option<u64>, hops: &mut u64) -> Result<Option<u64>, ()> {
+    let Some(n) = next else {
+        return Ok(None);
+    };
+    *hops += 1;
+    let first = t.overflow_bucket(0);
+    let in_area = n >= first
+        && n < t.overflow_bucket(t.overflow_buckets)
+        && (n - first).is_multiple_of(t.bucket_bytes);
+    if !in_area || *hops > t.overflow_buckets {
+        return Err(());
+    }
+    Ok(Some(n))
+}
+
+/// A batch with lock CASes failed (a memory node down): the CASes on the nodes still up may
+/// have succeeded, and the transaction never learned which. Give back every one of those lock
+/// words that still holds our owner id (CAS owner -> 0, which leaves a word another holds
+/// alone), except those we hold through an earlier round (they are released with the rest).
+async fn give_back_after_failure(tx: &mut Txn<'_>, addrs: &[(NodeId, u64)]) {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let held = |tx: &Txn<'_>, (n, a): (NodeId, u64)| {
+        tx.items.iter().any(|it| {
+            it.chain_lock == Some((n, a))
+                || it.locked && it.offset == Some(a) && table(&map, it.table).primary() == n
+        })
+    };
+    let mut any = false;
+    for &(n, a) in addrs {
+        if !held(tx, (n, a)) {
+            tx.c.ep.cas(n, a, owner, 0);
+            any = true;
+        }
+    }
+    if any {
+        // A node that is down keeps nothing of ours: its locks go with its memory.
+        let _ = tx.c.ep.post().await;
+    }
 }
 
 /// Absent keys read by the transaction must still be absent at validation: their chain holds
 /// no valid record of the key, and nobody holds the chain's insert lock (an insert in
-/// progress). One READ per bucket of the chain.
+/// progress). One READ per bucket of each chain, the chains walked together.
 async fn validate_absent(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
@@ -1090,34 +1244,67 @@ async fn validate_absent(tx: &mut Txn<'_>) -> Result<(), Abort> {
             return Err(abort(AbortReason::Validation, &tx.items[i]));
         }
     }
-    for i in absent {
-        let it = &tx.items[i];
-        let t = table(&map, it.table);
-        let codec = t.codec();
-        let (key, seen, fail) = (it.key, it.version, abort(AbortReason::Validation, it));
-        let mut bucket = t.home_bucket(key);
-        let mut tombstone = 0;
-        loop {
-            let r = tx.c.ep.read(t.primary(), bucket, t.bucket_bytes as usize);
-            if tx.c.ep.post().await.is_err() {
-                return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
-            }
+    // Then every chain, all of them together, a round per bucket.
+    // (item, bucket being read, overflow hops, greatest tombstone version so far)
+    let mut walks: Vec<(usize, u64, u64, u64)> = absent
+        .iter()
+        .map(|&i| {
+            (
+                i,
+                table(&map, tx.items[i].table).home_bucket(tx.items[i].key),
+                0,
+                0,
+            )
+        })
+        .collect();
+    let mut reads: Vec<OpId> = Vec::with_capacity(walks.len());
+    while !walks.is_empty() {
+        reads.clear();
+        for &(i, bucket, _, _) in &walks {
+            let t = table(&map, tx.items[i].table);
+            reads.push(tx.c.ep.read(t.primary(), bucket, t.bucket_bytes as usize));
+        }
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[walks[0].0]));
+        }
+        let mut k = 0;
+        let mut failed = None;
+        walks.retain_mut(|(i, bucket, hops, tombstone)| {
+            let r = reads[k];
+            k += 1;
+            let it = &tx.items[*i];
+            let t = table(&map, it.table);
             let bytes = tx.c.ep.bytes(r);
-            let scan = t.scan(bucket, bytes, key);
+            let scan = t.scan(*bucket, bytes, it.key);
             if scan.found.is_some() {
-                return Err(fail);
+                failed.get_or_insert(abort(AbortReason::Validation, it));
+                return false;
             }
             if let Some((slot, _)) = scan.tombstone {
-                tombstone = tombstone.max(codec.header(t.slot_bytes(bytes, slot)).version);
+                let v = t.codec().header(t.slot_bytes(bytes, slot)).version;
+                *tombstone = (*tombstone).max(v);
             }
-            match scan.next {
-                Some(n) => bucket = n,
-                None => break,
+            match next_bucket(t, scan.next, hops) {
+                Ok(Some(n)) => {
+                    *bucket = n;
+                    true
+                }
+                Ok(None) => {
+                    // Inserted and deleted again since the read: absent, but not the absence
+                    // we saw.
+                    if *tombstone != it.version {
+                        failed.get_or_insert(abort(AbortReason::Validation, it));
+                    }
+                    false
+                }
+                Err(()) => {
+                    failed.get_or_insert(abort(AbortReason::CorruptChain, it));
+                    false
+                }
             }
-        }
-        // Inserted and deleted again since the read: absent, but not the absence we saw.
-        if tombstone != seen {
-            return Err(fail);
+        });
+        if let Some(a) = failed {
+            return Err(a);
         }
     }
     Ok(())

@@ -174,8 +174,10 @@ fn committing(tx: &Txn<'_>, lock: u64) -> bool {
             && crate::LocalOracle::is_set(&tx.suspects, lock))
 }
 
-fn new_item(t: &TableInfo, table_id: u32, key: u64, rw: bool) -> Item {
-    Item {
+/// Appends a new item for `key` (not among the items yet) and returns its position.
+fn push_new(tx: &mut Txn<'_>, t: &TableInfo, table_id: u32, key: u64, rw: bool) -> usize {
+    let value = tx.buffer(t.value_size as usize);
+    tx.push_item(Item {
         table: table_id,
         key,
         rw,
@@ -185,14 +187,14 @@ fn new_item(t: &TableInfo, table_id: u32, key: u64, rw: bool) -> Item {
         version: 0,
         locked: false,
         cold: false,
-        value: vec![0; t.value_size as usize],
+        value,
         image: Vec::new(),
         new: NewValue::Keep,
         chain_lock: None,
         install: None,
         in_log: false,
         mv: None,
-    }
+    })
 }
 
 /// Execution: fetch `accesses` (new items, or read-only items now wanted for update).
@@ -250,8 +252,8 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 pending: false,
             },
         };
-        tx.items.push(new_item(t, a.table, a.key, a.for_update));
-        work.push((tx.items.len() - 1, stage));
+        let i = push_new(tx, t, a.table, a.key, a.for_update);
+        work.push((i, stage));
     }
     if work.is_empty() {
         return Ok(());
@@ -632,10 +634,7 @@ pub(crate) async fn insert(
             }
             i
         }
-        None => {
-            tx.items.push(new_item(t, table_id, key, true));
-            tx.items.len() - 1
-        }
+        None => push_new(tx, t, table_id, key, true),
     };
     start(tx)
         .await

@@ -1,0 +1,230 @@
+//! What a coordinator does when memory fails it: a lock batch that fails on one memory node
+//! leaves no lock of ours on the others, and a corrupt hash chain (a cycle) aborts instead of
+//! looping.
+
+use dtxn_fabric::sim::{Adversary, MemoryCrash, SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_txn::{Abort, AbortReason, Access, Coordinator, FordOptions, TxKind, TxnConfig};
+use std::rc::Rc;
+
+/// Two tables, one copy each: `A` on memory node 0, `B` on node 1.
+const A: u32 = 1;
+const B: u32 = 2;
+/// Memory node 1 crashes then (virtual time), and stays down.
+const CRASH_NS: u64 = 1_000_000;
+
+fn v(x: u64) -> Vec<u8> {
+    x.to_le_bytes().to_vec()
+}
+
+fn reason<T>(r: &Result<T, Abort>) -> Option<AbortReason> {
+    r.as_ref().err().map(|a| a.reason)
+}
+
+fn plan() -> Plan {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 1,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    Plan::new(
+        &[
+            TableSpec::new(A, "a", 8, 100),
+            TableSpec::new(B, "b", 8, 100),
+        ],
+        &shape,
+    )
+    .unwrap()
+}
+
+fn sim(plan: &Plan, crash: bool) -> SimPool {
+    let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
+    cfg.profile = Profile::ideal();
+    cfg.adversary = Adversary::off();
+    if crash {
+        cfg.faults.memory_crashes = vec![MemoryCrash {
+            at_ns: CRASH_NS,
+            node: 1,
+            down_ns: 1_000_000_000,
+        }];
+    }
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    for t in [A, B] {
+        let mut l = Loader::new(plan.table(t).unwrap());
+        for k in 0..10 {
+            l.insert(&pool, k, &v(k)).unwrap();
+        }
+    }
+    let Pool::Sim(s) = pool else { unreachable!() };
+    s
+}
+
+/// Runs `script` on one coordinator of a pool whose memory node 1 crashes at `CRASH_NS`.
+fn with_crash<F, Fut>(ford: FordOptions, script: F) -> Vec<Option<AbortReason>>
+where
+    F: Fn(Coordinator) -> Fut + Clone + 'static,
+    Fut: std::future::Future<Output = Vec<Option<AbortReason>>> + 'static,
+{
+    let plan = plan();
+    let mut sim = sim(&plan, true);
+    let cfg = Rc::new(TxnConfig {
+        ford,
+        ..TxnConfig::default()
+    });
+    let one = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = sim
+        .run(one, None, move |mut ep: Endpoint| {
+            let (cfg, script) = (cfg.clone(), script.clone());
+            async move {
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                assert_eq!(map.table(A).unwrap().primary(), 0);
+                assert_eq!(map.table(B).unwrap().primary(), 1);
+                script(Coordinator::new(ep, map, cfg)).await
+            }
+        })
+        .unwrap();
+    r.outputs.into_iter().next().unwrap().unwrap()
+}
+
+/// Caches both keys' addresses, then waits for node 1 to go down.
+async fn warm_then_crash(c: &mut Coordinator) {
+    let mut tx = c.begin(TxKind::ReadOnly);
+    tx.fetch(&[Access::read(A, 1), Access::read(B, 1)])
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    let now = c.endpoint().now_ns();
+    c.endpoint().sleep(2 * CRASH_NS - now.min(CRASH_NS)).await;
+}
+
+/// After the failure: can we still lock `A`'s key 1 (is the lock we took on node 0 free)?
+async fn lock_a_again(c: &mut Coordinator) -> Option<AbortReason> {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    let r = tx.read_for_update(A, 1).await.map(|_| ());
+    if r.is_ok() {
+        tx.rollback().await;
+    }
+    reason(&r)
+}
+
+#[test]
+fn a_hitchhiked_lock_batch_failing_on_one_node_leaves_no_lock_on_the_other() {
+    let out = with_crash(FordOptions::default(), |mut c| async move {
+        warm_then_crash(&mut c).await;
+        // CAS + READ on node 0 (succeeds) and on node 1 (down), one batch.
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let r = tx
+            .fetch(&[Access::update(A, 1), Access::update(B, 1)])
+            .await;
+        vec![reason(&r), lock_a_again(&mut c).await]
+    });
+    assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
+}
+
+#[test]
+fn a_commit_lock_round_failing_on_one_node_leaves_no_lock_on_the_other() {
+    let cold = FordOptions {
+        hitchhiked_locking: false,
+        ..FordOptions::default()
+    };
+    let out = with_crash(cold, |mut c| async move {
+        // Read for update without locks (hitchhiking off), before the crash; locked at commit,
+        // after it.
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.fetch(&[Access::update(A, 1), Access::update(B, 1)])
+            .await
+            .unwrap();
+        tx.update(A, 1, &v(7)).await.unwrap();
+        tx.update(B, 1, &v(7)).await.unwrap();
+        let now = tx.endpoint().now_ns();
+        tx.endpoint().sleep(2 * CRASH_NS - now.min(CRASH_NS)).await;
+        let r = tx.commit().await;
+        // Hitchhiking off: the lock is taken at commit, so commit a write of A.
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.read_for_update(A, 1).await.unwrap();
+        tx.update(A, 1, &v(8)).await.unwrap();
+        vec![reason(&r), reason(&tx.commit().await)]
+    });
+    assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
+}
+
+#[test]
+fn an_insert_batch_failing_on_one_node_leaves_no_chain_lock_on_the_other() {
+    let out = with_crash(FordOptions::default(), |mut c| async move {
+        warm_then_crash(&mut c).await;
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let r = tx
+            .insert_many(&[(A, 500, &v(5)[..]), (B, 500, &v(5)[..])])
+            .await;
+        // The same chain of A again: its insert lock must be free.
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let again = tx.insert(A, 500, &v(5)).await;
+        let again = match again {
+            Ok(()) => tx.commit().await,
+            Err(a) => Err(a),
+        };
+        vec![reason(&r), reason(&again)]
+    });
+    assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
+}
+
+/// Links `A`'s home bucket of `key` to overflow bucket 0, and that bucket to itself.
+fn cycle_words(plan: &Plan, key: u64) -> [(u64, u64); 2] {
+    let t = plan.table(A).unwrap();
+    [(t.home_bucket(key), 1), (t.overflow_bucket(0), 1)]
+}
+
+#[test]
+fn a_cycle_in_a_chain_aborts_instead_of_looping() {
+    let plan = plan();
+    let mut sim = sim(&plan, false);
+    let absent = 777;
+    let words = cycle_words(&plan, absent);
+    let overflow = plan.table(A).unwrap().overflow_buckets;
+    let cfg = Rc::new(TxnConfig::default());
+    let one = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = sim
+        .run(one, None, move |mut ep: Endpoint| {
+            let cfg = cfg.clone();
+            async move {
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                let mut c = Coordinator::new(ep, map, cfg);
+                let mut out = Vec::new();
+                // Absent, chain intact: read, then the chain turns into a cycle before the
+                // commit validates the absence.
+                let mut tx = c.begin(TxKind::ReadOnly);
+                let read = tx.read(A, absent).await.map(|v| v.is_none());
+                out.push(reason(&read));
+                for (addr, word) in words {
+                    tx.endpoint().write(0, addr, &word.to_le_bytes());
+                }
+                tx.endpoint().post().await.unwrap();
+                out.push(reason(&tx.commit().await));
+                // And now every walk of it.
+                let mut tx = c.begin(TxKind::ReadOnly);
+                out.push(reason(&tx.read(A, absent).await));
+                // Given up after at most one hop per overflow bucket (and one more).
+                let rts = c.last_outcome().unwrap().fabric.round_trips;
+                assert!(rts <= overflow + 2, "{rts} round trips");
+                let mut tx = c.begin(TxKind::ReadWrite);
+                out.push(reason(&tx.insert(A, absent, &v(1)).await));
+                out
+            }
+        })
+        .unwrap();
+    let out = r.outputs.into_iter().next().unwrap().unwrap();
+    let corrupt = Some(AbortReason::CorruptChain);
+    assert_eq!(out, [None, corrupt, corrupt, corrupt]);
+}
