@@ -54,7 +54,7 @@ use crate::txn::{Access, Item, NewValue, TxKind, Txn};
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cvt::{Cvt, MvCodec, Pick, Vcell, CHUNK, CREATED, FRESH, TOMBSTONE, VALID};
 use dtxn_store::layout::ORACLE_OFF;
-use dtxn_store::log::{ItemKind, LogEntry, LogItem, LogStatus};
+use dtxn_store::log::{encode_head, encode_item_as, ItemKind, LogStatus, HEAD_BYTES};
 use dtxn_store::record::RecordHeader;
 use dtxn_store::{PoolMap, TableInfo};
 use std::rc::Rc;
@@ -1079,41 +1079,47 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
         abort(AbortReason::LogFull, first),
     );
     let installs = prepare(tx, &map, tc);
-    let mut items = Vec::new();
-    for w in &installs {
-        items.push(LogItem {
-            table: w.table,
-            offset: w.off,
-            insert: false,
-            kind: ItemKind::RedoRecord,
-            image: w.record.clone(),
-        });
-        if let Some((at, bytes)) = &w.chunk {
-            items.push(LogItem {
-                table: w.table,
-                offset: *at,
-                insert: false,
-                kind: ItemKind::RedoBar,
-                image: bytes.clone(),
-            });
-        }
-    }
-    let entry = LogEntry {
-        txn: tx.id,
-        coordinator: tx.c.ep.id().index,
-        status: LogStatus::Pending,
-        items,
-    };
     // More coordinators than log slices, or an entry too big: a sizing problem, refused
     // before anything is written.
     let Some((slice, slice_bytes)) = tx.c.log_slice else {
         return Err(full);
     };
+    // The entry, encoded in place (the layout of `LogEntry::encode`): the new records, each
+    // followed by its pre-image lines.
     let mut log = std::mem::take(&mut tx.log_body);
-    if entry.encode(slice_bytes, &mut log).is_err() {
+    log.clear();
+    log.resize(HEAD_BYTES, 0);
+    let mut items = 0u32;
+    for w in &installs {
+        encode_item_as(
+            ItemKind::RedoRecord,
+            w.table,
+            w.off,
+            false,
+            &w.record,
+            &mut log,
+        );
+        items += 1;
+        if let Some((at, bytes)) = &w.chunk {
+            encode_item_as(ItemKind::RedoBar, w.table, *at, false, bytes, &mut log);
+            items += 1;
+        }
+    }
+    if log.len() as u64 > slice_bytes {
         tx.log_body = log;
         return Err(full);
     }
+    let crc = crc32fast::hash(&log[HEAD_BYTES..]);
+    let body = (log.len() - HEAD_BYTES) as u32;
+    let head = encode_head(
+        tx.id,
+        tx.c.ep.id().index,
+        LogStatus::Pending,
+        items,
+        body,
+        crc,
+    );
+    log[..HEAD_BYTES].copy_from_slice(&head);
     let mut nodes: Vec<NodeId> = installs
         .iter()
         .flat_map(|w| table(&map, w.table).replicas.iter().copied())
