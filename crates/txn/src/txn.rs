@@ -368,15 +368,7 @@ impl<'c> Txn<'c> {
     pub async fn insert_many(&mut self, rows: &[(u32, u64, &[u8])]) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
         let r = if self.multi_version() {
-            // One at a time (each finds its own chain); a batched form as FORD's is left.
-            let mut r = Ok(());
-            for &(table, key, value) in rows {
-                r = motor::insert(self, table, key, value).await;
-                if r.is_err() {
-                    break;
-                }
-            }
-            r
+            motor::insert_many(self, rows).await
         } else {
             ford::insert(self, rows).await
         };

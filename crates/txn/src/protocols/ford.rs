@@ -1186,7 +1186,7 @@ fn next_bucket(t: &TableInfo, next: Option<u64>, hops: &mut u64) -> Result<Optio
 /// have succeeded, and the transaction never learned which. Give back every one of those lock
 /// words that still holds our owner id (CAS owner -> 0, which leaves a word another holds
 /// alone), except those we hold through an earlier round (they are released with the rest).
-async fn give_back_after_failure(tx: &mut Txn<'_>, addrs: &[(NodeId, u64)]) {
+pub(crate) async fn give_back_after_failure(tx: &mut Txn<'_>, addrs: &[(NodeId, u64)]) {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
     let held = |tx: &Txn<'_>, (n, a): (NodeId, u64)| {

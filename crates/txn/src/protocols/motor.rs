@@ -588,67 +588,189 @@ fn on_bucket(
     Next::Done
 }
 
-/// Insert. A key with a CVT (a tombstone) is inserted over it, under the CVT's lock; a key
-/// without one gets a free slot of its chain, chosen under the chain's insert lock (one round
-/// trip: CAS + READ of the home bucket) and claimed with the commit's mark round.
-pub(crate) async fn insert(
-    tx: &mut Txn<'_>,
-    table_id: u32,
-    key: u64,
-    value: &[u8],
-) -> Result<(), Abort> {
+/// Inserts, any number at once. A key with a CVT (a tombstone) is inserted over it, under the
+/// CVT's lock; the keys without one get free slots of their chains, chosen under the chains'
+/// insert locks (CAS + READ of every home bucket, all in one round trip) and claimed with the
+/// commit's mark round. The same as inserting them one by one, in order.
+pub(crate) async fn insert_many(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let bad = |reason| Abort {
-        reason,
-        table: table_id,
-        key,
-    };
-    if tx.kind == TxKind::ReadOnly {
-        return Err(bad(AbortReason::BadRequest));
-    }
-    let Ok(t) = map.table(table_id) else {
-        return Err(bad(AbortReason::BadRequest));
-    };
-    if value.len() != t.value_size as usize || t.mv.is_none() {
-        return Err(bad(AbortReason::BadRequest));
-    }
-    let i = match tx.find(table_id, key) {
-        Some(i) => {
-            let it = &mut tx.items[i];
-            match (&it.new, it.exists) {
-                (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
-                    return Err(bad(AbortReason::Exists))
-                }
-                (NewValue::Delete, true) => {
-                    // Deleted, then inserted again by the same transaction: an update.
-                    it.value.copy_from_slice(value);
-                    it.new = NewValue::Update;
-                    return Ok(());
-                }
-                _ => {}
-            }
-            it.rw = true;
-            if let (Some(off), Some(_), false) = (it.offset, &it.mv, it.locked) {
-                // Read absent through its CVT (a tombstone): lock it.
-                run_stages(tx, vec![(i, Stage::Cvt { off, lock: true })]).await?;
-            }
-            i
+    // (item, row) of every key to insert.
+    let mut todo: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
+    let mut lock_cvts = Vec::new();
+    for (r, &(table_id, key, value)) in rows.iter().enumerate() {
+        let bad = |reason| Abort {
+            reason,
+            table: table_id,
+            key,
+        };
+        if tx.kind == TxKind::ReadOnly {
+            return Err(bad(AbortReason::BadRequest));
         }
-        None => push_new(tx, t, table_id, key, true),
-    };
-    start(tx)
-        .await
-        .map_err(|()| bad(AbortReason::ReplicaFailure))?;
-    if tx.items[i].mv.is_none() {
-        // No CVT seen: look in the chain, under its insert lock.
-        choose_slot(tx, &map, i).await?;
+        let Ok(t) = map.table(table_id) else {
+            return Err(bad(AbortReason::BadRequest));
+        };
+        if value.len() != t.value_size as usize || t.mv.is_none() {
+            return Err(bad(AbortReason::BadRequest));
+        }
+        let i = match tx.find(table_id, key) {
+            Some(i) => {
+                let it = &mut tx.items[i];
+                match (&it.new, it.exists) {
+                    (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
+                        return Err(bad(AbortReason::Exists))
+                    }
+                    (NewValue::Delete, true) => {
+                        // Deleted, then inserted again by the same transaction: an update.
+                        it.value.copy_from_slice(value);
+                        it.new = NewValue::Update;
+                        continue;
+                    }
+                    _ if todo.iter().any(|&(j, _)| j == i) => return Err(bad(AbortReason::Exists)),
+                    _ => {}
+                }
+                it.rw = true;
+                if let (Some(off), Some(_), false) = (it.offset, &it.mv, it.locked) {
+                    // Read absent through its CVT (a tombstone): lock it.
+                    lock_cvts.push((i, Stage::Cvt { off, lock: true }));
+                }
+                i
+            }
+            None => push_new(tx, t, table_id, key, true),
+        };
+        todo.push((i, r));
     }
-    let it = &mut tx.items[i];
-    if it.exists {
-        return Err(bad(AbortReason::Exists));
+    if todo.is_empty() {
+        return Ok(());
     }
-    it.value.copy_from_slice(value);
-    it.new = NewValue::Insert;
+    let first = abort(AbortReason::ReplicaFailure, &tx.items[todo[0].0]);
+    start(tx).await.map_err(|()| first)?;
+    if !lock_cvts.is_empty() {
+        run_stages(tx, lock_cvts).await?;
+    }
+    let fresh: Vec<usize> = todo
+        .iter()
+        .map(|&(i, _)| i)
+        .filter(|&i| tx.items[i].mv.is_none())
+        .collect();
+    if !fresh.is_empty() {
+        choose_slots(tx, &map, &fresh).await?;
+    }
+    for &(i, r) in &todo {
+        let it = &mut tx.items[i];
+        if it.exists {
+            return Err(abort(AbortReason::Exists, it));
+        }
+        it.value.copy_from_slice(rows[r].2);
+        it.new = NewValue::Insert;
+    }
+    Ok(())
+}
+
+/// Chooses slots for fresh inserts together: every chain's insert lock (one CAS per chain not
+/// held yet) and home bucket in one batch, then the chains' overflow buckets a round per hop,
+/// all chains at once. A key found in its chain after all is locked through its CVT; a chain
+/// without a free slot gets a new overflow bucket from [`choose_slot`].
+async fn choose_slots(tx: &mut Txn<'_>, map: &Rc<PoolMap>, items: &[usize]) -> Result<(), Abort> {
+    let owner = tx.c.owner;
+    let mut cas: Vec<(usize, NodeId, u64, OpId)> = Vec::new();
+    // Per item: (item, bucket to read next, hops so far, first free slot seen).
+    let mut walks: Vec<(usize, u64, u64, Option<u64>)> = Vec::with_capacity(items.len());
+    for &i in items {
+        let it = &tx.items[i];
+        let t = table(map, it.table);
+        let (p, home) = (t.primary(), t.home_bucket(it.key));
+        let lock = (p, t.insert_lock(home));
+        let held = tx.items.iter().any(|o| o.chain_lock == Some(lock))
+            || cas.iter().any(|&(_, n, a, _)| (n, a) == lock);
+        if !held {
+            cas.push((i, lock.0, lock.1, tx.c.ep.cas(lock.0, lock.1, 0, owner)));
+        }
+        walks.push((i, home, 0, None));
+    }
+    let mut lock_cvts = Vec::new();
+    let mut slow = Vec::new();
+    let mut first_round = true;
+    while !walks.is_empty() {
+        let reads: Vec<OpId> = walks
+            .iter()
+            .map(|&(i, at, _, _)| {
+                let t = table(map, tx.items[i].table);
+                tx.c.ep.read(t.primary(), at, t.bucket_bytes as usize)
+            })
+            .collect();
+        if tx.c.ep.post().await.is_err() {
+            if first_round {
+                let taken: Vec<(NodeId, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a)).collect();
+                crate::protocols::ford::give_back_after_failure(tx, &taken).await;
+            }
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[walks[0].0]));
+        }
+        if first_round {
+            first_round = false;
+            // Record every chain lock won before reporting one lost, so that all are
+            // released.
+            let mut lost = None;
+            for &(i, n, a, c) in &cas {
+                if tx.c.ep.cas_ok(c) {
+                    tx.items[i].chain_lock = Some((n, a));
+                } else {
+                    lost.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+                }
+            }
+            if let Some(a) = lost {
+                return Err(a);
+            }
+        }
+        let buckets: Vec<Vec<u8>> = reads.iter().map(|&r| tx.c.ep.bytes(r).to_vec()).collect();
+        let mut next = Vec::new();
+        for ((i, at, hops, mut free), bytes) in walks.into_iter().zip(buckets) {
+            let (table_id, key) = (tx.items[i].table, tx.items[i].key);
+            let t = table(map, table_id);
+            let scan = t.scan(at, &bytes, key);
+            if let Some((_, off)) = scan.found {
+                // The key has a CVT (deleted, or inserted since we looked): lock and read it.
+                tx.c.cache.insert(table_id, key, off);
+                lock_cvts.push((i, Stage::Cvt { off, lock: true }));
+                continue;
+            }
+            if free.is_none() {
+                let sv = t.codec();
+                free = (0..t.slots_per_bucket)
+                    .map(|s| (t.slot(at, s), sv.header(t.slot_bytes(&bytes, s))))
+                    .find(|(off, h)| {
+                        !h.valid
+                            && h.lock == 0
+                            && !tx.items.iter().any(|o| o.offset == Some(*off))
+                            && !next.iter().any(|&(_, _, _, f)| f == Some(*off))
+                    })
+                    .map(|(off, _)| off);
+            }
+            match scan.next {
+                Some(n) if hops < t.overflow_buckets => next.push((i, n, hops + 1, free)),
+                Some(_) => return Err(abort(AbortReason::CorruptChain, &tx.items[i])),
+                None => match free {
+                    Some(slot) => {
+                        let it = &mut tx.items[i];
+                        it.offset = Some(slot);
+                        it.node = t.primary();
+                        it.exists = false;
+                        it.version = 0;
+                        // Claimed at the mark round.
+                        it.cold = true;
+                    }
+                    // No free slot: chain a new overflow bucket.
+                    None => slow.push(i),
+                },
+            }
+        }
+        walks = next;
+    }
+    if !lock_cvts.is_empty() {
+        run_stages(tx, lock_cvts).await?;
+    }
+    for i in slow {
+        choose_slot(tx, map, i).await?;
+    }
     Ok(())
 }
 
