@@ -249,6 +249,38 @@ impl<'c> Txn<'c> {
         self.items.len() - 1
     }
 
+    /// Appends a fresh item for `key` (not among the items yet), read from `node`, with a
+    /// zeroed value of `value_size` bytes; returns its position.
+    pub(crate) fn push_new_item(
+        &mut self,
+        table: u32,
+        key: u64,
+        rw: bool,
+        node: NodeId,
+        value_size: usize,
+    ) -> usize {
+        let value = self.buffer(value_size);
+        let image = self.buffer(0);
+        self.push_item(Item {
+            table,
+            key,
+            rw,
+            offset: None,
+            node,
+            exists: false,
+            version: 0,
+            locked: false,
+            cold: false,
+            value,
+            image,
+            new: NewValue::Keep,
+            chain_lock: None,
+            install: None,
+            in_log: false,
+            mv: None,
+        })
+    }
+
     /// A zeroed buffer of `len` bytes, reusing one of an earlier transaction's when there is
     /// one (values and images are allocated per item otherwise).
     pub(crate) fn buffer(&mut self, len: usize) -> Vec<u8> {

@@ -78,7 +78,7 @@ enum Stage {
     Bucket { at: u64, hops: u64 },
 }
 
-fn abort(reason: AbortReason, it: &Item) -> Abort {
+pub(crate) fn abort(reason: AbortReason, it: &Item) -> Abort {
     Abort {
         reason,
         table: it.table,
@@ -86,7 +86,7 @@ fn abort(reason: AbortReason, it: &Item) -> Abort {
     }
 }
 
-fn table(map: &PoolMap, id: u32) -> &TableInfo {
+pub(crate) fn table(map: &PoolMap, id: u32) -> &TableInfo {
     map.tables
         .get(&id)
         .expect("checked when the item was added")
@@ -144,26 +144,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 hops: 0,
             },
         };
-        let value = tx.buffer(t.value_size as usize);
-        let image = tx.buffer(0);
-        let i = tx.push_item(Item {
-            table: a.table,
-            key: a.key,
-            rw: a.for_update,
-            offset: None,
-            node,
-            exists: false,
-            version: 0,
-            locked: false,
-            cold: false,
-            value,
-            image,
-            new: NewValue::Keep,
-            chain_lock: None,
-            install: None,
-            in_log: false,
-            mv: None,
-        });
+        let i = tx.push_new_item(a.table, a.key, a.for_update, node, t.value_size as usize);
         work.push((i, stage, None));
     }
     let mut rereads = 0;
@@ -939,28 +920,7 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
                     }
                 }
             }
-            None => {
-                let value = tx.buffer(t.value_size as usize);
-                let image = tx.buffer(0);
-                tx.push_item(Item {
-                    table: table_id,
-                    key,
-                    rw: true,
-                    offset: None,
-                    node: t.primary(),
-                    exists: false,
-                    version: 0,
-                    locked: false,
-                    cold: false,
-                    value,
-                    image,
-                    new: NewValue::Keep,
-                    chain_lock: None,
-                    install: None,
-                    in_log: false,
-                    mv: None,
-                })
-            }
+            None => tx.push_new_item(table_id, key, true, t.primary(), t.value_size as usize),
         };
         // Placed or not, the transaction aborts if this call fails: the value may go in now.
         tx.items[i].value.copy_from_slice(value);

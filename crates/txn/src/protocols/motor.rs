@@ -50,7 +50,8 @@
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::Isolation;
-use crate::txn::{Access, Item, NewValue, TxKind, Txn};
+use crate::protocols::ford::{abort, table};
+use crate::txn::{Access, NewValue, TxKind, Txn};
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cvt::{Cvt, MvCodec, Pick, Vcell, CHUNK, CREATED, FRESH, TOMBSTONE, VALID};
 use dtxn_store::layout::ORACLE_OFF;
@@ -92,20 +93,6 @@ enum Next {
     /// Read again (a torn or locked record): counts against the reread limit.
     Reread(Stage),
     Fail(AbortReason),
-}
-
-fn abort(reason: AbortReason, it: &Item) -> Abort {
-    Abort {
-        reason,
-        table: it.table,
-        key: it.key,
-    }
-}
-
-fn table(map: &PoolMap, id: u32) -> &TableInfo {
-    map.tables
-        .get(&id)
-        .expect("checked when the item was added")
 }
 
 fn codec(t: &TableInfo) -> MvCodec {
@@ -174,29 +161,6 @@ fn committing(tx: &Txn<'_>, lock: u64) -> bool {
             && crate::LocalOracle::is_set(&tx.suspects, lock))
 }
 
-/// Appends a new item for `key` (not among the items yet) and returns its position.
-fn push_new(tx: &mut Txn<'_>, t: &TableInfo, table_id: u32, key: u64, rw: bool) -> usize {
-    let value = tx.buffer(t.value_size as usize);
-    tx.push_item(Item {
-        table: table_id,
-        key,
-        rw,
-        offset: None,
-        node: t.primary(),
-        exists: false,
-        version: 0,
-        locked: false,
-        cold: false,
-        value,
-        image: Vec::new(),
-        new: NewValue::Keep,
-        chain_lock: None,
-        install: None,
-        in_log: false,
-        mv: None,
-    })
-}
-
 /// Execution: fetch `accesses` (new items, or read-only items now wanted for update).
 pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(), Abort> {
     let map = tx.c.map.clone();
@@ -252,7 +216,13 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 pending: false,
             },
         };
-        let i = push_new(tx, t, a.table, a.key, a.for_update);
+        let i = tx.push_new_item(
+            a.table,
+            a.key,
+            a.for_update,
+            t.primary(),
+            t.value_size as usize,
+        );
         work.push((i, stage));
     }
     if work.is_empty() {
@@ -635,7 +605,7 @@ pub(crate) async fn insert_many(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) ->
                 }
                 i
             }
-            None => push_new(tx, t, table_id, key, true),
+            None => tx.push_new_item(table_id, key, true, t.primary(), t.value_size as usize),
         };
         todo.push((i, r));
     }
@@ -1307,10 +1277,4 @@ fn release(tx: &mut Txn<'_>) {
 
 pub(crate) async fn release_on_abort(tx: &mut Txn<'_>) {
     release(tx);
-}
-
-/// The nodes a Motor transaction writes (for tests and tools).
-#[allow(dead_code)]
-pub(crate) fn replica_nodes(map: &PoolMap, table_id: u32) -> Vec<NodeId> {
-    table(map, table_id).replicas.clone()
 }
