@@ -2,16 +2,17 @@
 //!
 //! Each memory node is a mapped region: anonymous memory for one process, or one file per node
 //! (`node-{i}.dtxn` in [`ShmConfig::dir`], e.g. under `/dev/shm`) that several processes can map
-//! at once. READ and WRITE are atomic per aligned 64-byte line through per-line seqlocks (a
-//! plain memcpy is not); CAS and FAA take the line's seqlock too, so a READ never sees a line
-//! half updated.
+//! at once. READ and WRITE are atomic per aligned 64-byte line through seqlocks, one per group
+//! of 8 lines (a plain memcpy is not); CAS and FAA take the group's seqlock too, so a READ never
+//! sees a line half updated.
 //!
 //! # Region layout (anonymous and file-backed alike)
 //!
 //! ```text
 //! offset 0      header, 4096 bytes: magic "DTXNSHM1" | layout version u64 | data size u64 |
 //!               line count u64 | zeroes          (all little-endian)
-//! offset 4096   one 8-byte sequence word per 64-byte data line, rounded up to 4096 bytes
+//! offset 4096   one 8-byte sequence word per 512-byte group of data lines, rounded up to 4096
+//!               bytes
 //! offset D      the data (D = 4096 + that), `data size` bytes
 //! ```
 //!
@@ -486,7 +487,8 @@ impl ShmPort {
                     OpKind::Read | OpKind::Write | OpKind::Cas | OpKind::Faa
                 ) {
                     let region = &self.shared.regions[op.node as usize];
-                    region.prefetch(op.addr, u64::from(op.len).min(PREFETCH_MAX));
+                    let write = op.kind != OpKind::Read;
+                    region.prefetch(op.addr, u64::from(op.len).min(PREFETCH_MAX), write);
                 }
             }
         }

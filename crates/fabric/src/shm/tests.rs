@@ -70,7 +70,8 @@ impl Drop for TempDir {
 #[test]
 fn lines_stay_uniform_under_concurrent_whole_record_writes() {
     const RECORDS: u64 = 4;
-    const RECORD: usize = 256;
+    // 384 bytes: records straddle the 512-byte seqlock groups, as TPC-C stock rows do.
+    const RECORD: usize = 384;
     const ROUNDS: u64 = 20_000;
     let pool = anon(1, RECORDS * RECORD as u64, 0);
     let r = pool
@@ -613,6 +614,8 @@ fn opening_bad_files_says_what_is_wrong() {
     assert!(m.contains("is missing"), "{m}");
 }
 
+const MODEL_SIZE: u64 = 2048;
+
 #[derive(Debug, Clone)]
 enum ModelOp {
     Read(u64, usize),
@@ -623,8 +626,8 @@ enum ModelOp {
 
 fn model_op(size: u64) -> impl Strategy<Value = ModelOp> {
     prop_oneof![
-        (0..size, 0..200usize).prop_map(move |(a, l)| ModelOp::Read(a, l.min((size - a) as usize))),
-        (0..size, prop::collection::vec(any::<u8>(), 0..200)).prop_map(move |(a, mut d)| {
+        (0..size, 0..700usize).prop_map(move |(a, l)| ModelOp::Read(a, l.min((size - a) as usize))),
+        (0..size, prop::collection::vec(any::<u8>(), 0..700)).prop_map(move |(a, mut d)| {
             d.truncate((size - a) as usize);
             ModelOp::Write(a, d)
         }),
@@ -640,13 +643,15 @@ fn model_op(size: u64) -> impl Strategy<Value = ModelOp> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Byte-level semantics, including ranges that start and end inside words and lines: one
-    /// batch of random verbs against a plain byte array (in post order, which shm executes).
+    /// Byte-level semantics, including ranges that start and end inside words, lines and
+    /// seqlock groups (512 bytes; the region holds four): one batch of random verbs against a
+    /// plain byte array (in post order, which shm executes).
     #[test]
-    fn verbs_match_a_byte_array(ops in prop::collection::vec(model_op(512), 1..40)) {
-        let pool = anon(1, 512, 0);
+    fn verbs_match_a_byte_array(ops in prop::collection::vec(model_op(MODEL_SIZE), 1..40)) {
+        const SIZE: u64 = MODEL_SIZE;
+        let pool = anon(1, SIZE, 0);
         let mut ep = pool.endpoint(coord(0));
-        let mut model = vec![0u8; 512];
+        let mut model = vec![0u8; SIZE as usize];
         let word = |m: &[u8], a: u64| u64::from_le_bytes(m[a as usize..a as usize + 8].try_into().unwrap());
         let mut expect = Vec::new();
         for op in &ops {
@@ -683,7 +688,7 @@ proptest! {
                 None => prop_assert_eq!(ep.bytes(id), &bytes[..]),
             }
         }
-        let mut all = vec![0u8; 512];
+        let mut all = vec![0u8; SIZE as usize];
         pool.with_local(0, |m| m.read(0, &mut all));
         prop_assert_eq!(all, model);
     }
