@@ -487,8 +487,7 @@ impl ShmPort {
                     OpKind::Read | OpKind::Write | OpKind::Cas | OpKind::Faa
                 ) {
                     let region = &self.shared.regions[op.node as usize];
-                    let write = op.kind != OpKind::Read;
-                    region.prefetch(op.addr, u64::from(op.len).min(PREFETCH_MAX), write);
+                    region.prefetch(op.addr, u64::from(op.len).min(PREFETCH_MAX));
                 }
             }
         }
