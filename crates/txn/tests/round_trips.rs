@@ -307,3 +307,43 @@ fn batched_inserts_cost_one_round_trip_for_the_whole_batch() {
     assert_eq!(insert_round_trips(&[1001, 1003], true), 6);
     assert_eq!(insert_round_trips(&[1001, 1003], false), 7);
 }
+
+#[test]
+fn a_row_this_coordinator_inserted_is_updated_through_its_cached_address() {
+    let mut pool = pool();
+    let Pool::Sim(sim) = &mut pool else {
+        unreachable!()
+    };
+    let cfg = Rc::new(TxnConfig::default());
+    let one = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = sim
+        .run(one, None, move |mut ep: Endpoint| {
+            let cfg = cfg.clone();
+            async move {
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                let mut c = Coordinator::new(ep, map, cfg);
+                let mut rts = Vec::new();
+                for k in [1000u64, 1002] {
+                    let mut tx = c.begin(TxKind::ReadWrite);
+                    tx.insert(T, k, &9u64.to_le_bytes()).await.unwrap();
+                    tx.commit().await.unwrap();
+                }
+                // 1000 was inserted by this coordinator; 50 was loaded (never cached here).
+                for k in [1000u64, 50] {
+                    let mut tx = c.begin(TxKind::ReadWrite);
+                    tx.fetch(&[Access::update(T, k)]).await.unwrap();
+                    tx.update(T, k, &10u64.to_le_bytes()).await.unwrap();
+                    tx.commit().await.unwrap();
+                    rts.push(c.last_outcome().unwrap().fabric.round_trips);
+                }
+                rts
+            }
+        })
+        .unwrap();
+    // Warm (lock + READ through the cached slot, commit) against cold (bucket READ first).
+    assert_eq!(r.outputs.into_iter().next().unwrap().unwrap(), vec![2, 3]);
+}
