@@ -3,8 +3,8 @@
 //! Each memory node is a mapped region: anonymous memory for one process, or one file per node
 //! (`node-{i}.dtxn` in [`ShmConfig::dir`], e.g. under `/dev/shm`) that several processes can map
 //! at once. READ and WRITE are atomic per aligned 64-byte line through seqlocks, one per group
-//! of 8 lines (a plain memcpy is not); CAS and FAA take the group's seqlock too, so a READ never
-//! sees a line half updated.
+//! of 8 lines (a plain memcpy is not); FAA and a CAS that may swap take the group's seqlock
+//! too, so a READ never sees a line half updated.
 //!
 //! # Region layout (anonymous and file-backed alike)
 //!
@@ -32,8 +32,8 @@
 //! - FLUSH orders but does not persist: files on a DAX mount would need `clwb` of the written
 //!   lines for durability, which this backend does not issue.
 //! - RPC handlers run one at a time per memory node within one process, not across processes.
-//! - A process that dies inside a WRITE, CAS or FAA leaves that line locked for everyone
-//!   (re-create the pool).
+//! - A process that dies inside a WRITE, CAS or FAA leaves that 512-byte group locked for
+//!   everyone (re-create the pool).
 
 mod region;
 #[cfg(test)]
