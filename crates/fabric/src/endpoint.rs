@@ -131,7 +131,21 @@ impl Endpoint {
 
     /// WRITE `bytes` at `addr` on `node`.
     pub fn write(&mut self, node: NodeId, addr: u64, bytes: &[u8]) -> OpId {
-        self.write_with(node, addr, bytes.len(), |b| b.copy_from_slice(bytes))
+        self.start_op();
+        if self.check_len(bytes.len()) != bytes.len() {
+            return self.write_with(node, addr, bytes.len(), |_| {});
+        }
+        // Appended as is: no zeroed span to overwrite.
+        let data = self.batch.append_buf(bytes);
+        self.batch.push(Op {
+            kind: OpKind::Write,
+            node,
+            addr,
+            len: bytes.len() as u32,
+            data,
+            arg0: 0,
+            arg1: 0,
+        })
     }
 
     /// WRITE `len` bytes at `addr`, encoded in place by `fill` (no staging copy).

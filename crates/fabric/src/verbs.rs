@@ -113,6 +113,13 @@ impl Batch {
         id
     }
 
+    /// Appends `bytes` to the buffer; returns their offset.
+    pub(crate) fn append_buf(&mut self, bytes: &[u8]) -> u32 {
+        let off = self.buf.len();
+        self.buf.extend_from_slice(bytes);
+        off as u32
+    }
+
     pub(crate) fn reserve_buf(&mut self, len: usize) -> u32 {
         let off = self.buf.len();
         self.buf.resize(off + len, 0);

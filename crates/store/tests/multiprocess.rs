@@ -84,7 +84,7 @@ fn bootstrap_from_a_pool_another_process_created() {
         .run(one, None, |mut ep: Endpoint| async move {
             let map = PoolMap::bootstrap(&mut ep).await.unwrap();
             let mut found = 0;
-            for t in map.tables.values() {
+            for t in map.tables() {
                 let mut v = vec![0u8; t.value_size as usize];
                 for key in 0..t.bucket_count {
                     for &n in &t.replicas {
@@ -100,10 +100,7 @@ fn bootstrap_from_a_pool_another_process_created() {
         .unwrap();
     let (map, found) = r.outputs.into_iter().next().unwrap().unwrap();
     let plan = plan();
-    assert_eq!(
-        map.tables.values().cloned().collect::<Vec<_>>(),
-        plan.tables
-    );
+    assert_eq!(map.tables().cloned().collect::<Vec<_>>(), plan.tables);
     assert!(found > 100);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -330,7 +330,7 @@ async fn redo_motor(
 /// words too (an invisible bit a commit left there). Returns how many it cleared.
 async fn release_all(ep: &mut Endpoint, map: &PoolMap, owner: u64) -> Result<u32, FabricError> {
     let mut cleared = 0;
-    for t in map.tables.values() {
+    for t in map.tables() {
         let codec = t.codec();
         let buckets = t.bucket_count + t.overflow_buckets;
         for &n in &t.replicas {

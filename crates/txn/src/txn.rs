@@ -259,8 +259,15 @@ impl<'c> Txn<'c> {
         node: NodeId,
         value_size: usize,
     ) -> usize {
+        // The image will hold the whole record: room for it now spares a reallocation when
+        // the record is read.
+        let record = self
+            .c
+            .map
+            .table(table)
+            .map_or(0, |t| t.record_bytes as usize);
         let value = self.buffer(value_size);
-        let image = self.buffer(0);
+        let image = self.buffer_for(0, record);
         self.push_item(Item {
             table,
             key,
@@ -284,7 +291,16 @@ impl<'c> Txn<'c> {
     /// A zeroed buffer of `len` bytes, reusing one of an earlier transaction's when there is
     /// one (values and images are allocated per item otherwise).
     pub(crate) fn buffer(&mut self, len: usize) -> Vec<u8> {
+        self.buffer_for(len, len)
+    }
+
+    /// As [`Txn::buffer`], with room for `room` bytes.
+    pub(crate) fn buffer_for(&mut self, len: usize, room: usize) -> Vec<u8> {
         let mut b = self.c.spare.pop().unwrap_or_default();
+        if b.capacity() < room {
+            // A fresh allocation rather than a reallocation that would copy the old bytes.
+            b = Vec::with_capacity(room);
+        }
         b.clear();
         b.resize(len, 0);
         b

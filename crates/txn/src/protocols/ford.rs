@@ -69,6 +69,20 @@ use dtxn_store::{PoolMap, TableInfo};
 /// Bit 63 of a lock word: the record is being installed by a committing transaction.
 pub(crate) const INVISIBLE: u64 = 1 << 63;
 
+/// Vectors FORD's phases reuse across rounds and transactions (one set per coordinator), so
+/// that a transaction's hot path allocates nothing once they have grown. A phase takes one with
+/// `mem::take` and puts it back when it finishes; an abort just drops it.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// Execution rounds: (item, stage, version it must still have).
+    work: Vec<(usize, Stage, Option<u64>)>,
+    next: Vec<(usize, Stage, Option<u64>)>,
+    /// Execution rounds: each item's (CAS, READ).
+    ids: Vec<(Option<OpId>, OpId)>,
+    /// The memory nodes the undo log goes to.
+    nodes: Vec<NodeId>,
+}
+
 /// What an execution round does for one item.
 #[derive(Debug, Clone, Copy)]
 enum Stage {
@@ -86,10 +100,9 @@ pub(crate) fn abort(reason: AbortReason, it: &Item) -> Abort {
     }
 }
 
+#[inline]
 pub(crate) fn table(map: &PoolMap, id: u32) -> &TableInfo {
-    map.tables
-        .get(&id)
-        .expect("checked when the item was added")
+    map.table(id).expect("checked when the item was added")
 }
 
 /// Execution: fetch `accesses` (new items, or read items now wanted for update).
@@ -99,7 +112,8 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
     let hitchhike = tx.c.cfg.protocol == Protocol::Ford && tx.c.cfg.ford.hitchhiked_locking;
     let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
     // (item, stage, version it must still have: an upgraded read-only item)
-    let mut work: Vec<(usize, Stage, Option<u64>)> = Vec::new();
+    let mut work = std::mem::take(&mut tx.c.scratch.work);
+    work.clear();
     if accesses.len() > 1 {
         for a in accesses {
             tx.c.cache.prefetch(a.table, a.key);
@@ -148,7 +162,8 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
         work.push((i, stage, None));
     }
     let mut rereads = 0;
-    let mut ids: Vec<(Option<OpId>, OpId)> = Vec::new();
+    let mut ids = std::mem::take(&mut tx.c.scratch.ids);
+    let mut next = std::mem::take(&mut tx.c.scratch.next);
     while !work.is_empty() {
         ids.clear();
         for &(i, stage, _) in &work {
@@ -180,7 +195,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
             give_back_after_failure(tx, &cased).await;
             return Err(first);
         }
-        let mut next = Vec::new();
+        next.clear();
         let mut again = false;
         // Every completion of the round is looked at before an abort is reported, so that no
         // lock won in this round goes unrecorded (and unreleased).
@@ -314,8 +329,10 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 return Err(abort(AbortReason::Invisible, &tx.items[i]));
             }
         }
-        work = next;
+        std::mem::swap(&mut work, &mut next);
     }
+    let scratch = &mut tx.c.scratch;
+    (scratch.work, scratch.next, scratch.ids) = (work, next, ids);
     log_undo(tx).await
 }
 
@@ -361,7 +378,9 @@ async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
         tx.log_crc.clone().finalize(),
     );
     let flush = tx.c.cfg.ford.flush;
-    for n in replica_nodes(tx) {
+    let mut nodes = std::mem::take(&mut tx.c.scratch.nodes);
+    replica_nodes(tx, &mut nodes);
+    for &n in &nodes {
         if tx.log_nodes.contains(&n) {
             let tail = &tx.log_body[old_len..];
             tx.c.ep
@@ -379,24 +398,26 @@ async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
             tx.c.ep.flush(n);
         }
     }
+    tx.c.scratch.nodes = nodes;
     if tx.c.ep.post_background().is_err() {
         return Err(fail);
     }
     Ok(())
 }
 
-/// The memory nodes that hold a replica of a table this transaction may write.
-fn replica_nodes(tx: &Txn<'_>) -> Vec<NodeId> {
-    let map = tx.c.map.clone();
-    let mut nodes: Vec<NodeId> = tx
-        .items
-        .iter()
-        .filter(|i| i.rw)
-        .flat_map(|i| table(&map, i.table).replicas.iter().copied())
-        .collect();
+/// The memory nodes that hold a replica of a table this transaction may write, into `nodes`.
+fn replica_nodes(tx: &Txn<'_>, nodes: &mut Vec<NodeId>) {
+    nodes.clear();
+    // Items of one table tend to be adjacent: look each run's table up once.
+    let mut last = None;
+    for it in tx.items.iter().filter(|i| i.rw) {
+        if last != Some(it.table) {
+            last = Some(it.table);
+            nodes.extend_from_slice(&table(&tx.c.map, it.table).replicas);
+        }
+    }
     nodes.sort_unstable();
     nodes.dedup();
-    nodes
 }
 
 /// Validation, coalescent commit and background release.
@@ -1020,10 +1041,17 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
                 if h.valid || !(h.version == 0 || own) || taken.contains(&off) {
                     continue;
                 }
+                // The slot's image (the insert's undo image), in a buffer from the pool.
+                let mut image = || {
+                    let mut b = tx.c.spare.pop().unwrap_or_default();
+                    b.clear();
+                    b.extend_from_slice(rec);
+                    b
+                };
                 if own {
-                    w.own = Some((off, rec.to_vec()));
+                    w.own = Some((off, image()));
                 } else if w.free.len() < sharing[k] {
-                    w.free.push((off, rec.to_vec()));
+                    w.free.push((off, image()));
                 }
             }
             match next_bucket(t, scan.next, &mut w.hops) {
@@ -1107,8 +1135,11 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
         it.node = w.chain.0;
         it.version = w.tombstone;
         it.install = Some(stamp.max(w.tombstone) + 1);
-        it.image = image;
+        let pooled = std::mem::replace(&mut it.image, image);
         it.new = NewValue::Insert;
+        if pooled.capacity() > 0 {
+            tx.c.spare.push(pooled);
+        }
         it.cold = true;
     }
     log_undo(tx).await
