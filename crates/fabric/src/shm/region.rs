@@ -115,6 +115,11 @@ impl Region {
     /// fault and a page clear, a quarter of its CPU. On transparent huge pages where the
     /// kernel gives them (as NICs register memory on huge pages), else on plain pages.
     pub(super) fn anon(node: usize, size: u64) -> Result<Region, FabricError> {
+        Region::anon_on(node, size, true)
+    }
+
+    /// [`Region::anon`], trying huge pages only with `huge` (tests take both paths).
+    fn anon_on(node: usize, size: u64, huge: bool) -> Result<Region, FabricError> {
         check_size(node, size)?;
         let len = mapping_bytes(size) as usize;
         let map_err = |e: std::io::Error| {
@@ -122,7 +127,7 @@ impl Region {
                 "memory node {node}: cannot map {len} bytes of anonymous memory: {e}"
             ))
         };
-        let map = match huge_anon(len) {
+        let map = match huge.then(|| huge_anon(len)).flatten() {
             Some(map) => map,
             None => MmapOptions::new()
                 .len(len)
@@ -565,5 +570,33 @@ impl std::fmt::Debug for Region {
             .field("size", &self.size)
             .field("mapped", &self.map.len())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both ways of mapping anonymous memory give a zeroed, working region: huge pages (where
+    /// the kernel has them; else the same fallback) and plain populated pages.
+    #[test]
+    fn anonymous_regions_work_on_huge_and_plain_pages() {
+        // 4 MiB and a bit: spans whole huge pages and a partial one.
+        let size = (4 << 20) + 4096;
+        for huge in [true, false] {
+            let r = Region::anon_on(0, size, huge).unwrap();
+            let mut buf = vec![1u8; 100];
+            r.read(size - 100, &mut buf);
+            assert!(buf.iter().all(|&b| b == 0), "zero-filled (huge: {huge})");
+            r.write(3 << 20, &[7u8; 700]);
+            let mut back = vec![0u8; 700];
+            r.read(3 << 20, &mut back);
+            assert_eq!(back, vec![7u8; 700]);
+            assert_eq!(
+                r.cas(3 << 20, u64::from_le_bytes([7; 8]), 5),
+                u64::from_le_bytes([7; 8])
+            );
+            assert_eq!(r.faa(3 << 20, 1), 5);
+        }
     }
 }
