@@ -255,8 +255,12 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                     it.exists = true;
                     it.version = h.version;
                     it.offset = Some(off);
+                    // The undo image, for items that may be written (a read-only item that
+                    // is upgraded later is read again, under its lock).
                     it.image.clear();
-                    it.image.extend_from_slice(bytes);
+                    if rw {
+                        it.image.extend_from_slice(bytes);
+                    }
                     // An item read for update without its lock (hitchhiking off) is locked at
                     // validation.
                     it.cold = rw && !it.locked;
@@ -293,7 +297,9 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                                 it.version = h.version;
                                 it.offset = Some(off);
                                 it.image.clear();
-                                it.image.extend_from_slice(rec);
+                                if rw {
+                                    it.image.extend_from_slice(rec);
+                                }
                                 it.cold = rw;
                             }
                             _ => {
