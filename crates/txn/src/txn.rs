@@ -288,6 +288,19 @@ impl<'c> Txn<'c> {
         })
     }
 
+    /// After a commit: the slots of the records this transaction inserted go into the address
+    /// cache. Such a record is read soon after by others of its kind (TPC-C's StockLevel and
+    /// Delivery read the newest and oldest orders' lines): knowing its slot spares them the
+    /// bucket read. A slot freed and reused later is caught by the READ that goes through it
+    /// (`check_slot`), as for every cached address.
+    pub(crate) fn cache_inserted_slots(&mut self) {
+        for it in self.items.iter().filter(|i| i.new == NewValue::Insert) {
+            if let Some(off) = it.offset {
+                self.c.cache.insert(it.table, it.key, off);
+            }
+        }
+    }
+
     /// A zeroed buffer of `len` bytes, reusing one of an earlier transaction's when there is
     /// one (values and images are allocated per item otherwise).
     pub(crate) fn buffer(&mut self, len: usize) -> Vec<u8> {

@@ -470,15 +470,7 @@ pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
         Protocol::Motor => unreachable!("Txn dispatches Motor to protocols::motor"),
     }
     release(tx, LogStatus::Committed);
-    // A record this transaction inserted is read soon after by others of its kind (TPC-C's
-    // StockLevel and Delivery read the newest and oldest orders' lines): knowing its slot
-    // spares them the bucket read. A slot freed and reused later is caught by the READ that
-    // goes through it (`check_slot`), as for every cached address.
-    for it in tx.items.iter().filter(|i| i.new == NewValue::Insert) {
-        if let Some(off) = it.offset {
-            tx.c.cache.insert(it.table, it.key, off);
-        }
-    }
+    tx.cache_inserted_slots();
     Ok(())
 }
 

@@ -884,6 +884,7 @@ pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
     }
     r?;
     release(tx);
+    tx.cache_inserted_slots();
     Ok(())
 }
 
