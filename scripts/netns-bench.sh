@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SmallBank (or any `dtxn bench` options) across network namespaces on one machine: two memory
-# "hosts" and one compute "host" joined by veth pairs on 10.77.0.0/24, as the integration test
-# builds them; everything is removed on exit. Needs root and iproute2.
+# "hosts" and one compute "host", each with a veth port on a bridge (a "switch" namespace), all on
+# 10.77.0.0/24, as the integration test builds them; everything is removed on exit. Needs root
+# and iproute2.
 #   [MEMNODE_OPTS="--spin-us 0"] scripts/netns-bench.sh [DTXN_BINARY] -- [dtxn bench options...]
 set -euo pipefail
 DTXN=${1:-target/release/dtxn}
@@ -15,23 +16,25 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  for n in m0 m1 c; do ip netns del "${P}$n" 2>/dev/null || true; done
+  for n in m0 m1 c sw; do ip netns del "${P}$n" 2>/dev/null || true; done
 }
 trap cleanup EXIT
-for n in m0 m1 c; do ip netns add "${P}$n"; done
-ip link add v0 netns "${P}m0" type veth peer name c0 netns "${P}c"
-ip link add v0 netns "${P}m1" type veth peer name c1 netns "${P}c"
-ip -n "${P}m0" addr add 10.77.0.1/30 dev v0
-ip -n "${P}c" addr add 10.77.0.2/30 dev c0
-ip -n "${P}m1" addr add 10.77.0.5/30 dev v0
-ip -n "${P}c" addr add 10.77.0.6/30 dev c1
-for x in "m0 v0" "c c0" "m1 v0" "c c1"; do
+for n in m0 m1 c sw; do ip netns add "${P}$n"; done
+ip -n "${P}sw" link add br0 type bridge
+port=0
+for x in "m0 10.77.0.1" "m1 10.77.0.5" "c 10.77.0.2"; do
   set -- $x
-  ip -n "${P}$1" link set "$2" up
+  ip link add v0 netns "${P}$1" type veth peer name "p$port" netns "${P}sw"
+  ip -n "${P}sw" link set "p$port" master br0
+  ip -n "${P}sw" link set "p$port" up
+  ip -n "${P}$1" addr add "$2/24" dev v0
+  ip -n "${P}$1" link set v0 up
   ip -n "${P}$1" link set lo up
+  port=$((port + 1))
 done
+ip -n "${P}sw" link set br0 up
 # Carrier comes up asynchronously: wait (bounded) until every link is up.
-for x in "m0 v0" "c c0" "m1 v0" "c c1"; do
+for x in "m0 v0" "m1 v0" "c v0" "sw br0"; do
   set -- $x
   for _ in $(seq 500); do ip -n "${P}$1" -o link show "$2" | grep -q "state UP" && break; sleep 0.02; done
 done
@@ -48,4 +51,4 @@ for x in "m0 10.77.0.1" "m1 10.77.0.5"; do
   node=$((node + 1))
 done
 ip netns exec "${P}c" "$DTXN" bench --backend ucx --memnodes 10.77.0.1:7000,10.77.0.5:7000 \
-    --token "$T" --ucx-tls tcp --ucx-devices c0,c1 "${BENCH[@]}"
+    --token "$T" --ucx-tls tcp --ucx-devices v0 "${BENCH[@]}"

@@ -3,10 +3,10 @@
 //!
 //! - `loopback_*`: everything on 127.0.0.1, several processes at once; their runs checked
 //!   with `dtxn check` (merged histories) and `dtxn verify` (merged tallies).
-//! - `namespaces_*`: "hosts" are Linux network namespaces this test creates, joined by veth
-//!   pairs on 10.77.0.0/24 (addresses exist only inside those namespaces, nothing is routed
-//!   outside them); removed at the end, also when the test fails. Needs root and `ip`; skipped
-//!   with a message otherwise.
+//! - `namespaces_*`: "hosts" are Linux network namespaces this test creates, each with one veth
+//!   port on a bridge (a "switch", in a namespace of its own), all on 10.77.0.0/24 (addresses
+//!   exist only inside those namespaces, nothing is routed outside them); removed at the end,
+//!   also when the test fails. Needs root and `ip`; skipped with a message otherwise.
 //!
 //! Every wait is bounded, and readiness is the daemon's "serving ... at ADDR" line (printed
 //! once its listener is bound), never a sleep.
@@ -575,7 +575,7 @@ fn namespaces_memnodes_on_two_hosts_compute_on_a_third() {
     if skip_without_ucx() {
         return;
     }
-    let ns = match Namespaces::create(&["m0", "m1", "c"]) {
+    let ns = match Namespaces::create(&["m0", "m1", "c", "sw"]) {
         Ok(ns) => ns,
         Err(why) => {
             eprintln!(
@@ -584,28 +584,32 @@ fn namespaces_memnodes_on_two_hosts_compute_on_a_third() {
             return;
         }
     };
-    let (m0, m1, c) = (ns.name("m0"), ns.name("m1"), ns.name("c"));
-    // Two point-to-point links inside 10.77.0.0/24: m0 10.77.0.1 <-> c 10.77.0.2 (c0), and
-    // m1 10.77.0.5 <-> c 10.77.0.6 (c1). Created directly inside the namespaces.
-    ns.ip(&[
-        "link", "add", "v0", "netns", &m0, "type", "veth", "peer", "name", "c0", "netns", &c,
-    ]);
-    ns.ip(&[
-        "link", "add", "v0", "netns", &m1, "type", "veth", "peer", "name", "c1", "netns", &c,
-    ]);
-    for (n, dev, addr) in [
-        (&m0, "v0", "10.77.0.1/30"),
-        (&c, "c0", "10.77.0.2/30"),
-        (&m1, "v0", "10.77.0.5/30"),
-        (&c, "c1", "10.77.0.6/30"),
+    let (m0, m1, c, sw) = (ns.name("m0"), ns.name("m1"), ns.name("c"), ns.name("sw"));
+    // One L2 segment, 10.77.0.0/24: every host's `v0` is a veth whose peer is a port of the
+    // bridge `br0` in `sw`. (Two point-to-point links from the compute host, one per memory
+    // node, were tried first: then each memory node sees an address of the compute host it
+    // cannot reach, and UCX's teardown after such a failed connect sometimes aborted.)
+    ns.ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"]);
+    for (n, port) in [(&m0, "p0"), (&m1, "p1"), (&c, "p2")] {
+        ns.ip(&[
+            "link", "add", "v0", "netns", n, "type", "veth", "peer", "name", port, "netns", &sw,
+        ]);
+        ns.ip(&["-n", &sw, "link", "set", port, "master", "br0"]);
+        ns.ip(&["-n", &sw, "link", "set", port, "up"]);
+    }
+    ns.ip(&["-n", &sw, "link", "set", "br0", "up"]);
+    for (n, addr) in [
+        (&m0, "10.77.0.1/24"),
+        (&m1, "10.77.0.5/24"),
+        (&c, "10.77.0.2/24"),
     ] {
-        ns.ip(&["-n", n, "addr", "add", addr, "dev", dev]);
-        ns.ip(&["-n", n, "link", "set", dev, "up"]);
+        ns.ip(&["-n", n, "addr", "add", addr, "dev", "v0"]);
+        ns.ip(&["-n", n, "link", "set", "v0", "up"]);
         ns.ip(&["-n", n, "link", "set", "lo", "up"]);
     }
     // A veth's carrier comes up asynchronously (the kernel's link watch, about a second);
     // UCX ignores devices without one, so wait until every link is up, with a bound.
-    for (n, dev) in [(&m0, "v0"), (&m1, "v0"), (&c, "c0"), (&c, "c1")] {
+    for (n, dev) in [(&m0, "v0"), (&m1, "v0"), (&c, "v0"), (&sw, "br0")] {
         ns.wait_up(n, dev);
     }
     let daemon = |n: &str, ip: &str| {
@@ -634,7 +638,7 @@ fn namespaces_memnodes_on_two_hosts_compute_on_a_third() {
     let o = run_bounded(probe_cmd(
         &["ip", "netns", "exec", &c],
         &memnodes,
-        &["--ucx-tls", "tcp", "--ucx-devices", "c0,c1"],
+        &["--ucx-tls", "tcp", "--ucx-devices", "v0"],
     ));
     check_probe(&o, "compute process in its own namespace");
 
@@ -650,7 +654,7 @@ fn namespaces_memnodes_on_two_hosts_compute_on_a_third() {
                 "--ucx-tls",
                 "tcp",
                 "--ucx-devices",
-                "c0,c1",
+                "v0",
                 "--load",
                 "--verify",
                 "--record",
