@@ -48,6 +48,7 @@
 
 use crate::index::TableInfo;
 use crate::record::{RecordHeader, SingleVersion, Torn, LINE};
+use std::sync::Arc;
 
 pub const VCELL_BYTES: usize = 20;
 /// Pre-image bytes a Vcell holds itself.
@@ -82,7 +83,9 @@ pub struct MvInfo {
     pub values_off: u64,
     pub value_stride: u64,
     /// End offset (exclusive) of each attribute in the value; the last is the value size.
-    pub attr_ends: Vec<u32>,
+    /// Shared: every codec made for the table holds it, and Motor makes one per item it
+    /// touches.
+    pub attr_ends: Arc<[u32]>,
 }
 
 /// One version's metadata.
@@ -187,7 +190,7 @@ pub struct MvCodec {
     pub vnum: usize,
     pub value_size: usize,
     pub bar_lines: u32,
-    pub attr_ends: Vec<u32>,
+    pub attr_ends: Arc<[u32]>,
 }
 
 /// The bytes a CVT of `vnum` cells and a `value_size`-byte value occupies.
@@ -549,7 +552,7 @@ mod tests {
             vnum,
             value_size: size,
             bar_lines,
-            attr_ends,
+            attr_ends: attr_ends.into(),
         }
     }
 

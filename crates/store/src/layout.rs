@@ -251,7 +251,7 @@ impl CatalogEntry {
                 bar_lines: u32_at(b, 132),
                 values_off: u64_at(b, 136),
                 value_stride: u64_at(b, 144),
-                attr_ends,
+                attr_ends: attr_ends.into(),
             });
         }
         // Geometry that would make index arithmetic divide by zero or slice out of bounds.

@@ -226,7 +226,7 @@ impl Plan {
                     bar_lines: s.bar_lines(),
                     values_off: table_off + index_bytes,
                     value_stride,
-                    attr_ends: s.attr_ends(),
+                    attr_ends: s.attr_ends().into(),
                 }),
             });
         }
