@@ -133,19 +133,11 @@ impl Endpoint {
     pub fn write(&mut self, node: NodeId, addr: u64, bytes: &[u8]) -> OpId {
         self.start_op();
         if self.check_len(bytes.len()) != bytes.len() {
-            return self.write_with(node, addr, bytes.len(), |_| {});
+            return self.push_write(node, addr, 0, 0);
         }
         // Appended as is: no zeroed span to overwrite.
         let data = self.batch.append_buf(bytes);
-        self.batch.push(Op {
-            kind: OpKind::Write,
-            node,
-            addr,
-            len: bytes.len() as u32,
-            data,
-            arg0: 0,
-            arg1: 0,
-        })
+        self.push_write(node, addr, bytes.len(), data)
     }
 
     /// WRITE `len` bytes at `addr`, encoded in place by `fill` (no staging copy).
@@ -158,18 +150,15 @@ impl Endpoint {
     ) -> OpId {
         self.start_op();
         if self.check_len(len) != len {
-            return self.batch.push(Op {
-                kind: OpKind::Write,
-                node,
-                addr,
-                len: 0,
-                data: 0,
-                arg0: 0,
-                arg1: 0,
-            });
+            return self.push_write(node, addr, 0, 0);
         }
         let data = self.batch.reserve_buf(len);
         fill(&mut self.batch.buf[data as usize..data as usize + len]);
+        self.push_write(node, addr, len, data)
+    }
+
+    /// The WRITE op of `len` bytes at batch offset `data` (a refused, too large one: 0, 0).
+    fn push_write(&mut self, node: NodeId, addr: u64, len: usize, data: u32) -> OpId {
         self.batch.push(Op {
             kind: OpKind::Write,
             node,

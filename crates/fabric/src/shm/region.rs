@@ -29,6 +29,7 @@ use crate::verbs::LINE;
 use crate::FabricError;
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::{File, OpenOptions};
+use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
@@ -336,44 +337,25 @@ impl Region {
     /// order.
     pub(super) fn read(&self, addr: u64, dst: &mut [u8]) {
         self.check(addr, dst.len() as u64);
-        let end = addr + dst.len() as u64;
-        let mut a = addr;
-        while a < end {
-            let stop = ((a / GROUP + 1) * GROUP).min(end);
-            let off = (a - addr) as usize;
-            self.read_in_group(a, &mut dst[off..off + (stop - a) as usize]);
-            a = stop;
+        for (a, span) in group_spans(addr, dst.len()) {
+            self.read_in_group(a, &mut dst[span]);
         }
     }
 
     /// `addr..addr+dst.len()` lies inside one group and inside the region.
     #[inline]
     fn read_in_group(&self, addr: u64, dst: &mut [u8]) {
-        let group = addr / GROUP;
-        let end = addr + dst.len() as u64;
+        let (whole, edges) = words(addr, dst.len());
         // Whole words go straight into `dst`, which is ours to overwrite on a retry: no staging
         // copy, whose 8-byte stores reloaded as wider vectors would stall store forwarding. The
         // (rare) unaligned edges go through one word each.
-        let (w0, w1) = (addr.div_ceil(WORD), end / WORD);
-        self.stable_read(group, || {
-            if w0 >= w1 {
-                // Inside one word, or across one word boundary without a whole word.
-                for w in addr / WORD..end.div_ceil(WORD) {
-                    self.load_part(w, addr, dst);
-                }
-                return;
+        let head = body_offset(addr, &whole, dst.len());
+        self.stable_read(addr / GROUP, || {
+            for (w, o) in whole.clone().zip(dst[head..].chunks_exact_mut(8)) {
+                o.copy_from_slice(&self.word(w).load(Ordering::Relaxed).to_ne_bytes());
             }
-            let head = (w0 * WORD - addr) as usize;
-            let body = &mut dst[head..head + ((w1 - w0) * WORD) as usize];
-            for (k, o) in body.chunks_exact_mut(8).enumerate() {
-                let v = self.word(w0 + k as u64).load(Ordering::Relaxed);
-                o.copy_from_slice(&v.to_ne_bytes());
-            }
-            if head > 0 {
-                self.load_part(w0 - 1, addr, dst);
-            }
-            if w1 * WORD < end {
-                self.load_part(w1, addr, dst);
+            for w in edges.clone() {
+                self.load_part(w, addr, dst);
             }
         });
     }
@@ -413,44 +395,27 @@ impl Region {
     /// atomically.
     pub(super) fn write(&self, addr: u64, src: &[u8]) {
         self.check(addr, src.len() as u64);
-        let end = addr + src.len() as u64;
-        let mut a = addr;
-        while a < end {
-            let stop = ((a / GROUP + 1) * GROUP).min(end);
-            let off = (a - addr) as usize;
-            self.write_in_group(a, &src[off..off + (stop - a) as usize]);
-            a = stop;
+        for (a, span) in group_spans(addr, src.len()) {
+            self.write_in_group(a, &src[span]);
         }
     }
 
     /// `addr..addr+src.len()` lies inside one group and inside the region.
     #[inline]
     fn write_in_group(&self, addr: u64, src: &[u8]) {
-        let end = addr + src.len() as u64;
+        let (whole, edges) = words(addr, src.len());
+        let body = &src[body_offset(addr, &whole, src.len())..];
         let group = addr / GROUP;
-        let (w0, w1) = (addr.div_ceil(WORD), end / WORD);
         let s = self.lock(group);
         // Nothing between lock and unlock can panic (the ranges are in bounds by construction):
         // a panic here would leave the group locked for good.
-        if w0 >= w1 {
-            for w in addr / WORD..end.div_ceil(WORD) {
-                self.store_part(w, addr, src);
-            }
-        } else {
-            let head = (w0 * WORD - addr) as usize;
-            let body = &src[head..head + ((w1 - w0) * WORD) as usize];
-            for (k, part) in body.chunks_exact(8).enumerate() {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(part);
-                self.word(w0 + k as u64)
-                    .store(u64::from_ne_bytes(b), Ordering::Relaxed);
-            }
-            if head > 0 {
-                self.store_part(w0 - 1, addr, src);
-            }
-            if w1 * WORD < end {
-                self.store_part(w1, addr, src);
-            }
+        for (w, part) in whole.zip(body.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(part);
+            self.word(w).store(u64::from_ne_bytes(b), Ordering::Relaxed);
+        }
+        for w in edges {
+            self.store_part(w, addr, src);
         }
         self.unlock(group, s + 2);
     }
@@ -512,6 +477,45 @@ impl Region {
         atom.store(old.wrapping_add(add).to_le(), Ordering::Relaxed);
         self.unlock(group, s + 2);
         old
+    }
+}
+
+/// Splits `addr..addr+len` at group boundaries: each piece's address, and its bytes' range in
+/// the op's buffer. A READ or WRITE takes its groups one at a time, in address order.
+fn group_spans(addr: u64, len: usize) -> impl Iterator<Item = (u64, Range<usize>)> {
+    let end = addr + len as u64;
+    let starts = std::iter::successors(Some(addr).filter(|&a| a < end), move |&a| {
+        let next = (a / GROUP + 1) * GROUP;
+        (next < end).then_some(next)
+    });
+    starts.map(move |a| {
+        let stop = ((a / GROUP + 1) * GROUP).min(end);
+        (a, (a - addr) as usize..(stop - addr) as usize)
+    })
+}
+
+/// The words that `addr..addr+len` (not empty) touches: the ones it covers whole (a range,
+/// maybe empty), and the at most two at its edges that it covers only in part.
+fn words(addr: u64, len: usize) -> (Range<u64>, impl Iterator<Item = u64> + Clone) {
+    let end = addr + len as u64;
+    let first_whole = addr.div_ceil(WORD);
+    let whole = first_whole..(end / WORD).max(first_whole);
+    let (first, last) = (addr / WORD, (end - 1) / WORD);
+    let covered = whole.clone();
+    let edges = [Some(first), (last != first).then_some(last)]
+        .into_iter()
+        .flatten()
+        .filter(move |w| !covered.contains(w));
+    (whole, edges)
+}
+
+/// Where the whole words `whole` of an op at `addr` start in its `len`-byte buffer (`len`
+/// when there are none, so that slicing there is empty).
+fn body_offset(addr: u64, whole: &Range<u64>, len: usize) -> usize {
+    if whole.is_empty() {
+        len
+    } else {
+        (whole.start * WORD - addr) as usize
     }
 }
 

@@ -648,10 +648,9 @@ proptest! {
     /// plain byte array (in post order, which shm executes).
     #[test]
     fn verbs_match_a_byte_array(ops in prop::collection::vec(model_op(MODEL_SIZE), 1..40)) {
-        const SIZE: u64 = MODEL_SIZE;
-        let pool = anon(1, SIZE, 0);
+        let pool = anon(1, MODEL_SIZE, 0);
         let mut ep = pool.endpoint(coord(0));
-        let mut model = vec![0u8; SIZE as usize];
+        let mut model = vec![0u8; MODEL_SIZE as usize];
         let word = |m: &[u8], a: u64| u64::from_le_bytes(m[a as usize..a as usize + 8].try_into().unwrap());
         let mut expect = Vec::new();
         for op in &ops {
@@ -688,7 +687,7 @@ proptest! {
                 None => prop_assert_eq!(ep.bytes(id), &bytes[..]),
             }
         }
-        let mut all = vec![0u8; SIZE as usize];
+        let mut all = vec![0u8; MODEL_SIZE as usize];
         pool.with_local(0, |m| m.read(0, &mut all));
         prop_assert_eq!(all, model);
     }
