@@ -64,7 +64,7 @@ pub struct Coordinator {
     /// Buffers handed back by finished transactions, for the next ones.
     pub(crate) items_buf: Vec<crate::txn::Item>,
     pub(crate) index_buf: crate::txn::ItemIndex,
-    pub(crate) spare: Vec<Vec<u8>>,
+    pub(crate) spare: crate::txn::BufferPool,
     pub(crate) scratch: crate::protocols::ford::Scratch,
     next_seq: u64,
     pub(crate) recorder: Option<Box<dyn Recorder>>,
@@ -88,7 +88,7 @@ impl Coordinator {
             log_buf: Vec::new(),
             items_buf: Vec::new(),
             index_buf: Default::default(),
-            spare: Vec::new(),
+            spare: Default::default(),
             scratch: Default::default(),
             ep,
             map,

@@ -6,6 +6,7 @@ use crate::coord::{Coordinator, TxnOutcome};
 use crate::protocols::{ford, motor};
 use dtxn_check::history;
 use dtxn_fabric::{NodeId, Stats};
+use dtxn_store::TableInfo;
 
 /// Declared up front, as the papers' coordinators do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +95,40 @@ impl Item {
 const INDEX_MIN_ITEMS: usize = 16;
 /// Value and image buffers a coordinator keeps for its next transactions.
 const SPARE_BUFFERS: usize = 4096;
+
+/// A coordinator's spare value and image buffers: handed back by finished transactions (and
+/// by inserts that swap an item's buffer), taken by the next ones, so that items do not
+/// allocate once the buffers have grown.
+#[derive(Debug, Default)]
+pub(crate) struct BufferPool(Vec<Vec<u8>>);
+
+impl BufferPool {
+    /// A zeroed buffer of `len` bytes with room for `room`.
+    pub(crate) fn take(&mut self, len: usize, room: usize) -> Vec<u8> {
+        let mut b = self.0.pop().unwrap_or_default();
+        if b.capacity() < room {
+            // A fresh allocation rather than a reallocation that would copy the old bytes.
+            b = Vec::with_capacity(room);
+        }
+        b.clear();
+        b.resize(len, 0);
+        b
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub(crate) fn take_copy(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut b = self.take(0, bytes.len());
+        b.extend_from_slice(bytes);
+        b
+    }
+
+    /// Keeps `b` for later (up to [`SPARE_BUFFERS`] of them).
+    pub(crate) fn give(&mut self, b: Vec<u8>) {
+        if b.capacity() > 0 && self.0.len() < SPARE_BUFFERS {
+            self.0.push(b);
+        }
+    }
+}
 
 /// The transaction's items by (table, key): open addressing over item positions + 1 (0 is
 /// empty), so that finding an item costs O(1) however many the transaction holds (a TPC-C
@@ -249,27 +284,24 @@ impl<'c> Txn<'c> {
         self.items.len() - 1
     }
 
-    /// Appends a fresh item for `key` (not among the items yet), read from `node`, with a
-    /// zeroed value of `value_size` bytes; returns its position.
+    /// Appends a fresh item for `key` of table `t` (not among the items yet), read from
+    /// `node`, with a zeroed value; returns its position.
     pub(crate) fn push_new_item(
         &mut self,
-        table: u32,
+        t: &TableInfo,
         key: u64,
         rw: bool,
         node: NodeId,
-        value_size: usize,
     ) -> usize {
+        let value = self
+            .c
+            .spare
+            .take(t.value_size as usize, t.value_size as usize);
         // The image will hold the whole record: room for it now spares a reallocation when
         // the record is read.
-        let record = self
-            .c
-            .map
-            .table(table)
-            .map_or(0, |t| t.record_bytes as usize);
-        let value = self.buffer(value_size);
-        let image = self.buffer_for(0, record);
+        let image = self.c.spare.take(0, t.record_bytes as usize);
         self.push_item(Item {
-            table,
+            table: t.id,
             key,
             rw,
             offset: None,
@@ -299,24 +331,6 @@ impl<'c> Txn<'c> {
                 self.c.cache.insert(it.table, it.key, off);
             }
         }
-    }
-
-    /// A zeroed buffer of `len` bytes, reusing one of an earlier transaction's when there is
-    /// one (values and images are allocated per item otherwise).
-    pub(crate) fn buffer(&mut self, len: usize) -> Vec<u8> {
-        self.buffer_for(len, len)
-    }
-
-    /// As [`Txn::buffer`], with room for `room` bytes.
-    pub(crate) fn buffer_for(&mut self, len: usize, room: usize) -> Vec<u8> {
-        let mut b = self.c.spare.pop().unwrap_or_default();
-        if b.capacity() < room {
-            // A fresh allocation rather than a reallocation that would copy the old bytes.
-            b = Vec::with_capacity(room);
-        }
-        b.clear();
-        b.resize(len, 0);
-        b
     }
 
     /// Reads `key` of `table` as a read-only item: `None` if it does not exist.
@@ -472,11 +486,8 @@ impl<'c> Txn<'c> {
     fn recycle(mut self) {
         let c = &mut *self.c;
         for it in self.items.drain(..) {
-            for b in [it.value, it.image] {
-                if b.capacity() > 0 && c.spare.len() < SPARE_BUFFERS {
-                    c.spare.push(b);
-                }
-            }
+            c.spare.give(it.value);
+            c.spare.give(it.image);
         }
         c.items_buf = std::mem::take(&mut self.items);
         c.index_buf = std::mem::take(&mut self.index);

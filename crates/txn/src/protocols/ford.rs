@@ -158,7 +158,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 hops: 0,
             },
         };
-        let i = tx.push_new_item(a.table, a.key, a.for_update, node, t.value_size as usize);
+        let i = tx.push_new_item(t, a.key, a.for_update, node);
         work.push((i, stage, None));
     }
     let mut rereads = 0;
@@ -948,7 +948,7 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
                     }
                 }
             }
-            None => tx.push_new_item(table_id, key, true, t.primary(), t.value_size as usize),
+            None => tx.push_new_item(t, key, true, t.primary()),
         };
         // Placed or not, the transaction aborts if this call fails: the value may go in now.
         tx.items[i].value.copy_from_slice(value);
@@ -1040,16 +1040,10 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
                     continue;
                 }
                 // The slot's image (the insert's undo image), in a buffer from the pool.
-                let mut image = || {
-                    let mut b = tx.c.spare.pop().unwrap_or_default();
-                    b.clear();
-                    b.extend_from_slice(rec);
-                    b
-                };
                 if own {
-                    w.own = Some((off, image()));
+                    w.own = Some((off, tx.c.spare.take_copy(rec)));
                 } else if w.free.len() < sharing[k] {
-                    w.free.push((off, image()));
+                    w.free.push((off, tx.c.spare.take_copy(rec)));
                 }
             }
             match next_bucket(t, scan.next, &mut w.hops) {
@@ -1135,10 +1129,8 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
         it.install = Some(stamp.max(w.tombstone) + 1);
         let pooled = std::mem::replace(&mut it.image, image);
         it.new = NewValue::Insert;
-        if pooled.capacity() > 0 {
-            tx.c.spare.push(pooled);
-        }
         it.cold = true;
+        tx.c.spare.give(pooled);
     }
     log_undo(tx).await
 }

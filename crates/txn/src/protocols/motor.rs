@@ -216,13 +216,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 pending: false,
             },
         };
-        let i = tx.push_new_item(
-            a.table,
-            a.key,
-            a.for_update,
-            t.primary(),
-            t.value_size as usize,
-        );
+        let i = tx.push_new_item(t, a.key, a.for_update, t.primary());
         work.push((i, stage));
     }
     if work.is_empty() {
@@ -605,7 +599,7 @@ pub(crate) async fn insert_many(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) ->
                 }
                 i
             }
-            None => tx.push_new_item(table_id, key, true, t.primary(), t.value_size as usize),
+            None => tx.push_new_item(t, key, true, t.primary()),
         };
         todo.push((i, r));
     }
