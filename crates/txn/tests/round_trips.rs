@@ -30,6 +30,34 @@ fn pool() -> Pool {
     pool
 }
 
+/// Runs `body` as the only coordinator of a fresh [`pool`] under `cfg`; returns its output.
+fn with_coordinator<R, Fut>(cfg: TxnConfig, body: impl Fn(Coordinator) -> Fut + 'static) -> R
+where
+    R: 'static,
+    Fut: std::future::Future<Output = R> + 'static,
+{
+    let mut pool = pool();
+    let Pool::Sim(sim) = &mut pool else {
+        unreachable!()
+    };
+    let (cfg, body) = (Rc::new(cfg), Rc::new(body));
+    let one = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = sim
+        .run(one, None, |mut ep: Endpoint| {
+            let (cfg, body) = (cfg.clone(), body.clone());
+            async move {
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                body(Coordinator::new(ep, map, cfg)).await
+            }
+        })
+        .unwrap();
+    r.outputs.into_iter().next().unwrap().unwrap()
+}
+
 /// (round trips, verbs) of each of a fixed list of transactions.
 fn measure(ford: FordOptions) -> Vec<(&'static str, u64)> {
     measure_with(ford, false)
@@ -44,85 +72,70 @@ fn measure_protocol(
     ford: FordOptions,
     lv: bool,
 ) -> Vec<(&'static str, u64)> {
-    let mut pool = pool();
-    let Pool::Sim(sim) = &mut pool else {
-        unreachable!()
-    };
-    let cfg = Rc::new(TxnConfig {
+    let cfg = TxnConfig {
         protocol,
         ford,
         ..TxnConfig::default()
-    });
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
     };
-    let r = sim
-        .run(one, None, |mut ep: Endpoint| {
-            let cfg = cfg.clone();
-            async move {
-                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                let mut c = Coordinator::new(ep, map, cfg);
-                if lv {
-                    c.set_vcache(std::sync::Arc::new(dtxn_txn::Vcache::new(1 << 10)));
-                }
-                let mut out = Vec::new();
-                // Cold: nothing cached yet.
-                let mut tx = c.begin(TxKind::ReadWrite);
-                tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
-                    .await
-                    .unwrap();
-                tx.update(T, 1, &7u64.to_le_bytes()).await.unwrap();
-                tx.commit().await.unwrap();
-                out.push((
-                    "cold read-write",
-                    c.last_outcome().unwrap().fabric.round_trips,
-                ));
-                let mut tx = c.begin(TxKind::ReadWrite);
-                let acc = [Access::update(T, 3), Access::read(T, 4)];
-                tx.fetch(&acc).await.unwrap();
-                tx.update(T, 3, &7u64.to_le_bytes()).await.unwrap();
-                tx.commit().await.unwrap();
-                out.push((
-                    "cold read-write + read-only",
-                    c.last_outcome().unwrap().fabric.round_trips,
-                ));
-                // Warm: every address is cached now.
-                let mut tx = c.begin(TxKind::ReadWrite);
-                tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
-                    .await
-                    .unwrap();
-                tx.update(T, 1, &8u64.to_le_bytes()).await.unwrap();
-                tx.update(T, 2, &8u64.to_le_bytes()).await.unwrap();
-                tx.commit().await.unwrap();
-                out.push(("read-write", c.last_outcome().unwrap().fabric.round_trips));
-                let mut tx = c.begin(TxKind::ReadWrite);
-                tx.fetch(&acc).await.unwrap();
-                tx.update(T, 3, &8u64.to_le_bytes()).await.unwrap();
-                tx.commit().await.unwrap();
-                out.push((
-                    "read-write + read-only",
-                    c.last_outcome().unwrap().fabric.round_trips,
-                ));
-                let mut tx = c.begin(TxKind::ReadOnly);
-                tx.fetch(&[Access::read(T, 1), Access::read(T, 4)])
-                    .await
-                    .unwrap();
-                tx.commit().await.unwrap();
-                out.push(("read-only", c.last_outcome().unwrap().fabric.round_trips));
-                let mut tx = c.begin(TxKind::ReadOnly);
-                tx.read(T, 4).await.unwrap();
-                tx.commit().await.unwrap();
-                out.push((
-                    "read-only, one item",
-                    c.last_outcome().unwrap().fabric.round_trips,
-                ));
-                out
+    with_coordinator(cfg, move |mut c| {
+        async move {
+            if lv {
+                c.set_vcache(std::sync::Arc::new(dtxn_txn::Vcache::new(1 << 10)));
             }
-        })
-        .unwrap();
-    r.outputs.into_iter().next().unwrap().unwrap()
+            let mut out = Vec::new();
+            // Cold: nothing cached yet.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
+                .await
+                .unwrap();
+            tx.update(T, 1, &7u64.to_le_bytes()).await.unwrap();
+            tx.commit().await.unwrap();
+            out.push((
+                "cold read-write",
+                c.last_outcome().unwrap().fabric.round_trips,
+            ));
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let acc = [Access::update(T, 3), Access::read(T, 4)];
+            tx.fetch(&acc).await.unwrap();
+            tx.update(T, 3, &7u64.to_le_bytes()).await.unwrap();
+            tx.commit().await.unwrap();
+            out.push((
+                "cold read-write + read-only",
+                c.last_outcome().unwrap().fabric.round_trips,
+            ));
+            // Warm: every address is cached now.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
+                .await
+                .unwrap();
+            tx.update(T, 1, &8u64.to_le_bytes()).await.unwrap();
+            tx.update(T, 2, &8u64.to_le_bytes()).await.unwrap();
+            tx.commit().await.unwrap();
+            out.push(("read-write", c.last_outcome().unwrap().fabric.round_trips));
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&acc).await.unwrap();
+            tx.update(T, 3, &8u64.to_le_bytes()).await.unwrap();
+            tx.commit().await.unwrap();
+            out.push((
+                "read-write + read-only",
+                c.last_outcome().unwrap().fabric.round_trips,
+            ));
+            let mut tx = c.begin(TxKind::ReadOnly);
+            tx.fetch(&[Access::read(T, 1), Access::read(T, 4)])
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            out.push(("read-only", c.last_outcome().unwrap().fabric.round_trips));
+            let mut tx = c.begin(TxKind::ReadOnly);
+            tx.read(T, 4).await.unwrap();
+            tx.commit().await.unwrap();
+            out.push((
+                "read-only, one item",
+                c.last_outcome().unwrap().fabric.round_trips,
+            ));
+            out
+        }
+    })
 }
 
 #[test]
@@ -251,40 +264,25 @@ fn the_baselines_cost_what_fords_paper_says() {
 
 /// Round trips of a transaction inserting `keys`, batched or one at a time.
 fn insert_round_trips(keys: &[u64], batched: bool) -> u64 {
-    let mut pool = pool();
-    let Pool::Sim(sim) = &mut pool else {
-        unreachable!()
-    };
-    let cfg = Rc::new(TxnConfig::default());
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
     let keys = keys.to_vec();
-    let r = sim
-        .run(one, None, move |mut ep: Endpoint| {
-            let (cfg, keys) = (cfg.clone(), keys.clone());
-            async move {
-                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                let mut c = Coordinator::new(ep, map, cfg);
-                let value = 9u64.to_le_bytes();
-                let mut tx = c.begin(TxKind::ReadWrite);
-                if batched {
-                    let rows: Vec<(u32, u64, &[u8])> =
-                        keys.iter().map(|&k| (T, k, &value[..])).collect();
-                    tx.insert_many(&rows).await.unwrap();
-                } else {
-                    for &k in &keys {
-                        tx.insert(T, k, &value).await.unwrap();
-                    }
+    with_coordinator(TxnConfig::default(), move |mut c| {
+        let keys = keys.clone();
+        async move {
+            let value = 9u64.to_le_bytes();
+            let mut tx = c.begin(TxKind::ReadWrite);
+            if batched {
+                let rows: Vec<(u32, u64, &[u8])> =
+                    keys.iter().map(|&k| (T, k, &value[..])).collect();
+                tx.insert_many(&rows).await.unwrap();
+            } else {
+                for &k in &keys {
+                    tx.insert(T, k, &value).await.unwrap();
                 }
-                tx.commit().await.unwrap();
-                c.last_outcome().unwrap().fabric.round_trips
             }
-        })
-        .unwrap();
-    r.outputs.into_iter().next().unwrap().unwrap()
+            tx.commit().await.unwrap();
+            c.last_outcome().unwrap().fabric.round_trips
+        }
+    })
 }
 
 #[test]
@@ -310,40 +308,23 @@ fn batched_inserts_cost_one_round_trip_for_the_whole_batch() {
 
 #[test]
 fn a_row_this_coordinator_inserted_is_updated_through_its_cached_address() {
-    let mut pool = pool();
-    let Pool::Sim(sim) = &mut pool else {
-        unreachable!()
-    };
-    let cfg = Rc::new(TxnConfig::default());
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
-    let r = sim
-        .run(one, None, move |mut ep: Endpoint| {
-            let cfg = cfg.clone();
-            async move {
-                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                let mut c = Coordinator::new(ep, map, cfg);
-                let mut rts = Vec::new();
-                for k in [1000u64, 1002] {
-                    let mut tx = c.begin(TxKind::ReadWrite);
-                    tx.insert(T, k, &9u64.to_le_bytes()).await.unwrap();
-                    tx.commit().await.unwrap();
-                }
-                // 1000 was inserted by this coordinator; 50 was loaded (never cached here).
-                for k in [1000u64, 50] {
-                    let mut tx = c.begin(TxKind::ReadWrite);
-                    tx.fetch(&[Access::update(T, k)]).await.unwrap();
-                    tx.update(T, k, &10u64.to_le_bytes()).await.unwrap();
-                    tx.commit().await.unwrap();
-                    rts.push(c.last_outcome().unwrap().fabric.round_trips);
-                }
-                rts
-            }
-        })
-        .unwrap();
+    let rts = with_coordinator(TxnConfig::default(), |mut c| async move {
+        let mut rts = Vec::new();
+        for k in [1000u64, 1002] {
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.insert(T, k, &9u64.to_le_bytes()).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        // 1000 was inserted by this coordinator; 50 was loaded (never cached here).
+        for k in [1000u64, 50] {
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, k)]).await.unwrap();
+            tx.update(T, k, &10u64.to_le_bytes()).await.unwrap();
+            tx.commit().await.unwrap();
+            rts.push(c.last_outcome().unwrap().fabric.round_trips);
+        }
+        rts
+    });
     // Warm (lock + READ through the cached slot, commit) against cold (bucket READ first).
-    assert_eq!(r.outputs.into_iter().next().unwrap().unwrap(), vec![2, 3]);
+    assert_eq!(rts, vec![2, 3]);
 }
