@@ -2,6 +2,9 @@
 //!
 //! - `shm/read64`, `shm/cas`: one thread, one coordinator, one-op batches (build the batch,
 //!   `post().await`, read the result). Target: at least 10 M/s each in release.
+//! - `shm/batch`: one doorbell batch shaped like a TPC-C NewOrder round: 8 READs of a 576-byte
+//!   bucket and 8 WRITEs of a 320-byte record at random lines of a 64 MiB region (beyond the
+//!   L2 cache, as the workloads' regions are). Measures the shm data path per batch.
 //! - `sim/mixed`: wall-clock speed of the simulator: 64 coordinators posting batches of
 //!   READ(256 B) + WRITE(64 B) + CAS at random addresses, hostile adversary, cx5-100g profile.
 //!   Target: at least 2 M verbs per wall second.
@@ -66,6 +69,43 @@ fn shm(c: &mut Criterion) {
             next += 1;
         })
     });
+
+    g.finish();
+}
+
+const BATCH_BYTES: u64 = 64 << 20;
+
+fn shm_batch(c: &mut Criterion) {
+    let pool = ShmPool::create(ShmConfig {
+        node_sizes: vec![BATCH_BYTES],
+        dir: None,
+        delay_ns: 0,
+    })
+    .expect("pool");
+    let mut ep = pool.endpoint(CoordId {
+        compute_node: 0,
+        thread: 0,
+        coroutine: 0,
+        index: 0,
+    });
+    let record = [7u8; 320];
+    let mut rng = rand::rng();
+    let mut g = c.benchmark_group("shm");
+    g.throughput(Throughput::Elements(16));
+    g.bench_function("batch", |b| {
+        b.iter(|| {
+            let lines = BATCH_BYTES / 64 - 16;
+            let first = ep.read(0, rng.random_range(0..lines) * 64, 576);
+            for _ in 1..8 {
+                ep.read(0, rng.random_range(0..lines) * 64, 576);
+            }
+            for _ in 0..8 {
+                ep.write(0, rng.random_range(0..lines) * 64, &record);
+            }
+            block_on(ep.post()).expect("batch");
+            black_box(ep.bytes(first)[0])
+        })
+    });
     g.finish();
 }
 
@@ -121,5 +161,5 @@ fn sim(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, shm, sim);
+criterion_group!(benches, shm, shm_batch, sim);
 criterion_main!(benches);

@@ -152,7 +152,7 @@ impl Endpoint {
         if self.check_len(len) != len {
             return self.push_write(node, addr, 0, 0);
         }
-        let data = self.batch.reserve_buf(len);
+        let data = self.batch.reserve_zeroed(len);
         fill(&mut self.batch.buf[data as usize..data as usize + len]);
         self.push_write(node, addr, len, data)
     }
@@ -217,8 +217,7 @@ impl Endpoint {
     pub fn rpc(&mut self, node: NodeId, req: &[u8]) -> OpId {
         self.start_op();
         let req = &req[..self.check_len(req.len())];
-        let data = self.batch.reserve_buf(req.len());
-        self.batch.buf[data as usize..data as usize + req.len()].copy_from_slice(req);
+        let data = self.batch.append_buf(req);
         self.batch.push(Op {
             kind: OpKind::Rpc,
             node,

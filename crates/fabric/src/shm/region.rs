@@ -282,6 +282,20 @@ impl Region {
         unsafe { &*(self.base.add(self.data_off + w as usize * 8) as *const AtomicU64) }
     }
 
+    /// Data words `w..w+n` (byte addresses `8 w..8 (w+n)`). Callers guarantee `8 (w+n) <= size`.
+    #[inline]
+    fn words_at(&self, w: u64, n: usize) -> &[AtomicU64] {
+        debug_assert!((w + n as u64) * WORD <= self.size);
+        // SAFETY: as for `word`, for each of the `n` consecutive words, all in bounds since
+        // the last one is.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.base.add(self.data_off + w as usize * 8) as *const AtomicU64,
+                n,
+            )
+        }
+    }
+
     /// Takes group `group`'s seqlock; returns the (even) sequence value it held.
     #[inline]
     fn lock(&self, group: u64) -> u64 {
@@ -337,8 +351,30 @@ impl Region {
     /// order.
     pub(super) fn read(&self, addr: u64, dst: &mut [u8]) {
         self.check(addr, dst.len() as u64);
+        if aligned(addr, dst.len()) {
+            return self.read_words(addr, dst);
+        }
         for (a, span) in group_spans(addr, dst.len()) {
             self.read_in_group(a, &mut dst[span]);
+        }
+    }
+
+    /// [`read`](Self::read) of whole words (every record and bucket READ: slots are
+    /// 64-byte aligned): the same group-by-group copy without the edge handling, whose
+    /// iterators cost more than the copy on a typical 300-byte record.
+    #[inline]
+    fn read_words(&self, mut addr: u64, mut dst: &mut [u8]) {
+        while !dst.is_empty() {
+            let group = addr / GROUP;
+            let n = (((group + 1) * GROUP - addr) as usize).min(dst.len());
+            let (out, rest) = dst.split_at_mut(n);
+            let src = self.words_at(addr / WORD, n / WORD as usize);
+            self.stable_read(group, || {
+                for (o, w) in out.chunks_exact_mut(WORD as usize).zip(src) {
+                    o.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+                }
+            });
+            (addr, dst) = (addr + n as u64, rest);
         }
     }
 
@@ -395,8 +431,32 @@ impl Region {
     /// atomically.
     pub(super) fn write(&self, addr: u64, src: &[u8]) {
         self.check(addr, src.len() as u64);
+        if aligned(addr, src.len()) {
+            return self.write_words(addr, src);
+        }
         for (a, span) in group_spans(addr, src.len()) {
             self.write_in_group(a, &src[span]);
+        }
+    }
+
+    /// [`write`](Self::write) of whole words (every record WRITE), as
+    /// [`read_words`](Self::read_words).
+    #[inline]
+    fn write_words(&self, mut addr: u64, mut src: &[u8]) {
+        while !src.is_empty() {
+            let group = addr / GROUP;
+            let n = (((group + 1) * GROUP - addr) as usize).min(src.len());
+            let (part, rest) = src.split_at(n);
+            let dst = self.words_at(addr / WORD, n / WORD as usize);
+            let s = self.lock(group);
+            // Nothing between lock and unlock can panic (see `write_in_group`).
+            for (w, b) in dst.iter().zip(part.chunks_exact(WORD as usize)) {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(b);
+                w.store(u64::from_ne_bytes(word), Ordering::Relaxed);
+            }
+            self.unlock(group, s + 2);
+            (addr, src) = (addr + n as u64, rest);
         }
     }
 
@@ -478,6 +538,12 @@ impl Region {
         self.unlock(group, s + 2);
         old
     }
+}
+
+/// `addr..addr+len` is made of whole words.
+#[inline]
+fn aligned(addr: u64, len: usize) -> bool {
+    (addr | len as u64) & (WORD - 1) == 0
 }
 
 /// Splits `addr..addr+len` at group boundaries: each piece's address, and its bytes' range in
