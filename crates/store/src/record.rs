@@ -150,6 +150,11 @@ impl SingleVersion {
         debug_assert_eq!(self.header(out), *h);
     }
 
+    /// Sets the lock word of an encoded record (`encode` with another `h.lock`, minus the rest).
+    pub fn set_lock(rec: &mut [u8], lock: u64) {
+        put(rec, LOCK_OFF as usize, lock);
+    }
+
     /// The header of line 0 alone (a READ of the first line is never torn).
     pub fn header(&self, rec: &[u8]) -> RecordHeader {
         RecordHeader {
@@ -239,6 +244,19 @@ mod tests {
             let mut out = vec![0u8; value.len()];
             prop_assert_eq!(f.decode(&rec, &mut out), Ok(h));
             prop_assert_eq!(out, value);
+        }
+
+        /// Setting the lock word of an encoded record is encoding it with that lock.
+        #[test]
+        fn set_lock_is_encode_with_that_lock(value in prop::collection::vec(any::<u8>(), 0..300),
+                                             lock in any::<u64>(), other in any::<u64>()) {
+            let f = SingleVersion::new(value.len());
+            let h = hdr(7);
+            let (mut a, mut b) = (vec![0u8; f.bytes()], vec![0u8; f.bytes()]);
+            f.encode(&RecordHeader { lock: other, ..h }, &value, &mut a);
+            SingleVersion::set_lock(&mut a, lock);
+            f.encode(&RecordHeader { lock, ..h }, &value, &mut b);
+            prop_assert_eq!(a, b);
         }
 
         /// Any mix of lines from two versions is `Torn`, never a valid decode.

@@ -63,7 +63,7 @@ use crate::vcache::Check;
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::log::{encode_head, LogStatus, HEAD_BYTES, STATUS_OFF};
-use dtxn_store::record::RecordHeader;
+use dtxn_store::record::{RecordHeader, SingleVersion};
 use dtxn_store::{PoolMap, TableInfo};
 
 /// Bit 63 of a lock word: the record is being installed by a committing transaction.
@@ -81,6 +81,8 @@ pub(crate) struct Scratch {
     ids: Vec<(Option<OpId>, OpId)>,
     /// The memory nodes the undo log goes to.
     nodes: Vec<NodeId>,
+    /// Commit: a written record, encoded once for all its replicas.
+    record: Vec<u8>,
 }
 
 /// What an execution round does for one item.
@@ -738,22 +740,19 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
             table: it.table,
             valid: it.new != NewValue::Delete,
         };
-        let len = t.record_bytes as usize;
+        // Encoded once; the replicas' copies differ only in the lock word (line 0's first).
+        let record = &mut tx.c.scratch.record;
+        record.resize(t.record_bytes as usize, 0);
+        codec.encode(&h, &it.value, record);
         for &n in t.backups() {
-            tx.c.ep
-                .write_with(n, off, len, |b| codec.encode(&h, &it.value, b));
+            tx.c.ep.write(n, off, record);
             if flush && !flushed.contains(&n) {
                 flushed.push(n);
             }
         }
         if mode == Install::Coalescent {
-            let primary = RecordHeader {
-                lock: owner | INVISIBLE,
-                ..h
-            };
-            tx.c.ep.write_with(t.primary(), off, len, |b| {
-                codec.encode(&primary, &it.value, b)
-            });
+            SingleVersion::set_lock(record, owner | INVISIBLE);
+            tx.c.ep.write(t.primary(), off, record);
         }
     }
     // Localized validation: the new versions go into the Vcache before the remote commit,
