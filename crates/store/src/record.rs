@@ -25,6 +25,11 @@ pub const LINE: usize = 64;
 pub const HEAD_VALUE_BYTES: usize = 32;
 pub const LINE_VALUE_BYTES: usize = 56;
 
+/// The bytes of line 0 that hold a record's header (lock to valid): all that a validation
+/// READ fetches.
+pub const HEADER_BYTES: usize = 32;
+const _: () = assert!((VALID_OFF as usize) < HEADER_BYTES && HEADER_BYTES <= LINE);
+
 pub const LOCK_OFF: u64 = 0;
 pub const VERSION_OFF: u64 = 8;
 pub const KEY_OFF: u64 = 16;

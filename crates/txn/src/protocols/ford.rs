@@ -63,7 +63,7 @@ use crate::vcache::Check;
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::log::{encode_head, LogStatus, HEAD_BYTES, STATUS_OFF};
-use dtxn_store::record::{RecordHeader, SingleVersion};
+use dtxn_store::record::{RecordHeader, SingleVersion, HEADER_BYTES};
 use dtxn_store::{PoolMap, TableInfo};
 
 /// Bit 63 of a lock word: the record is being installed by a committing transaction.
@@ -511,7 +511,7 @@ async fn validate_all(tx: &mut Txn<'_>) -> Result<(), Abort> {
             continue;
         };
         let t = table(&map, it.table);
-        checks.push((i, tx.c.ep.read(t.primary(), off, 64)));
+        checks.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
     }
     if !checks.is_empty() {
         if tx.c.ep.post().await.is_err() {
@@ -614,7 +614,7 @@ async fn lock_round(tx: &mut Txn<'_>, want: impl Fn(&Item) -> Option<Want>) -> R
         };
         let p = table(&map, it.table).primary();
         let cas = w.lock.then(|| tx.c.ep.cas(p, off, 0, owner));
-        let read = w.header.then(|| tx.c.ep.read(p, off, 64));
+        let read = w.header.then(|| tx.c.ep.read(p, off, HEADER_BYTES));
         checks.push((i, cas, read));
     }
     if checks.is_empty() {
@@ -685,7 +685,7 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
             }
         }
         let t = table(&map, it.table);
-        checks.push((i, tx.c.ep.read(t.primary(), off, 64)));
+        checks.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
     }
     if checks.is_empty() {
         return Ok(());
@@ -774,7 +774,7 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
         for (i, it) in tx.items.iter().enumerate() {
             if let Some(off) = it.offset.filter(|_| it.exists && !it.rw) {
                 let t = table(&map, it.table);
-                reads.push((i, tx.c.ep.read(t.primary(), off, 64)));
+                reads.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
             }
         }
     }
