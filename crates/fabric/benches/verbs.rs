@@ -33,19 +33,25 @@ fn block_on<F: Future>(f: F) -> F::Output {
 
 const SHM_BYTES: u64 = 1 << 16;
 
-fn shm(c: &mut Criterion) {
+/// An anonymous one-node pool of `bytes`, and its first coordinator's endpoint.
+fn shm_pool(bytes: u64) -> (ShmPool, Endpoint) {
     let pool = ShmPool::create(ShmConfig {
-        node_sizes: vec![SHM_BYTES],
+        node_sizes: vec![bytes],
         dir: None,
         delay_ns: 0,
     })
     .expect("pool");
-    let mut ep = pool.endpoint(CoordId {
+    let ep = pool.endpoint(CoordId {
         compute_node: 0,
         thread: 0,
         coroutine: 0,
         index: 0,
     });
+    (pool, ep)
+}
+
+fn shm(c: &mut Criterion) {
+    let (pool, mut ep) = shm_pool(SHM_BYTES);
     let mut g = c.benchmark_group("shm");
     g.throughput(Throughput::Elements(1));
 
@@ -76,18 +82,7 @@ fn shm(c: &mut Criterion) {
 const BATCH_BYTES: u64 = 64 << 20;
 
 fn shm_batch(c: &mut Criterion) {
-    let pool = ShmPool::create(ShmConfig {
-        node_sizes: vec![BATCH_BYTES],
-        dir: None,
-        delay_ns: 0,
-    })
-    .expect("pool");
-    let mut ep = pool.endpoint(CoordId {
-        compute_node: 0,
-        thread: 0,
-        coroutine: 0,
-        index: 0,
-    });
+    let (_pool, mut ep) = shm_pool(BATCH_BYTES);
     let record = [7u8; 320];
     let mut rng = rand::rng();
     let mut g = c.benchmark_group("shm");
