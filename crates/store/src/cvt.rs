@@ -48,6 +48,7 @@
 
 use crate::index::TableInfo;
 use crate::record::{RecordHeader, SingleVersion, Torn, LINE};
+use arrayvec::ArrayVec;
 use std::sync::Arc;
 
 pub const VCELL_BYTES: usize = 20;
@@ -126,11 +127,19 @@ impl Vcell {
     }
 }
 
+/// The Vcells of a CVT, held inline rather than on the heap: a coordinator decodes a CVT per
+/// record it reads, and a CVT has at most [`MAX_VNUM`] cells.
+pub type Cells = ArrayVec<Vcell, MAX_VNUM>;
+
+/// How [`MvCodec::rebuild_plan`] rebuilds a version: (cell, attributes), a step per newer
+/// version.
+pub type RebuildPlan = ArrayVec<(usize, u16), MAX_VNUM>;
+
 /// A decoded CVT.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Cvt {
     pub header: RecordHeader,
-    pub cells: Vec<Vcell>,
+    pub cells: Cells,
 }
 
 /// What version selection found for a snapshot.
@@ -187,6 +196,7 @@ impl Cvt {
 pub struct MvCodec {
     /// The CVT record: Vcells, then the value.
     pub cvt: SingleVersion,
+    /// 1 to [`MAX_VNUM`].
     pub vnum: usize,
     pub value_size: usize,
     pub bar_lines: u32,
@@ -214,32 +224,62 @@ impl MvCodec {
         self.cvt.bytes()
     }
 
+    /// Makes `cells` `vnum` free cells: the cells of a key's first CVT, before its first
+    /// version is pushed.
+    pub fn free_cells(&self, cells: &mut Cells) {
+        cells.clear();
+        cells.extend(std::iter::repeat_n(Vcell::default(), self.vnum));
+    }
+
     /// Decodes a CVT READ into its cells and, into `value`, the newest value; `Torn` if its
-    /// lines come from two writes.
+    /// lines come from two writes (`value` is then left as it was).
     pub fn decode(&self, rec: &[u8], value: &mut [u8]) -> Result<Cvt, Torn> {
-        let mut payload = vec![0u8; self.vnum * VCELL_BYTES + self.value_size];
-        let header = self.cvt.decode(rec, &mut payload)?;
-        let (cells, v) = payload.split_at(self.vnum * VCELL_BYTES);
-        value.copy_from_slice(v);
-        let cells = cells.chunks(VCELL_BYTES).map(Vcell::decode).collect();
-        Ok(Cvt { header, cells })
+        let mut cvt = Cvt::default();
+        self.decode_into(rec, &mut cvt, value)?;
+        Ok(cvt)
+    }
+
+    /// [`Self::decode`] into `cvt` (left as it was, as `value` is, if the READ is torn):
+    /// a CVT is large enough that building it in place beats moving it.
+    pub fn decode_into(&self, rec: &[u8], cvt: &mut Cvt, value: &mut [u8]) -> Result<(), Torn> {
+        assert_eq!(value.len(), self.value_size, "value size of the table");
+        self.decode_cells(rec, cvt)?;
+        self.cvt.read_value(rec, self.vnum * VCELL_BYTES, value);
+        Ok(())
     }
 
     /// Decodes a CVT READ's cells (the value's lines are checked too).
     pub fn decode_cvt(&self, rec: &[u8]) -> Result<Cvt, Torn> {
-        let mut value = vec![0u8; self.value_size];
-        self.decode(rec, &mut value)
+        let mut cvt = Cvt::default();
+        self.decode_cells(rec, &mut cvt)?;
+        Ok(cvt)
+    }
+
+    /// [`Self::decode_cvt`] into `cvt` (left as it was if the READ is torn).
+    fn decode_cells(&self, rec: &[u8], cvt: &mut Cvt) -> Result<(), Torn> {
+        cvt.header = self.cvt.check(rec)?;
+        // Cells may straddle lines: gathered on the stack, then decoded.
+        let mut bytes = [0u8; MAX_VNUM * VCELL_BYTES];
+        let bytes = &mut bytes[..self.vnum * VCELL_BYTES];
+        self.cvt.read_value(rec, 0, bytes);
+        cvt.cells.clear();
+        cvt.cells
+            .extend(bytes.chunks(VCELL_BYTES).map(Vcell::decode));
+        Ok(())
     }
 
     /// Encodes a CVT with the newest value `value`.
     pub fn encode(&self, cvt: &Cvt, value: &[u8], out: &mut [u8]) {
-        let mut payload = vec![0u8; self.vnum * VCELL_BYTES + self.value_size];
-        let (cells, v) = payload.split_at_mut(self.vnum * VCELL_BYTES);
+        assert_eq!(value.len(), self.value_size, "value size of the table");
+        // Cells may straddle lines: encoded on the stack (unused cells zero), then spread.
+        let mut bytes = [0u8; MAX_VNUM * VCELL_BYTES];
+        let cells = &mut bytes[..self.vnum * VCELL_BYTES];
         for (c, b) in cvt.cells.iter().zip(cells.chunks_mut(VCELL_BYTES)) {
             c.encode(b);
         }
-        v.copy_from_slice(value);
-        self.cvt.encode(&cvt.header, &payload, out);
+        self.cvt.encode_header(&cvt.header, out);
+        self.cvt.write_value(out, 0, cells);
+        self.cvt.write_value(out, cells.len(), value);
     }
 
     /// The attribute ranges of the value: (start, end).
@@ -274,27 +314,27 @@ impl MvCodec {
             .fold(0, |m, (a, _)| m | 1 << a)
     }
 
-    /// The pre-images of `old`'s attributes in `bitmap`, packed in attribute order.
-    pub fn pre_images(&self, bitmap: u16, old: &[u8]) -> Vec<u8> {
-        let mut data = Vec::with_capacity(self.chunk_data_bytes(bitmap));
-        for (a, (s, e)) in self.attrs().enumerate() {
-            if bitmap >> a & 1 == 1 {
-                data.extend_from_slice(&old[s..e]);
-            }
-        }
-        data
+    /// The pre-images of `old`'s attributes in `bitmap`, in attribute order (packed, they are
+    /// the data of the version's inline pre-images or chunk).
+    pub fn pre_images<'a>(&'a self, bitmap: u16, old: &'a [u8]) -> impl Iterator<Item = &'a [u8]> {
+        self.attrs()
+            .enumerate()
+            .filter(move |(a, _)| bitmap >> a & 1 == 1)
+            .map(move |(_, (s, e))| &old[s..e])
     }
 
     /// A new version's Vcell for an update from `old` to `new`: its pre-images inline when
-    /// they fit 8 bytes, else in a bar chunk (returned, with its start line) when they fit the
-    /// bar, else nowhere (the cell then drops every older version when pushed).
+    /// they fit 8 bytes, else in a bar chunk (appended to `chunk`; its start line returned)
+    /// when they fit the bar, else nowhere (the cell then drops every older version when
+    /// pushed).
     pub fn update_cell(
         &self,
         cvt: &Cvt,
         old: &[u8],
         new: &[u8],
         version: u64,
-    ) -> (Vcell, Option<(u32, Vec<u8>)>) {
+        chunk: &mut Vec<u8>,
+    ) -> (Vcell, Option<u32>) {
         let bitmap = self.changed(old, new);
         let mut cell = Vcell {
             version,
@@ -305,9 +345,12 @@ impl MvCodec {
         if bitmap == 0 {
             return (cell, None);
         }
-        let data = self.pre_images(bitmap, old);
-        if data.len() <= INLINE_BYTES {
-            cell.inline[..data.len()].copy_from_slice(&data);
+        if self.chunk_data_bytes(bitmap) <= INLINE_BYTES {
+            let mut at = 0;
+            for piece in self.pre_images(bitmap, old) {
+                cell.inline[at..at + piece.len()].copy_from_slice(piece);
+                at += piece.len();
+            }
             cell.flags |= INLINE;
             return (cell, None);
         }
@@ -315,7 +358,8 @@ impl MvCodec {
             Some(s) => {
                 cell.start = s as u8;
                 cell.flags |= CHUNK;
-                (cell, Some((s, self.encode_chunk(bitmap, old, version))))
+                self.encode_chunk(bitmap, old, version, chunk);
+                (cell, Some(s))
             }
             None => (cell, None),
         }
@@ -335,17 +379,27 @@ impl MvCodec {
         }
     }
 
-    /// The chunk of `old`'s attributes in `bitmap`, as bar lines stamped `version`.
-    pub fn encode_chunk(&self, bitmap: u16, old: &[u8], version: u64) -> Vec<u8> {
+    /// Appends to `out` the chunk of `old`'s attributes in `bitmap`, as bar lines stamped
+    /// `version`.
+    pub fn encode_chunk(&self, bitmap: u16, old: &[u8], version: u64, out: &mut Vec<u8>) {
         let lines = self.chunk_lines(bitmap) as usize;
-        let mut out = vec![0u8; lines * LINE];
-        let data = self.pre_images(bitmap, old);
-        for (l, piece) in data.chunks(BAR_LINE_DATA).enumerate() {
-            let line = &mut out[l * LINE..(l + 1) * LINE];
+        let start = out.len();
+        out.resize(start + lines * LINE, 0);
+        let chunk = &mut out[start..];
+        for line in chunk.chunks_mut(LINE) {
             line[..8].copy_from_slice(&version.to_le_bytes());
-            line[8..8 + piece.len()].copy_from_slice(piece);
         }
-        out
+        // The pre-images, packed, run on from line to line past the stamps.
+        let mut at = 0;
+        for mut piece in self.pre_images(bitmap, old) {
+            while !piece.is_empty() {
+                let (l, o) = (at / BAR_LINE_DATA, at % BAR_LINE_DATA);
+                let n = piece.len().min(BAR_LINE_DATA - o);
+                chunk[l * LINE + 8 + o..][..n].copy_from_slice(&piece[..n]);
+                piece = &piece[n..];
+                at += n;
+            }
+        }
     }
 
     /// Overlays the pre-images of a chunk READ (stamped `version`) on `value`, for the
@@ -391,9 +445,9 @@ impl MvCodec {
     /// newer version's pre-images are missing (they did not fit the bar: older versions were
     /// dropped then, so a caller holding a valid `v0` never sees this unless the CVT is
     /// inconsistent).
-    pub fn rebuild_plan(&self, cvt: &Cvt, v0: usize, vpkg: usize) -> Option<Vec<(usize, u16)>> {
+    pub fn rebuild_plan(&self, cvt: &Cvt, v0: usize, vpkg: usize) -> Option<RebuildPlan> {
         let (lo, hi) = (cvt.cells[v0].version, cvt.cells[vpkg].version);
-        let mut newer: Vec<usize> = (0..cvt.cells.len())
+        let mut newer: ArrayVec<usize, MAX_VNUM> = (0..cvt.cells.len())
             .filter(|&i| {
                 let c = &cvt.cells[i];
                 c.valid() && c.version > lo && c.version <= hi && !c.tombstone()
@@ -401,7 +455,7 @@ impl MvCodec {
             .collect();
         newer.sort_by_key(|&i| cvt.cells[i].version);
         let mut done = 0u16;
-        let mut plan = Vec::new();
+        let mut plan = RebuildPlan::new();
         for i in newer {
             let c = &cvt.cells[i];
             if c.bitmap == 0 {
@@ -565,7 +619,7 @@ mod tests {
                 table: 1,
                 valid: true,
             },
-            cells,
+            cells: cells.into_iter().collect(),
         }
     }
 
@@ -663,9 +717,11 @@ mod tests {
                     new[s..e].fill(fill.wrapping_add(n as u8));
                 }
             }
-            let (cell, chunk) = k.update_cell(&c, &old, &new, version);
-            if let Some((s, chunk)) = chunk {
-                bar[s as usize * LINE..][..chunk.len()].copy_from_slice(&chunk);
+            let mut chunk = Vec::new();
+            let (cell, start) = k.update_cell(&c, &old, &new, version, &mut chunk);
+            match start {
+                Some(s) => bar[s as usize * LINE..][..chunk.len()].copy_from_slice(&chunk),
+                None => assert!(chunk.is_empty()),
             }
             k.push(&mut c, cell);
             values.push((version, new.clone()));
@@ -722,8 +778,9 @@ mod tests {
         fn a_chunk_over_wrapped_lines_is_refused(v1 in 2u64..1000, d in 1u64..1000) {
             let k = codec(2, 4, vec![8, 100]);
             let old = vec![7u8; 100];
-            let mut chunk = k.encode_chunk(0b11, &old, v1);
-            let other = k.encode_chunk(0b11, &old, v1 + d);
+            let (mut chunk, mut other) = (Vec::new(), Vec::new());
+            k.encode_chunk(0b11, &old, v1, &mut chunk);
+            k.encode_chunk(0b11, &old, v1 + d, &mut other);
             chunk[64..128].copy_from_slice(&other[64..128]);
             let mut v = vec![0u8; 100];
             prop_assert!(k.apply_chunk(&chunk, 0b11, v1, 0b11, &mut v).is_err());

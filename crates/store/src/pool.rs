@@ -318,7 +318,8 @@ impl<'a> Loader<'a> {
         let mv = crate::cvt::MvCodec::new(t);
         match &mv {
             Some(k) => {
-                let mut cells = vec![crate::cvt::Vcell::default(); k.vnum];
+                let mut cells = crate::cvt::Cells::new();
+                k.free_cells(&mut cells);
                 cells[0].flags = crate::cvt::VALID | crate::cvt::CREATED;
                 k.encode(&crate::cvt::Cvt { header, cells }, value, &mut self.record);
             }

@@ -85,7 +85,7 @@ impl RecordFormat {
 }
 
 /// The header fields of a decoded record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RecordHeader {
     pub lock: u64,
     pub version: u64,
@@ -136,9 +136,54 @@ impl SingleVersion {
         }))
     }
 
+    /// The line that holds value byte `v`.
+    fn line_of(v: usize) -> usize {
+        match v.checked_sub(HEAD_VALUE_BYTES) {
+            None => 0,
+            Some(rest) => 1 + rest / LINE_VALUE_BYTES,
+        }
+    }
+
+    /// The pieces of value bytes `from..from + len`: (offset in the record, offset from
+    /// `from`, length).
+    fn pieces_of(&self, from: usize, len: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+        let to = from + len;
+        assert!(
+            to <= self.value_size,
+            "value bytes {from}..{to} of {}",
+            self.value_size
+        );
+        // Only the lines that hold the range: a CVT's cells take a line or two of many.
+        let lines = match len {
+            0 => 0..0,
+            _ => Self::line_of(from)..Self::line_of(to - 1) + 1,
+        };
+        lines.map(move |l| {
+            let (rec, val, n) = match l {
+                0 => (32, 0, HEAD_VALUE_BYTES),
+                _ => (
+                    l * LINE + 8,
+                    HEAD_VALUE_BYTES + (l - 1) * LINE_VALUE_BYTES,
+                    LINE_VALUE_BYTES,
+                ),
+            };
+            let (s, e) = (val.max(from), (val + n).min(to));
+            (rec + s - val, s - from, e - s)
+        })
+    }
+
     /// Writes the whole record (`lock` included) into `out` (exactly [`Self::bytes`] long).
     pub fn encode(&self, h: &RecordHeader, value: &[u8], out: &mut [u8]) {
         assert_eq!(value.len(), self.value_size, "value size of the table");
+        self.encode_header(h, out);
+        for (rec, val, len) in self.pieces() {
+            out[rec..rec + len].copy_from_slice(&value[val..val + len]);
+        }
+    }
+
+    /// [`Self::encode`] with a zero value: the header and the stamps, for a caller that writes
+    /// the value in parts with [`Self::write_value`] (without assembling it first).
+    pub fn encode_header(&self, h: &RecordHeader, out: &mut [u8]) {
         assert_eq!(out.len(), self.bytes());
         out.fill(0);
         put(out, LOCK_OFF as usize, h.lock);
@@ -149,10 +194,14 @@ impl SingleVersion {
         for l in 1..self.lines {
             put(out, l * LINE, h.version);
         }
-        for (rec, val, len) in self.pieces() {
-            out[rec..rec + len].copy_from_slice(&value[val..val + len]);
-        }
         debug_assert_eq!(self.header(out), *h);
+    }
+
+    /// Writes `bytes` as value bytes `from..from + bytes.len()` of the encoded record `out`.
+    pub fn write_value(&self, out: &mut [u8], from: usize, bytes: &[u8]) {
+        for (rec, at, len) in self.pieces_of(from, bytes.len()) {
+            out[rec..rec + len].copy_from_slice(&bytes[at..at + len]);
+        }
     }
 
     /// Sets the lock word of an encoded record (`encode` with another `h.lock`, minus the rest).
@@ -189,8 +238,18 @@ impl SingleVersion {
     /// Decodes a whole record read with one READ: its header, and its value into `value`
     /// (exactly the table's value size), or [`Torn`] if its lines disagree on the version.
     pub fn decode(&self, rec: &[u8], value: &mut [u8]) -> Result<RecordHeader, Torn> {
-        assert_eq!(rec.len(), self.bytes());
         assert_eq!(value.len(), self.value_size);
+        let h = self.check(rec)?;
+        for (r, v, len) in self.pieces() {
+            value[v..v + len].copy_from_slice(&rec[r..r + len]);
+        }
+        Ok(h)
+    }
+
+    /// [`Self::decode`] without the value: the header, or [`Torn`] if the record's lines
+    /// disagree on the version. The value is then read in parts with [`Self::read_value`].
+    pub fn check(&self, rec: &[u8]) -> Result<RecordHeader, Torn> {
+        assert_eq!(rec.len(), self.bytes());
         let h = self.header(rec);
         for line in 1..self.lines {
             let stamp = word(rec, line * LINE);
@@ -202,10 +261,15 @@ impl SingleVersion {
                 });
             }
         }
-        for (r, v, len) in self.pieces() {
-            value[v..v + len].copy_from_slice(&rec[r..r + len]);
-        }
         Ok(h)
+    }
+
+    /// Copies value bytes `from..from + out.len()` of the record `rec` into `out` (the stamps
+    /// are [`Self::check`]'s business).
+    pub fn read_value(&self, rec: &[u8], from: usize, out: &mut [u8]) {
+        for (r, at, len) in self.pieces_of(from, out.len()) {
+            out[at..at + len].copy_from_slice(&rec[r..r + len]);
+        }
     }
 }
 
@@ -248,6 +312,31 @@ mod tests {
             f.encode(&h, &value, &mut rec);
             let mut out = vec![0u8; value.len()];
             prop_assert_eq!(f.decode(&rec, &mut out), Ok(h));
+            prop_assert_eq!(out, value);
+        }
+
+        /// Writing and reading a value in parts is encoding and decoding it whole.
+        #[test]
+        fn parts_are_the_whole(value in prop::collection::vec(any::<u8>(), 0..400),
+                               cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4)) {
+            let f = SingleVersion::new(value.len());
+            let h = hdr(7);
+            let mut at: Vec<usize> = cuts.iter().map(|c| c.index(value.len() + 1)).collect();
+            at.push(0);
+            at.push(value.len());
+            at.sort_unstable();
+            let (mut whole, mut parts) = (vec![0u8; f.bytes()], vec![0u8; f.bytes()]);
+            f.encode(&h, &value, &mut whole);
+            f.encode_header(&h, &mut parts);
+            for w in at.windows(2) {
+                f.write_value(&mut parts, w[0], &value[w[0]..w[1]]);
+            }
+            prop_assert_eq!(&parts, &whole);
+            prop_assert_eq!(f.check(&parts), Ok(h));
+            let mut out = vec![0u8; value.len()];
+            for w in at.windows(2) {
+                f.read_value(&parts, w[0], &mut out[w[0]..w[1]]);
+            }
             prop_assert_eq!(out, value);
         }
 

@@ -93,8 +93,9 @@ impl Item {
 
 /// Below this many items a linear scan finds an item faster than a hash probe.
 const INDEX_MIN_ITEMS: usize = 16;
-/// Value and image buffers a coordinator keeps for its next transactions.
-const SPARE_BUFFERS: usize = 4096;
+/// Value and image buffers (and Motor's item states) a coordinator keeps for its next
+/// transactions.
+pub(crate) const SPARE_BUFFERS: usize = 4096;
 
 /// A coordinator's spare value and image buffers: handed back by finished transactions (and
 /// by inserts that swap an item's buffer), taken by the next ones, so that items do not
@@ -235,6 +236,8 @@ impl<'c> Txn<'c> {
         items.clear();
         let mut index = std::mem::take(&mut c.index_buf);
         index.clear();
+        let mut suspects = std::mem::take(&mut c.motor.suspects);
+        suspects.clear();
         Txn {
             log_body,
             log_crc: crc32fast::Hasher::new(),
@@ -253,7 +256,7 @@ impl<'c> Txn<'c> {
             oracle_round_trips: 0,
             keep_locks: false,
             give_back: Vec::new(),
-            suspects: Vec::new(),
+            suspects,
         }
     }
 
@@ -488,9 +491,13 @@ impl<'c> Txn<'c> {
         for it in self.items.drain(..) {
             c.spare.give(it.value);
             c.spare.give(it.image);
+            if let Some(st) = it.mv {
+                c.motor.give_state(st);
+            }
         }
         c.items_buf = std::mem::take(&mut self.items);
         c.index_buf = std::mem::take(&mut self.index);
+        c.motor.suspects = std::mem::take(&mut self.suspects);
     }
 
     pub(crate) async fn abort_with(&mut self, a: Abort) {

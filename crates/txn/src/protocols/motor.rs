@@ -51,13 +51,14 @@
 use crate::abort::{Abort, AbortReason};
 use crate::config::Isolation;
 use crate::protocols::ford::{abort, table};
-use crate::txn::{Access, NewValue, TxKind, Txn};
+use crate::txn::{Access, NewValue, TxKind, Txn, SPARE_BUFFERS};
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cvt::{Cvt, MvCodec, Pick, Vcell, CHUNK, CREATED, FRESH, TOMBSTONE, VALID};
 use dtxn_store::layout::ORACLE_OFF;
 use dtxn_store::log::{encode_head, encode_item_as, ItemKind, LogStatus, HEAD_BYTES};
-use dtxn_store::record::RecordHeader;
+use dtxn_store::record::{RecordHeader, Torn};
 use dtxn_store::{PoolMap, TableInfo};
+use std::ops::Range;
 use std::rc::Rc;
 
 /// Bit 62 of a lock word: its holder is committing. Set on every record a transaction writes
@@ -66,7 +67,7 @@ use std::rc::Rc;
 pub(crate) const COMMITTING: u64 = 1 << 62;
 
 /// What Motor keeps of an item between phases.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub(crate) struct MvState {
     /// The CVT as read (under our lock, for read-write items).
     cvt: Cvt,
@@ -75,6 +76,57 @@ pub(crate) struct MvState {
     /// The newest value as read: what older versions are rebuilt from, and (read under our
     /// lock) the old value whose pre-images a commit keeps.
     base: Vec<u8>,
+}
+
+/// Vectors and item states Motor's phases reuse across rounds and transactions (one set per
+/// coordinator), so that a transaction's hot path allocates nothing once they have grown. As
+/// with FORD's scratch, a phase takes a vector with `mem::take` and puts it back when it
+/// finishes; an abort may just drop it.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// Execution and validation rounds: (item, stage).
+    work: Vec<(usize, Stage)>,
+    next: Vec<(usize, Stage)>,
+    /// Execution and validation rounds: the ops posted; each item's span of them.
+    ids: Vec<OpId>,
+    spans: Vec<(usize, usize)>,
+    /// Items' states, handed back by finished transactions, taken by CVT reads. Boxed as the
+    /// items hold them: a state changes hands without being boxed again.
+    #[allow(clippy::vec_box)]
+    states: Vec<Box<MvState>>,
+    /// Commit: what each written record gets, pointing into `bytes` (its CVT and chunk).
+    installs: Vec<Install>,
+    bytes: Vec<u8>,
+    /// Commit: the memory nodes that get the op log.
+    nodes: Vec<NodeId>,
+    /// Mark round: the slots claimed, as (item, CAS, READ).
+    claims: Vec<(usize, OpId, OpId)>,
+    /// Inserts: (item, row) of every key to insert; those of keys without a CVT.
+    todo: Vec<(usize, usize)>,
+    fresh: Vec<usize>,
+    /// Inserts' slot choice: the chain locks to take, as (item, node, address, CAS), and the
+    /// chains' walks, as (item, bucket to read next, hops so far, first free slot seen).
+    chain_cas: Vec<(usize, NodeId, u64, OpId)>,
+    walks: Vec<(usize, u64, u64, Option<u64>)>,
+    next_walks: Vec<(usize, u64, u64, Option<u64>)>,
+    /// The local oracle's committing bits, for the next transaction's copy.
+    pub(crate) suspects: Vec<u64>,
+}
+
+impl Scratch {
+    /// A spare state whose `base` is `len` bytes long (their content is left over).
+    fn state(&mut self, len: usize) -> Box<MvState> {
+        let mut st = self.states.pop().unwrap_or_default();
+        st.base.resize(len, 0);
+        st
+    }
+
+    /// Keeps `st` for a later CVT read (up to [`SPARE_BUFFERS`] states).
+    pub(crate) fn give_state(&mut self, st: Box<MvState>) {
+        if self.states.len() < SPARE_BUFFERS {
+            self.states.push(st);
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -164,7 +216,8 @@ fn committing(tx: &Txn<'_>, lock: u64) -> bool {
 /// Execution: fetch `accesses` (new items, or read-only items now wanted for update).
 pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let mut work: Vec<(usize, Stage)> = Vec::new();
+    let mut work = std::mem::take(&mut tx.c.motor.work);
+    work.clear();
     for a in accesses {
         let bad = Abort {
             reason: AbortReason::BadRequest,
@@ -220,6 +273,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
         work.push((i, stage));
     }
     if work.is_empty() {
+        tx.c.motor.work = work;
         return Ok(());
     }
     start(tx)
@@ -230,27 +284,46 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
 
 /// Runs items through their stages, one doorbell batch per round, until each is done.
 async fn run_stages(tx: &mut Txn<'_>, mut work: Vec<(usize, Stage)>) -> Result<(), Abort> {
+    let scratch = &mut tx.c.motor;
+    let mut next = std::mem::take(&mut scratch.next);
+    let mut ids = std::mem::take(&mut scratch.ids);
+    let mut spans = std::mem::take(&mut scratch.spans);
+    let r = stage_rounds(tx, &mut work, &mut next, &mut ids, &mut spans).await;
+    let scratch = &mut tx.c.motor;
+    // A caller's own `work` (not the scratch's) replaces the scratch's only if it is larger.
+    if work.capacity() >= scratch.work.capacity() {
+        scratch.work = work;
+    }
+    (scratch.next, scratch.ids, scratch.spans) = (next, ids, spans);
+    r
+}
+
+/// [`run_stages`]' rounds, in the vectors it lends.
+async fn stage_rounds(
+    tx: &mut Txn<'_>,
+    work: &mut Vec<(usize, Stage)>,
+    next: &mut Vec<(usize, Stage)>,
+    ids: &mut Vec<OpId>,
+    spans: &mut Vec<(usize, usize)>,
+) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let mut rereads = 0u32;
-    let mut ids: Vec<OpId> = Vec::new();
-    let mut spans: Vec<(usize, usize)> = Vec::new();
     while !work.is_empty() {
         ids.clear();
         spans.clear();
-        for &(i, stage) in &work {
+        for &(i, stage) in work.iter() {
             let start = ids.len();
-            post_stage(tx, &map, i, stage, &mut ids);
+            post_stage(tx, &map, i, stage, ids);
             spans.push((start, ids.len()));
         }
         if tx.c.ep.post().await.is_err() {
             return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
         }
-        let mut next = Vec::new();
+        next.clear();
         let mut failed = None;
         let mut again = false;
-        for (&(i, stage), &(s, e)) in work.iter().zip(&spans) {
-            let ops: Vec<OpId> = ids[s..e].to_vec();
-            match on_stage(tx, &map, i, stage, &ops) {
+        for (&(i, stage), &(s, e)) in work.iter().zip(spans.iter()) {
+            match on_stage(tx, &map, i, stage, &ids[s..e]) {
                 Next::Done => {}
                 Next::Again(st) => next.push((i, st)),
                 Next::Reread(st) => {
@@ -264,7 +337,7 @@ async fn run_stages(tx: &mut Txn<'_>, mut work: Vec<(usize, Stage)>) -> Result<(
         }
         if !tx.give_back.is_empty() {
             let z = 0u64.to_le_bytes();
-            for (n, off) in std::mem::take(&mut tx.give_back) {
+            for (n, off) in tx.give_back.drain(..) {
                 tx.c.ep.write(n, off, &z);
             }
             // A lost release leaves the lock to recovery; nothing to tell this transaction.
@@ -279,7 +352,7 @@ async fn run_stages(tx: &mut Txn<'_>, mut work: Vec<(usize, Stage)>) -> Result<(
                 return Err(abort(AbortReason::Invisible, &tx.items[next[0].0]));
             }
         }
-        work = next;
+        std::mem::swap(work, next);
     }
     Ok(())
 }
@@ -332,13 +405,13 @@ fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId
                 tx.items[i].locked = true;
                 tx.items[i].offset = Some(off);
             }
-            let bytes = tx.c.ep.bytes(*ops.next().expect("cvt")).to_vec();
-            on_cvt(tx, t, i, off, &bytes)
+            let mut st = tx.c.motor.state(t.value_size as usize);
+            let rec = tx.c.ep.bytes(*ops.next().expect("cvt"));
+            let MvState { cvt, base, .. } = &mut *st;
+            let read = codec(t).decode_into(rec, cvt, base);
+            on_cvt(tx, t, i, off, st, read)
         }
-        Stage::Bucket { at, hops, pending } => {
-            let bytes = tx.c.ep.bytes(ops[0]).to_vec();
-            on_bucket(tx, t, i, at, hops, pending, &bytes)
-        }
+        Stage::Bucket { at, hops, pending } => on_bucket(tx, t, i, at, hops, pending, ops[0]),
         Stage::Value { off } => {
             let k = codec(t);
             let it = &mut tx.items[i];
@@ -373,8 +446,43 @@ fn on_stage(tx: &mut Txn<'_>, map: &PoolMap, i: usize, stage: Stage, ops: &[OpId
     }
 }
 
-/// A CVT (with its newest value) was read for item `i`.
-fn on_cvt(tx: &mut Txn<'_>, t: &TableInfo, i: usize, off: u64, rec: &[u8]) -> Next {
+/// A CVT (with its newest value) was read for item `i`: `read` is its decode, into `st` (a
+/// spare state), which becomes the item's state if the item keeps what was read and otherwise
+/// goes back to the coordinator's spares.
+fn on_cvt(
+    tx: &mut Txn<'_>,
+    t: &TableInfo,
+    i: usize,
+    off: u64,
+    mut st: Box<MvState>,
+    read: Result<(), Torn>,
+) -> Next {
+    match on_decoded(tx, t, i, off, &st, read) {
+        Ok((next, v0)) => {
+            st.v0 = v0;
+            if let Some(old) = tx.items[i].mv.replace(st) {
+                tx.c.motor.give_state(old);
+            }
+            next
+        }
+        Err(next) => {
+            tx.c.motor.give_state(st);
+            next
+        }
+    }
+}
+
+/// [`on_cvt`] for the CVT and newest value in `st` (if `read` is not torn): `Ok` with the
+/// cell of the version read (if it has a value) when the item keeps them, `Err` when it keeps
+/// nothing of this read.
+fn on_decoded(
+    tx: &mut Txn<'_>,
+    t: &TableInfo,
+    i: usize,
+    off: u64,
+    st: &MvState,
+    read: Result<(), Torn>,
+) -> Result<(Next, Option<usize>), Next> {
     let k = codec(t);
     let (table_id, key, rw, locked) = {
         let it = &tx.items[i];
@@ -385,11 +493,10 @@ fn on_cvt(tx: &mut Txn<'_>, t: &TableInfo, i: usize, off: u64, rec: &[u8]) -> Ne
         off,
         lock: rw && !ours,
     };
-    let mut base = vec![0u8; t.value_size as usize];
-    let cvt = match k.decode(rec, &mut base) {
-        Ok(c) => c,
-        Err(_) => return Next::Reread(again),
-    };
+    if read.is_err() {
+        return Err(Next::Reread(again));
+    }
+    let (cvt, base) = (&st.cvt, &st.base);
     let h = cvt.header;
     if !h.valid || h.table != table_id || h.key != key {
         // A stale cache entry (or a slot that lost a race): look the key up in its chain.
@@ -401,11 +508,11 @@ fn on_cvt(tx: &mut Txn<'_>, t: &TableInfo, i: usize, off: u64, rec: &[u8]) -> Ne
             it.locked = false;
             it.offset = None;
         }
-        return Next::Again(Stage::Bucket {
+        return Err(Next::Again(Stage::Bucket {
             at: t.home_bucket(key),
             hops: 0,
             pending: false,
-        });
+        }));
     }
     tx.c.cache.insert(table_id, key, off);
     tx.items[i].offset = Some(off);
@@ -414,7 +521,7 @@ fn on_cvt(tx: &mut Txn<'_>, t: &TableInfo, i: usize, off: u64, rec: &[u8]) -> Ne
         // not installed yet. Read again until it is done. (A lock without the mark is a
         // writer still executing: it will take its commit timestamp after this READ, above
         // our start, so the versions we may see are all there.)
-        return Next::Reread(Stage::Cvt { off, lock: false });
+        return Err(Next::Reread(Stage::Cvt { off, lock: false }));
     }
     let ts = tx.ts_start;
     let serializable = tx.c.cfg.motor.isolation == Isolation::Serializable;
@@ -424,11 +531,11 @@ fn on_cvt(tx: &mut Txn<'_>, t: &TableInfo, i: usize, off: u64, rec: &[u8]) -> Ne
         // First-committer-wins (both isolation levels): we build on the newest version, so
         // it must be in our snapshot.
         if newest_version > ts {
-            return Next::Fail(AbortReason::NewerVersion);
+            return Err(Next::Fail(AbortReason::NewerVersion));
         }
     } else if serializable && tx.kind == TxKind::ReadWrite && newest_version > ts {
         // Early abort: validation at the commit timestamp would fail.
-        return Next::Fail(AbortReason::NewerVersion);
+        return Err(Next::Fail(AbortReason::NewerVersion));
     }
     let pick = if ours {
         match cvt.newest() {
@@ -443,62 +550,43 @@ fn on_cvt(tx: &mut Txn<'_>, t: &TableInfo, i: usize, off: u64, rec: &[u8]) -> Ne
     };
     let it = &mut tx.items[i];
     match pick {
-        Pick::Gone => Next::Fail(AbortReason::VersionGone),
+        Pick::Gone => Err(Next::Fail(AbortReason::VersionGone)),
         Pick::Absent { version } => {
             it.exists = false;
             it.version = version;
-            it.mv = Some(Box::new(MvState {
-                cvt,
-                v0: None,
-                base,
-            }));
-            Next::Done
+            Ok((Next::Done, None))
         }
         Pick::Version(v0) => {
             it.version = cvt.cells[v0].version;
-            let direct = cvt.newest_value() == Some(v0);
-            if direct {
-                it.value.copy_from_slice(&base);
+            if cvt.newest_value() == Some(v0) {
+                it.value.copy_from_slice(base);
                 it.exists = true;
-            } else if ours {
+                return Ok((Next::Done, Some(v0)));
+            }
+            if ours {
                 // Under our lock the version picked is the newest, which holds the value: a
                 // CVT that says otherwise is read again.
-                return Next::Reread(Stage::Cvt { off, lock: false });
-            } else {
-                // Older: rebuild from the newest value and the pre-images of newer versions.
-                let plan = k.rebuild_plan(&cvt, v0, cvt.newest_value().expect("v0 has one"));
-                let Some(plan) = plan else {
-                    return Next::Fail(AbortReason::VersionGone);
-                };
-                if plan.iter().all(|&(w, _)| cvt.cells[w].flags & CHUNK == 0) {
-                    it.value.copy_from_slice(&base);
-                    for &(w, take) in &plan {
-                        k.apply_inline(&cvt.cells[w], take, &mut it.value);
-                    }
-                    it.exists = true;
-                    it.mv = Some(Box::new(MvState {
-                        cvt,
-                        v0: Some(v0),
-                        base,
-                    }));
-                    return Next::Done;
+                return Err(Next::Reread(Stage::Cvt { off, lock: false }));
+            }
+            // Older: rebuild from the newest value and the pre-images of newer versions.
+            let plan = k.rebuild_plan(cvt, v0, cvt.newest_value().expect("v0 has one"));
+            let Some(plan) = plan else {
+                return Err(Next::Fail(AbortReason::VersionGone));
+            };
+            if plan.iter().all(|&(w, _)| cvt.cells[w].flags & CHUNK == 0) {
+                it.value.copy_from_slice(base);
+                for &(w, take) in &plan {
+                    k.apply_inline(&cvt.cells[w], take, &mut it.value);
                 }
+                it.exists = true;
+                return Ok((Next::Done, Some(v0)));
             }
-            it.mv = Some(Box::new(MvState {
-                cvt,
-                v0: Some(v0),
-                base,
-            }));
-            if direct {
-                Next::Done
-            } else {
-                Next::Again(Stage::Value { off })
-            }
+            Ok((Next::Again(Stage::Value { off }), Some(v0)))
         }
     }
 }
 
-/// A bucket of item `i`'s chain was read.
+/// A bucket of item `i`'s chain was read (by `read`).
 fn on_bucket(
     tx: &mut Txn<'_>,
     t: &TableInfo,
@@ -506,18 +594,21 @@ fn on_bucket(
     at: u64,
     hops: u64,
     pending: bool,
-    bytes: &[u8],
+    read: OpId,
 ) -> Next {
     let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
     let sv = t.codec();
+    let bytes = tx.c.ep.bytes(read);
     let scan = t.scan(at, bytes, key);
     if let Some((s, off)) = scan.found {
         tx.c.cache.insert(table_id, key, off);
         if rw {
             return Next::Again(Stage::Cvt { off, lock: true });
         }
-        let rec = t.slot_bytes(bytes, s).to_vec();
-        return on_cvt(tx, t, i, off, &rec);
+        let mut st = tx.c.motor.state(t.value_size as usize);
+        let MvState { cvt, base, .. } = &mut *st;
+        let read = codec(t).decode_into(t.slot_bytes(bytes, s), cvt, base);
+        return on_cvt(tx, t, i, off, st, read);
     }
     let claimed = (0..t.slots_per_bucket).any(|s| {
         let h = sv.header(t.slot_bytes(bytes, s));
@@ -559,7 +650,8 @@ fn on_bucket(
 pub(crate) async fn insert_many(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     // (item, row) of every key to insert.
-    let mut todo: Vec<(usize, usize)> = Vec::with_capacity(rows.len());
+    let mut todo = std::mem::take(&mut tx.c.motor.todo);
+    todo.clear();
     let mut lock_cvts = Vec::new();
     for (r, &(table_id, key, value)) in rows.iter().enumerate() {
         let bad = |reason| Abort {
@@ -604,6 +696,7 @@ pub(crate) async fn insert_many(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) ->
         todo.push((i, r));
     }
     if todo.is_empty() {
+        tx.c.motor.todo = todo;
         return Ok(());
     }
     let first = abort(AbortReason::ReplicaFailure, &tx.items[todo[0].0]);
@@ -611,14 +704,17 @@ pub(crate) async fn insert_many(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) ->
     if !lock_cvts.is_empty() {
         run_stages(tx, lock_cvts).await?;
     }
-    let fresh: Vec<usize> = todo
-        .iter()
-        .map(|&(i, _)| i)
-        .filter(|&i| tx.items[i].mv.is_none())
-        .collect();
+    let mut fresh = std::mem::take(&mut tx.c.motor.fresh);
+    fresh.clear();
+    fresh.extend(
+        todo.iter()
+            .map(|&(i, _)| i)
+            .filter(|&i| tx.items[i].mv.is_none()),
+    );
     if !fresh.is_empty() {
         choose_slots(tx, &map, &fresh).await?;
     }
+    tx.c.motor.fresh = fresh;
     for &(i, r) in &todo {
         let it = &mut tx.items[i];
         if it.exists {
@@ -627,6 +723,7 @@ pub(crate) async fn insert_many(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) ->
         it.value.copy_from_slice(rows[r].2);
         it.new = NewValue::Insert;
     }
+    tx.c.motor.todo = todo;
     Ok(())
 }
 
@@ -636,9 +733,14 @@ pub(crate) async fn insert_many(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) ->
 /// without a free slot gets a new overflow bucket from [`choose_slot`].
 async fn choose_slots(tx: &mut Txn<'_>, map: &Rc<PoolMap>, items: &[usize]) -> Result<(), Abort> {
     let owner = tx.c.owner;
-    let mut cas: Vec<(usize, NodeId, u64, OpId)> = Vec::new();
+    let scratch = &mut tx.c.motor;
+    let mut cas = std::mem::take(&mut scratch.chain_cas);
     // Per item: (item, bucket to read next, hops so far, first free slot seen).
-    let mut walks: Vec<(usize, u64, u64, Option<u64>)> = Vec::with_capacity(items.len());
+    let mut walks = std::mem::take(&mut scratch.walks);
+    let mut next = std::mem::take(&mut scratch.next_walks);
+    let mut reads = std::mem::take(&mut scratch.ids);
+    cas.clear();
+    walks.clear();
     for &i in items {
         let it = &tx.items[i];
         let t = table(map, it.table);
@@ -655,13 +757,11 @@ async fn choose_slots(tx: &mut Txn<'_>, map: &Rc<PoolMap>, items: &[usize]) -> R
     let mut slow = Vec::new();
     let mut first_round = true;
     while !walks.is_empty() {
-        let reads: Vec<OpId> = walks
-            .iter()
-            .map(|&(i, at, _, _)| {
-                let t = table(map, tx.items[i].table);
-                tx.c.ep.read(t.primary(), at, t.bucket_bytes as usize)
-            })
-            .collect();
+        reads.clear();
+        for &(i, at, _, _) in &walks {
+            let t = table(map, tx.items[i].table);
+            reads.push(tx.c.ep.read(t.primary(), at, t.bucket_bytes as usize));
+        }
         if tx.c.ep.post().await.is_err() {
             if first_round {
                 let taken: Vec<(NodeId, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a)).collect();
@@ -685,12 +785,12 @@ async fn choose_slots(tx: &mut Txn<'_>, map: &Rc<PoolMap>, items: &[usize]) -> R
                 return Err(a);
             }
         }
-        let buckets: Vec<Vec<u8>> = reads.iter().map(|&r| tx.c.ep.bytes(r).to_vec()).collect();
-        let mut next = Vec::new();
-        for ((i, at, hops, mut free), bytes) in walks.into_iter().zip(buckets) {
+        next.clear();
+        for (&(i, at, hops, mut free), &read) in walks.iter().zip(&reads) {
+            let bytes = tx.c.ep.bytes(read);
             let (table_id, key) = (tx.items[i].table, tx.items[i].key);
             let t = table(map, table_id);
-            let scan = t.scan(at, &bytes, key);
+            let scan = t.scan(at, bytes, key);
             if let Some((_, off)) = scan.found {
                 // The key has a CVT (deleted, or inserted since we looked): lock and read it.
                 tx.c.cache.insert(table_id, key, off);
@@ -700,7 +800,7 @@ async fn choose_slots(tx: &mut Txn<'_>, map: &Rc<PoolMap>, items: &[usize]) -> R
             if free.is_none() {
                 let sv = t.codec();
                 free = (0..t.slots_per_bucket)
-                    .map(|s| (t.slot(at, s), sv.header(t.slot_bytes(&bytes, s))))
+                    .map(|s| (t.slot(at, s), sv.header(t.slot_bytes(bytes, s))))
                     .find(|(off, h)| {
                         !h.valid
                             && h.lock == 0
@@ -727,8 +827,15 @@ async fn choose_slots(tx: &mut Txn<'_>, map: &Rc<PoolMap>, items: &[usize]) -> R
                 },
             }
         }
-        walks = next;
+        std::mem::swap(&mut walks, &mut next);
     }
+    let scratch = &mut tx.c.motor;
+    (
+        scratch.chain_cas,
+        scratch.walks,
+        scratch.next_walks,
+        scratch.ids,
+    ) = (cas, walks, next, reads);
     if !lock_cvts.is_empty() {
         run_stages(tx, lock_cvts).await?;
     }
@@ -770,7 +877,6 @@ async fn choose_slot(tx: &mut Txn<'_>, map: &Rc<PoolMap>, i: usize) -> Result<()
         tx.items[i].chain_lock = Some((primary, lock_addr));
     }
     let codec = t.codec();
-    let taken: Vec<u64> = tx.items.iter().filter_map(|o| o.offset).collect();
     let mut bucket = home;
     let mut free = None;
     let mut hops = 0;
@@ -786,7 +892,10 @@ async fn choose_slot(tx: &mut Txn<'_>, map: &Rc<PoolMap>, i: usize) -> Result<()
         if free.is_none() {
             free = (0..t.slots_per_bucket)
                 .map(|s| (t.slot(bucket, s), codec.header(t.slot_bytes(bytes, s))))
-                .find(|(off, h)| !h.valid && h.lock == 0 && !taken.contains(off))
+                .find(|(off, h)| {
+                    // Not a slot another of our items holds.
+                    !h.valid && h.lock == 0 && !tx.items.iter().any(|o| o.offset == Some(*off))
+                })
                 .map(|(off, _)| off);
         }
         match scan.next {
@@ -888,7 +997,8 @@ pub(crate) async fn commit(tx: &mut Txn<'_>) -> Result<(), Abort> {
 async fn mark_committing(tx: &mut Txn<'_>, marks: bool) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let value = tx.c.owner | COMMITTING;
-    let mut claims = Vec::new();
+    let mut claims = std::mem::take(&mut tx.c.motor.claims);
+    claims.clear();
     let mut any = false;
     for (i, it) in tx.items.iter().enumerate() {
         if it.new == NewValue::Keep {
@@ -908,6 +1018,7 @@ async fn mark_committing(tx: &mut Txn<'_>, marks: bool) -> Result<(), Abort> {
         }
     }
     if !any {
+        tx.c.motor.claims = claims;
         return Ok(());
     }
     let first = tx
@@ -919,7 +1030,7 @@ async fn mark_committing(tx: &mut Txn<'_>, marks: bool) -> Result<(), Abort> {
         return Err(abort(AbortReason::ReplicaFailure, first));
     }
     let mut failed = None;
-    for (i, c, r) in claims {
+    for &(i, c, r) in &claims {
         if !tx.c.ep.cas_ok(c) {
             failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
             continue;
@@ -933,6 +1044,7 @@ async fn mark_committing(tx: &mut Txn<'_>, marks: bool) -> Result<(), Abort> {
             failed.get_or_insert(abort(AbortReason::LockConflict, it));
         }
     }
+    tx.c.motor.claims = claims;
     failed.map_or(Ok(()), Err)
 }
 
@@ -940,18 +1052,14 @@ async fn mark_committing(tx: &mut Txn<'_>, marks: bool) -> Result<(), Abort> {
 /// read: no other version up to `tc`, and no writer committing (which may commit below us).
 async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let owner = tx.c.owner;
+    let scratch = &mut tx.c.motor;
+    let mut work = std::mem::take(&mut scratch.work);
+    let mut next = std::mem::take(&mut scratch.next);
+    let mut ids = std::mem::take(&mut scratch.ids);
     // Everything read without our lock: read-only items, and keys found absent for update
     // but never inserted.
-    let ro: Vec<usize> = (0..tx.items.len())
-        .filter(|&i| !tx.items[i].locked)
-        .collect();
-    if ro.is_empty() {
-        return Ok(());
-    }
-    let mut work = Vec::new();
-    for &i in &ro {
-        let it = &tx.items[i];
+    work.clear();
+    for (i, it) in tx.items.iter().enumerate().filter(|(_, it)| !it.locked) {
         let t = table(&map, it.table);
         let stage = match it.offset {
             Some(off) => Stage::Cvt { off, lock: false },
@@ -963,16 +1071,32 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
         };
         work.push((i, stage));
     }
+    let r = validation_rounds(tx, &map, tc, &mut work, &mut next, &mut ids).await;
+    let scratch = &mut tx.c.motor;
+    (scratch.work, scratch.next, scratch.ids) = (work, next, ids);
+    r
+}
+
+/// [`validate`]'s rounds, from the items in `work`, in the vectors it lends.
+async fn validation_rounds(
+    tx: &mut Txn<'_>,
+    map: &PoolMap,
+    tc: u64,
+    work: &mut Vec<(usize, Stage)>,
+    next: &mut Vec<(usize, Stage)>,
+    ids: &mut Vec<OpId>,
+) -> Result<(), Abort> {
+    let owner = tx.c.owner;
     let mut rounds = 0;
     while !work.is_empty() {
         rounds += 1;
         if rounds > tx.c.cfg.reread_limit {
             return Err(abort(AbortReason::Invisible, &tx.items[work[0].0]));
         }
-        let mut ids = Vec::new();
-        for &(i, stage) in &work {
+        ids.clear();
+        for &(i, stage) in work.iter() {
             let it = &tx.items[i];
-            let t = table(&map, it.table);
+            let t = table(map, it.table);
             ids.push(match stage {
                 Stage::Cvt { off, .. } => tx.c.ep.read(t.primary(), off, t.record_bytes as usize),
                 Stage::Bucket { at, .. } => tx.c.ep.read(t.primary(), at, t.bucket_bytes as usize),
@@ -982,10 +1106,10 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
         if tx.c.ep.post().await.is_err() {
             return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
         }
-        let mut next = Vec::new();
-        for (&(i, stage), &id) in work.iter().zip(&ids) {
+        next.clear();
+        for (&(i, stage), &id) in work.iter().zip(ids.iter()) {
             let it = &tx.items[i];
-            let t = table(&map, it.table);
+            let t = table(map, it.table);
             let fail = abort(AbortReason::Validation, it);
             let bytes = tx.c.ep.bytes(id);
             match stage {
@@ -1045,7 +1169,7 @@ async fn validate(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                 Stage::Value { .. } => unreachable!(),
             }
         }
-        work = next;
+        std::mem::swap(work, next);
     }
     Ok(())
 }
@@ -1060,37 +1184,40 @@ fn seen_at(cvt: &Cvt, ts: u64) -> Option<u64> {
     }
 }
 
-/// What a commit writes for one record, on every replica.
+/// What a commit writes for one record, on every replica; the bytes are ranges of the
+/// buffer [`prepare`] fills.
+#[derive(Debug)]
 struct Install {
     table: u32,
     off: u64,
     /// The CVT with the new version, as backups get it (lock word 0).
-    record: Vec<u8>,
+    record: Range<usize>,
     /// Pre-image bar lines: (address, bytes).
-    chunk: Option<(u64, Vec<u8>)>,
+    chunk: Option<(u64, Range<usize>)>,
 }
 
-/// The new CVT (and pre-image chunk) of every written item.
-fn prepare(tx: &Txn<'_>, map: &PoolMap, tc: u64) -> Vec<Install> {
-    let mut out = Vec::new();
+/// The new CVT (and pre-image chunk) of every written item, into `out`, their bytes into
+/// `bytes`.
+fn prepare(tx: &Txn<'_>, map: &PoolMap, tc: u64, out: &mut Vec<Install>, bytes: &mut Vec<u8>) {
+    out.clear();
+    bytes.clear();
+    // One CVT, rebuilt in place for each item: it is large enough that moving it shows.
+    let mut cvt = Cvt::default();
     for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
         let t = table(map, it.table);
         let k = codec(t);
         let off = it.offset.expect("written items have a slot");
-        let header = RecordHeader {
+        cvt.header = RecordHeader {
             lock: 0,
             version: tc,
             key: it.key,
             table: it.table,
             valid: true,
         };
-        let mut cvt = Cvt {
-            header,
-            cells: match &it.mv {
-                Some(st) => st.cvt.cells.clone(),
-                None => vec![Vcell::default(); k.vnum],
-            },
-        };
+        match &it.mv {
+            Some(st) => cvt.cells.clone_from(&st.cvt.cells),
+            None => k.free_cells(&mut cvt.cells),
+        }
         let mut chunk = None;
         // The value the CVT holds: the new one, or for a delete the newest as it was.
         let mut value = &it.value;
@@ -1100,8 +1227,9 @@ fn prepare(tx: &Txn<'_>, map: &PoolMap, tc: u64) -> Vec<Install> {
                 // The old value: the newest, as read under our lock.
                 let old = &st.base;
                 debug_assert!(st.v0.is_some() && old.len() == it.value.len());
-                let (cell, c) = k.update_cell(&cvt, old, &it.value, tc);
-                chunk = c.map(|(line, bytes)| (t.bar_line_off(off, line), bytes));
+                let at = bytes.len();
+                let (cell, start) = k.update_cell(&cvt, old, &it.value, tc, bytes);
+                chunk = start.map(|line| (t.bar_line_off(off, line), at..bytes.len()));
                 k.push(&mut cvt, cell);
             }
             NewValue::Delete => {
@@ -1137,16 +1265,16 @@ fn prepare(tx: &Txn<'_>, map: &PoolMap, tc: u64) -> Vec<Install> {
             }
             NewValue::Keep => unreachable!("filtered"),
         }
-        let mut record = vec![0u8; k.cvt_bytes()];
-        k.encode(&cvt, value, &mut record);
+        let at = bytes.len();
+        bytes.resize(at + k.cvt_bytes(), 0);
+        k.encode(&cvt, value, &mut bytes[at..]);
         out.push(Install {
             table: it.table,
             off,
-            record,
+            record: at..bytes.len(),
             chunk,
         });
     }
-    out
 }
 
 /// Every replica of every written record in one round trip: on each memory node, first the
@@ -1165,7 +1293,9 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
         abort(AbortReason::ReplicaFailure, first),
         abort(AbortReason::LogFull, first),
     );
-    let installs = prepare(tx, &map, tc);
+    let mut installs = std::mem::take(&mut tx.c.motor.installs);
+    let mut bytes = std::mem::take(&mut tx.c.motor.bytes);
+    prepare(tx, &map, tc, &mut installs, &mut bytes);
     // More coordinators than log slices, or an entry too big: a sizing problem, refused
     // before anything is written.
     let Some((slice, slice_bytes)) = tx.c.log_slice else {
@@ -1183,12 +1313,13 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
             w.table,
             w.off,
             false,
-            &w.record,
+            &bytes[w.record.clone()],
             &mut log,
         );
         items += 1;
-        if let Some((at, bytes)) = &w.chunk {
-            encode_item_as(ItemKind::RedoBar, w.table, *at, false, bytes, &mut log);
+        if let Some((at, chunk)) = &w.chunk {
+            let chunk = &bytes[chunk.clone()];
+            encode_item_as(ItemKind::RedoBar, w.table, *at, false, chunk, &mut log);
             items += 1;
         }
     }
@@ -1207,10 +1338,13 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
         crc,
     );
     log[..HEAD_BYTES].copy_from_slice(&head);
-    let mut nodes: Vec<NodeId> = installs
-        .iter()
-        .flat_map(|w| table(&map, w.table).replicas.iter().copied())
-        .collect();
+    let mut nodes = std::mem::take(&mut tx.c.motor.nodes);
+    nodes.clear();
+    nodes.extend(
+        installs
+            .iter()
+            .flat_map(|w| table(&map, w.table).replicas.iter().copied()),
+    );
     nodes.sort_unstable();
     nodes.dedup();
     for &n in &nodes {
@@ -1219,19 +1353,22 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
     tx.log_body = log;
     for w in &installs {
         let t = table(&map, w.table);
+        let record = &bytes[w.record.clone()];
         for (rank, &n) in t.replicas.iter().enumerate() {
-            if let Some((at, bytes)) = &w.chunk {
-                tx.c.ep.write(n, *at, bytes);
+            if let Some((at, chunk)) = &w.chunk {
+                tx.c.ep.write(n, *at, &bytes[chunk.clone()]);
             }
             // Only the primary's lock word is ever taken; it stays ours until the release.
-            tx.c.ep.write_with(n, w.off, w.record.len(), |b| {
-                b.copy_from_slice(&w.record);
+            tx.c.ep.write_with(n, w.off, record.len(), |b| {
+                b.copy_from_slice(record);
                 if rank == 0 {
                     b[..8].copy_from_slice(&(owner | COMMITTING).to_le_bytes());
                 }
             });
         }
     }
+    let scratch = &mut tx.c.motor;
+    (scratch.installs, scratch.bytes, scratch.nodes) = (installs, bytes, nodes);
     tx.installed = true;
     for it in tx.items.iter_mut().filter(|i| i.new != NewValue::Keep) {
         it.install = Some(tc);
