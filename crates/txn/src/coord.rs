@@ -150,6 +150,13 @@ impl Coordinator {
         self.last
     }
 
+    /// Value and image buffers kept for the next transactions (for tests: an aborted
+    /// transaction gives its buffers back as a committed one does).
+    #[doc(hidden)]
+    pub fn spare_buffers(&self) -> usize {
+        self.spare.len()
+    }
+
     /// Starts a transaction. Finish it with [`Txn::commit`] or [`Txn::rollback`]; a read that
     /// aborts has already released everything, and the transaction is then just dropped.
     pub fn begin(&mut self, kind: TxKind) -> Txn<'_> {

@@ -123,6 +123,10 @@ impl BufferPool {
         b
     }
 
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
     /// Keeps `b` for later (up to [`SPARE_BUFFERS`] of them).
     pub(crate) fn give(&mut self, b: Vec<u8>) {
         if b.capacity() > 0 && self.0.len() < SPARE_BUFFERS {
@@ -469,7 +473,6 @@ impl<'c> Txn<'c> {
             Ok(()) => self.finish(Ok(())),
             Err(a) => self.abort_with(a).await,
         }
-        self.recycle();
         r
     }
 
@@ -481,12 +484,13 @@ impl<'c> Txn<'c> {
             key: 0,
         };
         self.abort_with(a).await;
-        self.recycle();
     }
 
-    /// Hands the transaction's buffers back to its coordinator, for the next transactions.
-    /// (A transaction dropped after an aborted read just lets them go.)
-    fn recycle(mut self) {
+    /// Hands the transaction's buffers back to its coordinator, for the next transactions,
+    /// once it is over (committed or aborted: the items are of no use after either).
+    /// Under contention most attempts abort in a read or an insert; each would otherwise
+    /// leave the next ones to allocate afresh.
+    fn recycle(&mut self) {
         let c = &mut *self.c;
         for it in self.items.drain(..) {
             c.spare.give(it.value);
@@ -533,6 +537,7 @@ impl<'c> Txn<'c> {
                 r.record(&h);
             }
         }
+        self.recycle();
     }
 
     /// This transaction as the history checker sees it: the version of every item it read,
