@@ -363,15 +363,20 @@ impl Region {
     /// 64-byte aligned): the same group-by-group copy without the edge handling, whose
     /// iterators cost more than the copy on a typical 300-byte record.
     #[inline]
-    fn read_words(&self, addr: u64, dst: &mut [u8]) {
-        for (a, span) in group_spans(addr, dst.len()) {
-            let src = self.words_at(a / WORD, span.len() / WORD as usize);
-            let out = &mut dst[span];
-            self.stable_read(a / GROUP, || {
+    fn read_words(&self, mut addr: u64, mut dst: &mut [u8]) {
+        // A loop rather than `group_spans`: its iterator adapters cost 2% of a TPC-C
+        // transaction's instructions here.
+        while !dst.is_empty() {
+            let group = addr / GROUP;
+            let n = (((group + 1) * GROUP - addr) as usize).min(dst.len());
+            let (out, rest) = dst.split_at_mut(n);
+            let src = self.words_at(addr / WORD, n / WORD as usize);
+            self.stable_read(group, || {
                 for (o, w) in out.chunks_exact_mut(WORD as usize).zip(src) {
                     o.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
                 }
             });
+            (addr, dst) = (addr + n as u64, rest);
         }
     }
 
@@ -439,11 +444,12 @@ impl Region {
     /// [`write`](Self::write) of whole words (every record WRITE), as
     /// [`read_words`](Self::read_words).
     #[inline]
-    fn write_words(&self, addr: u64, src: &[u8]) {
-        for (a, span) in group_spans(addr, src.len()) {
-            let dst = self.words_at(a / WORD, span.len() / WORD as usize);
-            let part = &src[span];
-            let group = a / GROUP;
+    fn write_words(&self, mut addr: u64, mut src: &[u8]) {
+        while !src.is_empty() {
+            let group = addr / GROUP;
+            let n = (((group + 1) * GROUP - addr) as usize).min(src.len());
+            let (part, rest) = src.split_at(n);
+            let dst = self.words_at(addr / WORD, n / WORD as usize);
             let s = self.lock(group);
             // Nothing between lock and unlock can panic (see `write_in_group`).
             for (w, b) in dst.iter().zip(part.chunks_exact(WORD as usize)) {
@@ -452,6 +458,7 @@ impl Region {
                 w.store(u64::from_ne_bytes(word), Ordering::Relaxed);
             }
             self.unlock(group, s + 2);
+            (addr, src) = (addr + n as u64, rest);
         }
     }
 
