@@ -64,6 +64,7 @@
 
 use crate::rng::{mix, nurand, pick};
 use crate::{field, loader_error, scan_table, LocalRecord, WlRng, Workload, WorkloadError};
+use arrayvec::{ArrayString, ArrayVec};
 use dtxn_fabric::Pool;
 use dtxn_store::{Loader, Plan, StoreError, TableInfo, TableSpec};
 use dtxn_txn::{Abort, AbortReason, Access, Coordinator, TxKind, Txn};
@@ -71,6 +72,7 @@ use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
 
 pub const WAREHOUSE: u32 = 1;
 pub const DISTRICT: u32 = 2;
@@ -101,6 +103,8 @@ const MAX_ORDERS: u64 = (1 << 24) - 1;
 const MAX_WAREHOUSES: u32 = 1 << 16;
 const MIN_LINES: u32 = 5;
 const MAX_LINES: u32 = 15;
+/// StockLevel looks at the district's last 20 orders.
+const STOCK_LEVEL_ORDERS: u64 = 20;
 /// Customers per last name kept in CUSTOMER_BY_NAME (the spec's 3,000 customers over 1,000
 /// names give a handful each; more are dropped, the lookup picks among those kept).
 const NAME_SLOTS: usize = 31;
@@ -621,6 +625,17 @@ impl Workload for Tpcc {
     }
 }
 
+// Most of what a transaction collects is bounded by the spec (15 lines to an order, 10
+// districts to a warehouse): fixed capacities keep it off the heap.
+type PerLine<T> = ArrayVec<T, { MAX_LINES as usize }>;
+type PerDistrict<T> = ArrayVec<T, { DISTRICTS as usize }>;
+
+/// A fetched value as an array, to change and write back (every value of a table has the
+/// table's size).
+fn row<const N: usize>(v: &[u8]) -> [u8; N] {
+    v.try_into().expect("a value of its table's size")
+}
+
 /// A line of a NewOrder being prepared.
 #[derive(Debug, Clone, Copy)]
 struct Line {
@@ -635,7 +650,7 @@ impl Tpcc {
         let cid = self.customer_id(rng);
         let n = rng.random_range(MIN_LINES..=MAX_LINES) as usize;
         let rollback = rng.random_range(1..=100) == 1;
-        let mut lines: Vec<Line> = Vec::with_capacity(n);
+        let mut lines: PerLine<Line> = PerLine::new();
         while lines.len() < n {
             let item = nurand(rng, 8191, C_ITEM, 1, u64::from(self.o.items)) as u32;
             let supply_w =
@@ -662,7 +677,7 @@ impl Tpcc {
                 last.item = self.o.items + 1;
             }
         }
-        let mut acc = Vec::with_capacity(2 * n + 4);
+        let mut acc: ArrayVec<Access, { 4 + 2 * MAX_LINES as usize }> = ArrayVec::new();
         acc.push(Access::read(WAREHOUSE, u64::from(w)));
         acc.push(Access::update(DISTRICT, dkey(w, d)));
         acc.push(Access::read(CUSTOMER, ckey(w, d, cid)));
@@ -673,7 +688,7 @@ impl Tpcc {
         }
         let mut tx = c.begin(TxKind::ReadWrite);
         tx.fetch(&acc).await?;
-        let mut prices = Vec::with_capacity(n);
+        let mut prices: PerLine<i64> = PerLine::new();
         for l in &lines {
             match tx.get(ITEM, u64::from(l.item)) {
                 Some(v) => prices.push(field::i64_at(v, I_PRICE)),
@@ -683,8 +698,8 @@ impl Tpcc {
                 }
             }
         }
-        let (Some(dist), Some(_wh), Some(_cust)) = (
-            tx.get(DISTRICT, dkey(w, d)).map(<[u8]>::to_vec),
+        let (Some(mut dist), Some(_wh), Some(_cust)) = (
+            tx.get(DISTRICT, dkey(w, d)).map(row::<D_BYTES>),
             tx.get(WAREHOUSE, u64::from(w)),
             tx.get(CUSTOMER, ckey(w, d, cid)),
         ) else {
@@ -692,20 +707,19 @@ impl Tpcc {
             return Err(rollback_abort(DISTRICT, dkey(w, d)));
         };
         let o = field::u64_at(&dist, D_NEXT_O_ID);
-        let mut dist = dist;
         field::put_u64(&mut dist, D_NEXT_O_ID, o + 1);
         tx.update(DISTRICT, dkey(w, d), &dist).await?;
         tx.update(CUSTOMER_LAST_ORDER, ckey(w, d, cid), &o.to_le_bytes())
             .await?;
         let mut all_local = 1;
-        let mut ols: Vec<[u8; OL_BYTES]> = Vec::with_capacity(n);
+        let mut ols: PerLine<[u8; OL_BYTES]> = PerLine::new();
         for (l, price) in lines.iter().zip(&prices) {
             let sk = skey(l.supply_w, l.item);
             let Some(s) = tx.get(STOCK, sk) else {
                 tx.rollback().await;
                 return Err(rollback_abort(STOCK, sk));
             };
-            let mut s: [u8; S_BYTES] = s.try_into().unwrap_or([0; S_BYTES]);
+            let mut s: [u8; S_BYTES] = row(s);
             let q = field::i64_at(&s, S_QUANTITY);
             let qty = i64::from(l.quantity);
             field::put_i64(
@@ -736,7 +750,7 @@ impl Tpcc {
         field::put_u64(&mut ov, O_ENTRY_D, 2);
         let no = o.to_le_bytes();
         // Every row of the order in one batch (one round trip where no chain overflows).
-        let mut rows: Vec<(u32, u64, &[u8])> = Vec::with_capacity(n + 2);
+        let mut rows: ArrayVec<(u32, u64, &[u8]), { MAX_LINES as usize + 2 }> = ArrayVec::new();
         rows.extend(
             ols.iter()
                 .enumerate()
@@ -804,15 +818,14 @@ impl Tpcc {
             Access::update(CUSTOMER, ck),
         ])
         .await?;
-        let (Some(wh), Some(dist), Some(cust)) = (
-            tx.get(WAREHOUSE, u64::from(w)).map(<[u8]>::to_vec),
-            tx.get(DISTRICT, dkey(w, d)).map(<[u8]>::to_vec),
-            tx.get(CUSTOMER, ck).map(<[u8]>::to_vec),
+        let (Some(mut wh), Some(mut dist), Some(mut cust)) = (
+            tx.get(WAREHOUSE, u64::from(w)).map(row::<W_BYTES>),
+            tx.get(DISTRICT, dkey(w, d)).map(row::<D_BYTES>),
+            tx.get(CUSTOMER, ck).map(row::<C_BYTES>),
         ) else {
             tx.rollback().await;
             return Err(rollback_abort(CUSTOMER, ck));
         };
-        let (mut wh, mut dist, mut cust) = (wh, dist, cust);
         field::add_i64(&mut wh, W_YTD, amount);
         field::add_i64(&mut dist, D_YTD, amount);
         field::add_i64(&mut cust, C_BALANCE, -amount);
@@ -820,7 +833,9 @@ impl Tpcc {
         field::add_u32(&mut cust, C_PAYMENT_CNT, 1);
         if &cust[C_CREDIT..C_CREDIT + 2] == b"BC" {
             // Bad credit: the payment goes in front of C_DATA, which keeps 500 characters.
-            let entry = format!("{cid} {cd} {cw} {d} {w} {amount}|");
+            // Five ids of at most 5 digits and an amount of at most 6: 37 characters at most.
+            let mut entry = ArrayString::<40>::new();
+            write!(entry, "{cid} {cd} {cw} {d} {w} {amount}|").expect("an entry fits");
             let data = &mut cust[C_DATA..C_DATA + C_DATA_LEN];
             let k = entry.len().min(C_DATA_LEN);
             data.copy_within(0..C_DATA_LEN - k, k);
@@ -866,7 +881,7 @@ impl Tpcc {
         let Some(n) = tx.get(ORDER, ok).map(|v| field::u32_at(v, O_OL_CNT)) else {
             return tx.commit().await;
         };
-        let acc: Vec<Access> = (1..=n)
+        let acc: PerLine<Access> = (1..=n)
             .map(|l| Access::read(ORDER_LINE, olkey(w, d, o, l)))
             .collect();
         tx.fetch(&acc).await?;
@@ -882,33 +897,33 @@ impl Tpcc {
     async fn delivery(&self, c: &mut Coordinator, rng: &mut WlRng, w: u32) -> Result<(), Abort> {
         let carrier = rng.random_range(1..=10u32);
         let mut tx = c.begin(TxKind::ReadWrite);
-        let heads: Vec<Access> = (1..=DISTRICTS)
+        let heads: PerDistrict<Access> = (1..=DISTRICTS)
             .map(|d| Access::update(DELIVERY_HEAD, dkey(w, d)))
             .collect();
         tx.fetch(&heads).await?;
         // (district, oldest undelivered order)
-        let mut pending: Vec<(u32, u64)> = Vec::with_capacity(DISTRICTS as usize);
+        let mut pending: PerDistrict<(u32, u64)> = PerDistrict::new();
         for d in 1..=DISTRICTS {
             if let Some(v) = tx.get(DELIVERY_HEAD, dkey(w, d)) {
                 pending.push((d, field::u64_at(v, 0)));
             }
         }
-        let acc: Vec<Access> = pending
+        let acc: PerDistrict<Access> = pending
             .iter()
             .map(|&(d, o)| Access::update(NEW_ORDER, okey(w, d, o)))
             .collect();
         tx.fetch(&acc).await?;
-        pending.retain(|&(d, o)| tx.get(NEW_ORDER, okey(w, d, o)).is_some());
+        pending.retain(|&mut (d, o)| tx.get(NEW_ORDER, okey(w, d, o)).is_some());
         if pending.is_empty() {
             return tx.commit().await;
         }
-        let acc: Vec<Access> = pending
+        let acc: PerDistrict<Access> = pending
             .iter()
             .map(|&(d, o)| Access::update(ORDER, okey(w, d, o)))
             .collect();
         tx.fetch(&acc).await?;
         // (district, order, customer, lines)
-        let mut orders: Vec<(u32, u64, u32, u32)> = Vec::with_capacity(pending.len());
+        let mut orders: PerDistrict<(u32, u64, u32, u32)> = PerDistrict::new();
         for &(d, o) in &pending {
             let Some(v) = tx.get(ORDER, okey(w, d, o)) else {
                 tx.rollback().await;
@@ -927,10 +942,7 @@ impl Tpcc {
             tx.delete(NEW_ORDER, ok).await?;
             tx.update(DELIVERY_HEAD, dkey(w, d), &(o + 1).to_le_bytes())
                 .await?;
-            let mut ov: [u8; O_BYTES] = tx
-                .get(ORDER, ok)
-                .and_then(|v| v.try_into().ok())
-                .unwrap_or([0; O_BYTES]);
+            let mut ov: [u8; O_BYTES] = tx.get(ORDER, ok).map(row).unwrap_or([0; O_BYTES]);
             field::put_u32(&mut ov, O_CARRIER, carrier);
             tx.update(ORDER, ok, &ov).await?;
             let mut total = 0i64;
@@ -940,17 +952,16 @@ impl Tpcc {
                     tx.rollback().await;
                     return Err(rollback_abort(ORDER_LINE, k));
                 };
-                let mut v: [u8; OL_BYTES] = v.try_into().unwrap_or([0; OL_BYTES]);
+                let mut v: [u8; OL_BYTES] = row(v);
                 total += field::i64_at(&v, OL_AMOUNT);
                 field::put_u64(&mut v, OL_DELIVERY_D, 3);
                 tx.update(ORDER_LINE, k, &v).await?;
             }
             let ck = ckey(w, d, cid);
-            let Some(cust) = tx.get(CUSTOMER, ck).map(<[u8]>::to_vec) else {
+            let Some(mut cust) = tx.get(CUSTOMER, ck).map(row::<C_BYTES>) else {
                 tx.rollback().await;
                 return Err(rollback_abort(CUSTOMER, ck));
             };
-            let mut cust = cust;
             field::add_i64(&mut cust, C_BALANCE, total);
             field::add_u32(&mut cust, C_DELIVERY_CNT, 1);
             tx.update(CUSTOMER, ck, &cust).await?;
@@ -969,8 +980,8 @@ impl Tpcc {
         else {
             return tx.commit().await;
         };
-        let first = next.saturating_sub(20).max(1);
-        let acc: Vec<Access> = (first..next)
+        let first = next.saturating_sub(STOCK_LEVEL_ORDERS).max(1);
+        let acc: ArrayVec<Access, { STOCK_LEVEL_ORDERS as usize }> = (first..next)
             .map(|o| Access::read(ORDER, okey(w, d, o)))
             .collect();
         tx.fetch(&acc).await?;
@@ -984,17 +995,14 @@ impl Tpcc {
             }
         }
         tx.fetch(&acc_lines).await?;
-        let mut items: Vec<u32> = acc_lines
+        // The distinct items, in item order (STOCK keys of one warehouse sort as its items).
+        let mut acc_stock: Vec<Access> = acc_lines
             .iter()
             .filter_map(|a| tx.get(a.table, a.key))
-            .map(|v| field::u32_at(v, OL_I_ID))
+            .map(|v| Access::read(STOCK, skey(w, field::u32_at(v, OL_I_ID))))
             .collect();
-        items.sort_unstable();
-        items.dedup();
-        let acc_stock: Vec<Access> = items
-            .iter()
-            .map(|&i| Access::read(STOCK, skey(w, i)))
-            .collect();
+        acc_stock.sort_unstable_by_key(|a| a.key);
+        acc_stock.dedup();
         tx.fetch(&acc_stock).await?;
         let low = acc_stock
             .iter()
