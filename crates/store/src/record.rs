@@ -109,6 +109,44 @@ fn put(b: &mut [u8], off: usize, v: u64) {
     b[off..off + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// Copies a record's value out of its lines (`rec`, whole lines, holds all of `value`):
+/// line 0's last 32 bytes, then 56 after each further line's stamp. Whole lines are copied
+/// as fixed-size pieces, which the compiler inlines (a memcpy call per line, as before, cost
+/// 2.7% of a TPC-C transaction's instructions).
+fn gather(rec: &[u8], value: &mut [u8]) {
+    let head = value.len().min(HEAD_VALUE_BYTES);
+    let (first, rest) = value.split_at_mut(head);
+    first.copy_from_slice(&rec[LINE - HEAD_VALUE_BYTES..LINE - HEAD_VALUE_BYTES + head]);
+    let mut lines = rec[LINE..].chunks_exact(LINE);
+    let mut outs = rest.chunks_exact_mut(LINE_VALUE_BYTES);
+    // `outs` first: a zip stops without taking a line once the whole pieces are done.
+    for (out, line) in (&mut outs).zip(&mut lines) {
+        out.copy_from_slice(&line[LINE - LINE_VALUE_BYTES..]);
+    }
+    let tail = outs.into_remainder();
+    if let Some(line) = lines.next().filter(|_| !tail.is_empty()) {
+        let at = LINE - LINE_VALUE_BYTES;
+        tail.copy_from_slice(&line[at..at + tail.len()]);
+    }
+}
+
+/// [`gather`]'s inverse: `value` into the value bytes of the lines `rec`.
+fn scatter(value: &[u8], rec: &mut [u8]) {
+    let head = value.len().min(HEAD_VALUE_BYTES);
+    let (first, rest) = value.split_at(head);
+    rec[LINE - HEAD_VALUE_BYTES..LINE - HEAD_VALUE_BYTES + head].copy_from_slice(first);
+    let mut lines = rec[LINE..].chunks_exact_mut(LINE);
+    let mut ins = rest.chunks_exact(LINE_VALUE_BYTES);
+    for (piece, line) in (&mut ins).zip(&mut lines) {
+        line[LINE - LINE_VALUE_BYTES..].copy_from_slice(piece);
+    }
+    let tail = ins.remainder();
+    if let Some(line) = lines.next().filter(|_| !tail.is_empty()) {
+        let at = LINE - LINE_VALUE_BYTES;
+        line[at..at + tail.len()].copy_from_slice(tail);
+    }
+}
+
 impl SingleVersion {
     pub fn new(value_size: usize) -> SingleVersion {
         let rest = value_size.saturating_sub(HEAD_VALUE_BYTES);
@@ -125,15 +163,6 @@ impl SingleVersion {
     /// Record size in bytes: whole cache lines.
     pub fn bytes(&self) -> usize {
         self.lines * LINE
-    }
-
-    /// The value's pieces: (offset in the record, offset in the value, length).
-    fn pieces(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
-        let head = self.value_size.min(HEAD_VALUE_BYTES);
-        std::iter::once((32, 0, head)).chain((1..self.lines).map(move |l| {
-            let v = HEAD_VALUE_BYTES + (l - 1) * LINE_VALUE_BYTES;
-            (l * LINE + 8, v, (self.value_size - v).min(LINE_VALUE_BYTES))
-        }))
     }
 
     /// The line that holds value byte `v`.
@@ -176,9 +205,7 @@ impl SingleVersion {
     pub fn encode(&self, h: &RecordHeader, value: &[u8], out: &mut [u8]) {
         assert_eq!(value.len(), self.value_size, "value size of the table");
         self.encode_header(h, out);
-        for (rec, val, len) in self.pieces() {
-            out[rec..rec + len].copy_from_slice(&value[val..val + len]);
-        }
+        scatter(value, out);
     }
 
     /// [`Self::encode`] with a zero value: the header and the stamps, for a caller that writes
@@ -229,9 +256,7 @@ impl SingleVersion {
     /// show that such a reader accepts torn records.
     #[doc(hidden)]
     pub fn decode_unchecked(&self, rec: &[u8], value: &mut [u8]) -> RecordHeader {
-        for (r, v, len) in self.pieces() {
-            value[v..v + len].copy_from_slice(&rec[r..r + len]);
-        }
+        gather(rec, value);
         self.header(rec)
     }
 
@@ -240,9 +265,7 @@ impl SingleVersion {
     pub fn decode(&self, rec: &[u8], value: &mut [u8]) -> Result<RecordHeader, Torn> {
         assert_eq!(value.len(), self.value_size);
         let h = self.check(rec)?;
-        for (r, v, len) in self.pieces() {
-            value[v..v + len].copy_from_slice(&rec[r..r + len]);
-        }
+        gather(rec, value);
         Ok(h)
     }
 
