@@ -140,6 +140,21 @@ impl Endpoint {
         self.push_write(node, addr, bytes.len(), data)
     }
 
+    /// WRITE the concatenation of `parts` at `addr`: one op, its payload assembled in the
+    /// batch (no zeroed span, no staging copy).
+    pub fn write_parts(&mut self, node: NodeId, addr: u64, parts: &[&[u8]]) -> OpId {
+        self.start_op();
+        let len = parts.iter().map(|p| p.len()).sum();
+        if self.check_len(len) != len {
+            return self.push_write(node, addr, 0, 0);
+        }
+        let data = self.batch.buf.len() as u32;
+        for p in parts {
+            self.batch.append_buf(p);
+        }
+        self.push_write(node, addr, len, data)
+    }
+
     /// WRITE `len` bytes at `addr`, encoded in place by `fill` (no staging copy).
     pub fn write_with(
         &mut self,

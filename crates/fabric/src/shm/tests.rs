@@ -446,6 +446,23 @@ fn setup_errors_are_reported_not_panicked() {
 }
 
 #[test]
+fn a_write_of_parts_is_one_write_of_their_concatenation() {
+    let pool = anon(1, 256, 0);
+    let mut ep = pool.endpoint(coord(0));
+    let before = ep.stats();
+    ep.write_parts(0, 8, &[&[1, 2, 3], &[], &[4; 70]]);
+    let r = ep.read(0, 0, 96);
+    block_on(ep.post()).unwrap();
+    let mut model = [0u8; 96];
+    model[8..11].copy_from_slice(&[1, 2, 3]);
+    model[11..81].fill(4);
+    assert_eq!(ep.bytes(r), &model[..]);
+    let s = ep.stats() - before;
+    assert_eq!(s.verbs[OpKind::Write as usize], 1);
+    assert_eq!(s.bytes_out, 73);
+}
+
+#[test]
 fn every_verb_matches_a_byte_model_across_lines() {
     let pool = anon(1, 256, 0);
     let mut ep = pool.endpoint(coord(0));
