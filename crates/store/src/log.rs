@@ -118,14 +118,16 @@ pub fn encode_item_as(
     image: &[u8],
     out: &mut Vec<u8>,
 ) {
-    let at = out.len();
-    out.resize(at + ITEM_HEAD + image.len().div_ceil(8) * 8, 0);
-    out[at..at + 4].copy_from_slice(&table.to_le_bytes());
+    // Appended piece by piece: zeroing the whole item first and then overwriting it was a
+    // memset of every logged image.
     let flags = u32::from(insert) | kind.bits();
-    out[at + 4..at + 8].copy_from_slice(&flags.to_le_bytes());
-    out[at + 8..at + 16].copy_from_slice(&offset.to_le_bytes());
-    out[at + 16..at + 20].copy_from_slice(&(image.len() as u32).to_le_bytes());
-    out[at + ITEM_HEAD..at + ITEM_HEAD + image.len()].copy_from_slice(image);
+    out.extend_from_slice(&table.to_le_bytes());
+    out.extend_from_slice(&flags.to_le_bytes());
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(&(image.len() as u32).to_le_bytes());
+    out.extend_from_slice(&[0; ITEM_HEAD - 20]);
+    out.extend_from_slice(image);
+    out.extend_from_slice(&[0; 8][..image.len().next_multiple_of(8) - image.len()]);
 }
 
 /// The entry's first line, for a body of `items` items, `body_bytes` long, with crc32 `crc`.
