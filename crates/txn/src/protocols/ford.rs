@@ -71,14 +71,13 @@ pub(crate) const INVISIBLE: u64 = 1 << 63;
 
 /// Vectors FORD's phases reuse across rounds and transactions (one set per coordinator), so
 /// that a transaction's hot path allocates nothing once they have grown. A phase takes one with
-/// `mem::take` and puts it back when it finishes; an abort just drops it.
+/// `mem::take` and puts it back when it finishes; a rare abort just drops it. The phases where
+/// most aborts happen under contention (execution's lock conflicts, validation) put theirs
+/// back on an abort too: every aborted attempt would otherwise grow them again.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
-    /// Execution rounds: (item, stage, version it must still have).
-    work: Vec<(usize, Stage, Option<u64>)>,
-    next: Vec<(usize, Stage, Option<u64>)>,
-    /// Execution rounds: each item's (CAS, READ).
-    ids: Vec<(Option<OpId>, OpId)>,
+    /// Execution.
+    execute: ExecuteScratch,
     /// Memory nodes: those the undo log goes to; at commit, the backups to flush.
     nodes: Vec<NodeId>,
     /// Commit: a written record, encoded once for all its replicas.
@@ -95,8 +94,18 @@ pub(crate) struct Scratch {
     insert: InsertScratch,
 }
 
-/// What [`insert`] keeps across calls. Unlike the other vectors of [`Scratch`], these are
-/// given back after an abort too: they hold pool buffers (the free slots' images).
+/// What [`execute`] keeps across calls (given back after an abort too).
+#[derive(Debug, Default)]
+struct ExecuteScratch {
+    /// Execution rounds: (item, stage, version it must still have).
+    work: Vec<(usize, Stage, Option<u64>)>,
+    next: Vec<(usize, Stage, Option<u64>)>,
+    /// Execution rounds: each item's (CAS, READ).
+    ids: Vec<(Option<OpId>, OpId)>,
+}
+
+/// What [`insert`] keeps across calls (given back after an abort too, with the free slots'
+/// images, which are pool buffers).
 #[derive(Debug, Default)]
 struct InsertScratch {
     /// The items to place, in row order.
@@ -142,12 +151,25 @@ pub(crate) fn table(map: &PoolMap, id: u32) -> &TableInfo {
 
 /// Execution: fetch `accesses` (new items, or read items now wanted for update).
 pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(), Abort> {
+    let mut s = std::mem::take(&mut tx.c.scratch.execute);
+    let r = execute_rounds(tx, accesses, &mut s).await;
+    tx.c.scratch.execute = s;
+    r?;
+    log_undo(tx).await
+}
+
+/// [`execute`]'s rounds, with their vectors from the coordinator's scratch.
+async fn execute_rounds(
+    tx: &mut Txn<'_>,
+    accesses: &[Access],
+    s: &mut ExecuteScratch,
+) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     // The baselines (FaRM, DrTM+H) read everything unlocked and lock at commit.
     let hitchhike = tx.c.cfg.protocol == Protocol::Ford && tx.c.cfg.ford.hitchhiked_locking;
     let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
     // (item, stage, version it must still have: an upgraded read-only item)
-    let mut work = std::mem::take(&mut tx.c.scratch.work);
+    let ExecuteScratch { work, next, ids } = s;
     work.clear();
     if accesses.len() > 1 {
         for a in accesses {
@@ -197,11 +219,9 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
         work.push((i, stage, None));
     }
     let mut rereads = 0;
-    let mut ids = std::mem::take(&mut tx.c.scratch.ids);
-    let mut next = std::mem::take(&mut tx.c.scratch.next);
     while !work.is_empty() {
         ids.clear();
-        for &(i, stage, _) in &work {
+        for &(i, stage, _) in work.iter() {
             let it = &tx.items[i];
             let t = table(&map, it.table);
             let ep = &mut tx.c.ep;
@@ -236,7 +256,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
         // lock won in this round goes unrecorded (and unreleased).
         let mut failed = None;
         let mut give_back: Vec<(NodeId, u64)> = Vec::new();
-        for (&(i, stage, expect), &(cas, read)) in work.iter().zip(&ids) {
+        for (&(i, stage, expect), &(cas, read)) in work.iter().zip(ids.iter()) {
             let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
             let t = table(&map, table_id);
             let codec = t.codec();
@@ -370,11 +390,9 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 return Err(abort(AbortReason::Invisible, &tx.items[i]));
             }
         }
-        std::mem::swap(&mut work, &mut next);
+        std::mem::swap(work, next);
     }
-    let scratch = &mut tx.c.scratch;
-    (scratch.work, scratch.next, scratch.ids) = (work, next, ids);
-    log_undo(tx).await
+    Ok(())
 }
 
 /// Writes the undo log (the old image of every read-write item) to every replica of the
@@ -547,21 +565,20 @@ async fn validate_all(tx: &mut Txn<'_>) -> Result<(), Abort> {
         let t = table(&map, it.table);
         checks.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
     }
-    if !checks.is_empty() {
-        if tx.c.ep.post().await.is_err() {
-            return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
-        }
-        for &(i, read) in &checks {
-            let it = &tx.items[i];
-            let h = header(tx.c.ep.bytes(read));
-            // FaRM's lock was a bare CAS: an insert's slot must also carry our lock.
-            let bad = changed(it, &h) || it.new == NewValue::Insert && h.lock != owner;
-            if bad {
-                return Err(abort(AbortReason::Validation, it));
-            }
-        }
+    if !checks.is_empty() && tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
     }
+    let failed = checks.iter().find_map(|&(i, read)| {
+        let it = &tx.items[i];
+        let h = header(tx.c.ep.bytes(read));
+        // FaRM's lock was a bare CAS: an insert's slot must also carry our lock.
+        let bad = changed(it, &h) || it.new == NewValue::Insert && h.lock != owner;
+        bad.then(|| abort(AbortReason::Validation, it))
+    });
     tx.c.scratch.checks = checks;
+    if let Some(a) = failed {
+        return Err(a);
+    }
     validate_absent(tx).await
 }
 
@@ -719,7 +736,11 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
         if let Some(v) = &tx.c.vcache {
             match v.check(it.table, it.key, it.version, owner) {
                 Check::Valid => continue,
-                Check::Invalid => return Err(abort(AbortReason::Validation, it)),
+                Check::Invalid => {
+                    let a = abort(AbortReason::Validation, it);
+                    tx.c.scratch.checks = checks;
+                    return Err(a);
+                }
                 Check::Miss => {}
             }
         }
@@ -733,18 +754,20 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
     if tx.c.ep.post().await.is_err() {
         return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
     }
+    let mut failed = None;
     for &(i, read) in &checks {
         let it = &tx.items[i];
         let h = header(tx.c.ep.bytes(read));
         if changed(it, &h) {
-            return Err(abort(AbortReason::Validation, it));
+            failed = Some(abort(AbortReason::Validation, it));
+            break;
         }
         if let Some(v) = &tx.c.vcache {
             v.fill(it.table, it.key, it.version);
         }
     }
     tx.c.scratch.checks = checks;
-    Ok(())
+    failed.map_or(Ok(()), Err)
 }
 
 fn header(line0: &[u8]) -> RecordHeader {
