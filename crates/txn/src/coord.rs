@@ -60,8 +60,9 @@ pub struct Coordinator {
     pub(crate) owner: u64,
     /// This coordinator's log slice (the same on every memory node).
     pub(crate) log_slice: Option<(u64, u64)>,
-    pub(crate) log_buf: Vec<u8>,
     /// Buffers handed back by finished transactions, for the next ones.
+    pub(crate) log_buf: Vec<u8>,
+    pub(crate) log_nodes_buf: Vec<dtxn_fabric::NodeId>,
     pub(crate) items_buf: Vec<crate::txn::Item>,
     pub(crate) index_buf: crate::txn::ItemIndex,
     pub(crate) spare: crate::txn::BufferPool,
@@ -87,6 +88,7 @@ impl Coordinator {
             owner: u64::from(index) + 1,
             log_slice: map.log_slice(index),
             log_buf: Vec::new(),
+            log_nodes_buf: Vec::new(),
             items_buf: Vec::new(),
             index_buf: Default::default(),
             spare: Default::default(),

@@ -236,6 +236,8 @@ impl<'c> Txn<'c> {
     pub(crate) fn new(c: &'c mut Coordinator, id: u64, kind: TxKind) -> Txn<'c> {
         let mut log_body = std::mem::take(&mut c.log_buf);
         log_body.clear();
+        let mut log_nodes = std::mem::take(&mut c.log_nodes_buf);
+        log_nodes.clear();
         let mut items = std::mem::take(&mut c.items_buf);
         items.clear();
         let mut index = std::mem::take(&mut c.index_buf);
@@ -245,7 +247,7 @@ impl<'c> Txn<'c> {
         Txn {
             log_body,
             log_crc: crc32fast::Hasher::new(),
-            log_nodes: Vec::new(),
+            log_nodes,
             start_ns: c.ep.now_ns(),
             stats_at_start: c.ep.stats(),
             c,
@@ -519,6 +521,7 @@ impl<'c> Txn<'c> {
     fn finish(&mut self, result: Result<(), Abort>) {
         self.finished = true;
         self.c.log_buf = std::mem::take(&mut self.log_body);
+        self.c.log_nodes_buf = std::mem::take(&mut self.log_nodes);
         let end_ns = self.c.ep.now_ns();
         match result {
             Ok(()) => self.c.stats.committed += 1,

@@ -71,18 +71,60 @@ pub(crate) const INVISIBLE: u64 = 1 << 63;
 
 /// Vectors FORD's phases reuse across rounds and transactions (one set per coordinator), so
 /// that a transaction's hot path allocates nothing once they have grown. A phase takes one with
-/// `mem::take` and puts it back when it finishes; an abort just drops it.
+/// `mem::take` and puts it back when it finishes; a rare abort just drops it. The phases where
+/// most aborts happen under contention (execution's lock conflicts, validation) put theirs
+/// back on an abort too: every aborted attempt would otherwise grow them again.
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
+    /// Execution.
+    execute: ExecuteScratch,
+    /// Memory nodes: those the undo log goes to; at commit, the backups to flush.
+    nodes: Vec<NodeId>,
+    /// Commit: a written record, encoded once for all its replicas.
+    record: Vec<u8>,
+    /// Lock rounds: each item's (CAS, READ of its header).
+    locks: Vec<(usize, Option<OpId>, Option<OpId>)>,
+    /// Validation rounds: each item's READ of its header.
+    checks: Vec<(usize, OpId)>,
+    /// Validation of absent keys: the chains' walks, as (item, bucket being read, overflow
+    /// hops, greatest tombstone version so far), and the READs of a round.
+    absent: Vec<(usize, u64, u64, u64)>,
+    absent_reads: Vec<OpId>,
+    /// Inserts.
+    insert: InsertScratch,
+}
+
+/// What [`execute`] keeps across calls (given back after an abort too).
+#[derive(Debug, Default)]
+struct ExecuteScratch {
     /// Execution rounds: (item, stage, version it must still have).
     work: Vec<(usize, Stage, Option<u64>)>,
     next: Vec<(usize, Stage, Option<u64>)>,
     /// Execution rounds: each item's (CAS, READ).
     ids: Vec<(Option<OpId>, OpId)>,
-    /// The memory nodes the undo log goes to.
-    nodes: Vec<NodeId>,
-    /// Commit: a written record, encoded once for all its replicas.
-    record: Vec<u8>,
+}
+
+/// What [`insert`] keeps across calls (given back after an abort too, with the free slots'
+/// images, which are pool buffers).
+#[derive(Debug, Default)]
+struct InsertScratch {
+    /// The items to place, in row order.
+    todo: Vec<usize>,
+    /// One walk per item to place, and the READ of the bucket it is at.
+    walks: Vec<Walk>,
+    reads: Vec<OpId>,
+    /// The chain locks to take, as (item, node, address, CAS).
+    cas: Vec<(usize, NodeId, u64, OpId)>,
+    /// The slots the transaction's items occupy already.
+    taken: Vec<u64>,
+    /// Per walk: how many rows share its chain.
+    sharing: Vec<usize>,
+    /// Free slots found, as (walk, slot, the slot's image in a buffer from the pool).
+    free: Vec<(usize, u64, Vec<u8>)>,
+    /// The slots given to rows so far.
+    placed: Vec<u64>,
+    /// Overflow buckets chained by this call: (chain, bucket, its next unused slot).
+    fresh: Vec<((NodeId, u64), u64, u32)>,
 }
 
 /// What an execution round does for one item.
@@ -109,12 +151,25 @@ pub(crate) fn table(map: &PoolMap, id: u32) -> &TableInfo {
 
 /// Execution: fetch `accesses` (new items, or read items now wanted for update).
 pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(), Abort> {
+    let mut s = std::mem::take(&mut tx.c.scratch.execute);
+    let r = execute_rounds(tx, accesses, &mut s).await;
+    tx.c.scratch.execute = s;
+    r?;
+    log_undo(tx).await
+}
+
+/// [`execute`]'s rounds, with their vectors from the coordinator's scratch.
+async fn execute_rounds(
+    tx: &mut Txn<'_>,
+    accesses: &[Access],
+    s: &mut ExecuteScratch,
+) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     // The baselines (FaRM, DrTM+H) read everything unlocked and lock at commit.
     let hitchhike = tx.c.cfg.protocol == Protocol::Ford && tx.c.cfg.ford.hitchhiked_locking;
     let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
     // (item, stage, version it must still have: an upgraded read-only item)
-    let mut work = std::mem::take(&mut tx.c.scratch.work);
+    let ExecuteScratch { work, next, ids } = s;
     work.clear();
     if accesses.len() > 1 {
         for a in accesses {
@@ -164,11 +219,9 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
         work.push((i, stage, None));
     }
     let mut rereads = 0;
-    let mut ids = std::mem::take(&mut tx.c.scratch.ids);
-    let mut next = std::mem::take(&mut tx.c.scratch.next);
     while !work.is_empty() {
         ids.clear();
-        for &(i, stage, _) in &work {
+        for &(i, stage, _) in work.iter() {
             let it = &tx.items[i];
             let t = table(&map, it.table);
             let ep = &mut tx.c.ep;
@@ -203,7 +256,7 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
         // lock won in this round goes unrecorded (and unreleased).
         let mut failed = None;
         let mut give_back: Vec<(NodeId, u64)> = Vec::new();
-        for (&(i, stage, expect), &(cas, read)) in work.iter().zip(&ids) {
+        for (&(i, stage, expect), &(cas, read)) in work.iter().zip(ids.iter()) {
             let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
             let t = table(&map, table_id);
             let codec = t.codec();
@@ -337,11 +390,9 @@ pub(crate) async fn execute(tx: &mut Txn<'_>, accesses: &[Access]) -> Result<(),
                 return Err(abort(AbortReason::Invisible, &tx.items[i]));
             }
         }
-        std::mem::swap(&mut work, &mut next);
+        std::mem::swap(work, next);
     }
-    let scratch = &mut tx.c.scratch;
-    (scratch.work, scratch.next, scratch.ids) = (work, next, ids);
-    log_undo(tx).await
+    Ok(())
 }
 
 /// Writes the undo log (the old image of every read-write item) to every replica of the
@@ -502,7 +553,8 @@ async fn lock_only(tx: &mut Txn<'_>) -> Result<(), Abort> {
 async fn validate_all(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
-    let mut checks: Vec<(usize, OpId)> = Vec::new();
+    let mut checks = std::mem::take(&mut tx.c.scratch.checks);
+    checks.clear();
     for (i, it) in tx.items.iter().enumerate() {
         let Some(off) = it
             .offset
@@ -513,19 +565,19 @@ async fn validate_all(tx: &mut Txn<'_>) -> Result<(), Abort> {
         let t = table(&map, it.table);
         checks.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
     }
-    if !checks.is_empty() {
-        if tx.c.ep.post().await.is_err() {
-            return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
-        }
-        for &(i, read) in &checks {
-            let it = &tx.items[i];
-            let h = header(tx.c.ep.bytes(read));
-            // FaRM's lock was a bare CAS: an insert's slot must also carry our lock.
-            let bad = changed(it, &h) || it.new == NewValue::Insert && h.lock != owner;
-            if bad {
-                return Err(abort(AbortReason::Validation, it));
-            }
-        }
+    if !checks.is_empty() && tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
+    }
+    let failed = checks.iter().find_map(|&(i, read)| {
+        let it = &tx.items[i];
+        let h = header(tx.c.ep.bytes(read));
+        // FaRM's lock was a bare CAS: an insert's slot must also carry our lock.
+        let bad = changed(it, &h) || it.new == NewValue::Insert && h.lock != owner;
+        bad.then(|| abort(AbortReason::Validation, it))
+    });
+    tx.c.scratch.checks = checks;
+    if let Some(a) = failed {
+        return Err(a);
     }
     validate_absent(tx).await
 }
@@ -607,7 +659,8 @@ fn changed(it: &Item, h: &RecordHeader) -> bool {
 async fn lock_round(tx: &mut Txn<'_>, want: impl Fn(&Item) -> Option<Want>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
-    let mut checks: Vec<(usize, Option<OpId>, Option<OpId>)> = Vec::new();
+    let mut checks = std::mem::take(&mut tx.c.scratch.locks);
+    checks.clear();
     for (i, it) in tx.items.iter().enumerate() {
         let (Some(w), Some(off)) = (want(it), it.offset) else {
             continue;
@@ -618,6 +671,7 @@ async fn lock_round(tx: &mut Txn<'_>, want: impl Fn(&Item) -> Option<Want>) -> R
         checks.push((i, cas, read));
     }
     if checks.is_empty() {
+        tx.c.scratch.locks = checks;
         return Ok(());
     }
     if tx.c.ep.post().await.is_err() {
@@ -655,6 +709,7 @@ async fn lock_round(tx: &mut Txn<'_>, want: impl Fn(&Item) -> Option<Want>) -> R
             failed.get_or_insert(abort(AbortReason::Validation, it));
         }
     }
+    tx.c.scratch.locks = checks;
     failed.map_or(Ok(()), Err)
 }
 
@@ -669,7 +724,8 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
         // The published code's shortcut (negative control only): one item, no validation.
         return Ok(());
     }
-    let mut checks: Vec<(usize, OpId)> = Vec::new();
+    let mut checks = std::mem::take(&mut tx.c.scratch.checks);
+    checks.clear();
     let owner = tx.c.owner;
     for (i, it) in tx.items.iter().enumerate() {
         let Some(off) = it.offset.filter(|_| it.exists && !it.rw) else {
@@ -680,7 +736,11 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
         if let Some(v) = &tx.c.vcache {
             match v.check(it.table, it.key, it.version, owner) {
                 Check::Valid => continue,
-                Check::Invalid => return Err(abort(AbortReason::Validation, it)),
+                Check::Invalid => {
+                    let a = abort(AbortReason::Validation, it);
+                    tx.c.scratch.checks = checks;
+                    return Err(a);
+                }
                 Check::Miss => {}
             }
         }
@@ -688,22 +748,26 @@ async fn validate_reads(tx: &mut Txn<'_>) -> Result<(), Abort> {
         checks.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
     }
     if checks.is_empty() {
+        tx.c.scratch.checks = checks;
         return Ok(());
     }
     if tx.c.ep.post().await.is_err() {
         return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
     }
+    let mut failed = None;
     for &(i, read) in &checks {
         let it = &tx.items[i];
         let h = header(tx.c.ep.bytes(read));
         if changed(it, &h) {
-            return Err(abort(AbortReason::Validation, it));
+            failed = Some(abort(AbortReason::Validation, it));
+            break;
         }
         if let Some(v) = &tx.c.vcache {
             v.fill(it.table, it.key, it.version);
         }
     }
-    Ok(())
+    tx.c.scratch.checks = checks;
+    failed.map_or(Ok(()), Err)
 }
 
 fn header(line0: &[u8]) -> RecordHeader {
@@ -724,7 +788,8 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
     }
     let owner = tx.c.owner;
     let flush = tx.c.cfg.ford.flush;
-    let mut flushed: Vec<NodeId> = Vec::new();
+    let mut flushed = std::mem::take(&mut tx.c.scratch.nodes);
+    flushed.clear();
     for i in 0..tx.items.len() {
         let it = &tx.items[i];
         if it.new == NewValue::Keep {
@@ -765,11 +830,13 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
     // Selective remote flush: each backup once, after its last WRITE (FLUSH follows every
     // earlier WRITE on its QP). The primary is never flushed: a lost primary is rebuilt from
     // its backups.
-    for n in flushed {
+    for &n in &flushed {
         tx.c.ep.flush(n);
     }
+    tx.c.scratch.nodes = flushed;
     // DrTM+H: validate the read-only items again, now that every lock is held.
-    let mut reads: Vec<(usize, OpId)> = Vec::new();
+    let mut reads = std::mem::take(&mut tx.c.scratch.checks);
+    reads.clear();
     if let Install::TwoPhase { revalidate: true } = mode {
         for (i, it) in tx.items.iter().enumerate() {
             if let Some(off) = it.offset.filter(|_| it.exists && !it.rw) {
@@ -792,6 +859,7 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
             return Err(a);
         }
     }
+    tx.c.scratch.checks = reads;
     if mode == Install::Coalescent {
         return Ok(());
     }
@@ -877,7 +945,7 @@ fn release(tx: &mut Txn<'_>, status: LogStatus) {
     }
     if tx.logged > 0 {
         if let Some((slice, _)) = tx.c.log_slice {
-            for n in tx.log_nodes.clone() {
+            for &n in &tx.log_nodes {
                 tx.c.ep
                     .write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
             }
@@ -908,9 +976,42 @@ pub(crate) async fn release_on_abort(tx: &mut Txn<'_>) {
 /// So `n` inserts into chains without overflow cost one round trip, not `n`. Any failure
 /// aborts the whole transaction (as the same inserts made one at a time would).
 pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Result<(), Abort> {
+    let mut s = std::mem::take(&mut tx.c.scratch.insert);
+    let r = insert_rows(tx, rows, &mut s).await;
+    // The images of the free slots no row took (or all of them, after an abort) go back to
+    // the pool: dropped, each would cost a later item an allocation.
+    for w in s.walks.drain(..) {
+        if let Some((_, image)) = w.own {
+            tx.c.spare.give(image);
+        }
+    }
+    for (_, _, image) in s.free.drain(..) {
+        tx.c.spare.give(image);
+    }
+    tx.c.scratch.insert = s;
+    r
+}
+
+/// [`insert`], with its vectors from the coordinator's scratch.
+async fn insert_rows(
+    tx: &mut Txn<'_>,
+    rows: &[(u32, u64, &[u8])],
+    s: &mut InsertScratch,
+) -> Result<(), Abort> {
     let map = tx.c.map.clone();
+    let InsertScratch {
+        todo,
+        walks,
+        reads,
+        cas,
+        taken,
+        sharing,
+        free,
+        placed,
+        fresh,
+    } = s;
     // The items to place, in row order.
-    let mut todo: Vec<usize> = Vec::with_capacity(rows.len());
+    todo.clear();
     for &(table_id, key, value) in rows {
         let bad = |reason| Abort {
             reason,
@@ -959,10 +1060,11 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
 
     // Lock every chain not yet ours and read every home bucket, in one batch.
     let owner = tx.c.owner;
-    let mut walks: Vec<Walk> = Vec::with_capacity(todo.len());
-    let mut cas: Vec<(usize, NodeId, u64, OpId)> = Vec::new();
-    let mut reads: Vec<OpId> = Vec::with_capacity(todo.len());
-    for &i in &todo {
+    walks.clear();
+    cas.clear();
+    reads.clear();
+    free.clear();
+    for &i in todo.iter() {
         let it = &tx.items[i];
         let t = table(&map, it.table);
         let (primary, home) = (t.primary(), t.home_bucket(it.key));
@@ -980,17 +1082,17 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
             hops: 0,
             tombstone: 0,
             own: None,
-            free: Vec::new(),
+            free: 0,
             end: None,
         });
     }
     if tx.c.ep.post().await.is_err() {
-        let taken: Vec<(NodeId, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a)).collect();
-        give_back_after_failure(tx, &taken).await;
+        let chains: Vec<(NodeId, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a)).collect();
+        give_back_after_failure(tx, &chains).await;
         return Err(abort(AbortReason::ReplicaFailure, &tx.items[todo[0]]));
     }
     let mut failed = None;
-    for &(i, n, a, c) in &cas {
+    for &(i, n, a, c) in cas.iter() {
         if tx.c.ep.cas_ok(c) {
             tx.items[i].chain_lock = Some((n, a));
         } else {
@@ -1003,11 +1105,14 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
 
     // Walk the chains: look for the key, its tombstones, and free slots. A chain shared by
     // several rows keeps as many free slots as rows (the rows place themselves one by one).
-    let taken: Vec<u64> = tx.items.iter().filter_map(|o| o.offset).collect();
-    let sharing: Vec<usize> = walks
-        .iter()
-        .map(|w| walks.iter().filter(|o| o.chain == w.chain).count())
-        .collect();
+    taken.clear();
+    taken.extend(tx.items.iter().filter_map(|o| o.offset));
+    sharing.clear();
+    sharing.extend(
+        walks
+            .iter()
+            .map(|w| walks.iter().filter(|o| o.chain == w.chain).count()),
+    );
     loop {
         let mut more = false;
         for (k, w) in walks.iter_mut().enumerate() {
@@ -1041,8 +1146,9 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
                 // The slot's image (the insert's undo image), in a buffer from the pool.
                 if own {
                     w.own = Some((off, tx.c.spare.take_copy(rec)));
-                } else if w.free.len() < sharing[k] {
-                    w.free.push((off, tx.c.spare.take_copy(rec)));
+                } else if w.free < sharing[k] {
+                    w.free += 1;
+                    free.push((k, off, tx.c.spare.take_copy(rec)));
                 }
             }
             match next_bucket(t, scan.next, &mut w.hops) {
@@ -1069,14 +1175,15 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
     }
 
     // Place the rows, one by one.
-    let mut placed: Vec<u64> = Vec::with_capacity(walks.len());
-    // Overflow buckets chained by this call: (chain, bucket, its next unused slot).
-    let mut fresh: Vec<((NodeId, u64), u64, u32)> = Vec::new();
-    for w in walks {
+    placed.clear();
+    fresh.clear();
+    for (k, w) in walks.iter_mut().enumerate() {
         let t = table(&map, tx.items[w.item].table);
-        let pick = w
-            .own
-            .or_else(|| w.free.into_iter().find(|(off, _)| !placed.contains(off)));
+        let pick = w.own.take().or_else(|| {
+            free.iter_mut()
+                .find(|(j, off, _)| *j == k && !placed.contains(off))
+                .map(|(_, off, image)| (*off, std::mem::take(image)))
+        });
         let (slot, image) = match pick {
             Some(p) => p,
             None => {
@@ -1116,7 +1223,8 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
                         t.slot(bucket, 0)
                     }
                 };
-                (slot, vec![0; t.record_bytes as usize])
+                let len = t.record_bytes as usize;
+                (slot, tx.c.spare.take(len, len))
             }
         };
         placed.push(slot);
@@ -1135,6 +1243,7 @@ pub(crate) async fn insert(tx: &mut Txn<'_>, rows: &[(u32, u64, &[u8])]) -> Resu
 }
 
 /// One insert's walk along its key's chain.
+#[derive(Debug)]
 struct Walk {
     item: usize,
     /// The chain's insert lock, as (node, address): it names the chain.
@@ -1147,8 +1256,8 @@ struct Walk {
     tombstone: u64,
     /// The key's own tombstone (slot, image), reusable by it alone.
     own: Option<(u64, Vec<u8>)>,
-    /// Free slots (slot, image), as many as rows share the chain.
-    free: Vec<(u64, Vec<u8>)>,
+    /// Free slots found (in [`InsertScratch::free`]): as many as rows share the chain.
+    free: usize,
     /// The chain's last bucket, once reached.
     end: Option<u64>,
 }
@@ -1203,50 +1312,42 @@ pub(crate) async fn give_back_after_failure(tx: &mut Txn<'_>, addrs: &[(NodeId, 
 async fn validate_absent(tx: &mut Txn<'_>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
-    let absent: Vec<usize> = (0..tx.items.len())
-        .filter(|&i| {
-            let it = &tx.items[i];
-            !(it.exists || it.new == NewValue::Insert || it.offset.is_some() && it.locked)
-        })
-        .collect();
-    if absent.is_empty() {
+    // (item, bucket being read, overflow hops, greatest tombstone version so far)
+    let mut walks = std::mem::take(&mut tx.c.scratch.absent);
+    walks.clear();
+    walks.extend(
+        tx.items
+            .iter()
+            .enumerate()
+            .filter(|(_, it)| {
+                !(it.exists || it.new == NewValue::Insert || it.offset.is_some() && it.locked)
+            })
+            .map(|(i, it)| (i, table(&map, it.table).home_bucket(it.key), 0, 0)),
+    );
+    if walks.is_empty() {
+        tx.c.scratch.absent = walks;
         return Ok(());
     }
     // First the chains' insert locks, alone: a lock word fetched in the same multi-line READ
     // as the slots may be fetched after them (G2), and miss an insert that landed and
     // released in between. Read after every lock of ours is held, a free insert lock then
     // means no insert of the key is in progress or can be serialized before us unseen.
-    let heads: Vec<OpId> = absent
-        .iter()
-        .map(|&i| {
-            let t = table(&map, tx.items[i].table);
-            let home = t.home_bucket(tx.items[i].key);
-            tx.c.ep.read(t.primary(), home, 64)
-        })
-        .collect();
-    if tx.c.ep.post().await.is_err() {
-        return Err(abort(AbortReason::ReplicaFailure, &tx.items[absent[0]]));
+    let mut reads = std::mem::take(&mut tx.c.scratch.absent_reads);
+    reads.clear();
+    for &(i, home, _, _) in &walks {
+        let t = table(&map, tx.items[i].table);
+        reads.push(tx.c.ep.read(t.primary(), home, 64));
     }
-    for (&i, &r) in absent.iter().zip(&heads) {
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[walks[0].0]));
+    }
+    for (&(i, _, _, _), &r) in walks.iter().zip(&reads) {
         let lock = tx.c.ep.word(r, 8);
         if lock != 0 && lock != owner {
             return Err(abort(AbortReason::Validation, &tx.items[i]));
         }
     }
     // Then every chain, all of them together, a round per bucket.
-    // (item, bucket being read, overflow hops, greatest tombstone version so far)
-    let mut walks: Vec<(usize, u64, u64, u64)> = absent
-        .iter()
-        .map(|&i| {
-            (
-                i,
-                table(&map, tx.items[i].table).home_bucket(tx.items[i].key),
-                0,
-                0,
-            )
-        })
-        .collect();
-    let mut reads: Vec<OpId> = Vec::with_capacity(walks.len());
     while !walks.is_empty() {
         reads.clear();
         for &(i, bucket, _, _) in &walks {
@@ -1296,5 +1397,6 @@ async fn validate_absent(tx: &mut Txn<'_>) -> Result<(), Abort> {
             return Err(a);
         }
     }
+    (tx.c.scratch.absent, tx.c.scratch.absent_reads) = (walks, reads);
     Ok(())
 }
