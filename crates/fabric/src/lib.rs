@@ -16,6 +16,8 @@ mod runtime;
 pub mod shm;
 pub mod sim;
 mod stats;
+#[doc(hidden)]
+pub mod testing;
 pub mod ucx;
 mod verbs;
 

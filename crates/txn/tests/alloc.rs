@@ -4,46 +4,14 @@
 //! rollbacks, on the sim with one coordinator.
 
 use dtxn_fabric::sim::{SimConfig, SimPool};
+use dtxn_fabric::testing::{allocs, CountingAlloc};
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
 use dtxn_txn::{Access, Coordinator, FordOptions, Protocol, TxKind, TxnConfig};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::rc::Rc;
 
-struct Counting;
-
-thread_local! {
-    // Per thread: tests of this binary run in parallel, and each measures its own thread.
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn allocs() -> u64 {
-    ALLOCS.with(Cell::get)
-}
-
-// SAFETY: defers to the system allocator; only counts.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.with(|a| a.set(a.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(l) }
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(p, l) }
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.with(|a| a.set(a.get() + 1));
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
 #[global_allocator]
-static A: Counting = Counting;
+static A: CountingAlloc = CountingAlloc;
 
 const T: u32 = 1;
 const VALUE: usize = 40;
