@@ -446,11 +446,7 @@ async fn log_undo(tx: &mut Txn<'_>) -> Result<(), Abort> {
                 .write(n, slice + (HEAD_BYTES + old_len) as u64, tail);
             tx.c.ep.write(n, slice, &head);
         } else {
-            let body = &tx.log_body;
-            tx.c.ep.write_with(n, slice, HEAD_BYTES + body.len(), |b| {
-                b[..HEAD_BYTES].copy_from_slice(&head);
-                b[HEAD_BYTES..].copy_from_slice(body);
-            });
+            tx.c.ep.write_parts(n, slice, &[&head, &tx.log_body]);
             tx.log_nodes.push(n);
         }
         if flush {
