@@ -877,10 +877,10 @@ async fn install(tx: &mut Txn<'_>, mode: Install) -> Result<(), Abort> {
             table: it.table,
             valid: it.new != NewValue::Delete,
         };
-        tx.c.ep
-            .write_with(t.primary(), off, t.record_bytes as usize, |b| {
-                codec.encode(&h, &it.value, b)
-            });
+        let record = &mut tx.c.scratch.record;
+        record.resize(t.record_bytes as usize, 0);
+        codec.encode(&h, &it.value, record);
+        tx.c.ep.write(t.primary(), off, record);
     }
     if tx.c.ep.post().await.is_err() {
         roll_back(tx).await;

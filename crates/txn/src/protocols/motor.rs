@@ -1359,12 +1359,13 @@ async fn install(tx: &mut Txn<'_>, tc: u64) -> Result<(), Abort> {
                 tx.c.ep.write(n, *at, &bytes[chunk.clone()]);
             }
             // Only the primary's lock word is ever taken; it stays ours until the release.
-            tx.c.ep.write_with(n, w.off, record.len(), |b| {
-                b.copy_from_slice(record);
-                if rank == 0 {
-                    b[..8].copy_from_slice(&(owner | COMMITTING).to_le_bytes());
-                }
-            });
+            if rank == 0 {
+                let lock = (owner | COMMITTING).to_le_bytes();
+                tx.c.ep
+                    .write_parts(n, w.off, &[&lock, &record[lock.len()..]]);
+            } else {
+                tx.c.ep.write(n, w.off, record);
+            }
         }
     }
     let scratch = &mut tx.c.motor;
