@@ -12,6 +12,7 @@
 //! once its listener is bound), never a sleep.
 
 use dtxn_fabric::ucx::AVAILABLE;
+use rustix::process::Signal;
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Output, Stdio};
@@ -89,8 +90,8 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        // SAFETY: kill(2) on our own child's pid, which it keeps until we reap it.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        // Our own child's pid, which it keeps until we reap it.
+        let _ = kill(self.child.id(), Signal::TERM);
         for _ in 0..100 {
             if let Ok(Some(_)) = self.child.try_wait() {
                 return;
@@ -103,6 +104,12 @@ impl Drop for Daemon {
     }
 }
 
+/// Sends `sig` to the process `pid` (a child of ours).
+fn kill(pid: u32, sig: Signal) -> rustix::io::Result<()> {
+    let pid = rustix::process::Pid::from_raw(pid as i32).ok_or(rustix::io::Errno::SRCH)?;
+    rustix::process::kill_process(pid, sig)
+}
+
 /// Runs a command to completion, killing it after `RUN`.
 fn run_bounded(mut cmd: Command) -> Output {
     let child = cmd
@@ -110,7 +117,7 @@ fn run_bounded(mut cmd: Command) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the command starts");
-    let pid = child.id() as i32;
+    let pid = child.id();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
         let _ = tx.send(child.wait_with_output());
@@ -118,8 +125,8 @@ fn run_bounded(mut cmd: Command) -> Output {
     match rx.recv_timeout(RUN) {
         Ok(o) => o.expect("the command ran"),
         Err(_) => {
-            // SAFETY: kill(2) on a child that has not been reaped (its waiter is blocked).
-            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // A child that has not been reaped (its waiter is blocked).
+            let _ = kill(pid, Signal::KILL);
             panic!("{cmd:?} did not finish within {RUN:?}");
         }
     }
@@ -499,8 +506,7 @@ impl Namespaces {
 
     /// `None` when this process cannot create namespaces (not root, no `ip`, no support).
     fn create(names: &[&str]) -> Result<Namespaces, String> {
-        // SAFETY: geteuid(2) has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !rustix::process::geteuid().is_root() {
             return Err("not root".into());
         }
         Namespaces::sweep_stale();
