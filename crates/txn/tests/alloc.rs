@@ -5,10 +5,11 @@
 
 use dtxn_fabric::sim::{SimConfig, SimPool};
 use dtxn_fabric::testing::{allocs, CountingAlloc};
-use dtxn_fabric::{Endpoint, Pool, Topology};
-use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_fabric::Pool;
+use dtxn_store::{Loader, Plan, PoolShape, TableSpec};
 use dtxn_txn::{Access, Coordinator, FordOptions, Protocol, TxKind, TxnConfig};
-use std::rc::Rc;
+
+mod common;
 
 #[global_allocator]
 static A: CountingAlloc = CountingAlloc;
@@ -121,46 +122,28 @@ async fn round(c: &mut Coordinator, r: u64) {
 
 /// Allocations of `rounds` rounds after a warm-up, under `cfg`.
 fn allocations(cfg: TxnConfig, rounds: u64) -> u64 {
-    let mut pool = pool();
-    let Pool::Sim(sim) = &mut pool else {
-        unreachable!()
-    };
-    let cfg = Rc::new(cfg);
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
-    let r = sim
-        .run(one, None, |mut ep: Endpoint| {
-            let cfg = cfg.clone();
-            async move {
-                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                let mut c = Coordinator::new(ep, map, cfg);
-                // Round r deletes round r - 1's keys.
-                let mut tx = c.begin(TxKind::ReadWrite);
-                let v = value(0);
-                let rows = fresh(1).map(|k| (T, k, &v[..]));
-                tx.insert_many(&rows).await.unwrap();
-                tx.commit().await.unwrap();
-                for r in 2..10 {
-                    round(&mut c, r).await;
-                }
-                grow(&mut c).await;
-                for r in 10..12 {
-                    round(&mut c, r).await;
-                }
-                let before = allocs();
-                for r in 12..12 + rounds {
-                    round(&mut c, r).await;
-                }
-                let n = allocs() - before;
-                assert_eq!(c.stats.aborts(), rounds + 10, "only the rollbacks abort");
-                n
-            }
-        })
-        .unwrap();
-    r.outputs.into_iter().next().unwrap().unwrap()
+    common::with_coordinator(pool(), cfg, move |mut c| async move {
+        // Round r deletes round r - 1's keys.
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let v = value(0);
+        let rows = fresh(1).map(|k| (T, k, &v[..]));
+        tx.insert_many(&rows).await.unwrap();
+        tx.commit().await.unwrap();
+        for r in 2..10 {
+            round(&mut c, r).await;
+        }
+        grow(&mut c).await;
+        for r in 10..12 {
+            round(&mut c, r).await;
+        }
+        let before = allocs();
+        for r in 12..12 + rounds {
+            round(&mut c, r).await;
+        }
+        let n = allocs() - before;
+        assert_eq!(c.stats.aborts(), rounds + 10, "only the rollbacks abort");
+        n
+    })
 }
 
 #[test]

@@ -3,10 +3,11 @@
 //! oracle out: each row is checked both with and without the oracle's round trips.
 
 use dtxn_fabric::sim::{Adversary, SimConfig, SimPool};
-use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
-use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_fabric::{Pool, Profile};
+use dtxn_store::{Loader, Plan, PoolShape, TableSpec};
 use dtxn_txn::{Access, Coordinator, Isolation, Protocol, TxKind, TxnConfig};
-use std::rc::Rc;
+
+mod common;
 
 const T: u32 = 1;
 
@@ -28,7 +29,7 @@ fn measure(isolation: Isolation, local_oracle: bool) -> Vec<Row> {
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = Profile::ideal();
     cfg.adversary = Adversary::off();
-    let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
     plan.format_pool(&pool).unwrap();
     let mut l = Loader::new(plan.table(T).unwrap());
     for k in 0..100u64 {
@@ -40,93 +41,78 @@ fn measure(isolation: Isolation, local_oracle: bool) -> Vec<Row> {
         ..TxnConfig::default()
     };
     txn.motor.isolation = isolation;
-    let txn = Rc::new(txn);
-    let Pool::Sim(sim) = &mut pool else {
-        unreachable!()
-    };
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
-    let r = sim
-        .run(one, None, |mut ep: Endpoint| {
-            let txn = txn.clone();
-            async move {
-                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                let mut c = Coordinator::new(ep, map, txn);
-                if local_oracle {
-                    assert!(c.set_local_oracle(std::sync::Arc::new(dtxn_txn::LocalOracle::new(1))));
-                }
-                let mut out: Vec<Row> = Vec::new();
-                let mut row = |c: &Coordinator, name| {
-                    let o = c.last_outcome().unwrap();
-                    assert!(o.result.is_ok(), "{name}: {:?}", o.result);
-                    out.push((name, o.fabric.round_trips, o.oracle_round_trips));
-                };
-                let v = |x: u64| [x.to_le_bytes(), [1; 8]].concat();
-                // Cold: nothing cached yet.
-                let mut tx = c.begin(TxKind::ReadWrite);
-                tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
-                    .await
-                    .unwrap();
-                tx.update(T, 1, &v(7)).await.unwrap();
-                tx.commit().await.unwrap();
-                row(&c, "cold read-write");
-                let mut tx = c.begin(TxKind::ReadOnly);
-                tx.fetch(&[Access::read(T, 3), Access::read(T, 4)])
-                    .await
-                    .unwrap();
-                tx.commit().await.unwrap();
-                row(&c, "cold read-only");
-                // Warm: addresses cached.
-                let mut tx = c.begin(TxKind::ReadWrite);
-                tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
-                    .await
-                    .unwrap();
-                tx.update(T, 2, &v(8)).await.unwrap();
-                tx.commit().await.unwrap();
-                row(&c, "read-write");
-                let mut tx = c.begin(TxKind::ReadWrite);
-                tx.fetch(&[Access::update(T, 1), Access::read(T, 3)])
-                    .await
-                    .unwrap();
-                tx.update(T, 1, &v(9)).await.unwrap();
-                tx.commit().await.unwrap();
-                row(&c, "read-write + read-only");
-                let mut tx = c.begin(TxKind::ReadOnly);
-                tx.fetch(&[Access::read(T, 1), Access::read(T, 2)])
-                    .await
-                    .unwrap();
-                tx.commit().await.unwrap();
-                row(&c, "read-only");
-                // An insert: the chain's insert lock and bucket in one round trip, the slot
-                // claimed with the commit's mark round.
-                let mut tx = c.begin(TxKind::ReadWrite);
-                tx.insert(T, 500, &v(5)).await.unwrap();
-                tx.commit().await.unwrap();
-                row(&c, "insert");
-                // Three keys at once: every chain's insert lock and bucket in one batch.
-                let (a, b, d) = (v(6), v(7), v(8));
-                let mut tx = c.begin(TxKind::ReadWrite);
-                tx.insert_many(&[(T, 600, &a), (T, 601, &b), (T, 602, &d)])
-                    .await
-                    .unwrap();
-                tx.commit().await.unwrap();
-                row(&c, "insert x3");
-                // A row this coordinator inserted: its slot is cached, as warm as any.
-                let mut tx = c.begin(TxKind::ReadWrite);
-                tx.fetch(&[Access::update(T, 1), Access::update(T, 601)])
-                    .await
-                    .unwrap();
-                tx.update(T, 601, &v(9)).await.unwrap();
-                tx.commit().await.unwrap();
-                row(&c, "read-write, inserted row");
-                out
+    common::with_coordinator(pool, txn, move |mut c| {
+        async move {
+            if local_oracle {
+                assert!(c.set_local_oracle(std::sync::Arc::new(dtxn_txn::LocalOracle::new(1))));
             }
-        })
-        .unwrap();
-    r.outputs.into_iter().next().unwrap().unwrap()
+            let mut out: Vec<Row> = Vec::new();
+            let mut row = |c: &Coordinator, name| {
+                let o = c.last_outcome().unwrap();
+                assert!(o.result.is_ok(), "{name}: {:?}", o.result);
+                out.push((name, o.fabric.round_trips, o.oracle_round_trips));
+            };
+            let v = |x: u64| [x.to_le_bytes(), [1; 8]].concat();
+            // Cold: nothing cached yet.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
+                .await
+                .unwrap();
+            tx.update(T, 1, &v(7)).await.unwrap();
+            tx.commit().await.unwrap();
+            row(&c, "cold read-write");
+            let mut tx = c.begin(TxKind::ReadOnly);
+            tx.fetch(&[Access::read(T, 3), Access::read(T, 4)])
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            row(&c, "cold read-only");
+            // Warm: addresses cached.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
+                .await
+                .unwrap();
+            tx.update(T, 2, &v(8)).await.unwrap();
+            tx.commit().await.unwrap();
+            row(&c, "read-write");
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, 1), Access::read(T, 3)])
+                .await
+                .unwrap();
+            tx.update(T, 1, &v(9)).await.unwrap();
+            tx.commit().await.unwrap();
+            row(&c, "read-write + read-only");
+            let mut tx = c.begin(TxKind::ReadOnly);
+            tx.fetch(&[Access::read(T, 1), Access::read(T, 2)])
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            row(&c, "read-only");
+            // An insert: the chain's insert lock and bucket in one round trip, the slot
+            // claimed with the commit's mark round.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.insert(T, 500, &v(5)).await.unwrap();
+            tx.commit().await.unwrap();
+            row(&c, "insert");
+            // Three keys at once: every chain's insert lock and bucket in one batch.
+            let (a, b, d) = (v(6), v(7), v(8));
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.insert_many(&[(T, 600, &a), (T, 601, &b), (T, 602, &d)])
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+            row(&c, "insert x3");
+            // A row this coordinator inserted: its slot is cached, as warm as any.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, 1), Access::update(T, 601)])
+                .await
+                .unwrap();
+            tx.update(T, 601, &v(9)).await.unwrap();
+            tx.commit().await.unwrap();
+            row(&c, "read-write, inserted row");
+            out
+        }
+    })
 }
 
 #[test]

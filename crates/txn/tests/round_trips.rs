@@ -3,9 +3,10 @@
 
 use dtxn_fabric::sim::{Adversary, SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
-use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_store::{Loader, Plan, PoolShape, TableSpec};
 use dtxn_txn::{Access, Coordinator, FordOptions, TxKind, TxnConfig};
-use std::rc::Rc;
+
+mod common;
 
 const T: u32 = 1;
 
@@ -31,31 +32,11 @@ fn pool() -> Pool {
 }
 
 /// Runs `body` as the only coordinator of a fresh [`pool`] under `cfg`; returns its output.
-fn with_coordinator<R, Fut>(cfg: TxnConfig, body: impl Fn(Coordinator) -> Fut + 'static) -> R
-where
-    R: 'static,
-    Fut: std::future::Future<Output = R> + 'static,
-{
-    let mut pool = pool();
-    let Pool::Sim(sim) = &mut pool else {
-        unreachable!()
-    };
-    let (cfg, body) = (Rc::new(cfg), Rc::new(body));
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
-    let r = sim
-        .run(one, None, |mut ep: Endpoint| {
-            let (cfg, body) = (cfg.clone(), body.clone());
-            async move {
-                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                body(Coordinator::new(ep, map, cfg)).await
-            }
-        })
-        .unwrap();
-    r.outputs.into_iter().next().unwrap().unwrap()
+fn with_coordinator<R: 'static, Fut: std::future::Future<Output = R> + 'static>(
+    cfg: TxnConfig,
+    body: impl Fn(Coordinator) -> Fut + 'static,
+) -> R {
+    common::with_coordinator(pool(), cfg, body)
 }
 
 /// (round trips, verbs) of each of a fixed list of transactions.

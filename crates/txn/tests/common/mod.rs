@@ -1,0 +1,39 @@
+//! What several of this crate's integration tests share.
+
+use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_store::PoolMap;
+use dtxn_txn::{Coordinator, TxnConfig};
+use std::future::Future;
+use std::rc::Rc;
+
+/// Runs `body` as the only coordinator (1 compute node x 1 thread x 1 coroutine) of `pool`, a
+/// formatted sim pool, under `cfg`; returns its output.
+pub fn with_coordinator<R, Fut>(
+    mut pool: Pool,
+    cfg: TxnConfig,
+    body: impl Fn(Coordinator) -> Fut + 'static,
+) -> R
+where
+    R: 'static,
+    Fut: Future<Output = R> + 'static,
+{
+    let Pool::Sim(sim) = &mut pool else {
+        panic!("with_coordinator runs on a sim pool")
+    };
+    let (cfg, body) = (Rc::new(cfg), Rc::new(body));
+    let one = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = sim
+        .run(one, None, |mut ep: Endpoint| {
+            let (cfg, body) = (cfg.clone(), body.clone());
+            async move {
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                body(Coordinator::new(ep, map, cfg)).await
+            }
+        })
+        .unwrap();
+    r.outputs.into_iter().next().unwrap().unwrap()
+}
