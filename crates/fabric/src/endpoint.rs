@@ -131,17 +131,14 @@ impl Endpoint {
 
     /// WRITE `bytes` at `addr` on `node`.
     pub fn write(&mut self, node: NodeId, addr: u64, bytes: &[u8]) -> OpId {
-        self.start_op();
-        if self.check_len(bytes.len()) != bytes.len() {
-            return self.push_write(node, addr, 0, 0);
-        }
-        // Appended as is: no zeroed span to overwrite.
-        let data = self.batch.append_buf(bytes);
-        self.push_write(node, addr, bytes.len(), data)
+        self.write_parts(node, addr, &[bytes])
     }
 
     /// WRITE the concatenation of `parts` at `addr`: one op, its payload assembled in the
     /// batch (no zeroed span, no staging copy).
+    // Inlined: `write` is this with one part, and is posted for every record WRITE (without
+    // inlining the loop over parts cost 2% of a TPC-C transaction's instructions).
+    #[inline]
     pub fn write_parts(&mut self, node: NodeId, addr: u64, parts: &[&[u8]]) -> OpId {
         self.start_op();
         let len = parts.iter().map(|p| p.len()).sum();

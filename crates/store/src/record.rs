@@ -24,6 +24,10 @@ pub const LINE: usize = 64;
 /// Value bytes carried by line 0 and by each further line.
 pub const HEAD_VALUE_BYTES: usize = 32;
 pub const LINE_VALUE_BYTES: usize = 56;
+/// Where the value bytes start in line 0 (after the header) and in a further line (after
+/// its stamp).
+const HEAD_VALUE_OFF: usize = LINE - HEAD_VALUE_BYTES;
+const LINE_VALUE_OFF: usize = LINE - LINE_VALUE_BYTES;
 
 /// The bytes of line 0 that hold a record's header (lock to valid): all that a validation
 /// READ fetches.
@@ -116,17 +120,16 @@ fn put(b: &mut [u8], off: usize, v: u64) {
 fn gather(rec: &[u8], value: &mut [u8]) {
     let head = value.len().min(HEAD_VALUE_BYTES);
     let (first, rest) = value.split_at_mut(head);
-    first.copy_from_slice(&rec[LINE - HEAD_VALUE_BYTES..LINE - HEAD_VALUE_BYTES + head]);
+    first.copy_from_slice(&rec[HEAD_VALUE_OFF..HEAD_VALUE_OFF + head]);
     let mut lines = rec[LINE..].chunks_exact(LINE);
     let mut outs = rest.chunks_exact_mut(LINE_VALUE_BYTES);
     // `outs` first: a zip stops without taking a line once the whole pieces are done.
     for (out, line) in (&mut outs).zip(&mut lines) {
-        out.copy_from_slice(&line[LINE - LINE_VALUE_BYTES..]);
+        out.copy_from_slice(&line[LINE_VALUE_OFF..]);
     }
     let tail = outs.into_remainder();
     if let Some(line) = lines.next().filter(|_| !tail.is_empty()) {
-        let at = LINE - LINE_VALUE_BYTES;
-        tail.copy_from_slice(&line[at..at + tail.len()]);
+        tail.copy_from_slice(&line[LINE_VALUE_OFF..LINE_VALUE_OFF + tail.len()]);
     }
 }
 
@@ -134,16 +137,15 @@ fn gather(rec: &[u8], value: &mut [u8]) {
 fn scatter(value: &[u8], rec: &mut [u8]) {
     let head = value.len().min(HEAD_VALUE_BYTES);
     let (first, rest) = value.split_at(head);
-    rec[LINE - HEAD_VALUE_BYTES..LINE - HEAD_VALUE_BYTES + head].copy_from_slice(first);
+    rec[HEAD_VALUE_OFF..HEAD_VALUE_OFF + head].copy_from_slice(first);
     let mut lines = rec[LINE..].chunks_exact_mut(LINE);
     let mut ins = rest.chunks_exact(LINE_VALUE_BYTES);
     for (piece, line) in (&mut ins).zip(&mut lines) {
-        line[LINE - LINE_VALUE_BYTES..].copy_from_slice(piece);
+        line[LINE_VALUE_OFF..].copy_from_slice(piece);
     }
     let tail = ins.remainder();
     if let Some(line) = lines.next().filter(|_| !tail.is_empty()) {
-        let at = LINE - LINE_VALUE_BYTES;
-        line[at..at + tail.len()].copy_from_slice(tail);
+        line[LINE_VALUE_OFF..LINE_VALUE_OFF + tail.len()].copy_from_slice(tail);
     }
 }
 
@@ -189,9 +191,9 @@ impl SingleVersion {
         };
         lines.map(move |l| {
             let (rec, val, n) = match l {
-                0 => (32, 0, HEAD_VALUE_BYTES),
+                0 => (HEAD_VALUE_OFF, 0, HEAD_VALUE_BYTES),
                 _ => (
-                    l * LINE + 8,
+                    l * LINE + LINE_VALUE_OFF,
                     HEAD_VALUE_BYTES + (l - 1) * LINE_VALUE_BYTES,
                     LINE_VALUE_BYTES,
                 ),

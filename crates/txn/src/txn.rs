@@ -503,6 +503,8 @@ impl<'c> Txn<'c> {
         }
         c.items_buf = std::mem::take(&mut self.items);
         c.index_buf = std::mem::take(&mut self.index);
+        c.log_buf = std::mem::take(&mut self.log_body);
+        c.log_nodes_buf = std::mem::take(&mut self.log_nodes);
         c.motor.suspects = std::mem::take(&mut self.suspects);
     }
 
@@ -520,8 +522,6 @@ impl<'c> Txn<'c> {
 
     fn finish(&mut self, result: Result<(), Abort>) {
         self.finished = true;
-        self.c.log_buf = std::mem::take(&mut self.log_body);
-        self.c.log_nodes_buf = std::mem::take(&mut self.log_nodes);
         let end_ns = self.c.ep.now_ns();
         match result {
             Ok(()) => self.c.stats.committed += 1,
