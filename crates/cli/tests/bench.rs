@@ -74,6 +74,39 @@ fn every_workload_verifies_under_every_protocol_on_sim_and_shm() {
 }
 
 #[test]
+fn fabric_time_splits_each_types_latency_on_shm() {
+    let mut args = vec![
+        "bench",
+        "--workload",
+        "smallbank",
+        "--backend",
+        "shm",
+        "--txns",
+        "3000",
+        "--warmup",
+        "0",
+        "--json",
+    ];
+    args.extend(small("smallbank"));
+    let untimed = json(&dtxn(&args));
+    assert!(untimed["all"]["fabric_us"].is_null(), "off by default");
+    args.push("--fabric-time");
+    let v = json(&dtxn(&args));
+    assert_eq!(v["config"]["fabric_time"], true);
+    for t in v["per_type"].as_array().unwrap().iter().chain([&v["all"]]) {
+        if t["committed"].as_u64().unwrap() == 0 {
+            continue;
+        }
+        let (f, mean) = (
+            t["fabric_us"].as_f64().unwrap(),
+            t["latency_us"]["mean"].as_f64().unwrap(),
+        );
+        // Executing the verbs is part of a transaction's latency, never all of it.
+        assert!(f > 0.0 && f < mean, "{}: {f} of {mean} us", t["name"]);
+    }
+}
+
+#[test]
 fn tpcc_json_has_every_figure_for_each_transaction_type() {
     let v = json(&dtxn(&[
         "bench",
@@ -279,6 +312,10 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         (
             vec!["bench", "--protocol", "farm", "--localized-validation"],
             "--localized-validation is FORD's",
+        ),
+        (
+            vec!["bench", "--backend", "sim", "--fabric-time"],
+            "--fabric-time is for the shm backend",
         ),
         (
             vec![

@@ -48,6 +48,8 @@ pub struct Endpoint {
     /// node crashed (its future, and this endpoint with it, is dropped mid-flight).
     stats: Rc<Cell<Stats>>,
     rng: CoordRng,
+    /// Measure the time spent in `submit` ([`Stats::fabric_ns`]).
+    time_fabric: bool,
 }
 
 impl Endpoint {
@@ -62,6 +64,7 @@ impl Endpoint {
             too_large: None,
             stats: Rc::default(),
             rng: CoordRng::seed_from_u64(mix),
+            time_fabric: false,
         }
     }
 
@@ -72,6 +75,30 @@ impl Endpoint {
     /// Counters since this coordinator started.
     pub fn stats(&self) -> Stats {
         self.stats.get()
+    }
+
+    /// Measures from now on the wall time spent in the backend's `submit`
+    /// ([`Stats::fabric_ns`]): on `shm` the time executing the verbs, which, against a
+    /// transaction's latency, splits it into memory work and the protocol's own CPU work. Off
+    /// by default: it costs two clock reads per batch.
+    pub fn time_fabric(&mut self, on: bool) {
+        self.time_fabric = on;
+    }
+
+    /// The backend's `submit` of the batch, timed if asked ([`Self::time_fabric`]).
+    fn submit(&mut self, detached: bool, background: bool) -> Result<(), FabricError> {
+        let start = self.time_fabric.then(std::time::Instant::now);
+        let r = if background {
+            self.fabric.submit_background(&mut self.batch)
+        } else {
+            self.fabric.submit(&mut self.batch, detached)
+        };
+        if let Some(start) = start {
+            let mut s = self.stats.get();
+            s.fabric_ns += start.elapsed().as_nanos() as u64;
+            self.stats.set(s);
+        }
+        r
     }
 
     pub(crate) fn stats_cell(&self) -> Rc<Cell<Stats>> {
@@ -289,7 +316,7 @@ impl Endpoint {
             Err(None)
         } else {
             self.count(true);
-            match self.fabric.submit(&mut self.batch, false) {
+            match self.submit(false, false) {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     self.completed = true;
@@ -315,7 +342,7 @@ impl Endpoint {
             return Ok(());
         }
         self.count(false);
-        let r = self.fabric.submit(&mut self.batch, true);
+        let r = self.submit(true, false);
         self.batch.clear();
         r
     }
@@ -342,7 +369,7 @@ impl Endpoint {
             ));
         }
         self.count(false);
-        let r = self.fabric.submit_background(&mut self.batch);
+        let r = self.submit(true, true);
         self.batch.clear();
         self.background = r.is_ok();
         r

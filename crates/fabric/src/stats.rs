@@ -18,6 +18,12 @@ pub struct Stats {
     pub bytes_out: u64,
     /// Payload bytes received: READ data, atomic old values, RPC responses.
     pub bytes_in: u64,
+    /// Wall time the backend spent in `submit` for these batches, in ns: on `shm`, which
+    /// executes a batch's verbs inside `submit`, the time spent executing them. Measured only
+    /// when [`Endpoint::time_fabric`](crate::Endpoint::time_fabric) is on (two clock reads
+    /// per batch), else 0. Not exact, unlike the counts above.
+    #[serde(default)]
+    pub fabric_ns: u64,
 }
 
 impl Stats {
@@ -43,6 +49,7 @@ impl AddAssign for Stats {
         }
         self.bytes_out += o.bytes_out;
         self.bytes_in += o.bytes_in;
+        self.fabric_ns += o.fabric_ns;
     }
 }
 
@@ -59,6 +66,7 @@ impl Sub for Stats {
             verbs,
             bytes_out: self.bytes_out - o.bytes_out,
             bytes_in: self.bytes_in - o.bytes_in,
+            fabric_ns: self.fabric_ns - o.fabric_ns,
         }
     }
 }

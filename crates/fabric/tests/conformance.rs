@@ -394,3 +394,38 @@ fn an_op_too_large_for_one_verb_is_refused_not_truncated() {
         );
     });
 }
+
+#[test]
+fn verb_execution_is_timed_only_when_asked() {
+    let cfg = ShmConfig {
+        node_sizes: vec![1 << 16; 2],
+        dir: None,
+        delay_ns: 0,
+    };
+    let pool = ShmPool::create(cfg).unwrap();
+    let r = pool
+        .run(topo(1, 1), None, |mut ep: Endpoint| async move {
+            let batches = |ep: &mut Endpoint| {
+                for i in 0..100u64 {
+                    ep.read(0, i * 64, 512);
+                    ep.write(1, i * 64, &[1u8; 256]);
+                }
+            };
+            batches(&mut ep);
+            ep.post().await.unwrap();
+            let untimed = ep.stats();
+            ep.time_fabric(true);
+            for _ in 0..10 {
+                batches(&mut ep);
+                ep.post().await.unwrap();
+                batches(&mut ep);
+                ep.post_detached().unwrap();
+            }
+            (untimed, ep.stats())
+        })
+        .unwrap();
+    let (untimed, timed) = r.outputs[0].unwrap();
+    assert_eq!(untimed.fabric_ns, 0, "off by default");
+    assert!(timed.fabric_ns > 0, "20 batches of 200 verbs took no time");
+    assert_eq!(timed.batches, 21, "timing changes no count");
+}

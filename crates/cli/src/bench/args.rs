@@ -149,6 +149,11 @@ pub struct BenchArgs {
     /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// shm: also measure the wall time spent executing each transaction's verbs (inside the
+    /// backend's submit), reported per transaction type beside the latency: what is memory
+    /// work and what the protocol's own CPU. Costs two clock reads per batch.
+    #[arg(long)]
+    pub fabric_time: bool,
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,

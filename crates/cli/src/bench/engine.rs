@@ -56,6 +56,8 @@ pub struct TypeStats {
     pub bytes: u64,
     /// Of the round trips, those spent on the timestamp oracle (multi-version protocols).
     pub oracle_round_trips: u64,
+    /// Wall time spent executing the verbs (`--fabric-time`, else 0), ns.
+    pub fabric_ns: u64,
 }
 
 /// An hour in ns: latencies above are clamped (a run that long is not a benchmark).
@@ -73,6 +75,7 @@ impl TypeStats {
             verbs: 0,
             bytes: 0,
             oracle_round_trips: 0,
+            fabric_ns: 0,
         }
     }
 
@@ -87,6 +90,7 @@ impl TypeStats {
                 self.verbs += o.fabric.verbs_total();
                 self.bytes += o.fabric.bytes();
                 self.oracle_round_trips += o.oracle_round_trips;
+                self.fabric_ns += o.fabric.fabric_ns;
             }
             Err(a) => {
                 let i = AbortReason::ALL
@@ -110,6 +114,7 @@ impl TypeStats {
         self.verbs += o.verbs;
         self.bytes += o.bytes;
         self.oracle_round_trips += o.oracle_round_trips;
+        self.fabric_ns += o.fabric_ns;
     }
 }
 
@@ -167,6 +172,8 @@ pub struct Shared {
     pub stop: Stop,
     pub seed: u64,
     pub verify: bool,
+    /// `--fabric-time`: every endpoint times its batches' execution.
+    pub fabric_time: bool,
     pub coordinators: u32,
     pub progress: ProgressBar,
     record: Option<Arc<Mutex<HistoryWriter<File>>>>,
@@ -209,6 +216,7 @@ async fn coordinator<W: Workload>(
     sink: Rc<RefCell<Collector>>,
 ) -> Result<(W::Tally, u64), String> {
     let index = ep.id().index;
+    ep.time_fabric(sh.fabric_time);
     let map = PoolMap::bootstrap(&mut ep)
         .await
         .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?;
@@ -301,6 +309,7 @@ impl Shared {
             stop,
             seed,
             verify,
+            fabric_time: false,
             coordinators,
             progress,
             record,

@@ -354,6 +354,12 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     if local_oracle && (cfg.protocol != Protocol::Motor || topo.compute_nodes != 1) {
         bail!("motor.oracle=local is Motor's, with one compute node (it holds the pool alone)");
     }
+    if a.fabric_time && a.kind() != Backend::Shm {
+        bail!(
+            "--fabric-time is for the shm backend, which executes the verbs on the calling \
+             thread (sim's time is virtual; on ucx the verbs execute on the NIC or memory node)"
+        );
+    }
     if a.localized_validation && (cfg.protocol != Protocol::Ford || topo.compute_nodes != 1) {
         bail!("--localized-validation is FORD's, with one compute node");
     }
@@ -446,6 +452,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         bar.clone(),
         a.record.as_deref(),
     )?;
+    sh.fabric_time = a.fabric_time;
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));

@@ -53,6 +53,8 @@ pub struct ConfigReport {
     pub txns: Option<u64>,
     pub warmup_s: f64,
     pub verify: bool,
+    /// `--fabric-time`: verb execution was timed (the reports' `fabric_us`).
+    pub fabric_time: bool,
 }
 
 impl ConfigReport {
@@ -91,6 +93,7 @@ impl ConfigReport {
             txns,
             warmup_s: warmup_ns as f64 / 1e9,
             verify: a.verify,
+            fabric_time: a.fabric_time,
         }
     }
 }
@@ -124,10 +127,14 @@ pub struct TypeReport {
     /// Of `round_trips`, the mean spent on the timestamp oracle (multi-version protocols;
     /// the papers leave timestamps out of their round-trip counts).
     pub oracle_round_trips: f64,
+    /// With `--fabric-time` (shm): the mean wall time a committed transaction spent executing
+    /// its verbs, in microseconds; the rest of its latency is the protocol's and the
+    /// workload's CPU work (and, with coroutines, waiting for the others).
+    pub fabric_us: Option<f64>,
 }
 
 impl TypeReport {
-    fn new(name: &str, s: &TypeStats, secs: f64) -> TypeReport {
+    fn new(name: &str, s: &TypeStats, secs: f64, timed: bool) -> TypeReport {
         let per_s = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
         let mean = |n: u64| {
             if s.committed > 0 {
@@ -171,6 +178,7 @@ impl TypeReport {
             verbs: mean(s.verbs),
             bytes: mean(s.bytes),
             oracle_round_trips: mean(s.oracle_round_trips),
+            fabric_us: timed.then(|| mean(s.fabric_ns) / 1e3),
         }
     }
 }
@@ -214,6 +222,7 @@ impl BenchReport {
         load_ns: u64,
     ) -> BenchReport {
         let c: &Collector = &out.collector;
+        let timed = config.fabric_time;
         let secs = c.window_ns() as f64 / 1e9;
         let mut all = TypeStats::clone(&c.types[0]);
         for t in &c.types[1..] {
@@ -223,14 +232,14 @@ impl BenchReport {
             .txn_types()
             .iter()
             .zip(&c.types)
-            .map(|(n, s)| TypeReport::new(n, s, secs))
+            .map(|(n, s)| TypeReport::new(n, s, secs, timed))
             .collect();
         let wall_s = out.wall_ns as f64 / 1e9;
         BenchReport {
             config,
             time: if out.virtual_time { "virtual" } else { "wall" },
             measured_s: secs,
-            all: TypeReport::new("all", &all, secs),
+            all: TypeReport::new("all", &all, secs, timed),
             per_type,
             verify,
             load_s: load_ns as f64 / 1e9,
@@ -360,6 +369,30 @@ impl BenchReport {
                 per.join(", ")
             );
         }
+        if self.all.fabric_us.is_some() {
+            let per: Vec<String> = self
+                .per_type
+                .iter()
+                .chain(std::iter::once(&self.all))
+                .filter_map(|t| {
+                    let (f, mean) = (t.fabric_us?, t.latency_us.mean);
+                    (t.committed > 0).then(|| {
+                        format!(
+                            "{} {:.1} of {:.1} us ({:.0}%)",
+                            t.name,
+                            f,
+                            mean,
+                            pct(f, mean)
+                        )
+                    })
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "executing verbs (--fabric-time), per committed transaction: {}",
+                per.join(", ")
+            );
+        }
         if let Some(n) = a.aborts.get("log-full") {
             let _ = writeln!(
                 s,
@@ -434,6 +467,7 @@ impl BenchReport {
                 format!("{:.3}", t.verbs),
                 format!("{:.1}", t.bytes),
                 format!("{:.3}", t.oracle_round_trips),
+                t.fabric_us.map(|f| format!("{f:.3}")).unwrap_or_default(),
             ]);
             let _ = writeln!(s, "{}", row.join(","));
         }
@@ -469,6 +503,7 @@ pub fn csv_header(extra: &[(String, String)]) -> String {
             "verbs",
             "bytes",
             "oracle_round_trips",
+            "fabric_us",
         ]
         .map(String::from),
     );
@@ -492,6 +527,15 @@ fn reasons(aborts: &BTreeMap<&'static str, u64>, attempts: u64) -> String {
         .map(|(r, n)| format!("{r} {:.2}%", 100.0 * *n as f64 / attempts as f64))
         .collect();
     format!(" ({})", parts.join(", "))
+}
+
+/// `part` as a percentage of `whole` (0 for an empty whole).
+fn pct(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 {
+        100.0 * part / whole
+    } else {
+        0.0
+    }
 }
 
 fn secs(s: f64) -> String {
