@@ -107,6 +107,42 @@ fn fabric_time_splits_each_types_latency_on_shm() {
 }
 
 #[test]
+fn a_tpcc_mix_runs_only_the_types_it_weighs() {
+    for (mix, runs) in [
+        ("0,0,0,0,1", [false, false, false, false, true]),
+        ("1,1,0,0,0", [true, true, false, false, false]),
+    ] {
+        let v = json(&dtxn(&[
+            "bench",
+            "--workload",
+            "tpcc",
+            "--backend",
+            "sim",
+            "--warehouses",
+            "2",
+            "--mix",
+            mix,
+            "--txns",
+            "500",
+            "--warmup",
+            "0",
+            "--verify",
+            "--json",
+        ]));
+        assert_eq!(v["verify"]["ok"], true, "{mix}: {}", v["verify"]);
+        let mix_json: Vec<u64> = mix.split(',').map(|w| w.parse().unwrap()).collect();
+        assert_eq!(
+            v["config"]["workload_options"]["mix"],
+            serde_json::json!(mix_json)
+        );
+        for (t, run) in v["per_type"].as_array().unwrap().iter().zip(runs) {
+            let attempts = t["attempts"].as_u64().unwrap();
+            assert_eq!(attempts > 0, run, "{mix}: {} ran {attempts}", t["name"]);
+        }
+    }
+}
+
+#[test]
 fn tpcc_json_has_every_figure_for_each_transaction_type() {
     let v = json(&dtxn(&[
         "bench",
@@ -316,6 +352,18 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         (
             vec!["bench", "--backend", "sim", "--fabric-time"],
             "--fabric-time is for the shm backend",
+        ),
+        (
+            vec!["bench", "--workload", "kv", "--mix", "transfer"],
+            "--mix is an option of smallbank and tpcc, not of kv",
+        ),
+        (
+            vec!["bench", "--workload", "tpcc", "--mix", "45,43,4,4"],
+            "a tpcc mix is `standard` or five weights for NewOrder, Payment",
+        ),
+        (
+            vec!["bench", "--workload", "tpcc", "--mix", "0,0,0,0,0"],
+            "the mix's weights must be 0 to 1,000,000 and not all 0",
         ),
         (
             vec![

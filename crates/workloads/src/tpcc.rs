@@ -55,8 +55,10 @@
 //! the spec binds terminals to warehouses), and runs the mix without keying or think times.
 //!
 //! Inserted rows need room: the run can insert [`Options::new_orders_per_district`] orders per
-//! district (their lines, NEW_ORDER rows and as many HISTORY rows); an insert into a full
-//! table aborts with reason `bad-request` (raise `--new-orders-per-district`).
+//! district (their lines and NEW_ORDER rows) and [`Options::payments_per_district`] HISTORY
+//! rows; an insert into a full table aborts with reason `table-full` (raise
+//! `--new-orders-per-district`, which sets both). [`Options::mix`] weighs the five types
+//! (the spec's 45/43/4/4/4 by default).
 //!
 //! `--verify` checks the spec's consistency conditions 1 to 4 for every warehouse and
 //! district, the delivery head (it equals min(NO_O_ID), or D_NEXT_O_ID when no order is
@@ -94,7 +96,11 @@ pub const TXN_TYPES: [&str; 5] = [
     "Delivery",
     "StockLevel",
 ];
-const MIX: [u32; 5] = [45, 43, 4, 4, 4];
+/// The spec's mix, in the order of [`TXN_TYPES`] (weights, percent).
+pub const STANDARD_MIX: [u32; 5] = [45, 43, 4, 4, 4];
+/// What each type costs against the others (FORD on shm, us per transaction): how much faster
+/// than the standard mix another mix runs, for sizing the tables that grow.
+const RELATIVE_COST: [u32; 5] = [21, 5, 6, 90, 88];
 
 pub const DISTRICTS: u32 = 10;
 const MAX_CUSTOMERS: u32 = 4095;
@@ -169,10 +175,15 @@ pub struct Options {
     pub items: u32,
     /// Orders each district can take during the run (room for inserted rows).
     pub new_orders_per_district: u64,
+    /// HISTORY rows (Payments) each district can take during the run.
+    pub payments_per_district: u64,
     /// Percentage of NewOrder lines supplied by a remote warehouse (spec: 1).
     pub remote_item_pct: u32,
     /// Percentage of Payments by a customer of a remote warehouse (spec: 15).
     pub remote_payment_pct: u32,
+    /// Weights of the transaction types, in the order of [`TXN_TYPES`] ([`STANDARD_MIX`]
+    /// by default; e.g. `[0, 0, 0, 0, 1]` runs StockLevel alone, to profile one type).
+    pub mix: [u32; 5],
 }
 
 impl Default for Options {
@@ -183,8 +194,10 @@ impl Default for Options {
             customers_per_district: 300,
             items: 10_000,
             new_orders_per_district: 2_000,
+            payments_per_district: 2_000,
             remote_item_pct: 1,
             remote_payment_pct: 15,
+            mix: STANDARD_MIX,
         }
     }
 }
@@ -199,12 +212,28 @@ impl Options {
         }
     }
 
-    /// Room for the orders a run of about `txns` transactions may insert per district
-    /// (NewOrder is 45% of them), with a quarter to spare.
-    pub fn room_for(txns: u64, warehouses: u32) -> u64 {
-        let districts = u64::from(warehouses.max(1)) * u64::from(DISTRICTS);
-        let per = txns / 20 * 9 / districts;
-        (per + per / 4 + 500).min(MAX_ORDERS / 2)
+    /// Room per district for the orders and the HISTORY rows (NewOrders and Payments) a run
+    /// of `mix` may insert in the time the standard mix takes for about `txns` transactions,
+    /// with a quarter to spare. A mix of cheaper transactions runs more of them: each type is
+    /// weighed by its relative cost ([`RELATIVE_COST`]), so that e.g. Payments alone (four
+    /// times as many per second) still find room.
+    pub fn room_for(txns: u64, warehouses: u32, mix: &[u32; 5]) -> (u64, u64) {
+        let districts = u128::from(warehouses.max(1)) * u128::from(DISTRICTS);
+        let cost = |m: &[u32; 5]| -> u128 {
+            m.iter()
+                .zip(RELATIVE_COST)
+                .map(|(&w, c)| u128::from(w) * u128::from(c))
+                .sum::<u128>()
+                .max(1)
+        };
+        let standard: u128 = STANDARD_MIX.iter().map(|&w| u128::from(w)).sum();
+        // Inserts of type i: txns * (standard cost per txn / this mix's) * share of i.
+        let room = |w: u32| {
+            let n = u128::from(txns) * cost(&STANDARD_MIX) * u128::from(w) / (standard * cost(mix));
+            let per = (n / districts) as u64;
+            (per + per / 4 + 500).min(MAX_ORDERS / 2)
+        };
+        (room(mix[0]), room(mix[1]))
     }
 }
 
@@ -307,7 +336,8 @@ impl Tpcc {
                 o.items
             ));
         }
-        if o.new_orders_per_district + u64::from(o.customers_per_district) > MAX_ORDERS {
+        let most = o.new_orders_per_district.max(o.payments_per_district);
+        if most + u64::from(o.customers_per_district) > MAX_ORDERS {
             return bad(format!(
                 "tpcc: --new-orders-per-district must be below {}",
                 MAX_ORDERS - u64::from(o.customers_per_district)
@@ -315,6 +345,12 @@ impl Tpcc {
         }
         if o.remote_item_pct > 100 || o.remote_payment_pct > 100 {
             return bad("tpcc: remote percentages must be 0 to 100".into());
+        }
+        if o.mix.iter().all(|&w| w == 0) || o.mix.iter().any(|&w| w > 1_000_000) {
+            return bad(format!(
+                "tpcc: the mix's weights must be 0 to 1,000,000 and not all 0, got {:?}",
+                o.mix
+            ));
         }
         Ok(Tpcc { o })
     }
@@ -387,6 +423,7 @@ impl Workload for Tpcc {
         let dists = self.districts();
         let c = u64::from(self.o.customers_per_district);
         let orders = dists * (c + self.o.new_orders_per_district);
+        let histories = dists * (c + self.o.payments_per_district);
         let mut lines = crate::table(ORDER_LINE, "order_line", OL_BYTES, orders * 10);
         lines.overflow_fraction = lines.overflow_fraction.max(0.3);
         use crate::{table_with, NEVER_UPDATED};
@@ -413,7 +450,7 @@ impl Workload for Tpcc {
                 &[8, 8, 4, 4, 4, 4, 132, 500],
                 &[(20, 0.47), (520, 0.05), (12, 0.48)],
             ),
-            table_with(HISTORY, "history", H_BYTES, orders, &[], NEVER_UPDATED),
+            table_with(HISTORY, "history", H_BYTES, histories, &[], NEVER_UPDATED),
             crate::table(NEW_ORDER, "new_order", NO_BYTES, orders),
             table_with(
                 ORDER,
@@ -603,7 +640,7 @@ impl Workload for Tpcc {
     ) -> (usize, Result<(), Abort>) {
         let index = c.endpoint().id().index;
         let w = index % self.o.warehouses + 1;
-        let ty = pick(rng, &MIX);
+        let ty = pick(rng, &self.o.mix);
         let r = match ty {
             0 => self.new_order(c, rng, w).await,
             1 => self.payment(c, rng, w, index, tally).await,
@@ -1230,6 +1267,18 @@ mod tests {
         .unwrap_err()
         .to_string()
         .contains("--warehouses"));
-        assert!(Options::room_for(1_000_000, 2) > 25_000);
+        // 45% of a million in 20 districts, and a quarter more.
+        let (orders, payments) = Options::room_for(1_000_000, 2, &STANDARD_MIX);
+        assert_eq!(orders, 22_500 + 22_500 / 4 + 500);
+        assert_eq!(payments, 21_500 + 21_500 / 4 + 500);
+        // Payments alone run about 4 times as fast, and insert a HISTORY row each.
+        let (orders, payments) = Options::room_for(1_000_000, 2, &[0, 1, 0, 0, 0]);
+        assert_eq!(orders, 500);
+        assert!(payments > 4 * 50_000, "{payments}");
+        assert!(Tpcc::new(Options {
+            mix: [0; 5],
+            ..Options::default()
+        })
+        .is_err());
     }
 }

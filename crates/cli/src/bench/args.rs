@@ -24,8 +24,10 @@ pub struct WorkloadArgs {
     /// smallbank: percentage of transactions on hot accounts (FORD: 90).
     #[arg(long, help_heading = "SmallBank")]
     pub hot_pct: Option<u32>,
-    /// smallbank: `standard` (all six) or `transfer` (money-conserving only).
-    #[arg(long, help_heading = "SmallBank")]
+    /// smallbank: `standard` (all six) or `transfer` (money-conserving only). tpcc:
+    /// `standard` (45,43,4,4,4) or five weights for NewOrder, Payment, OrderStatus, Delivery
+    /// and StockLevel, e.g. `0,0,0,0,1` for StockLevel alone.
+    #[arg(long, help_heading = "SmallBank and TPC-C")]
     pub mix: Option<String>,
 
     /// kv: keys (FORD: 1,000,000).
@@ -55,7 +57,8 @@ pub struct WorkloadArgs {
     /// warehouse) instead of FORD's reduced ones (300, 10,000).
     #[arg(long, help_heading = "TPC-C")]
     pub spec_sizes: bool,
-    /// tpcc: orders each district can take during the run (the tables' room for inserts).
+    /// tpcc: orders (and HISTORY rows) each district can take during the run (the tables' room
+    /// for inserts; default: what the run needs at the rates FORD reaches on shm, for the mix).
     #[arg(long, help_heading = "TPC-C")]
     pub new_orders_per_district: Option<u64>,
 }

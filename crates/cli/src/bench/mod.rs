@@ -66,7 +66,6 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
         ("--accounts", a.accounts.is_some(), "smallbank"),
         ("--hot-accounts", a.hot_accounts.is_some(), "smallbank"),
         ("--hot-pct", a.hot_pct.is_some(), "smallbank"),
-        ("--mix", a.mix.is_some(), "smallbank"),
         ("--keys", a.keys.is_some(), "kv"),
         ("--value-size", a.value_size.is_some(), "kv"),
         ("--theta", a.theta.is_some(), "kv"),
@@ -86,6 +85,12 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             "unknown workload '{}' (valid: {})",
             a.workload,
             dtxn_workloads::NAMES.join(", ")
+        );
+    }
+    if a.mix.is_some() && !["smallbank", "tpcc"].contains(&a.workload.as_str()) {
+        bail!(
+            "--mix is an option of smallbank and tpcc, not of {}",
+            a.workload
         );
     }
     if let Some((flag, _, owner)) = given
@@ -140,13 +145,33 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             if let Some(w) = a.warehouses {
                 o.warehouses = w;
             }
-            o.new_orders_per_district = match a.new_orders_per_district {
-                Some(n) => n,
-                None => tpcc::Options::room_for(txns_hint, o.warehouses),
-            };
+            if let Some(m) = a.mix.as_deref() {
+                o.mix = tpcc_mix(m)?;
+            }
+            let (orders, payments) = tpcc::Options::room_for(txns_hint, o.warehouses, &o.mix);
+            o.new_orders_per_district = a.new_orders_per_district.unwrap_or(orders);
+            o.payments_per_district = a.new_orders_per_district.unwrap_or(payments);
             Chosen::Tpcc(tpcc::Tpcc::new(o)?)
         }
     })
+}
+
+/// `--mix` for TPC-C: `standard`, or one weight per transaction type.
+fn tpcc_mix(s: &str) -> Result<[u32; 5]> {
+    if s == "standard" {
+        return Ok(tpcc::STANDARD_MIX);
+    }
+    let bad = || {
+        anyhow::anyhow!(
+            "--mix {s}: a tpcc mix is `standard` or five weights for {} (e.g. 45,43,4,4,4)",
+            tpcc::TXN_TYPES.join(", ")
+        )
+    };
+    let w: Vec<u32> = s
+        .split(',')
+        .map(|x| x.trim().parse().map_err(|_| bad()))
+        .collect::<Result<_>>()?;
+    w.try_into().map_err(|_| bad())
 }
 
 /// A generous guess of the attempts a run makes: exact with --txns; with a duration, from
