@@ -307,8 +307,13 @@ impl<'c> Txn<'c> {
             .spare
             .take(t.value_size as usize, t.value_size as usize);
         // The image will hold the whole record: room for it now spares a reallocation when
-        // the record is read.
-        let image = self.c.spare.take(0, t.record_bytes as usize);
+        // the record is read. A read-only item keeps no image (one is taken if it is
+        // upgraded).
+        let image = if rw {
+            self.c.spare.take(0, t.record_bytes as usize)
+        } else {
+            Vec::new()
+        };
         self.push_item(Item {
             table: t.id,
             key,

@@ -189,6 +189,10 @@ async fn execute_rounds(
             let it = &mut tx.items[i];
             if a.for_update && !it.rw {
                 it.rw = true;
+                if it.image.capacity() == 0 {
+                    // Read-only items have no image buffer: it is re-read now, under the lock.
+                    it.image = tx.c.spare.take(0, table(&map, a.table).record_bytes as usize);
+                }
                 if let Some(off) = it.offset.filter(|_| it.exists) {
                     let v = it.version;
                     it.node = table(&map, a.table).primary();
