@@ -191,7 +191,8 @@ async fn execute_rounds(
                 it.rw = true;
                 if it.image.capacity() == 0 {
                     // Read-only items have no image buffer: it is re-read now, under the lock.
-                    it.image = tx.c.spare.take(0, table(&map, a.table).record_bytes as usize);
+                    let room = table(&map, a.table).record_bytes as usize;
+                    it.image = tx.c.spare.take(0, room);
                 }
                 if let Some(off) = it.offset.filter(|_| it.exists) {
                     let v = it.version;
