@@ -143,6 +143,38 @@ fn a_tpcc_mix_runs_only_the_types_it_weighs() {
 }
 
 #[test]
+fn tpcc_says_why_coordinators_crowding_few_warehouses_conflict() {
+    let run = |warehouses: &str| {
+        let o = dtxn(&[
+            "bench",
+            "--workload",
+            "tpcc",
+            "--backend",
+            "sim",
+            "--warehouses",
+            warehouses,
+            "--threads",
+            "4",
+            "--coroutines",
+            "2",
+            "--duration",
+            "5ms",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let note = "note: 8 coordinators share 1 warehouse(s)";
+    assert!(
+        run("1").contains(note),
+        "no note with 8 coordinators on 1 warehouse"
+    );
+    assert!(
+        !run("8").contains("coordinators share"),
+        "a note with a warehouse each"
+    );
+}
+
+#[test]
 fn tpcc_json_has_every_figure_for_each_transaction_type() {
     let v = json(&dtxn(&[
         "bench",

@@ -407,6 +407,15 @@ impl BenchReport {
                  --new-orders-per-district, or give the table more rows)"
             );
         }
+        if let Some(w) = self.crowded_warehouses() {
+            let _ = writeln!(
+                s,
+                "note: {} coordinators share {w} warehouse(s), and every Payment updates its \
+                 warehouse's row and every NewOrder its district's: most attempts conflict. \
+                 The spec gives each terminal a warehouse: --warehouses {} spreads them.",
+                self.config.coordinators, self.config.coordinators
+            );
+        }
         if let Some(n) = a.aborts.get("bad-request") {
             let _ = writeln!(
                 s,
@@ -426,6 +435,21 @@ impl BenchReport {
             }
         }
         s
+    }
+
+    /// TPC-C with more coordinators than warehouses, aborting most attempts on conflicts:
+    /// the warehouses, for a note that says why.
+    fn crowded_warehouses(&self) -> Option<u64> {
+        let w = self.config.workload_options["warehouses"].as_u64()?;
+        let a = &self.all;
+        let conflicts: u64 = ["lock-conflict", "validation"]
+            .iter()
+            .filter_map(|r| a.aborts.get(r))
+            .sum();
+        let crowded = self.config.workload == "tpcc"
+            && u64::from(self.config.coordinators) > w
+            && 2 * conflicts > a.attempts;
+        crowded.then_some(w)
     }
 
     /// CSV: a header, then one row per transaction type and `all`. `extra` columns (a
