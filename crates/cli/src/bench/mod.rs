@@ -156,19 +156,21 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
     })
 }
 
-/// `--mix` for TPC-C: `standard`, or one weight per transaction type.
+/// `--mix` for TPC-C: `standard`, or one weight per transaction type, separated by commas
+/// or slashes (`dtxn sweep --vary mix=45/43/4/4/4,1/0/0/0/0`: the sweep splits on commas).
 fn tpcc_mix(s: &str) -> Result<[u32; 5]> {
     if s == "standard" {
         return Ok(tpcc::STANDARD_MIX);
     }
     let bad = || {
         anyhow::anyhow!(
-            "--mix {s}: a tpcc mix is `standard` or five weights for {} (e.g. 45,43,4,4,4)",
+            "--mix {s}: a tpcc mix is `standard` or five weights for {} (e.g. 45,43,4,4,4 \
+             or 45/43/4/4/4)",
             tpcc::TXN_TYPES.join(", ")
         )
     };
     let w: Vec<u32> = s
-        .split(',')
+        .split([',', '/'])
         .map(|x| x.trim().parse().map_err(|_| bad()))
         .collect::<Result<_>>()?;
     w.try_into().map_err(|_| bad())
