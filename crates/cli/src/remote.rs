@@ -97,8 +97,9 @@ pub fn check_loaded(pool: &Pool, plan: &Plan, addrs: &[String], load_hint: &str)
             bail!(
                 "memory node {node} ({addr}) holds a pool loaded with other options (its \
                  catalog, log slices or node count differ): give every compute process the \
-                 loader's workload, --memory-nodes, --replicas, --compute-nodes, --threads and \
-                 --coroutines, or load it again: {load_hint}"
+                 loader's workload and its options (e.g. --warehouses, --mix), --memory-nodes, \
+                 --replicas, --compute-nodes, --threads and --coroutines, or load it again: \
+                 {load_hint}"
             );
         }
     }
