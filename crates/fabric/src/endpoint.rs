@@ -80,7 +80,8 @@ impl Endpoint {
     /// Measures from now on the wall time spent in the backend's `submit`
     /// ([`Stats::fabric_ns`]): on `shm` the time executing the verbs, which, against a
     /// transaction's latency, splits it into memory work and the protocol's own CPU work. Off
-    /// by default: it costs two clock reads per batch.
+    /// by default: it costs two clock reads per batch. Meant for `shm`: on `sim` it would put
+    /// wall time into otherwise deterministic counters, and on `ucx` `submit` only posts.
     pub fn time_fabric(&mut self, on: bool) {
         self.time_fabric = on;
     }

@@ -175,8 +175,11 @@ pub struct Options {
     pub items: u32,
     /// Orders each district can take during the run (room for inserted rows).
     pub new_orders_per_district: u64,
-    /// HISTORY rows (Payments) each district can take during the run.
-    pub payments_per_district: u64,
+    /// HISTORY rows (Payments) each district can take during the run; `None`: as many as
+    /// orders (what runs before this option had, so that their options still describe the
+    /// same pool).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payments_per_district: Option<u64>,
     /// Percentage of NewOrder lines supplied by a remote warehouse (spec: 1).
     pub remote_item_pct: u32,
     /// Percentage of Payments by a customer of a remote warehouse (spec: 15).
@@ -194,7 +197,7 @@ impl Default for Options {
             customers_per_district: 300,
             items: 10_000,
             new_orders_per_district: 2_000,
-            payments_per_district: 2_000,
+            payments_per_district: None,
             remote_item_pct: 1,
             remote_payment_pct: 15,
             mix: STANDARD_MIX,
@@ -212,13 +215,21 @@ impl Options {
         }
     }
 
-    /// Room per district for the orders and the HISTORY rows (NewOrders and Payments) a run
-    /// of `mix` may insert in the time the standard mix takes for about `txns` transactions,
-    /// with a quarter to spare. A mix of cheaper transactions runs more of them: each type is
-    /// weighed by its relative cost ([`RELATIVE_COST`]), so that e.g. Payments alone (four
-    /// times as many per second) still find room.
+    /// HISTORY rows each district can take.
+    pub fn payments(&self) -> u64 {
+        self.payments_per_district
+            .unwrap_or(self.new_orders_per_district)
+    }
+
+    /// Room per district for the orders and the HISTORY rows (NewOrders and Payments) that
+    /// `txns` transactions of `mix` insert, with a quarter to spare. `txns` may be a guess of
+    /// how many transactions of the standard mix a run's duration holds: a mix of cheaper
+    /// transactions runs more of them in that time, so the count is scaled up by how much
+    /// cheaper it is ([`RELATIVE_COST`]; Payments alone run four times as many per second),
+    /// and never down (with `--txns` the count is exact, whatever the mix costs).
     pub fn room_for(txns: u64, warehouses: u32, mix: &[u32; 5]) -> (u64, u64) {
         let districts = u128::from(warehouses.max(1)) * u128::from(DISTRICTS);
+        let sum = |m: &[u32; 5]| m.iter().map(|&w| u128::from(w)).sum::<u128>().max(1);
         let cost = |m: &[u32; 5]| -> u128 {
             m.iter()
                 .zip(RELATIVE_COST)
@@ -226,10 +237,17 @@ impl Options {
                 .sum::<u128>()
                 .max(1)
         };
-        let standard: u128 = STANDARD_MIX.iter().map(|&w| u128::from(w)).sum();
-        // Inserts of type i: txns * (standard cost per txn / this mix's) * share of i.
+        // Per transaction the standard mix costs cost(S) / sum(S), this one cost(m) / sum(m):
+        // the speed-up is their ratio, up / down, when above 1.
+        let up = cost(&STANDARD_MIX) * sum(mix);
+        let down = sum(&STANDARD_MIX) * cost(mix);
         let room = |w: u32| {
-            let n = u128::from(txns) * cost(&STANDARD_MIX) * u128::from(w) / (standard * cost(mix));
+            let share = u128::from(txns) * u128::from(w);
+            let n = if up > down {
+                share * up / (sum(mix) * down)
+            } else {
+                share / sum(mix)
+            };
             let per = (n / districts) as u64;
             (per + per / 4 + 500).min(MAX_ORDERS / 2)
         };
@@ -336,10 +354,11 @@ impl Tpcc {
                 o.items
             ));
         }
-        let most = o.new_orders_per_district.max(o.payments_per_district);
+        let most = o.new_orders_per_district.max(o.payments());
         if most + u64::from(o.customers_per_district) > MAX_ORDERS {
             return bad(format!(
-                "tpcc: --new-orders-per-district must be below {}",
+                "tpcc: the orders and payments per district (--new-orders-per-district) must \
+                 be below {}",
                 MAX_ORDERS - u64::from(o.customers_per_district)
             ));
         }
@@ -423,7 +442,7 @@ impl Workload for Tpcc {
         let dists = self.districts();
         let c = u64::from(self.o.customers_per_district);
         let orders = dists * (c + self.o.new_orders_per_district);
-        let histories = dists * (c + self.o.payments_per_district);
+        let histories = dists * (c + self.o.payments());
         let mut lines = crate::table(ORDER_LINE, "order_line", OL_BYTES, orders * 10);
         lines.overflow_fraction = lines.overflow_fraction.max(0.3);
         use crate::{table_with, NEVER_UPDATED};
@@ -1275,6 +1294,19 @@ mod tests {
         let (orders, payments) = Options::room_for(1_000_000, 2, &[0, 1, 0, 0, 0]);
         assert_eq!(orders, 500);
         assert!(payments > 4 * 50_000, "{payments}");
+        // A dearer mix runs fewer per second, but --txns counts them exactly: never less
+        // room than its share of the count (half of a million, in 20 districts).
+        let (orders, payments) = Options::room_for(1_000_000, 2, &[1, 0, 0, 0, 1]);
+        assert_eq!(orders, 25_000 + 25_000 / 4 + 500);
+        assert_eq!(payments, 500);
+        // Options from before `payments_per_district` describe the same tables as then.
+        let old: Options = serde_json::from_str(
+            r#"{"customers_per_district":300,"items":10000,"new_orders_per_district":3593,
+                "remote_item_pct":1,"remote_payment_pct":15,"warehouses":2}"#,
+        )
+        .unwrap();
+        assert_eq!(old.payments(), 3593);
+        assert_eq!(old.mix, STANDARD_MIX);
         assert!(Tpcc::new(Options {
             mix: [0; 5],
             ..Options::default()

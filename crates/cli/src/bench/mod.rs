@@ -150,7 +150,8 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             }
             let (orders, payments) = tpcc::Options::room_for(txns_hint, o.warehouses, &o.mix);
             o.new_orders_per_district = a.new_orders_per_district.unwrap_or(orders);
-            o.payments_per_district = a.new_orders_per_district.unwrap_or(payments);
+            // Given, the room is the same for both (as it was before there were two).
+            o.payments_per_district = a.new_orders_per_district.map_or(Some(payments), |_| None);
             Chosen::Tpcc(tpcc::Tpcc::new(o)?)
         }
     })
