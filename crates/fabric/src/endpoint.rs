@@ -86,14 +86,14 @@ impl Endpoint {
         self.time_fabric = on;
     }
 
-    /// The backend's `submit` of the batch, timed if asked ([`Self::time_fabric`]).
-    fn submit(&mut self, detached: bool, background: bool) -> Result<(), FabricError> {
+    /// `submit` (one of the backend's submits of the batch), timed if asked
+    /// ([`Self::time_fabric`]).
+    fn timed(
+        &mut self,
+        submit: impl FnOnce(&mut dyn Fabric, &mut Batch) -> Result<(), FabricError>,
+    ) -> Result<(), FabricError> {
         let start = self.time_fabric.then(std::time::Instant::now);
-        let r = if background {
-            self.fabric.submit_background(&mut self.batch)
-        } else {
-            self.fabric.submit(&mut self.batch, detached)
-        };
+        let r = submit(&mut *self.fabric, &mut self.batch);
         if let Some(start) = start {
             let mut s = self.stats.get();
             s.fabric_ns += start.elapsed().as_nanos() as u64;
@@ -317,7 +317,7 @@ impl Endpoint {
             Err(None)
         } else {
             self.count(true);
-            match self.submit(false, false) {
+            match self.timed(|f, b| f.submit(b, false)) {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     self.completed = true;
@@ -343,7 +343,7 @@ impl Endpoint {
             return Ok(());
         }
         self.count(false);
-        let r = self.submit(true, false);
+        let r = self.timed(|f, b| f.submit(b, true));
         self.batch.clear();
         r
     }
@@ -370,7 +370,7 @@ impl Endpoint {
             ));
         }
         self.count(false);
-        let r = self.submit(true, true);
+        let r = self.timed(|f, b| f.submit_background(b));
         self.batch.clear();
         self.background = r.is_ok();
         r

@@ -238,16 +238,12 @@ impl Options {
                 .max(1)
         };
         // Per transaction the standard mix costs cost(S) / sum(S), this one cost(m) / sum(m):
-        // the speed-up is their ratio, up / down, when above 1.
+        // the speed-up is their ratio, up / down, counted only when above 1.
         let up = cost(&STANDARD_MIX) * sum(mix);
         let down = sum(&STANDARD_MIX) * cost(mix);
         let room = |w: u32| {
             let share = u128::from(txns) * u128::from(w);
-            let n = if up > down {
-                share * up / (sum(mix) * down)
-            } else {
-                share / sum(mix)
-            };
+            let n = share * up.max(down) / (sum(mix) * down);
             let per = (n / districts) as u64;
             (per + per / 4 + 500).min(MAX_ORDERS / 2)
         };

@@ -62,22 +62,24 @@ impl Chosen {
 /// `txns_hint`: about how many transactions the run will attempt (tables that grow are sized
 /// for it).
 pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
-    let given: Vec<(&str, bool, &str)> = vec![
-        ("--accounts", a.accounts.is_some(), "smallbank"),
-        ("--hot-accounts", a.hot_accounts.is_some(), "smallbank"),
-        ("--hot-pct", a.hot_pct.is_some(), "smallbank"),
-        ("--keys", a.keys.is_some(), "kv"),
-        ("--value-size", a.value_size.is_some(), "kv"),
-        ("--theta", a.theta.is_some(), "kv"),
-        ("--read-only-pct", a.read_only_pct.is_some(), "kv"),
-        ("--items", a.items.is_some(), "kv"),
-        ("--subscribers", a.subscribers.is_some(), "tatp"),
-        ("--warehouses", a.warehouses.is_some(), "tpcc"),
-        ("--spec-sizes", a.spec_sizes, "tpcc"),
+    // (flag, given, the workloads it belongs to)
+    let given: Vec<(&str, bool, &[&str])> = vec![
+        ("--accounts", a.accounts.is_some(), &["smallbank"]),
+        ("--hot-accounts", a.hot_accounts.is_some(), &["smallbank"]),
+        ("--hot-pct", a.hot_pct.is_some(), &["smallbank"]),
+        ("--mix", a.mix.is_some(), &["smallbank", "tpcc"]),
+        ("--keys", a.keys.is_some(), &["kv"]),
+        ("--value-size", a.value_size.is_some(), &["kv"]),
+        ("--theta", a.theta.is_some(), &["kv"]),
+        ("--read-only-pct", a.read_only_pct.is_some(), &["kv"]),
+        ("--items", a.items.is_some(), &["kv"]),
+        ("--subscribers", a.subscribers.is_some(), &["tatp"]),
+        ("--warehouses", a.warehouses.is_some(), &["tpcc"]),
+        ("--spec-sizes", a.spec_sizes, &["tpcc"]),
         (
             "--new-orders-per-district",
             a.new_orders_per_district.is_some(),
-            "tpcc",
+            &["tpcc"],
         ),
     ];
     if !dtxn_workloads::NAMES.contains(&a.workload.as_str()) {
@@ -87,17 +89,15 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             dtxn_workloads::NAMES.join(", ")
         );
     }
-    if a.mix.is_some() && !["smallbank", "tpcc"].contains(&a.workload.as_str()) {
+    if let Some((flag, _, owners)) = given
+        .iter()
+        .find(|(_, set, owners)| *set && !owners.contains(&a.workload.as_str()))
+    {
         bail!(
-            "--mix is an option of smallbank and tpcc, not of {}",
+            "{flag} is an option of {}, not of {}",
+            owners.join(" and "),
             a.workload
         );
-    }
-    if let Some((flag, _, owner)) = given
-        .iter()
-        .find(|(_, set, owner)| *set && *owner != a.workload)
-    {
-        bail!("{flag} is an option of {owner}, not of {}", a.workload);
     }
     Ok(match a.workload.as_str() {
         "smallbank" => {
