@@ -195,6 +195,8 @@ pub struct RunOutput<T> {
     pub wall_ns: u64,
     /// Attempts of all coordinators, warm-up included (what the simulator computed).
     pub attempts_all: u64,
+    /// `sim`: the hash of every executed op (same seed and configuration, same hash).
+    pub trace_hash: Option<u64>,
 }
 
 /// What a coordinator hands back.
@@ -346,7 +348,7 @@ pub fn run<W: Workload>(
 ) -> anyhow::Result<RunOutput<W::Tally>> {
     let types = w.txn_types().len();
     let started = Instant::now();
-    let (outs, virtual_time) = match pool {
+    let (outs, virtual_time, trace_hash) = match pool {
         Pool::Sim(sim) => {
             // One OS thread: coordinators share the collector and the configuration.
             let sink = Rc::new(RefCell::new(Collector::new(types)));
@@ -367,7 +369,7 @@ pub fn run<W: Workload>(
             if let Some(first) = outs.first_mut() {
                 first.collector = Some(sink.borrow().clone());
             }
-            (outs, true)
+            (outs, true, Some(r.trace_hash))
         }
         // shm (and ucx): real threads, so each coordinator has its own collector.
         other => {
@@ -385,7 +387,7 @@ pub fn run<W: Workload>(
                 }
             })?;
             let virtual_time = r.virtual_time;
-            (collect(r.outputs)?, virtual_time)
+            (collect(r.outputs)?, virtual_time, None)
         }
     };
     let wall_ns = started.elapsed().as_nanos() as u64;
@@ -405,6 +407,7 @@ pub fn run<W: Workload>(
         virtual_time,
         wall_ns,
         attempts_all,
+        trace_hash,
     })
 }
 

@@ -197,6 +197,10 @@ pub struct SimCost {
     pub txns: u64,
     pub wall_s: f64,
     pub txns_per_wall_s: f64,
+    /// The hash of every op the simulator executed (time, coordinator, node, kind, address,
+    /// data): the same seed and configuration give the same hash, so two builds can be
+    /// compared run for run.
+    pub trace_hash: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -251,6 +255,7 @@ impl BenchReport {
                 } else {
                     0.0
                 },
+                trace_hash: format!("{:016x}", out.trace_hash.unwrap_or(0)),
             }),
         }
     }
