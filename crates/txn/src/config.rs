@@ -1,50 +1,7 @@
 //! Protocol choice and switches, all at run time.
 
+pub use crate::registry::Protocol;
 use serde::{Deserialize, Serialize};
-
-/// The concurrency-control protocols, chosen by name (`--protocol`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// FORD (FAST'22, TOS'23): OCC with hitchhiked locking and coalescent commit.
-    Ford,
-    /// FaRM (SOSP'15), as FORD's paper re-implemented it on disaggregated memory.
-    Farm,
-    /// DrTM+H (OSDI'18), as FORD's paper re-implemented it on disaggregated memory.
-    Drtmh,
-    /// Motor (OSDI'24): multi-versioning with consecutive version tuples. Needs the pool laid
-    /// out with multi-version tables.
-    Motor,
-}
-
-impl Protocol {
-    pub const NAMES: [&'static str; 4] = ["ford", "farm", "drtmh", "motor"];
-
-    pub fn from_name(name: &str) -> Option<Protocol> {
-        match name {
-            "ford" => Some(Protocol::Ford),
-            "farm" => Some(Protocol::Farm),
-            "drtmh" => Some(Protocol::Drtmh),
-            "motor" => Some(Protocol::Motor),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Ford => "ford",
-            Protocol::Farm => "farm",
-            Protocol::Drtmh => "drtmh",
-            Protocol::Motor => "motor",
-        }
-    }
-
-    /// Whether the protocol keeps several versions per record (the pool's tables must be laid
-    /// out as multi-version CVTs).
-    pub fn multi_version(self) -> bool {
-        self == Protocol::Motor
-    }
-}
 
 /// Isolation of a multi-version protocol (`--isolation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

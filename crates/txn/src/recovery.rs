@@ -26,7 +26,7 @@
 //! timestamp once installed; a lock released means installed everywhere, so nothing else is
 //! touched).
 
-use crate::protocols::ford::INVISIBLE;
+use crate::mechanisms::INVISIBLE;
 use crate::protocols::motor::COMMITTING;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};

@@ -1,0 +1,289 @@
+//! Execution's reads of single-version records: each item's record READ at its cached
+//! address (its per-line stamps checked: a torn READ is read again), or its bucket chain
+//! walked when the address is not cached; for a read-write item with *hitchhiked locking*,
+//! CAS(lock) + READ(record) on the primary in one doorbell batch (the CAS executes first,
+//! G6, so the READ sees the record under the lock).
+
+use super::lock::give_back_after_failure;
+use super::{abort, next_bucket, table, INVISIBLE};
+use crate::abort::{Abort, AbortReason};
+use crate::item::Access;
+use crate::protocol::Protocol;
+use crate::tx::Tx;
+use crate::txn::TxKind;
+use dtxn_fabric::{NodeId, OpId};
+use dtxn_store::cache::{check_slot, SlotCheck};
+
+/// What an execution round does for one item.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// READ the record at this offset, with CAS(lock) first if `lock`.
+    Record { off: u64, lock: bool },
+    /// READ a bucket of the item's chain, reached after `hops` overflow links.
+    Bucket { at: u64, hops: u64 },
+}
+
+/// What [`records`] keeps across calls (given back after an abort too).
+#[derive(Debug, Default)]
+pub(crate) struct ExecuteScratch {
+    /// Execution rounds: (item, stage, version it must still have).
+    work: Vec<(usize, Stage, Option<u64>)>,
+    next: Vec<(usize, Stage, Option<u64>)>,
+    /// Execution rounds: each item's (CAS, READ).
+    ids: Vec<(Option<OpId>, OpId)>,
+}
+
+/// Fetches `accesses` (new items, or read items now wanted for update) into the
+/// transaction's items, a round per batch of READs: read-write items with their lock taken
+/// at once if `hitchhike` (and their address cached), else locked at commit (`cold`).
+pub(crate) async fn records<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    accesses: &[Access],
+    hitchhike: bool,
+) -> Result<(), Abort> {
+    let mut s = std::mem::take(&mut tx.c.mech.execute);
+    let r = rounds(tx, accesses, hitchhike, &mut s).await;
+    tx.c.mech.execute = s;
+    r
+}
+
+/// [`records`]' rounds, with their vectors from the coordinator's scratch.
+async fn rounds<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    accesses: &[Access],
+    hitchhike: bool,
+    s: &mut ExecuteScratch,
+) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
+    // (item, stage, version it must still have: an upgraded read-only item)
+    let ExecuteScratch { work, next, ids } = s;
+    work.clear();
+    if accesses.len() > 1 {
+        for a in accesses {
+            tx.c.cache.prefetch(a.table, a.key);
+        }
+    }
+    for a in accesses {
+        let bad = Abort {
+            reason: AbortReason::BadRequest,
+            table: a.table,
+            key: a.key,
+        };
+        if a.for_update && tx.kind == TxKind::ReadOnly {
+            return Err(bad);
+        }
+        if let Some(i) = tx.find(a.table, a.key) {
+            let it = &mut tx.items[i];
+            if a.for_update && !it.rw {
+                it.rw = true;
+                if it.image.capacity() == 0 {
+                    // Read-only items have no image buffer: it is re-read now, under the lock.
+                    let room = table(&map, a.table).record_bytes as usize;
+                    it.image = tx.c.spare.take(0, room);
+                }
+                if let Some(off) = it.offset.filter(|_| it.exists) {
+                    let v = it.version;
+                    it.node = table(&map, a.table).primary();
+                    work.push((i, Stage::Record { off, lock: true }, Some(v)));
+                }
+            }
+            continue;
+        }
+        let Ok(t) = map.table(a.table) else {
+            return Err(bad);
+        };
+        let node = if !a.for_update && tx.c.cfg.ford.backup_reads && t.replicas.len() > 1 {
+            t.replicas[1]
+        } else {
+            t.primary()
+        };
+        let stage = match tx.c.cache.get(a.table, a.key) {
+            Some(off) => Stage::Record {
+                off,
+                lock: a.for_update && hitchhike,
+            },
+            None => Stage::Bucket {
+                at: t.home_bucket(a.key),
+                hops: 0,
+            },
+        };
+        let i = tx.push_new_item(t, a.key, a.for_update, node);
+        work.push((i, stage, None));
+    }
+    let mut rereads = 0;
+    while !work.is_empty() {
+        ids.clear();
+        for &(i, stage, _) in work.iter() {
+            let it = &tx.items[i];
+            let t = table(&map, it.table);
+            let ep = &mut tx.c.ep;
+            ids.push(match stage {
+                Stage::Record { off, lock: true } => {
+                    let c = ep.cas(t.primary(), off, 0, tx.c.owner);
+                    (Some(c), ep.read(t.primary(), off, t.record_bytes as usize))
+                }
+                Stage::Record { off, lock: false } => {
+                    (None, ep.read(it.node, off, t.record_bytes as usize))
+                }
+                Stage::Bucket { at, .. } => (None, ep.read(it.node, at, t.bucket_bytes as usize)),
+            });
+        }
+        if tx.c.ep.post().await.is_err() {
+            let first = abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]);
+            let cased: Vec<(NodeId, u64)> = work
+                .iter()
+                .filter_map(|&(i, stage, _)| match stage {
+                    Stage::Record { off, lock: true } => {
+                        Some((table(&map, tx.items[i].table).primary(), off))
+                    }
+                    _ => None,
+                })
+                .collect();
+            give_back_after_failure(tx, &cased).await;
+            return Err(first);
+        }
+        next.clear();
+        let mut again = false;
+        // Every completion of the round is looked at before an abort is reported, so that no
+        // lock won in this round goes unrecorded (and unreleased).
+        let mut failed = None;
+        let mut give_back: Vec<(NodeId, u64)> = Vec::new();
+        for (&(i, stage, expect), &(cas, read)) in work.iter().zip(ids.iter()) {
+            let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
+            let t = table(&map, table_id);
+            let codec = t.codec();
+            match stage {
+                Stage::Record { off, lock } => {
+                    if let Some(c) = cas {
+                        if !tx.c.ep.cas_ok(c) {
+                            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+                            continue;
+                        }
+                        tx.items[i].locked = true;
+                        tx.items[i].offset = Some(off);
+                    }
+                    let it = &mut tx.items[i];
+                    let bytes = tx.c.ep.bytes(read);
+                    let decoded = if trust_inv {
+                        Ok(codec.decode_unchecked(bytes, &mut it.value))
+                    } else {
+                        codec.decode(bytes, &mut it.value)
+                    };
+                    let Ok(h) = decoded else {
+                        next.push((i, Stage::Record { off, lock: false }, expect));
+                        again = true;
+                        continue;
+                    };
+                    if check_slot(&h, table_id, key) == SlotCheck::Stale {
+                        // The slot was freed or reused: drop the address, give back a lock
+                        // taken through it, and find the record through its bucket.
+                        tx.c.cache.invalidate(table_id, key);
+                        if lock {
+                            give_back.push((t.primary(), off));
+                            it.locked = false;
+                            it.offset = None;
+                        }
+                        let home = Stage::Bucket {
+                            at: t.home_bucket(key),
+                            hops: 0,
+                        };
+                        next.push((i, home, expect));
+                        continue;
+                    }
+                    if !it.locked && h.lock & INVISIBLE != 0 {
+                        next.push((i, Stage::Record { off, lock: false }, expect));
+                        again = true;
+                        continue;
+                    }
+                    if expect.is_some_and(|v| v != h.version) {
+                        failed.get_or_insert(abort(AbortReason::Validation, it));
+                        continue;
+                    }
+                    it.exists = true;
+                    it.version = h.version;
+                    it.offset = Some(off);
+                    // The undo image, for items that may be written (a read-only item that
+                    // is upgraded later is read again, under its lock).
+                    it.image.clear();
+                    if rw {
+                        it.image.extend_from_slice(bytes);
+                    }
+                    // An item read for update without its lock (hitchhiking off) is locked at
+                    // validation.
+                    it.cold = rw && !it.locked;
+                    if it.locked {
+                        if let Some(v) = &tx.c.vcache {
+                            v.lock(table_id, key, h.version, tx.c.owner);
+                        }
+                    }
+                }
+                Stage::Bucket { at: b, mut hops } => {
+                    let bytes = tx.c.ep.bytes(read);
+                    let scan = t.scan(b, bytes, key);
+                    let it = &mut tx.items[i];
+                    if b == t.home_bucket(key) {
+                        it.version = 0;
+                    }
+                    // The key's tombstone may be in any bucket of the chain: the greatest seen
+                    // is the version a read of the absent key observes.
+                    if let Some((slot, _)) = scan.tombstone {
+                        let v = codec.header(t.slot_bytes(bytes, slot)).version;
+                        it.version = it.version.max(v);
+                    }
+                    if let Some((slot, off)) = scan.found {
+                        tx.c.cache.insert(table_id, key, off);
+                        let rec = t.slot_bytes(bytes, slot);
+                        let decoded = if trust_inv {
+                            Ok(codec.decode_unchecked(rec, &mut it.value))
+                        } else {
+                            codec.decode(rec, &mut it.value)
+                        };
+                        match decoded {
+                            Ok(h) if h.lock & INVISIBLE == 0 => {
+                                it.exists = true;
+                                it.version = h.version;
+                                it.offset = Some(off);
+                                it.image.clear();
+                                if rw {
+                                    it.image.extend_from_slice(rec);
+                                }
+                                it.cold = rw;
+                            }
+                            _ => {
+                                next.push((i, Stage::Record { off, lock: false }, expect));
+                                again = true;
+                            }
+                        }
+                    } else {
+                        match next_bucket(t, scan.next, &mut hops) {
+                            Ok(Some(at)) => next.push((i, Stage::Bucket { at, hops }, expect)),
+                            Ok(None) => it.exists = false,
+                            Err(()) => {
+                                failed.get_or_insert(abort(AbortReason::CorruptChain, it));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if !give_back.is_empty() {
+            for (n, off) in give_back {
+                tx.c.ep.write(n, off, &0u64.to_le_bytes());
+            }
+            let _ = tx.c.ep.post_detached();
+        }
+        if let Some(a) = failed {
+            return Err(a);
+        }
+        if again {
+            rereads += 1;
+            if rereads > tx.c.cfg.reread_limit {
+                let (i, _, _) = next[0];
+                return Err(abort(AbortReason::Invisible, &tx.items[i]));
+            }
+        }
+        std::mem::swap(work, next);
+    }
+    Ok(())
+}

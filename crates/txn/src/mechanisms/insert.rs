@@ -1,0 +1,332 @@
+//! Inserts into single-version tables: the key's chain locked, the key found absent, a free
+//! slot chosen (a new overflow bucket chained when there is none).
+
+use super::{abort, next_bucket, table};
+use crate::abort::{Abort, AbortReason};
+use crate::item::NewValue;
+use crate::mechanisms::lock::give_back_after_failure;
+use crate::mechanisms::undo::log_undo;
+use crate::protocol::{Protocol, Row};
+use crate::tx::Tx;
+use crate::txn::TxKind;
+use dtxn_fabric::{NodeId, OpId};
+
+/// What [`insert`] keeps across calls (given back after an abort too, with the free slots'
+/// images, which are pool buffers).
+#[derive(Debug, Default)]
+pub(crate) struct InsertScratch {
+    /// The items to place, in row order.
+    todo: Vec<usize>,
+    /// One walk per item to place, and the READ of the bucket it is at.
+    walks: Vec<Walk>,
+    reads: Vec<OpId>,
+    /// The chain locks to take, as (item, node, address, CAS).
+    cas: Vec<(usize, NodeId, u64, OpId)>,
+    /// The slots the transaction's items occupy already.
+    taken: Vec<u64>,
+    /// Per walk: how many rows share its chain.
+    sharing: Vec<usize>,
+    /// Free slots found, as (walk, slot, the slot's image in a buffer from the pool).
+    free: Vec<(usize, u64, Vec<u8>)>,
+    /// The slots given to rows so far.
+    placed: Vec<u64>,
+    /// Overflow buckets chained by this call: (chain, bucket, its next unused slot).
+    fresh: Vec<((NodeId, u64), u64, u32)>,
+}
+
+/// Inserts, any number in one batch: lock each key's chain (CAS on the home bucket's insert
+/// lock + READ of the bucket, G6; one CAS per chain, and none for a chain whose lock we hold
+/// already), every chain in the same doorbell batch; make sure each key is absent (walking
+/// the chains' overflow buckets together, a round per bucket); pick a free slot for each
+/// (chaining a new overflow bucket if a chain has none), and lock the slots with the other
+/// cold items at commit. Holding the chain lock until release keeps every other insert of
+/// the chain out, so a key is never placed twice, and lets readers validate absence.
+///
+/// So `n` inserts into chains without overflow cost one round trip, not `n`. Any failure
+/// aborts the whole transaction (as the same inserts made one at a time would).
+pub(crate) async fn insert<P: Protocol>(tx: &mut Tx<'_, P>, rows: &[Row<'_>]) -> Result<(), Abort> {
+    let mut s = std::mem::take(&mut tx.c.mech.insert);
+    let r = insert_rows(tx, rows, &mut s).await;
+    // The images of the free slots no row took (or all of them, after an abort) go back to
+    // the pool: dropped, each would cost a later item an allocation.
+    for w in s.walks.drain(..) {
+        if let Some((_, image)) = w.own {
+            tx.c.spare.give(image);
+        }
+    }
+    for (_, _, image) in s.free.drain(..) {
+        tx.c.spare.give(image);
+    }
+    tx.c.mech.insert = s;
+    r
+}
+
+/// [`insert`], with its vectors from the coordinator's scratch.
+async fn insert_rows<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    rows: &[Row<'_>],
+    s: &mut InsertScratch,
+) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let InsertScratch {
+        todo,
+        walks,
+        reads,
+        cas,
+        taken,
+        sharing,
+        free,
+        placed,
+        fresh,
+    } = s;
+    // The items to place, in row order.
+    todo.clear();
+    for &(table_id, key, value) in rows {
+        let bad = |reason| Abort {
+            reason,
+            table: table_id,
+            key,
+        };
+        if tx.kind == TxKind::ReadOnly {
+            return Err(bad(AbortReason::BadRequest));
+        }
+        let Ok(t) = map.table(table_id) else {
+            return Err(bad(AbortReason::BadRequest));
+        };
+        if value.len() != t.value_size as usize {
+            return Err(bad(AbortReason::BadRequest));
+        }
+        let i = match tx.find(table_id, key) {
+            Some(i) => {
+                let it = &mut tx.items[i];
+                match (&it.new, it.exists) {
+                    (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
+                        return Err(bad(AbortReason::Exists))
+                    }
+                    (NewValue::Delete, true) => {
+                        // Deleted, then inserted again by the same transaction: an update.
+                        it.value.copy_from_slice(value);
+                        it.new = NewValue::Update;
+                        continue;
+                    }
+                    // The same key twice in this batch.
+                    _ if todo.contains(&i) => return Err(bad(AbortReason::Exists)),
+                    _ => {
+                        it.rw = true;
+                        i
+                    }
+                }
+            }
+            None => tx.push_new_item(t, key, true, t.primary()),
+        };
+        // Placed or not, the transaction aborts if this call fails: the value may go in now.
+        tx.items[i].value.copy_from_slice(value);
+        todo.push(i);
+    }
+    if todo.is_empty() {
+        return Ok(());
+    }
+
+    // Lock every chain not yet ours and read every home bucket, in one batch.
+    let owner = tx.c.owner;
+    walks.clear();
+    cas.clear();
+    reads.clear();
+    free.clear();
+    for &i in todo.iter() {
+        let it = &tx.items[i];
+        let t = table(&map, it.table);
+        let (primary, home) = (t.primary(), t.home_bucket(it.key));
+        let lock = (primary, t.insert_lock(home));
+        let held = tx.items.iter().any(|o| o.chain_lock == Some(lock))
+            || cas.iter().any(|&(_, n, a, _)| (n, a) == lock);
+        if !held {
+            cas.push((i, lock.0, lock.1, tx.c.ep.cas(lock.0, lock.1, 0, owner)));
+        }
+        reads.push(tx.c.ep.read(primary, home, t.bucket_bytes as usize));
+        walks.push(Walk {
+            item: i,
+            chain: lock,
+            bucket: home,
+            hops: 0,
+            tombstone: 0,
+            own: None,
+            free: 0,
+            end: None,
+        });
+    }
+    if tx.c.ep.post().await.is_err() {
+        let chains: Vec<(NodeId, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a)).collect();
+        give_back_after_failure(tx, &chains).await;
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[todo[0]]));
+    }
+    let mut failed = None;
+    for &(i, n, a, c) in cas.iter() {
+        if tx.c.ep.cas_ok(c) {
+            tx.items[i].chain_lock = Some((n, a));
+        } else {
+            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+        }
+    }
+    if let Some(a) = failed {
+        return Err(a);
+    }
+
+    // Walk the chains: look for the key, its tombstones, and free slots. A chain shared by
+    // several rows keeps as many free slots as rows (the rows place themselves one by one).
+    taken.clear();
+    taken.extend(tx.items.iter().filter_map(|o| o.offset));
+    sharing.clear();
+    sharing.extend(
+        walks
+            .iter()
+            .map(|w| walks.iter().filter(|o| o.chain == w.chain).count()),
+    );
+    loop {
+        let mut more = false;
+        for (k, w) in walks.iter_mut().enumerate() {
+            if w.end.is_some() {
+                continue;
+            }
+            let it = &tx.items[w.item];
+            let t = table(&map, it.table);
+            let codec = t.codec();
+            let (table_id, key) = (it.table, it.key);
+            let bytes = tx.c.ep.bytes(reads[k]);
+            let scan = t.scan(w.bucket, bytes, key);
+            if scan.found.is_some() {
+                return Err(abort(AbortReason::Exists, it));
+            }
+            if let Some((slot, _)) = scan.tombstone {
+                let v = codec.header(t.slot_bytes(bytes, slot)).version;
+                w.tombstone = w.tombstone.max(v);
+            }
+            // A free slot is one never used, or our key's own tombstone: another key's
+            // tombstone stays, because it carries that key's last version (a later insert of
+            // it must install above, and reads of it absent report it).
+            for s in 0..t.slots_per_bucket {
+                let off = t.slot(w.bucket, s);
+                let rec = t.slot_bytes(bytes, s);
+                let h = codec.header(rec);
+                let own = h.key == key && h.table == table_id;
+                if h.valid || !(h.version == 0 || own) || taken.contains(&off) {
+                    continue;
+                }
+                // The slot's image (the insert's undo image), in a buffer from the pool.
+                if own {
+                    w.own = Some((off, tx.c.spare.take_copy(rec)));
+                } else if w.free < sharing[k] {
+                    w.free += 1;
+                    free.push((k, off, tx.c.spare.take_copy(rec)));
+                }
+            }
+            match next_bucket(t, scan.next, &mut w.hops) {
+                Err(()) => return Err(abort(AbortReason::CorruptChain, it)),
+                Ok(Some(n)) => {
+                    w.bucket = n;
+                    more = true;
+                }
+                Ok(None) => w.end = Some(w.bucket),
+            }
+        }
+        if !more {
+            break;
+        }
+        for (k, w) in walks.iter().enumerate() {
+            if w.end.is_none() {
+                let t = table(&map, tx.items[w.item].table);
+                reads[k] = tx.c.ep.read(w.chain.0, w.bucket, t.bucket_bytes as usize);
+            }
+        }
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[todo[0]]));
+        }
+    }
+
+    // Place the rows, one by one.
+    placed.clear();
+    fresh.clear();
+    for (k, w) in walks.iter_mut().enumerate() {
+        let t = table(&map, tx.items[w.item].table);
+        let pick = w.own.take().or_else(|| {
+            free.iter_mut()
+                .find(|(j, off, _)| *j == k && !placed.contains(off))
+                .map(|(_, off, image)| (*off, std::mem::take(image)))
+        });
+        let (slot, image) = match pick {
+            Some(p) => p,
+            None => {
+                let f = fresh.iter_mut().find(|f| f.0 == w.chain);
+                let slot = match f {
+                    Some(f) if f.2 < t.slots_per_bucket => {
+                        f.2 += 1;
+                        t.slot(f.1, f.2 - 1)
+                    }
+                    f => {
+                        // Chain a new overflow bucket (we hold the chain's insert lock, so
+                        // nobody else links one here): claim it on the primary, link it on
+                        // every replica after the chain's last bucket.
+                        let end = f.as_ref().map_or(w.end.expect("walked"), |f| f.1);
+                        let it = &tx.items[w.item];
+                        let fail = abort(AbortReason::ReplicaFailure, it);
+                        let full = abort(AbortReason::TableFull, it);
+                        let faa = tx.c.ep.faa(w.chain.0, t.overflow_counter(), 1);
+                        if tx.c.ep.post().await.is_err() {
+                            return Err(fail);
+                        }
+                        let index = tx.c.ep.old(faa);
+                        if index >= t.overflow_buckets {
+                            return Err(full);
+                        }
+                        for &n in &t.replicas {
+                            tx.c.ep.write(n, end, &(index + 1).to_le_bytes());
+                        }
+                        if tx.c.ep.post().await.is_err() {
+                            return Err(fail);
+                        }
+                        let bucket = t.overflow_bucket(index);
+                        match f {
+                            Some(f) => *f = (w.chain, bucket, 1),
+                            None => fresh.push((w.chain, bucket, 1)),
+                        }
+                        t.slot(bucket, 0)
+                    }
+                };
+                let len = t.record_bytes as usize;
+                (slot, tx.c.spare.take(len, len))
+            }
+        };
+        placed.push(slot);
+        let stamp = t.codec().header(&image).version;
+        let it = &mut tx.items[w.item];
+        it.offset = Some(slot);
+        it.node = w.chain.0;
+        it.version = w.tombstone;
+        it.install = Some(stamp.max(w.tombstone) + 1);
+        let pooled = std::mem::replace(&mut it.image, image);
+        it.new = NewValue::Insert;
+        it.cold = true;
+        tx.c.spare.give(pooled);
+    }
+    log_undo(tx).await
+}
+
+/// One insert's walk along its key's chain.
+#[derive(Debug)]
+struct Walk {
+    item: usize,
+    /// The chain's insert lock, as (node, address): it names the chain.
+    chain: (NodeId, u64),
+    /// The bucket being read.
+    bucket: u64,
+    /// Overflow buckets followed so far.
+    hops: u64,
+    /// The greatest version of the key's tombstones on the chain.
+    tombstone: u64,
+    /// The key's own tombstone (slot, image), reusable by it alone.
+    own: Option<(u64, Vec<u8>)>,
+    /// Free slots found (in [`InsertScratch::free`]): as many as rows share the chain.
+    free: usize,
+    /// The chain's last bucket, once reached.
+    end: Option<u64>,
+}
