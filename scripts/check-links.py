@@ -76,9 +76,8 @@ def check(md):
     errors = []
     with open(md, encoding="utf-8") as f:
         text = strip_code(f.read())
-    targets = []
-    for i, line in enumerate(text.split("\n"), 1):
-        targets += [(i, m.group(1)) for m in LINK.finditer(line)]
+    # over the whole text: a link's text may wrap across lines
+    targets = [(text[: m.start()].count("\n") + 1, m.group(1)) for m in LINK.finditer(text)]
     targets += [(text[: m.start()].count("\n") + 1, m.group(1)) for m in REF_DEF.finditer(text)]
     for lineno, target in targets:
         if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) or target.startswith("//"):
