@@ -3,8 +3,10 @@
 use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
 use crate::item::BufferPool;
+use crate::mechanisms::rpc::Via;
 use crate::mechanisms::{self, undo::UndoLog};
 use crate::registry::Slots;
+use crate::stage::{Stage, Stages};
 use crate::txn::{TxKind, Txn};
 use crate::vcache::Vcache;
 use dtxn_check::history;
@@ -75,6 +77,8 @@ pub(crate) struct Core {
     /// Buffers handed back by finished transactions, for the next ones.
     pub spare: BufferPool,
     pub undo_spare: UndoLog,
+    /// The stages that run as RPCs (the others one-sided).
+    pub rpc: Stages,
     /// The shared mechanisms' vectors, reused across rounds and transactions.
     pub mech: mechanisms::Scratch,
     pub recorder: Option<Box<dyn Recorder>>,
@@ -85,6 +89,13 @@ pub(crate) struct Core {
     pub start_clock: Option<Arc<crate::StartClock>>,
     /// The compute process's own timestamp oracle.
     pub local_oracle: Option<Arc<crate::LocalOracle>>,
+}
+
+impl Core {
+    /// How a stage's verbs travel in this run.
+    pub(crate) fn via(&self, s: Stage) -> Via {
+        Via::rpc(self.rpc.has(s))
+    }
 }
 
 impl Coordinator {
@@ -99,6 +110,7 @@ impl Coordinator {
                 spare: Default::default(),
                 undo_spare: Default::default(),
                 mech: Default::default(),
+                rpc: cfg.protocol.rpc_stages(&cfg),
                 ep,
                 map,
                 cfg,

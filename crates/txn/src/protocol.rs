@@ -16,7 +16,9 @@
 //! locking, stamped reads, validation, logs, installs and inserts exist once.
 
 use crate::abort::Abort;
+use crate::config::TxnConfig;
 use crate::item::{Access, Item, ItemIndex};
+use crate::stage::Stages;
 use crate::tx::Tx;
 use dtxn_store::RecordFormat;
 
@@ -28,6 +30,13 @@ pub(crate) type Row<'a> = (u32, u64, &'a [u8]);
 pub(crate) trait Protocol: Sized + 'static {
     /// How the protocol's tables lay out their records.
     const RECORDS: RecordFormat;
+    /// Extra 8-byte words per record (timestamps, leases, queue-lock words) that the store
+    /// lays out beside each record's header, for the protocol's own metadata.
+    const META_WORDS: u8 = 0;
+    /// The section of [`TxnConfig`] holding its switches (`--set KEY.switch=value`), if any.
+    const OPTIONS: Option<&'static str> = None;
+    /// The stages that have an RPC form (served by the memory nodes' CPUs).
+    const RPC_FORMS: Stages = Stages::NONE;
     /// What the protocol keeps of an item beside the mechanisms' fields of [`Item`].
     type Item: Default + std::fmt::Debug;
     /// What the protocol keeps of a transaction (kept by the coordinator across
@@ -36,6 +45,12 @@ pub(crate) trait Protocol: Sized + 'static {
     /// Per coordinator: vectors the phases reuse across transactions, so that the hot path
     /// allocates nothing once they have grown.
     type Scratch: Default;
+
+    /// The stages `cfg` asks to run as RPCs (a subset of [`Protocol::RPC_FORMS`], checked by
+    /// [`TxnConfig::validate`]).
+    fn rpc(_cfg: &TxnConfig) -> Stages {
+        Stages::NONE
+    }
 
     /// A transaction starts.
     fn begin(_tx: &mut Tx<'_, Self>) {}

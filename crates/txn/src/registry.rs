@@ -4,9 +4,11 @@
 //! macro makes the public [`Protocol`] enum, the coordinator's per-protocol state and the
 //! dispatch of [`crate::Txn`]'s calls to the chosen protocol, without boxing a future.
 
+use crate::config::TxnConfig;
 use crate::coord::{CoordStats, Core};
 use crate::protocol::{Protocol as _, Slot};
 use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
+use crate::stage::Stages;
 use crate::tx::Tx;
 use crate::txn::{TxKind, Txn};
 use dtxn_store::RecordFormat;
@@ -40,6 +42,34 @@ macro_rules! registry {
             pub fn records(self) -> RecordFormat {
                 match self {
                     $( Protocol::$variant => <$ty>::RECORDS, )*
+                }
+            }
+
+            /// Extra 8-byte words per record the protocol keeps its own metadata in.
+            pub fn meta_words(self) -> u8 {
+                match self {
+                    $( Protocol::$variant => <$ty>::META_WORDS, )*
+                }
+            }
+
+            /// The section of the configuration holding the protocol's switches.
+            pub fn options_key(self) -> Option<&'static str> {
+                match self {
+                    $( Protocol::$variant => <$ty>::OPTIONS, )*
+                }
+            }
+
+            /// The stages that have an RPC form in this protocol.
+            pub fn rpc_forms(self) -> Stages {
+                match self {
+                    $( Protocol::$variant => <$ty>::RPC_FORMS, )*
+                }
+            }
+
+            /// The stages `cfg` asks this protocol to run as RPCs.
+            pub fn rpc_stages(self, cfg: &TxnConfig) -> Stages {
+                match self {
+                    $( Protocol::$variant => <$ty>::rpc(cfg), )*
                 }
             }
         }

@@ -4,8 +4,10 @@
 use super::{abort, table};
 use crate::abort::{Abort, AbortReason};
 use crate::item::{Item, NewValue};
-use crate::mechanisms::validate::{changed, header};
+use crate::mechanisms::rpc::{CasRead, Read};
+use crate::mechanisms::validate::{changed, header_of};
 use crate::protocol::Protocol;
+use crate::stage::Stage;
 use crate::tx::Tx;
 use dtxn_fabric::NodeId;
 use dtxn_store::record::HEADER_BYTES;
@@ -22,6 +24,14 @@ pub(crate) struct Want {
     pub lock: bool,
     /// READ its header (after the CAS, G6), to check it is unchanged.
     pub header: bool,
+}
+
+/// What a lock round posted for one item: a lock (with its header READ after the CAS, if
+/// wanted), or a validation READ of the header alone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Probe {
+    Lock(CasRead),
+    Header(Read),
 }
 
 /// One lock round (FORD's cold locks, FaRM's lock phase, DrTM+H's lock-and-validate): what
@@ -41,9 +51,17 @@ pub(crate) async fn lock_round<P: Protocol>(
             continue;
         };
         let p = table(&map, it.table).primary();
-        let cas = w.lock.then(|| tx.c.ep.cas(p, off, 0, owner));
-        let read = w.header.then(|| tx.c.ep.read(p, off, HEADER_BYTES));
-        checks.push((i, cas, read));
+        let len = if w.header { HEADER_BYTES } else { 0 };
+        let probe = if w.lock {
+            let via = tx.c.via(Stage::Lock);
+            Probe::Lock(CasRead::post(&mut tx.c.ep, via, p, off, (0, owner), len))
+        } else if w.header {
+            let via = tx.c.via(Stage::Validate);
+            Probe::Header(Read::post(&mut tx.c.ep, via, p, off, len))
+        } else {
+            continue;
+        };
+        checks.push((i, probe, w.header));
     }
     if checks.is_empty() {
         tx.c.mech.locks = checks;
@@ -53,7 +71,7 @@ pub(crate) async fn lock_round<P: Protocol>(
         let first = abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]);
         let cased: Vec<(NodeId, u64)> = checks
             .iter()
-            .filter(|c| c.1.is_some())
+            .filter(|c| matches!(c.1, Probe::Lock(_)))
             .map(|&(i, _, _)| {
                 let it = &tx.items[i];
                 (table(&map, it.table).primary(), it.offset.expect("picked"))
@@ -63,19 +81,29 @@ pub(crate) async fn lock_round<P: Protocol>(
         return Err(first);
     }
     let mut failed = None;
-    for &(i, cas, read) in &checks {
+    for &(i, probe, wants_header) in &checks {
         let it = &mut tx.items[i];
-        if let Some(c) = cas {
-            if !tx.c.ep.cas_ok(c) {
-                failed.get_or_insert(abort(AbortReason::LockConflict, it));
-                continue;
+        let bytes = match probe {
+            Probe::Lock(c) => {
+                if !c.swapped(&tx.c.ep) {
+                    failed.get_or_insert(abort(AbortReason::LockConflict, it));
+                    continue;
+                }
+                it.locked = true;
+                it.cold = false;
+                c.bytes(&tx.c.ep)
             }
-            it.locked = true;
-            it.cold = false;
+            Probe::Header(r) => r.bytes(&tx.c.ep),
+        };
+        if !wants_header {
+            continue;
         }
-        let Some(r) = read else { continue };
-        let h = header(tx.c.ep.bytes(r));
-        if let (Some(v), true) = (&tx.c.vcache, cas.is_some()) {
+        let Some(h) = header_of(bytes) else {
+            // Only a malformed RPC reply is short: treat the memory node as failed.
+            failed.get_or_insert(abort(AbortReason::ReplicaFailure, it));
+            continue;
+        };
+        if let (Some(v), Probe::Lock(_)) = (&tx.c.vcache, probe) {
             // The version under the lock: if it differs from the one read, we abort below and
             // the entry must hold what memory holds.
             v.lock(it.table, it.key, h.version, owner);
@@ -104,10 +132,11 @@ pub(crate) async fn give_back_after_failure<P: Protocol>(
                 || it.locked && it.offset == Some(a) && table(&map, it.table).primary() == n
         })
     };
+    let via = tx.c.via(Stage::Lock);
     let mut any = false;
     for &(n, a) in addrs {
         if !held(tx, (n, a)) {
-            tx.c.ep.cas(n, a, owner, 0);
+            CasRead::post(&mut tx.c.ep, via, n, a, (owner, 0), 0);
             any = true;
         }
     }

@@ -7,6 +7,7 @@
 //! - [`undo`]: the undo log; [`install`]: coalescent and two-phase installs, roll-back;
 //! - [`release`]: unlock, make visible, close the log;
 //! - [`insert`]: chain locks, free slots, new overflow buckets;
+//! - [`rpc`]: the RPC forms of their verbs, and the memory nodes' handlers of them;
 //! - [`timestamp`]: timestamp sources (the pool's oracle, a local oracle, a start clock).
 
 pub(crate) mod absent;
@@ -15,6 +16,7 @@ pub(crate) mod insert;
 pub(crate) mod install;
 pub(crate) mod lock;
 pub(crate) mod release;
+pub(crate) mod rpc;
 pub(crate) mod timestamp;
 pub(crate) mod undo;
 pub(crate) mod validate;
@@ -41,8 +43,10 @@ pub(crate) struct Scratch {
     pub nodes: Vec<NodeId>,
     /// Commit: a written record, encoded once for all its replicas.
     pub record: Vec<u8>,
-    /// Lock rounds: each item's (CAS, READ of its header).
-    pub locks: Vec<(usize, Option<OpId>, Option<OpId>)>,
+    /// Lock rounds: each item's probe, and whether its header was read.
+    pub locks: Vec<(usize, lock::Probe, bool)>,
+    /// Validation rounds (one-sided or RPC): each item's READ of its header.
+    pub reads: Vec<(usize, rpc::Read)>,
     /// Validation rounds: each item's READ of its header.
     pub checks: Vec<(usize, OpId)>,
     /// Validation of absent keys: the chains' walks, as (item, bucket being read, overflow

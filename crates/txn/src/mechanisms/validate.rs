@@ -4,7 +4,9 @@
 use super::{abort, table};
 use crate::abort::{Abort, AbortReason};
 use crate::item::{Item, NewValue};
+use crate::mechanisms::rpc::Read;
 use crate::protocol::Protocol;
+use crate::stage::Stage;
 use crate::tx::Tx;
 use crate::txn::TxKind;
 use crate::vcache::Check;
@@ -37,9 +39,10 @@ pub(crate) async fn validate_reads<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<()
         // The published code's shortcut (negative control only): one item, no validation.
         return Ok(());
     }
-    let mut checks = std::mem::take(&mut tx.c.mech.checks);
+    let mut checks = std::mem::take(&mut tx.c.mech.reads);
     checks.clear();
     let owner = tx.c.owner;
+    let via = tx.c.via(Stage::Validate);
     for (i, it) in tx.items.iter().enumerate() {
         let Some(off) = it.offset.filter(|_| it.exists && !it.rw) else {
             // Absent keys are validated by `validate_absent`.
@@ -51,17 +54,20 @@ pub(crate) async fn validate_reads<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<()
                 Check::Valid => continue,
                 Check::Invalid => {
                     let a = abort(AbortReason::Validation, it);
-                    tx.c.mech.checks = checks;
+                    tx.c.mech.reads = checks;
                     return Err(a);
                 }
                 Check::Miss => {}
             }
         }
         let t = table(&map, it.table);
-        checks.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
+        checks.push((
+            i,
+            Read::post(&mut tx.c.ep, via, t.primary(), off, HEADER_BYTES),
+        ));
     }
     if checks.is_empty() {
-        tx.c.mech.checks = checks;
+        tx.c.mech.reads = checks;
         return Ok(());
     }
     if tx.c.ep.post().await.is_err() {
@@ -70,7 +76,11 @@ pub(crate) async fn validate_reads<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<()
     let mut failed = None;
     for &(i, read) in &checks {
         let it = &tx.items[i];
-        let h = header(tx.c.ep.bytes(read));
+        let Some(h) = header_of(read.bytes(&tx.c.ep)) else {
+            // Only a malformed RPC reply is short: treat the memory node as failed.
+            failed = Some(abort(AbortReason::ReplicaFailure, it));
+            break;
+        };
         if changed(it, &h) {
             failed = Some(abort(AbortReason::Validation, it));
             break;
@@ -79,10 +89,15 @@ pub(crate) async fn validate_reads<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<()
             v.fill(it.table, it.key, it.version);
         }
     }
-    tx.c.mech.checks = checks;
+    tx.c.mech.reads = checks;
     failed.map_or(Ok(()), Err)
 }
 
 pub(crate) fn header(line0: &[u8]) -> RecordHeader {
     dtxn_store::SingleVersion::new(0).header(line0)
+}
+
+/// The header at the start of `bytes`, if they hold one.
+pub(crate) fn header_of(bytes: &[u8]) -> Option<RecordHeader> {
+    (bytes.len() >= HEADER_BYTES).then(|| header(bytes))
 }

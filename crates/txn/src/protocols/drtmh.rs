@@ -7,6 +7,7 @@
 //! (`ford.backup_reads`, `ford.flush`) and undo log. RCC's OCC is this protocol.
 
 use crate::abort::Abort;
+use crate::config::TxnConfig;
 use crate::item::Access;
 use crate::mechanisms::absent::validate_absent;
 use crate::mechanisms::install::{install, Install};
@@ -14,6 +15,7 @@ use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::validate::validate_reads;
 use crate::mechanisms::{fetch, insert, release, undo};
 use crate::protocol::{Protocol, Row};
+use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
 use dtxn_store::log::LogStatus;
 use dtxn_store::RecordFormat;
@@ -23,9 +25,15 @@ pub(crate) struct Drtmh;
 
 impl Protocol for Drtmh {
     const RECORDS: RecordFormat = RecordFormat::Single;
+    const OPTIONS: Option<&'static str> = Some("ford");
+    const RPC_FORMS: Stages = Stages::of(&[Stage::Lock, Stage::Validate, Stage::Commit]);
     type Item = ();
     type Txn = ();
     type Scratch = ();
+
+    fn rpc(cfg: &TxnConfig) -> Stages {
+        cfg.ford.rpc
+    }
 
     async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
         fetch::records(tx, accesses, false).await?;

@@ -6,13 +6,16 @@
 //! shares FORD's switches (`ford.backup_reads`, `ford.flush`) and undo log.
 
 use crate::abort::{Abort, AbortReason};
+use crate::config::TxnConfig;
 use crate::item::{Access, NewValue};
 use crate::mechanisms::absent::validate_absent;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_round, Want};
-use crate::mechanisms::validate::{changed, header};
+use crate::mechanisms::rpc::Read;
+use crate::mechanisms::validate::{changed, header_of};
 use crate::mechanisms::{abort, fetch, insert, release, table, undo};
 use crate::protocol::{Protocol, Row};
+use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
 use dtxn_store::log::LogStatus;
 use dtxn_store::record::HEADER_BYTES;
@@ -23,9 +26,15 @@ pub(crate) struct Farm;
 
 impl Protocol for Farm {
     const RECORDS: RecordFormat = RecordFormat::Single;
+    const OPTIONS: Option<&'static str> = Some("ford");
+    const RPC_FORMS: Stages = Stages::of(&[Stage::Lock, Stage::Validate, Stage::Commit]);
     type Item = ();
     type Txn = ();
     type Scratch = ();
+
+    fn rpc(cfg: &TxnConfig) -> Stages {
+        cfg.ford.rpc
+    }
 
     async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
         fetch::records(tx, accesses, false).await?;
@@ -52,8 +61,9 @@ impl Protocol for Farm {
     async fn validate(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
         let map = tx.c.map.clone();
         let owner = tx.c.owner;
-        let mut checks = std::mem::take(&mut tx.c.mech.checks);
+        let mut checks = std::mem::take(&mut tx.c.mech.reads);
         checks.clear();
+        let via = tx.c.via(Stage::Validate);
         for (i, it) in tx.items.iter().enumerate() {
             let Some(off) = it
                 .offset
@@ -62,19 +72,25 @@ impl Protocol for Farm {
                 continue;
             };
             let t = table(&map, it.table);
-            checks.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
+            checks.push((
+                i,
+                Read::post(&mut tx.c.ep, via, t.primary(), off, HEADER_BYTES),
+            ));
         }
         if !checks.is_empty() && tx.c.ep.post().await.is_err() {
             return Err(abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]));
         }
         let failed = checks.iter().find_map(|&(i, read)| {
             let it = &tx.items[i];
-            let h = header(tx.c.ep.bytes(read));
+            let Some(h) = header_of(read.bytes(&tx.c.ep)) else {
+                // Only a malformed RPC reply is short: treat the memory node as failed.
+                return Some(abort(AbortReason::ReplicaFailure, it));
+            };
             // FaRM's lock was a bare CAS: an insert's slot must also carry our lock.
             let bad = changed(it, &h) || it.new == NewValue::Insert && h.lock != owner;
             bad.then(|| abort(AbortReason::Validation, it))
         });
-        tx.c.mech.checks = checks;
+        tx.c.mech.reads = checks;
         if let Some(a) = failed {
             return Err(a);
         }

@@ -51,10 +51,12 @@
 //!   both, so no reader sees the new version without the invisible bit.
 
 use crate::abort::Abort;
+use crate::config::TxnConfig;
 use crate::item::Access;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::{absent, fetch, insert, lock, release, undo, validate};
 use crate::protocol::{Protocol, Row};
+use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
 use dtxn_store::log::LogStatus;
 use dtxn_store::RecordFormat;
@@ -64,9 +66,15 @@ pub(crate) struct Ford;
 
 impl Protocol for Ford {
     const RECORDS: RecordFormat = RecordFormat::Single;
+    const OPTIONS: Option<&'static str> = Some("ford");
+    const RPC_FORMS: Stages = Stages::of(&[Stage::Lock, Stage::Validate, Stage::Commit]);
     type Item = ();
     type Txn = ();
     type Scratch = ();
+
+    fn rpc(cfg: &TxnConfig) -> Stages {
+        cfg.ford.rpc
+    }
 
     async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
         let hitchhike = tx.c.cfg.ford.hitchhiked_locking;

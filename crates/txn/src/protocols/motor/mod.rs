@@ -92,6 +92,7 @@ pub(crate) struct MotorTxn {
 
 impl Protocol for Motor {
     const RECORDS: RecordFormat = RecordFormat::Cvt;
+    const OPTIONS: Option<&'static str> = Some("motor");
     type Item = Option<Box<MvState>>;
     type Txn = MotorTxn;
     type Scratch = Scratch;
