@@ -51,13 +51,13 @@ pub(crate) async fn lock_round<P: Protocol>(
             continue;
         };
         let p = table(&map, it.table).primary();
-        let len = if w.header { HEADER_BYTES } else { 0 };
+        let header = w.header.then_some((off, HEADER_BYTES));
         let probe = if w.lock {
             let via = tx.c.via(Stage::Lock);
-            Probe::Lock(CasRead::post(&mut tx.c.ep, via, p, off, (0, owner), len))
+            Probe::Lock(CasRead::post(&mut tx.c.ep, via, p, off, (0, owner), header))
         } else if w.header {
             let via = tx.c.via(Stage::Validate);
-            Probe::Header(Read::post(&mut tx.c.ep, via, p, off, len))
+            Probe::Header(Read::post(&mut tx.c.ep, via, p, off, HEADER_BYTES))
         } else {
             continue;
         };
@@ -136,7 +136,7 @@ pub(crate) async fn give_back_after_failure<P: Protocol>(
     let mut any = false;
     for &(n, a) in addrs {
         if !held(tx, (n, a)) {
-            CasRead::post(&mut tx.c.ep, via, n, a, (owner, 0), 0);
+            CasRead::post(&mut tx.c.ep, via, n, a, (owner, 0), None);
             any = true;
         }
     }

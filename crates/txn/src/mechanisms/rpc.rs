@@ -17,7 +17,8 @@
 //! Requests (little-endian, 8-byte fields after an 8-byte tag word):
 //!
 //! ```text
-//! LOCK   tag=1 | addr | expect | new | read_len   -> status | old | the READ (if swapped)
+//! LOCK   tag=1 | addr | expect | new | read_addr | read_len
+//!                                                  -> status | old | the READ (if swapped)
 //! READ   tag=2 | addr | len                        -> status | bytes
 //! WRITE  tag=3 | addr | bytes...                   -> status
 //! ```
@@ -56,9 +57,9 @@ impl MemoryNodeHandlers {
     fn serve(mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) -> Option<()> {
         match word(req, 0)? {
             LOCK => {
-                let (addr, expect, new, len) =
-                    (word(req, 1)?, word(req, 2)?, word(req, 3)?, word(req, 4)?);
-                if !addr.is_multiple_of(8) || !fits(mem, addr, len.max(8)) {
+                let (addr, expect, new) = (word(req, 1)?, word(req, 2)?, word(req, 3)?);
+                let (read_addr, len) = (word(req, 4)?, word(req, 5)?);
+                if !addr.is_multiple_of(8) || !fits(mem, addr, 8) || !fits(mem, read_addr, len) {
                     return None;
                 }
                 let old = mem.cas(addr, expect, new);
@@ -67,7 +68,7 @@ impl MemoryNodeHandlers {
                 if old == expect && len > 0 {
                     let at = resp.len();
                     resp.resize(at + len as usize, 0);
-                    mem.read(addr, &mut resp[at..]);
+                    mem.read(read_addr, &mut resp[at..]);
                 }
             }
             READ => {
@@ -122,9 +123,8 @@ impl Via {
     }
 }
 
-/// A lock attempt, CAS(`expect` -> `new`) on a word and, if `read_len` > 0, a READ of that
-/// many bytes from the word on, executed after the CAS: CAS + READ in one batch (G6), or one
-/// RPC whose handler does both.
+/// A lock attempt, CAS(`expect` -> `new`) on a word and, if asked, a READ of `(addr, len)`
+/// executed after the CAS: CAS + READ in one batch (G6), or one RPC whose handler does both.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum CasRead {
     Verbs { cas: OpId, read: Option<OpId> },
@@ -138,17 +138,18 @@ impl CasRead {
         node: NodeId,
         addr: u64,
         (expect, new): (u64, u64),
-        read_len: usize,
+        read: Option<(u64, usize)>,
     ) -> CasRead {
         match via {
             Via::OneSided => {
                 let cas = ep.cas(node, addr, expect, new);
-                let read = (read_len > 0).then(|| ep.read(node, addr, read_len));
+                let read = read.map(|(at, len)| ep.read(node, at, len));
                 CasRead::Verbs { cas, read }
             }
             Via::Rpc => {
-                let mut req = [0u8; 40];
-                for (i, w) in [LOCK, addr, expect, new, read_len as u64]
+                let (at, len) = read.unwrap_or((addr, 0));
+                let mut req = [0u8; 48];
+                for (i, w) in [LOCK, addr, expect, new, at, len as u64]
                     .into_iter()
                     .enumerate()
                 {
@@ -229,4 +230,99 @@ pub(crate) fn write(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64, bytes:
 
 fn reply_word(ep: &Endpoint, id: OpId, i: usize) -> Option<u64> {
     word(ep.bytes(id), i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A region as a memory node's CPU sees it, for the handlers alone.
+    struct Mem(Vec<u8>);
+
+    impl LocalMem for Mem {
+        fn size(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn read(&mut self, addr: u64, buf: &mut [u8]) {
+            buf.copy_from_slice(&self.0[addr as usize..addr as usize + buf.len()]);
+        }
+        fn write(&mut self, addr: u64, data: &[u8]) {
+            self.0[addr as usize..addr as usize + data.len()].copy_from_slice(data);
+        }
+        fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
+            let old = self.read_u64(addr);
+            if old == expect {
+                self.write_u64(addr, new);
+            }
+            old
+        }
+        fn faa(&mut self, addr: u64, add: u64) -> u64 {
+            let old = self.read_u64(addr);
+            self.write_u64(addr, old.wrapping_add(add));
+            old
+        }
+    }
+
+    fn req(words: &[u64], tail: &[u8]) -> Vec<u8> {
+        let mut r: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        r.extend_from_slice(tail);
+        r
+    }
+
+    fn serve(mem: &mut Mem, r: &[u8]) -> Vec<u8> {
+        let mut resp = vec![0xee]; // a response appends after what is there
+        MemoryNodeHandlers.handle(0, mem, r, &mut resp);
+        resp.remove(0);
+        resp
+    }
+
+    #[test]
+    fn a_lock_reads_after_its_cas_and_only_if_it_swapped() {
+        let mut mem = Mem((0..128u8).collect());
+        let word0 = mem.read_u64(64);
+        // CAS the word at 64 from its value to 7, then READ 16 bytes at 72.
+        let r = serve(&mut mem, &req(&[LOCK, 64, word0, 7, 72, 16], &[]));
+        assert_eq!(r.len(), 16 + 16);
+        assert_eq!(word(&r, 0), Some(OK));
+        assert_eq!(word(&r, 1), Some(word0));
+        assert_eq!(&r[16..], &(72..88u8).collect::<Vec<_>>()[..]);
+        assert_eq!(mem.read_u64(64), 7);
+        // It fails now (the word is 7): the old value, no READ.
+        let r = serve(&mut mem, &req(&[LOCK, 64, word0, 9, 64, 8], &[]));
+        assert_eq!((r.len(), word(&r, 1)), (16, Some(7)));
+        // A READ after the CAS of the word itself sees the new value.
+        let r = serve(&mut mem, &req(&[LOCK, 64, 7, 5, 64, 8], &[]));
+        assert_eq!(word(&r, 2), Some(5));
+    }
+
+    #[test]
+    fn reads_and_writes_touch_exactly_their_bytes() {
+        let mut mem = Mem(vec![0; 64]);
+        assert_eq!(
+            serve(&mut mem, &req(&[WRITE, 8], &[1, 2, 3])),
+            req(&[OK], &[])
+        );
+        assert_eq!(&mem.0[7..12], &[0, 1, 2, 3, 0]);
+        let r = serve(&mut mem, &req(&[READ, 8, 3], &[]));
+        assert_eq!(r, req(&[OK], &[1, 2, 3]));
+    }
+
+    #[test]
+    fn a_malformed_request_is_answered_bad_never_a_panic() {
+        let mut mem = Mem(vec![0; 64]);
+        for r in [
+            vec![],
+            req(&[99], &[]),
+            req(&[READ, 60, 8], &[]),
+            req(&[READ, u64::MAX, 2], &[]),
+            req(&[LOCK, 4, 0, 1, 0, 0], &[]),
+            req(&[LOCK, 64, 0, 1, 0, 0], &[]),
+            req(&[LOCK, 0, 0, 1, 60, 8], &[]),
+            req(&[LOCK, 0, 0], &[]),
+            req(&[WRITE, 62], &[1, 2, 3]),
+        ] {
+            assert_eq!(serve(&mut mem, &r), req(&[BAD], &[]), "{r:?}");
+        }
+        assert_eq!(mem.0, vec![0; 64], "a bad request changes nothing");
+    }
 }
