@@ -222,7 +222,7 @@ fn rolled_forward(ep: &Endpoint, e: &LogEntry, ours: &[usize], seen: &Seen) -> R
 }
 
 /// Roll back what it holds: the old images everywhere, still under its lock on the primary
-/// (released below with everything else). Queues the WRITEs.
+/// (released after [`settle`] with everything else). Queues the WRITEs.
 fn roll_back(
     ep: &mut Endpoint,
     map: &PoolMap,
