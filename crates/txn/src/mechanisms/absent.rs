@@ -5,13 +5,14 @@ use crate::abort::{Abort, AbortReason};
 use crate::item::NewValue;
 use crate::protocol::Protocol;
 use crate::tx::Tx;
+use dtxn_fabric::OpId;
+use dtxn_store::PoolMap;
 
 /// Absent keys read by the transaction must still be absent at validation: their chain holds
 /// no valid record of the key, and nobody holds the chain's insert lock (an insert in
 /// progress). One READ per bucket of each chain, the chains walked together.
 pub(crate) async fn validate_absent<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let owner = tx.c.owner;
     // (item, bucket being read, overflow hops, greatest tombstone version so far)
     let mut walks = std::mem::take(&mut tx.c.mech.absent);
     walks.clear();
@@ -28,25 +29,8 @@ pub(crate) async fn validate_absent<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(
         tx.c.mech.absent = walks;
         return Ok(());
     }
-    // First the chains' insert locks, alone: a lock word fetched in the same multi-line READ
-    // as the slots may be fetched after them (G2), and miss an insert that landed and
-    // released in between. Read after every lock of ours is held, a free insert lock then
-    // means no insert of the key is in progress or can be serialized before us unseen.
     let mut reads = std::mem::take(&mut tx.c.mech.absent_reads);
-    reads.clear();
-    for &(i, home, _, _) in &walks {
-        let t = table(&map, tx.items[i].table);
-        reads.push(tx.c.ep.read(t.primary(), home, 64));
-    }
-    if tx.c.ep.post().await.is_err() {
-        return Err(abort(AbortReason::ReplicaFailure, &tx.items[walks[0].0]));
-    }
-    for (&(i, _, _, _), &r) in walks.iter().zip(&reads) {
-        let lock = tx.c.ep.word(r, 8);
-        if lock != 0 && lock != owner {
-            return Err(abort(AbortReason::Validation, &tx.items[i]));
-        }
-    }
+    insert_locks_free(tx, &map, &walks, &mut reads).await?;
     // Then every chain, all of them together, a round per bucket.
     while !walks.is_empty() {
         reads.clear();
@@ -59,39 +43,10 @@ pub(crate) async fn validate_absent<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(
         }
         let mut k = 0;
         let mut failed = None;
-        walks.retain_mut(|(i, bucket, hops, tombstone)| {
+        walks.retain_mut(|walk| {
             let r = reads[k];
             k += 1;
-            let it = &tx.items[*i];
-            let t = table(&map, it.table);
-            let bytes = tx.c.ep.bytes(r);
-            let scan = t.scan(*bucket, bytes, it.key);
-            if scan.found.is_some() {
-                failed.get_or_insert(abort(AbortReason::Validation, it));
-                return false;
-            }
-            if let Some((slot, _)) = scan.tombstone {
-                let v = t.codec().header(t.slot_bytes(bytes, slot)).version;
-                *tombstone = (*tombstone).max(v);
-            }
-            match next_bucket(t, scan.next, hops) {
-                Ok(Some(n)) => {
-                    *bucket = n;
-                    true
-                }
-                Ok(None) => {
-                    // Inserted and deleted again since the read: absent, but not the absence
-                    // we saw.
-                    if *tombstone != it.version {
-                        failed.get_or_insert(abort(AbortReason::Validation, it));
-                    }
-                    false
-                }
-                Err(()) => {
-                    failed.get_or_insert(abort(AbortReason::CorruptChain, it));
-                    false
-                }
-            }
+            on_bucket(tx, &map, walk, r, &mut failed)
         });
         if let Some(a) = failed {
             return Err(a);
@@ -99,4 +54,73 @@ pub(crate) async fn validate_absent<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(
     }
     (tx.c.mech.absent, tx.c.mech.absent_reads) = (walks, reads);
     Ok(())
+}
+
+/// First the chains' insert locks, alone: a lock word fetched in the same multi-line READ
+/// as the slots may be fetched after them (G2), and miss an insert that landed and
+/// released in between. Read after every lock of ours is held, a free insert lock then
+/// means no insert of the key is in progress or can be serialized before us unseen.
+async fn insert_locks_free<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    walks: &[(usize, u64, u64, u64)],
+    reads: &mut Vec<OpId>,
+) -> Result<(), Abort> {
+    let owner = tx.c.owner;
+    reads.clear();
+    for &(i, home, _, _) in walks {
+        let t = table(map, tx.items[i].table);
+        reads.push(tx.c.ep.read(t.primary(), home, 64));
+    }
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[walks[0].0]));
+    }
+    for (&(i, _, _, _), &r) in walks.iter().zip(reads.iter()) {
+        let lock = tx.c.ep.word(r, 8);
+        if lock != 0 && lock != owner {
+            return Err(abort(AbortReason::Validation, &tx.items[i]));
+        }
+    }
+    Ok(())
+}
+
+/// One bucket of a chain read (READ `r`): the key must not be in it; its tombstones are
+/// noted. True if the walk goes on to the chain's next bucket.
+fn on_bucket<P: Protocol>(
+    tx: &Tx<'_, P>,
+    map: &PoolMap,
+    (i, bucket, hops, tombstone): &mut (usize, u64, u64, u64),
+    r: OpId,
+    failed: &mut Option<Abort>,
+) -> bool {
+    let it = &tx.items[*i];
+    let t = table(map, it.table);
+    let bytes = tx.c.ep.bytes(r);
+    let scan = t.scan(*bucket, bytes, it.key);
+    if scan.found.is_some() {
+        failed.get_or_insert(abort(AbortReason::Validation, it));
+        return false;
+    }
+    if let Some((slot, _)) = scan.tombstone {
+        let v = t.codec().header(t.slot_bytes(bytes, slot)).version;
+        *tombstone = (*tombstone).max(v);
+    }
+    match next_bucket(t, scan.next, hops) {
+        Ok(Some(n)) => {
+            *bucket = n;
+            true
+        }
+        Ok(None) => {
+            // Inserted and deleted again since the read: absent, but not the absence
+            // we saw.
+            if *tombstone != it.version {
+                failed.get_or_insert(abort(AbortReason::Validation, it));
+            }
+            false
+        }
+        Err(()) => {
+            failed.get_or_insert(abort(AbortReason::CorruptChain, it));
+            false
+        }
+    }
 }

@@ -13,6 +13,7 @@ use crate::tx::Tx;
 use crate::txn::TxKind;
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cache::{check_slot, SlotCheck};
+use dtxn_store::PoolMap;
 
 /// What an execution round does for one item.
 #[derive(Debug, Clone, Copy)]
@@ -55,9 +56,82 @@ async fn rounds<P: Protocol>(
     s: &mut ExecuteScratch,
 ) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
     // (item, stage, version it must still have: an upgraded read-only item)
     let ExecuteScratch { work, next, ids } = s;
+    plan(tx, &map, accesses, hitchhike, work)?;
+    let mut rereads = 0;
+    while !work.is_empty() {
+        post(tx, &map, work, ids);
+        if tx.c.ep.post().await.is_err() {
+            return Err(give_back_round(tx, &map, work).await);
+        }
+        next.clear();
+        // Every completion of the round is looked at before an abort is reported, so that no
+        // lock won in this round goes unrecorded (and unreleased).
+        let mut out = Outcome {
+            next: &mut *next,
+            again: false,
+            failed: None,
+            give_back: Vec::new(),
+        };
+        for (&(i, stage, expect), &done) in work.iter().zip(ids.iter()) {
+            match stage {
+                Stage::Record { off, lock } => {
+                    on_record(tx, &map, (i, expect), off, lock, done, &mut out)
+                }
+                Stage::Bucket { at, hops } => {
+                    on_bucket(tx, &map, (i, expect), at, hops, done.1, &mut out)
+                }
+            }
+        }
+        let Outcome {
+            next,
+            again,
+            failed,
+            give_back,
+        } = out;
+        if !give_back.is_empty() {
+            for (n, off) in give_back {
+                tx.c.ep.write(n, off, &0u64.to_le_bytes());
+            }
+            let _ = tx.c.ep.post_detached();
+        }
+        if let Some(a) = failed {
+            return Err(a);
+        }
+        if again {
+            rereads += 1;
+            if rereads > tx.c.cfg.reread_limit {
+                let (i, _, _) = next[0];
+                return Err(abort(AbortReason::Invisible, &tx.items[i]));
+            }
+        }
+        std::mem::swap(work, next);
+    }
+    Ok(())
+}
+
+/// What one round's completions leave for the next round.
+struct Outcome<'a> {
+    /// The items to read again, and how.
+    next: &'a mut Vec<(usize, Stage, Option<u64>)>,
+    /// Some item must be re-read (torn or invisible): the round counts against the limit.
+    again: bool,
+    /// The first abort seen.
+    failed: Option<Abort>,
+    /// Locks won through a stale address, to give back.
+    give_back: Vec<(NodeId, u64)>,
+}
+
+/// The first round's work: each access's item added (or an item already read, upgraded for
+/// update) with how it is to be read.
+fn plan<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    accesses: &[Access],
+    hitchhike: bool,
+    work: &mut Vec<(usize, Stage, Option<u64>)>,
+) -> Result<(), Abort> {
     work.clear();
     if accesses.len() > 1 {
         for a in accesses {
@@ -79,12 +153,12 @@ async fn rounds<P: Protocol>(
                 it.rw = true;
                 if it.image.capacity() == 0 {
                     // Read-only items have no image buffer: it is re-read now, under the lock.
-                    let room = table(&map, a.table).record_bytes as usize;
+                    let room = table(map, a.table).record_bytes as usize;
                     it.image = tx.c.spare.take(0, room);
                 }
                 if let Some(off) = it.offset.filter(|_| it.exists) {
                     let v = it.version;
-                    it.node = table(&map, a.table).primary();
+                    it.node = table(map, a.table).primary();
                     work.push((i, Stage::Record { off, lock: true }, Some(v)));
                 }
             }
@@ -111,179 +185,196 @@ async fn rounds<P: Protocol>(
         let i = tx.push_new_item(t, a.key, a.for_update, node);
         work.push((i, stage, None));
     }
-    let mut rereads = 0;
-    while !work.is_empty() {
-        ids.clear();
-        for &(i, stage, _) in work.iter() {
-            let it = &tx.items[i];
-            let t = table(&map, it.table);
-            let ep = &mut tx.c.ep;
-            ids.push(match stage {
-                Stage::Record { off, lock: true } => {
-                    let c = ep.cas(t.primary(), off, 0, tx.c.owner);
-                    (Some(c), ep.read(t.primary(), off, t.record_bytes as usize))
-                }
-                Stage::Record { off, lock: false } => {
-                    (None, ep.read(it.node, off, t.record_bytes as usize))
-                }
-                Stage::Bucket { at, .. } => (None, ep.read(it.node, at, t.bucket_bytes as usize)),
-            });
-        }
-        if tx.c.ep.post().await.is_err() {
-            let first = abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]);
-            let cased: Vec<(NodeId, u64)> = work
-                .iter()
-                .filter_map(|&(i, stage, _)| match stage {
-                    Stage::Record { off, lock: true } => {
-                        Some((table(&map, tx.items[i].table).primary(), off))
-                    }
-                    _ => None,
-                })
-                .collect();
-            give_back_after_failure(tx, &cased).await;
-            return Err(first);
-        }
-        next.clear();
-        let mut again = false;
-        // Every completion of the round is looked at before an abort is reported, so that no
-        // lock won in this round goes unrecorded (and unreleased).
-        let mut failed = None;
-        let mut give_back: Vec<(NodeId, u64)> = Vec::new();
-        for (&(i, stage, expect), &(cas, read)) in work.iter().zip(ids.iter()) {
-            let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
-            let t = table(&map, table_id);
-            let codec = t.codec();
-            match stage {
-                Stage::Record { off, lock } => {
-                    if let Some(c) = cas {
-                        if !tx.c.ep.cas_ok(c) {
-                            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
-                            continue;
-                        }
-                        tx.items[i].locked = true;
-                        tx.items[i].offset = Some(off);
-                    }
-                    let it = &mut tx.items[i];
-                    let bytes = tx.c.ep.bytes(read);
-                    let decoded = if trust_inv {
-                        Ok(codec.decode_unchecked(bytes, &mut it.value))
-                    } else {
-                        codec.decode(bytes, &mut it.value)
-                    };
-                    let Ok(h) = decoded else {
-                        next.push((i, Stage::Record { off, lock: false }, expect));
-                        again = true;
-                        continue;
-                    };
-                    if check_slot(&h, table_id, key) == SlotCheck::Stale {
-                        // The slot was freed or reused: drop the address, give back a lock
-                        // taken through it, and find the record through its bucket.
-                        tx.c.cache.invalidate(table_id, key);
-                        if lock {
-                            give_back.push((t.primary(), off));
-                            it.locked = false;
-                            it.offset = None;
-                        }
-                        let home = Stage::Bucket {
-                            at: t.home_bucket(key),
-                            hops: 0,
-                        };
-                        next.push((i, home, expect));
-                        continue;
-                    }
-                    if !it.locked && h.lock & INVISIBLE != 0 {
-                        next.push((i, Stage::Record { off, lock: false }, expect));
-                        again = true;
-                        continue;
-                    }
-                    if expect.is_some_and(|v| v != h.version) {
-                        failed.get_or_insert(abort(AbortReason::Validation, it));
-                        continue;
-                    }
-                    it.exists = true;
-                    it.version = h.version;
-                    it.offset = Some(off);
-                    // The undo image, for items that may be written (a read-only item that
-                    // is upgraded later is read again, under its lock).
-                    it.image.clear();
-                    if rw {
-                        it.image.extend_from_slice(bytes);
-                    }
-                    // An item read for update without its lock (hitchhiking off) is locked at
-                    // validation.
-                    it.cold = rw && !it.locked;
-                    if it.locked {
-                        if let Some(v) = &tx.c.vcache {
-                            v.lock(table_id, key, h.version, tx.c.owner);
-                        }
-                    }
-                }
-                Stage::Bucket { at: b, mut hops } => {
-                    let bytes = tx.c.ep.bytes(read);
-                    let scan = t.scan(b, bytes, key);
-                    let it = &mut tx.items[i];
-                    if b == t.home_bucket(key) {
-                        it.version = 0;
-                    }
-                    // The key's tombstone may be in any bucket of the chain: the greatest seen
-                    // is the version a read of the absent key observes.
-                    if let Some((slot, _)) = scan.tombstone {
-                        let v = codec.header(t.slot_bytes(bytes, slot)).version;
-                        it.version = it.version.max(v);
-                    }
-                    if let Some((slot, off)) = scan.found {
-                        tx.c.cache.insert(table_id, key, off);
-                        let rec = t.slot_bytes(bytes, slot);
-                        let decoded = if trust_inv {
-                            Ok(codec.decode_unchecked(rec, &mut it.value))
-                        } else {
-                            codec.decode(rec, &mut it.value)
-                        };
-                        match decoded {
-                            Ok(h) if h.lock & INVISIBLE == 0 => {
-                                it.exists = true;
-                                it.version = h.version;
-                                it.offset = Some(off);
-                                it.image.clear();
-                                if rw {
-                                    it.image.extend_from_slice(rec);
-                                }
-                                it.cold = rw;
-                            }
-                            _ => {
-                                next.push((i, Stage::Record { off, lock: false }, expect));
-                                again = true;
-                            }
-                        }
-                    } else {
-                        match next_bucket(t, scan.next, &mut hops) {
-                            Ok(Some(at)) => next.push((i, Stage::Bucket { at, hops }, expect)),
-                            Ok(None) => it.exists = false,
-                            Err(()) => {
-                                failed.get_or_insert(abort(AbortReason::CorruptChain, it));
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        if !give_back.is_empty() {
-            for (n, off) in give_back {
-                tx.c.ep.write(n, off, &0u64.to_le_bytes());
-            }
-            let _ = tx.c.ep.post_detached();
-        }
-        if let Some(a) = failed {
-            return Err(a);
-        }
-        if again {
-            rereads += 1;
-            if rereads > tx.c.cfg.reread_limit {
-                let (i, _, _) = next[0];
-                return Err(abort(AbortReason::Invisible, &tx.items[i]));
-            }
-        }
-        std::mem::swap(work, next);
-    }
     Ok(())
+}
+
+/// Posts a round: per item, CAS(lock) + READ(record), READ(record), or READ(bucket).
+fn post<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    work: &[(usize, Stage, Option<u64>)],
+    ids: &mut Vec<(Option<OpId>, OpId)>,
+) {
+    ids.clear();
+    for &(i, stage, _) in work.iter() {
+        let it = &tx.items[i];
+        let t = table(map, it.table);
+        let ep = &mut tx.c.ep;
+        ids.push(match stage {
+            Stage::Record { off, lock: true } => {
+                let c = ep.cas(t.primary(), off, 0, tx.c.owner);
+                (Some(c), ep.read(t.primary(), off, t.record_bytes as usize))
+            }
+            Stage::Record { off, lock: false } => {
+                (None, ep.read(it.node, off, t.record_bytes as usize))
+            }
+            Stage::Bucket { at, .. } => (None, ep.read(it.node, at, t.bucket_bytes as usize)),
+        });
+    }
+}
+
+/// A round that failed to post: the locks its CASes may have won are given back.
+async fn give_back_round<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    work: &[(usize, Stage, Option<u64>)],
+) -> Abort {
+    let first = abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]);
+    let cased: Vec<(NodeId, u64)> = work
+        .iter()
+        .filter_map(|&(i, stage, _)| match stage {
+            Stage::Record { off, lock: true } => {
+                Some((table(map, tx.items[i].table).primary(), off))
+            }
+            _ => None,
+        })
+        .collect();
+    give_back_after_failure(tx, &cased).await;
+    first
+}
+
+/// A record READ (after its CAS, if `lock`) completed: the lock recorded, the stamps and the
+/// slot checked, the item filled in.
+fn on_record<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    (i, expect): (usize, Option<u64>),
+    off: u64,
+    lock: bool,
+    (cas, read): (Option<OpId>, OpId),
+    out: &mut Outcome<'_>,
+) {
+    let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
+    let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
+    let t = table(map, table_id);
+    let codec = t.codec();
+    if let Some(c) = cas {
+        if !tx.c.ep.cas_ok(c) {
+            out.failed
+                .get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+            return;
+        }
+        tx.items[i].locked = true;
+        tx.items[i].offset = Some(off);
+    }
+    let it = &mut tx.items[i];
+    let bytes = tx.c.ep.bytes(read);
+    let decoded = if trust_inv {
+        Ok(codec.decode_unchecked(bytes, &mut it.value))
+    } else {
+        codec.decode(bytes, &mut it.value)
+    };
+    let Ok(h) = decoded else {
+        out.next
+            .push((i, Stage::Record { off, lock: false }, expect));
+        out.again = true;
+        return;
+    };
+    if check_slot(&h, table_id, key) == SlotCheck::Stale {
+        // The slot was freed or reused: drop the address, give back a lock
+        // taken through it, and find the record through its bucket.
+        tx.c.cache.invalidate(table_id, key);
+        if lock {
+            out.give_back.push((t.primary(), off));
+            it.locked = false;
+            it.offset = None;
+        }
+        let home = Stage::Bucket {
+            at: t.home_bucket(key),
+            hops: 0,
+        };
+        out.next.push((i, home, expect));
+        return;
+    }
+    if !it.locked && h.lock & INVISIBLE != 0 {
+        out.next
+            .push((i, Stage::Record { off, lock: false }, expect));
+        out.again = true;
+        return;
+    }
+    if expect.is_some_and(|v| v != h.version) {
+        out.failed.get_or_insert(abort(AbortReason::Validation, it));
+        return;
+    }
+    it.exists = true;
+    it.version = h.version;
+    it.offset = Some(off);
+    // The undo image, for items that may be written (a read-only item that
+    // is upgraded later is read again, under its lock).
+    it.image.clear();
+    if rw {
+        it.image.extend_from_slice(bytes);
+    }
+    // An item read for update without its lock (hitchhiking off) is locked at
+    // validation.
+    it.cold = rw && !it.locked;
+    if it.locked {
+        if let Some(v) = &tx.c.vcache {
+            v.lock(table_id, key, h.version, tx.c.owner);
+        }
+    }
+}
+
+/// A bucket READ of the item's chain completed: the key's tombstones noted, the record taken
+/// from its slot if found, else the walk goes on to the next bucket (or ends: absent).
+fn on_bucket<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    (i, expect): (usize, Option<u64>),
+    b: u64,
+    mut hops: u64,
+    read: OpId,
+    out: &mut Outcome<'_>,
+) {
+    let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
+    let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
+    let t = table(map, table_id);
+    let codec = t.codec();
+    let bytes = tx.c.ep.bytes(read);
+    let scan = t.scan(b, bytes, key);
+    let it = &mut tx.items[i];
+    if b == t.home_bucket(key) {
+        it.version = 0;
+    }
+    // The key's tombstone may be in any bucket of the chain: the greatest seen
+    // is the version a read of the absent key observes.
+    if let Some((slot, _)) = scan.tombstone {
+        let v = codec.header(t.slot_bytes(bytes, slot)).version;
+        it.version = it.version.max(v);
+    }
+    if let Some((slot, off)) = scan.found {
+        tx.c.cache.insert(table_id, key, off);
+        let rec = t.slot_bytes(bytes, slot);
+        let decoded = if trust_inv {
+            Ok(codec.decode_unchecked(rec, &mut it.value))
+        } else {
+            codec.decode(rec, &mut it.value)
+        };
+        match decoded {
+            Ok(h) if h.lock & INVISIBLE == 0 => {
+                it.exists = true;
+                it.version = h.version;
+                it.offset = Some(off);
+                it.image.clear();
+                if rw {
+                    it.image.extend_from_slice(rec);
+                }
+                it.cold = rw;
+            }
+            _ => {
+                out.next
+                    .push((i, Stage::Record { off, lock: false }, expect));
+                out.again = true;
+            }
+        }
+    } else {
+        match next_bucket(t, scan.next, &mut hops) {
+            Ok(Some(at)) => out.next.push((i, Stage::Bucket { at, hops }, expect)),
+            Ok(None) => it.exists = false,
+            Err(()) => {
+                out.failed
+                    .get_or_insert(abort(AbortReason::CorruptChain, it));
+            }
+        }
+    }
 }

@@ -10,6 +10,7 @@ use crate::protocol::{Protocol, Row};
 use crate::tx::Tx;
 use crate::txn::TxKind;
 use dtxn_fabric::{NodeId, OpId};
+use dtxn_store::{PoolMap, TableInfo};
 
 /// What [`insert`] keeps across calls (given back after an abort too, with the free slots'
 /// images, which are pool buffers).
@@ -68,18 +69,24 @@ async fn insert_rows<P: Protocol>(
     s: &mut InsertScratch,
 ) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let InsertScratch {
-        todo,
-        walks,
-        reads,
-        cas,
-        taken,
-        sharing,
-        free,
-        placed,
-        fresh,
-    } = s;
-    // The items to place, in row order.
+    collect_rows(tx, &map, rows, &mut s.todo)?;
+    if s.todo.is_empty() {
+        return Ok(());
+    }
+    lock_chains(tx, &map, s).await?;
+    walk_chains(tx, &map, s).await?;
+    place(tx, &map, s).await?;
+    log_undo(tx).await
+}
+
+/// The items to place, in row order: each row checked, its item added (or an item of the
+/// transaction's reused), its value copied in.
+fn collect_rows<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    rows: &[Row<'_>],
+    todo: &mut Vec<usize>,
+) -> Result<(), Abort> {
     todo.clear();
     for &(table_id, key, value) in rows {
         let bad = |reason| Abort {
@@ -123,11 +130,23 @@ async fn insert_rows<P: Protocol>(
         tx.items[i].value.copy_from_slice(value);
         todo.push(i);
     }
-    if todo.is_empty() {
-        return Ok(());
-    }
+    Ok(())
+}
 
-    // Lock every chain not yet ours and read every home bucket, in one batch.
+/// Lock every chain not yet ours and read every home bucket, in one batch.
+async fn lock_chains<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    s: &mut InsertScratch,
+) -> Result<(), Abort> {
+    let InsertScratch {
+        todo,
+        walks,
+        reads,
+        cas,
+        free,
+        ..
+    } = s;
     let owner = tx.c.owner;
     walks.clear();
     cas.clear();
@@ -135,7 +154,7 @@ async fn insert_rows<P: Protocol>(
     free.clear();
     for &i in todo.iter() {
         let it = &tx.items[i];
-        let t = table(&map, it.table);
+        let t = table(map, it.table);
         let (primary, home) = (t.primary(), t.home_bucket(it.key));
         let lock = (primary, t.insert_lock(home));
         let held = tx.items.iter().any(|o| o.chain_lock == Some(lock))
@@ -168,12 +187,28 @@ async fn insert_rows<P: Protocol>(
             failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
         }
     }
-    if let Some(a) = failed {
-        return Err(a);
+    match failed {
+        Some(a) => Err(a),
+        None => Ok(()),
     }
+}
 
-    // Walk the chains: look for the key, its tombstones, and free slots. A chain shared by
-    // several rows keeps as many free slots as rows (the rows place themselves one by one).
+/// Walk the chains: look for the key, its tombstones, and free slots. A chain shared by
+/// several rows keeps as many free slots as rows (the rows place themselves one by one).
+async fn walk_chains<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    s: &mut InsertScratch,
+) -> Result<(), Abort> {
+    let InsertScratch {
+        todo,
+        walks,
+        reads,
+        taken,
+        sharing,
+        free,
+        ..
+    } = s;
     taken.clear();
     taken.extend(tx.items.iter().filter_map(|o| o.offset));
     sharing.clear();
@@ -188,53 +223,14 @@ async fn insert_rows<P: Protocol>(
             if w.end.is_some() {
                 continue;
             }
-            let it = &tx.items[w.item];
-            let t = table(&map, it.table);
-            let codec = t.codec();
-            let (table_id, key) = (it.table, it.key);
-            let bytes = tx.c.ep.bytes(reads[k]);
-            let scan = t.scan(w.bucket, bytes, key);
-            if scan.found.is_some() {
-                return Err(abort(AbortReason::Exists, it));
-            }
-            if let Some((slot, _)) = scan.tombstone {
-                let v = codec.header(t.slot_bytes(bytes, slot)).version;
-                w.tombstone = w.tombstone.max(v);
-            }
-            // A free slot is one never used, or our key's own tombstone: another key's
-            // tombstone stays, because it carries that key's last version (a later insert of
-            // it must install above, and reads of it absent report it).
-            for s in 0..t.slots_per_bucket {
-                let off = t.slot(w.bucket, s);
-                let rec = t.slot_bytes(bytes, s);
-                let h = codec.header(rec);
-                let own = h.key == key && h.table == table_id;
-                if h.valid || !(h.version == 0 || own) || taken.contains(&off) {
-                    continue;
-                }
-                // The slot's image (the insert's undo image), in a buffer from the pool.
-                if own {
-                    w.own = Some((off, tx.c.spare.take_copy(rec)));
-                } else if w.free < sharing[k] {
-                    w.free += 1;
-                    free.push((k, off, tx.c.spare.take_copy(rec)));
-                }
-            }
-            match next_bucket(t, scan.next, &mut w.hops) {
-                Err(()) => return Err(abort(AbortReason::CorruptChain, it)),
-                Ok(Some(n)) => {
-                    w.bucket = n;
-                    more = true;
-                }
-                Ok(None) => w.end = Some(w.bucket),
-            }
+            more |= on_bucket(tx, map, w, reads[k], (k, sharing[k]), taken, free)?;
         }
         if !more {
-            break;
+            return Ok(());
         }
         for (k, w) in walks.iter().enumerate() {
             if w.end.is_none() {
-                let t = table(&map, tx.items[w.item].table);
+                let t = table(map, tx.items[w.item].table);
                 reads[k] = tx.c.ep.read(w.chain.0, w.bucket, t.bucket_bytes as usize);
             }
         }
@@ -242,12 +238,82 @@ async fn insert_rows<P: Protocol>(
             return Err(abort(AbortReason::ReplicaFailure, &tx.items[todo[0]]));
         }
     }
+}
 
-    // Place the rows, one by one.
+/// One bucket of walk `k` read: the key must not be there; its tombstones and the free slots
+/// are noted. True if the chain goes on (the walk moved to its next bucket).
+fn on_bucket<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    w: &mut Walk,
+    read: OpId,
+    (k, sharing): (usize, usize),
+    taken: &[u64],
+    free: &mut Vec<(usize, u64, Vec<u8>)>,
+) -> Result<bool, Abort> {
+    let it = &tx.items[w.item];
+    let t = table(map, it.table);
+    let codec = t.codec();
+    let (table_id, key) = (it.table, it.key);
+    let bytes = tx.c.ep.bytes(read);
+    let scan = t.scan(w.bucket, bytes, key);
+    if scan.found.is_some() {
+        return Err(abort(AbortReason::Exists, it));
+    }
+    if let Some((slot, _)) = scan.tombstone {
+        let v = codec.header(t.slot_bytes(bytes, slot)).version;
+        w.tombstone = w.tombstone.max(v);
+    }
+    // A free slot is one never used, or our key's own tombstone: another key's
+    // tombstone stays, because it carries that key's last version (a later insert of
+    // it must install above, and reads of it absent report it).
+    for s in 0..t.slots_per_bucket {
+        let off = t.slot(w.bucket, s);
+        let rec = t.slot_bytes(bytes, s);
+        let h = codec.header(rec);
+        let own = h.key == key && h.table == table_id;
+        if h.valid || !(h.version == 0 || own) || taken.contains(&off) {
+            continue;
+        }
+        // The slot's image (the insert's undo image), in a buffer from the pool.
+        if own {
+            w.own = Some((off, tx.c.spare.take_copy(rec)));
+        } else if w.free < sharing {
+            w.free += 1;
+            free.push((k, off, tx.c.spare.take_copy(rec)));
+        }
+    }
+    match next_bucket(t, scan.next, &mut w.hops) {
+        Err(()) => Err(abort(AbortReason::CorruptChain, it)),
+        Ok(Some(n)) => {
+            w.bucket = n;
+            Ok(true)
+        }
+        Ok(None) => {
+            w.end = Some(w.bucket);
+            Ok(false)
+        }
+    }
+}
+
+/// Place the rows, one by one: each in its key's own tombstone, a free slot of its chain, or
+/// a slot of an overflow bucket chained for it.
+async fn place<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    s: &mut InsertScratch,
+) -> Result<(), Abort> {
+    let InsertScratch {
+        walks,
+        free,
+        placed,
+        fresh,
+        ..
+    } = s;
     placed.clear();
     fresh.clear();
     for (k, w) in walks.iter_mut().enumerate() {
-        let t = table(&map, tx.items[w.item].table);
+        let t = table(map, tx.items[w.item].table);
         let pick = w.own.take().or_else(|| {
             free.iter_mut()
                 .find(|(j, off, _)| *j == k && !placed.contains(off))
@@ -256,42 +322,7 @@ async fn insert_rows<P: Protocol>(
         let (slot, image) = match pick {
             Some(p) => p,
             None => {
-                let f = fresh.iter_mut().find(|f| f.0 == w.chain);
-                let slot = match f {
-                    Some(f) if f.2 < t.slots_per_bucket => {
-                        f.2 += 1;
-                        t.slot(f.1, f.2 - 1)
-                    }
-                    f => {
-                        // Chain a new overflow bucket (we hold the chain's insert lock, so
-                        // nobody else links one here): claim it on the primary, link it on
-                        // every replica after the chain's last bucket.
-                        let end = f.as_ref().map_or(w.end.expect("walked"), |f| f.1);
-                        let it = &tx.items[w.item];
-                        let fail = abort(AbortReason::ReplicaFailure, it);
-                        let full = abort(AbortReason::TableFull, it);
-                        let faa = tx.c.ep.faa(w.chain.0, t.overflow_counter(), 1);
-                        if tx.c.ep.post().await.is_err() {
-                            return Err(fail);
-                        }
-                        let index = tx.c.ep.old(faa);
-                        if index >= t.overflow_buckets {
-                            return Err(full);
-                        }
-                        for &n in &t.replicas {
-                            tx.c.ep.write(n, end, &(index + 1).to_le_bytes());
-                        }
-                        if tx.c.ep.post().await.is_err() {
-                            return Err(fail);
-                        }
-                        let bucket = t.overflow_bucket(index);
-                        match f {
-                            Some(f) => *f = (w.chain, bucket, 1),
-                            None => fresh.push((w.chain, bucket, 1)),
-                        }
-                        t.slot(bucket, 0)
-                    }
-                };
+                let slot = fresh_slot(tx, t, w, fresh).await?;
                 let len = t.record_bytes as usize;
                 (slot, tx.c.spare.take(len, len))
             }
@@ -308,7 +339,53 @@ async fn insert_rows<P: Protocol>(
         it.cold = true;
         tx.c.spare.give(pooled);
     }
-    log_undo(tx).await
+    Ok(())
+}
+
+/// A slot for a row whose chain has no free one: the next of an overflow bucket this call
+/// chained already, or the first of a new one.
+async fn fresh_slot<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    t: &TableInfo,
+    w: &Walk,
+    fresh: &mut Vec<((NodeId, u64), u64, u32)>,
+) -> Result<u64, Abort> {
+    let f = fresh.iter_mut().find(|f| f.0 == w.chain);
+    Ok(match f {
+        Some(f) if f.2 < t.slots_per_bucket => {
+            f.2 += 1;
+            t.slot(f.1, f.2 - 1)
+        }
+        f => {
+            // Chain a new overflow bucket (we hold the chain's insert lock, so
+            // nobody else links one here): claim it on the primary, link it on
+            // every replica after the chain's last bucket.
+            let end = f.as_ref().map_or(w.end.expect("walked"), |f| f.1);
+            let it = &tx.items[w.item];
+            let fail = abort(AbortReason::ReplicaFailure, it);
+            let full = abort(AbortReason::TableFull, it);
+            let faa = tx.c.ep.faa(w.chain.0, t.overflow_counter(), 1);
+            if tx.c.ep.post().await.is_err() {
+                return Err(fail);
+            }
+            let index = tx.c.ep.old(faa);
+            if index >= t.overflow_buckets {
+                return Err(full);
+            }
+            for &n in &t.replicas {
+                tx.c.ep.write(n, end, &(index + 1).to_le_bytes());
+            }
+            if tx.c.ep.post().await.is_err() {
+                return Err(fail);
+            }
+            let bucket = t.overflow_bucket(index);
+            match f {
+                Some(f) => *f = (w.chain, bucket, 1),
+                None => fresh.push((w.chain, bucket, 1)),
+            }
+            t.slot(bucket, 0)
+        }
+    })
 }
 
 /// One insert's walk along its key's chain.

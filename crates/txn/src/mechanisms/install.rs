@@ -9,6 +9,7 @@ use crate::mechanisms::validate::{changed, header};
 use crate::protocol::Protocol;
 use crate::tx::Tx;
 use dtxn_store::record::{RecordHeader, SingleVersion, HEADER_BYTES};
+use dtxn_store::PoolMap;
 
 /// How the new records reach the replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,6 +33,47 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
     if tx.c.ep.wait_background().await.is_err() {
         return Err(fail);
     }
+    write_replicas(tx, &map, mode);
+    // DrTM+H: validate the read-only items again, now that every lock is held.
+    let mut reads = std::mem::take(&mut tx.c.mech.checks);
+    reads.clear();
+    if let Install::TwoPhase { revalidate: true } = mode {
+        for (i, it) in tx.items.iter().enumerate() {
+            if let Some(off) = it.offset.filter(|_| it.exists && !it.rw) {
+                let t = table(&map, it.table);
+                reads.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
+            }
+        }
+    }
+    tx.installed = true;
+    if tx.c.ep.post().await.is_err() {
+        roll_back(tx).await;
+        return Err(fail);
+    }
+    for &(i, read) in &reads {
+        let it = &tx.items[i];
+        let h = header(tx.c.ep.bytes(read));
+        if changed(it, &h) {
+            let a = abort(AbortReason::Validation, it);
+            roll_back(tx).await;
+            return Err(a);
+        }
+    }
+    tx.c.mech.checks = reads;
+    if mode == Install::Coalescent {
+        return Ok(());
+    }
+    install_primaries(tx, &map);
+    if tx.c.ep.post().await.is_err() {
+        roll_back(tx).await;
+        return Err(fail);
+    }
+    Ok(())
+}
+
+/// Posts the new records' WRITEs to every backup (and, coalescent, to the primary too, still
+/// locked), then each flushed backup's FLUSH; the Vcache learns the new versions first.
+fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install) {
     let owner = tx.c.owner;
     let flush = tx.c.cfg.ford.flush;
     let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
@@ -41,7 +83,7 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
         if it.new == NewValue::Keep {
             continue;
         }
-        let t = table(&map, it.table);
+        let t = table(map, it.table);
         let codec = t.codec();
         let off = it.offset.expect("written items exist");
         let h = RecordHeader {
@@ -80,44 +122,21 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
         tx.c.ep.flush(n);
     }
     tx.c.mech.nodes = flushed;
-    // DrTM+H: validate the read-only items again, now that every lock is held.
-    let mut reads = std::mem::take(&mut tx.c.mech.checks);
-    reads.clear();
-    if let Install::TwoPhase { revalidate: true } = mode {
-        for (i, it) in tx.items.iter().enumerate() {
-            if let Some(off) = it.offset.filter(|_| it.exists && !it.rw) {
-                let t = table(&map, it.table);
-                reads.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
-            }
-        }
-    }
-    tx.installed = true;
-    if tx.c.ep.post().await.is_err() {
-        roll_back(tx).await;
-        return Err(fail);
-    }
-    for &(i, read) in &reads {
-        let it = &tx.items[i];
-        let h = header(tx.c.ep.bytes(read));
-        if changed(it, &h) {
-            let a = abort(AbortReason::Validation, it);
-            roll_back(tx).await;
-            return Err(a);
-        }
-    }
-    tx.c.mech.checks = reads;
-    if mode == Install::Coalescent {
-        return Ok(());
-    }
-    // The primaries, under our lock and invisible. They are unlocked by the release, after
-    // every primary has its new record: a recovery agent that finds any of our locks released
-    // then knows the commit is complete everywhere (see recovery.rs).
+}
+
+/// Two-phase commit's second phase: the primaries' WRITEs.
+///
+/// The primaries, under our lock and invisible. They are unlocked by the release, after
+/// every primary has its new record: a recovery agent that finds any of our locks released
+/// then knows the commit is complete everywhere (see recovery.rs).
+fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
+    let owner = tx.c.owner;
     for i in 0..tx.items.len() {
         let it = &tx.items[i];
         if it.new == NewValue::Keep {
             continue;
         }
-        let t = table(&map, it.table);
+        let t = table(map, it.table);
         let codec = t.codec();
         let off = it.offset.expect("written items exist");
         let h = RecordHeader {
@@ -132,11 +151,6 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
         codec.encode(&h, &it.value, record);
         tx.c.ep.write(t.primary(), off, record);
     }
-    if tx.c.ep.post().await.is_err() {
-        roll_back(tx).await;
-        return Err(fail);
-    }
-    Ok(())
 }
 
 /// A replica failed during the commit: put the old images back wherever we can reach.

@@ -2,16 +2,16 @@
 //! op log and the new CVTs on every replica, the release.
 
 use super::execute::Stage;
-use super::{codec, committing, Motor, COMMITTING};
+use super::{codec, committing, Motor, MvState, COMMITTING};
 use crate::abort::{Abort, AbortReason};
-use crate::item::NewValue;
+use crate::item::{Item, NewValue};
 use crate::mechanisms::{abort, table};
 use crate::tx::Tx;
-use dtxn_fabric::OpId;
+use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cvt::{Cvt, MvCodec, Pick, Vcell, CREATED, FRESH, TOMBSTONE, VALID};
 use dtxn_store::log::{encode_head, encode_item_as, ItemKind, LogStatus, HEAD_BYTES};
 use dtxn_store::record::RecordHeader;
-use dtxn_store::PoolMap;
+use dtxn_store::{PoolMap, TableInfo};
 use std::ops::Range;
 
 /// Marks the lock of every record we write as committing, and claims the free slots our
@@ -109,7 +109,6 @@ pub(crate) async fn validation_rounds(
     next: &mut Vec<(usize, Stage)>,
     ids: &mut Vec<OpId>,
 ) -> Result<(), Abort> {
-    let owner = tx.c.owner;
     let mut rounds = 0;
     while !work.is_empty() {
         rounds += 1;
@@ -131,68 +130,99 @@ pub(crate) async fn validation_rounds(
         }
         next.clear();
         for (&(i, stage), &id) in work.iter().zip(ids.iter()) {
-            let it = &tx.items[i];
-            let t = table(map, it.table);
-            let fail = abort(AbortReason::Validation, it);
-            let bytes = tx.c.ep.bytes(id);
             match stage {
-                Stage::Cvt { .. } => {
-                    let Ok(cvt) = codec(t).decode_cvt(bytes) else {
-                        next.push((i, stage));
-                        continue;
-                    };
-                    let h = cvt.header;
-                    if committing(tx, h.lock)
-                        || !h.valid
-                        || h.key != it.key
-                        || h.table != it.table
-                        || seen_at(&cvt, tc) != Some(it.version)
-                    {
-                        return Err(fail);
-                    }
-                }
+                Stage::Cvt { .. } => check_cvt(tx, map, (i, stage), id, tc, next)?,
                 Stage::Bucket { at, hops, .. } => {
-                    let scan = t.scan(at, bytes, it.key);
-                    let sv = t.codec();
-                    // Another writer's insert committing (not a slot we claimed ourselves).
-                    let claimed = (0..t.slots_per_bucket).any(|s| {
-                        let h = sv.header(t.slot_bytes(bytes, s));
-                        !h.valid && h.lock & COMMITTING != 0 && h.lock != owner | COMMITTING
-                    });
-                    if claimed {
-                        return Err(fail);
-                    }
-                    if let Some((s, _)) = scan.found {
-                        // Inserted since: fine only if above our commit timestamp.
-                        match codec(t).decode_cvt(t.slot_bytes(bytes, s)) {
-                            Ok(cvt)
-                                if !committing(tx, cvt.header.lock)
-                                    && seen_at(&cvt, tc) == Some(it.version) => {}
-                            Ok(_) => return Err(fail),
-                            Err(_) => {
-                                next.push((i, stage));
-                                continue;
-                            }
-                        }
-                    }
-                    if let Some(n) = scan.next {
-                        if hops >= t.overflow_buckets {
-                            return Err(abort(AbortReason::BadRequest, it));
-                        }
-                        next.push((
-                            i,
-                            Stage::Bucket {
-                                at: n,
-                                hops: hops + 1,
-                                pending: false,
-                            },
-                        ));
-                    }
+                    check_bucket(tx, map, (i, stage), id, (at, hops, tc), next)?
                 }
                 Stage::Value { .. } => unreachable!(),
             }
         }
         std::mem::swap(work, next);
+    }
+    Ok(())
+}
+
+/// Validation of an item read at its CVT (READ `id`): still our version at `tc`, nobody
+/// committing. A torn READ goes to `next`, to be read again.
+fn check_cvt(
+    tx: &Tx<'_, Motor>,
+    map: &PoolMap,
+    (i, stage): (usize, Stage),
+    id: OpId,
+    tc: u64,
+    next: &mut Vec<(usize, Stage)>,
+) -> Result<(), Abort> {
+    let it = &tx.items[i];
+    let t = table(map, it.table);
+    let fail = abort(AbortReason::Validation, it);
+    let bytes = tx.c.ep.bytes(id);
+    let Ok(cvt) = codec(t).decode_cvt(bytes) else {
+        next.push((i, stage));
+        return Ok(());
+    };
+    let h = cvt.header;
+    if committing(tx, h.lock)
+        || !h.valid
+        || h.key != it.key
+        || h.table != it.table
+        || seen_at(&cvt, tc) != Some(it.version)
+    {
+        return Err(fail);
+    }
+    Ok(())
+}
+
+/// Validation of a key read absent, one bucket of its chain (READ `id`, bucket `at` after
+/// `hops` overflow links): no insert of it committing or committed up to `tc`. The walk's
+/// next bucket, or a torn READ again, goes to `next`.
+fn check_bucket(
+    tx: &Tx<'_, Motor>,
+    map: &PoolMap,
+    (i, stage): (usize, Stage),
+    id: OpId,
+    (at, hops, tc): (u64, u64, u64),
+    next: &mut Vec<(usize, Stage)>,
+) -> Result<(), Abort> {
+    let owner = tx.c.owner;
+    let it = &tx.items[i];
+    let t = table(map, it.table);
+    let fail = abort(AbortReason::Validation, it);
+    let bytes = tx.c.ep.bytes(id);
+    let scan = t.scan(at, bytes, it.key);
+    let sv = t.codec();
+    // Another writer's insert committing (not a slot we claimed ourselves).
+    let claimed = (0..t.slots_per_bucket).any(|s| {
+        let h = sv.header(t.slot_bytes(bytes, s));
+        !h.valid && h.lock & COMMITTING != 0 && h.lock != owner | COMMITTING
+    });
+    if claimed {
+        return Err(fail);
+    }
+    if let Some((s, _)) = scan.found {
+        // Inserted since: fine only if above our commit timestamp.
+        match codec(t).decode_cvt(t.slot_bytes(bytes, s)) {
+            Ok(cvt)
+                if !committing(tx, cvt.header.lock) && seen_at(&cvt, tc) == Some(it.version) => {}
+            Ok(_) => return Err(fail),
+            Err(_) => {
+                next.push((i, stage));
+                return Ok(());
+            }
+        }
+    }
+    if let Some(n) = scan.next {
+        if hops >= t.overflow_buckets {
+            return Err(abort(AbortReason::BadRequest, it));
+        }
+        next.push((
+            i,
+            Stage::Bucket {
+                at: n,
+                hops: hops + 1,
+                pending: false,
+            },
+        ));
     }
     Ok(())
 }
@@ -247,53 +277,7 @@ pub(crate) fn prepare(
             Some(st) => cvt.cells.clone_from(&st.cvt.cells),
             None => k.free_cells(&mut cvt.cells),
         }
-        let mut chunk = None;
-        // The value the CVT holds: the new one, or for a delete the newest as it was.
-        let mut value = &it.value;
-        match it.new {
-            NewValue::Update => {
-                let st = it.ext.as_ref().expect("read before update");
-                // The old value: the newest, as read under our lock.
-                let old = &st.base;
-                debug_assert!(st.v0.is_some() && old.len() == it.value.len());
-                let at = bytes.len();
-                let (cell, start) = k.update_cell(&cvt, old, &it.value, tc, bytes);
-                chunk = start.map(|line| (t.bar_line_off(off, line), at..bytes.len()));
-                k.push(&mut cvt, cell);
-            }
-            NewValue::Delete => {
-                value = &it.ext.as_ref().expect("read before delete").base;
-                k.push(
-                    &mut cvt,
-                    Vcell {
-                        version: tc,
-                        flags: VALID | TOMBSTONE,
-                        ..Vcell::default()
-                    },
-                );
-            }
-            NewValue::Insert => {
-                let flags = if it.ext.is_some() {
-                    // Over a tombstone: versions before it cannot be rebuilt from the new
-                    // value; the tombstone stays, so snapshots after it still see the key
-                    // absent.
-                    let tomb = cvt.newest().map_or(0, |n| cvt.cells[n].version);
-                    MvCodec::drop_through(&mut cvt, tomb.saturating_sub(1));
-                    VALID | CREATED
-                } else {
-                    VALID | CREATED | FRESH
-                };
-                k.push(
-                    &mut cvt,
-                    Vcell {
-                        version: tc,
-                        flags,
-                        ..Vcell::default()
-                    },
-                );
-            }
-            NewValue::Keep => unreachable!("filtered"),
-        }
+        let (chunk, value) = push_new_cell(it, &k, t, off, tc, &mut cvt, bytes);
         let at = bytes.len();
         bytes.resize(at + k.cvt_bytes(), 0);
         k.encode(&cvt, value, &mut bytes[at..]);
@@ -306,13 +290,73 @@ pub(crate) fn prepare(
     }
 }
 
+/// The new version's cell pushed into the item's `cvt` (an update's pre-image lines into
+/// `bytes`): returns the pre-image chunk, and the value the CVT holds.
+fn push_new_cell<'a>(
+    it: &'a Item<Option<Box<MvState>>>,
+    k: &MvCodec,
+    t: &TableInfo,
+    off: u64,
+    tc: u64,
+    cvt: &mut Cvt,
+    bytes: &mut Vec<u8>,
+) -> (Option<(u64, Range<usize>)>, &'a Vec<u8>) {
+    let mut chunk = None;
+    // The value the CVT holds: the new one, or for a delete the newest as it was.
+    let mut value = &it.value;
+    match it.new {
+        NewValue::Update => {
+            let st = it.ext.as_ref().expect("read before update");
+            // The old value: the newest, as read under our lock.
+            let old = &st.base;
+            debug_assert!(st.v0.is_some() && old.len() == it.value.len());
+            let at = bytes.len();
+            let (cell, start) = k.update_cell(cvt, old, &it.value, tc, bytes);
+            chunk = start.map(|line| (t.bar_line_off(off, line), at..bytes.len()));
+            k.push(cvt, cell);
+        }
+        NewValue::Delete => {
+            value = &it.ext.as_ref().expect("read before delete").base;
+            k.push(
+                cvt,
+                Vcell {
+                    version: tc,
+                    flags: VALID | TOMBSTONE,
+                    ..Vcell::default()
+                },
+            );
+        }
+        NewValue::Insert => {
+            let flags = if it.ext.is_some() {
+                // Over a tombstone: versions before it cannot be rebuilt from the new
+                // value; the tombstone stays, so snapshots after it still see the key
+                // absent.
+                let tomb = cvt.newest().map_or(0, |n| cvt.cells[n].version);
+                MvCodec::drop_through(cvt, tomb.saturating_sub(1));
+                VALID | CREATED
+            } else {
+                VALID | CREATED | FRESH
+            };
+            k.push(
+                cvt,
+                Vcell {
+                    version: tc,
+                    flags,
+                    ..Vcell::default()
+                },
+            );
+        }
+        NewValue::Keep => unreachable!("filtered"),
+    }
+    (chunk, value)
+}
+
 /// Every replica of every written record in one round trip: on each memory node, first the
 /// op log (the new records, for a recovery agent to finish the commit), then each record's
 /// pre-images, then its CVT. WRITEs on one QP apply in order (G4), and a crash leaves a
 /// prefix of each QP's ops: a node that received any new record holds the whole log entry.
 pub(crate) async fn install(tx: &mut Tx<'_, Motor>, tc: u64) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let owner = tx.c.owner;
     let first = tx
         .items
         .iter()
@@ -335,23 +379,7 @@ pub(crate) async fn install(tx: &mut Tx<'_, Motor>, tc: u64) -> Result<(), Abort
     let mut log = std::mem::take(&mut tx.st.log);
     log.clear();
     log.resize(HEAD_BYTES, 0);
-    let mut items = 0u32;
-    for w in &installs {
-        encode_item_as(
-            ItemKind::RedoRecord,
-            w.table,
-            w.off,
-            false,
-            &bytes[w.record.clone()],
-            &mut log,
-        );
-        items += 1;
-        if let Some((at, chunk)) = &w.chunk {
-            let chunk = &bytes[chunk.clone()];
-            encode_item_as(ItemKind::RedoBar, w.table, *at, false, chunk, &mut log);
-            items += 1;
-        }
-    }
+    let items = encode_redo_items(&installs, &bytes, &mut log);
     if log.len() as u64 > slice_bytes {
         tx.st.log = log;
         return Err(full);
@@ -368,20 +396,76 @@ pub(crate) async fn install(tx: &mut Tx<'_, Motor>, tc: u64) -> Result<(), Abort
     );
     log[..HEAD_BYTES].copy_from_slice(&head);
     let mut nodes = std::mem::take(&mut tx.s.nodes);
+    write_log(tx, &map, &installs, &mut nodes, slice, &log);
+    tx.st.log = log;
+    write_records(tx, &map, &installs, &bytes);
+    let scratch = &mut tx.s;
+    (scratch.installs, scratch.bytes, scratch.nodes) = (installs, bytes, nodes);
+    tx.installed = true;
+    for it in tx.items.iter_mut().filter(|i| i.new != NewValue::Keep) {
+        it.install = Some(tc);
+    }
+    if tx.c.ep.post().await.is_err() {
+        // Some replicas may hold the new versions: the locks stay held (no reader trusts a
+        // committing CVT), for recovery to finish the commit from the op log.
+        tx.st.keep_locks = true;
+        return Err(fail);
+    }
+    Ok(())
+}
+
+/// The op log's items, after its head in `log`: the new records, each followed by its
+/// pre-image lines. Returns how many.
+fn encode_redo_items(installs: &[Install], bytes: &[u8], log: &mut Vec<u8>) -> u32 {
+    let mut items = 0u32;
+    for w in installs {
+        encode_item_as(
+            ItemKind::RedoRecord,
+            w.table,
+            w.off,
+            false,
+            &bytes[w.record.clone()],
+            log,
+        );
+        items += 1;
+        if let Some((at, chunk)) = &w.chunk {
+            let chunk = &bytes[chunk.clone()];
+            encode_item_as(ItemKind::RedoBar, w.table, *at, false, chunk, log);
+            items += 1;
+        }
+    }
+    items
+}
+
+/// The op log's WRITE to every memory node that holds a replica of a written record (into
+/// `nodes`), to the coordinator's log `slice`.
+fn write_log(
+    tx: &mut Tx<'_, Motor>,
+    map: &PoolMap,
+    installs: &[Install],
+    nodes: &mut Vec<NodeId>,
+    slice: u64,
+    log: &[u8],
+) {
     nodes.clear();
     nodes.extend(
         installs
             .iter()
-            .flat_map(|w| table(&map, w.table).replicas.iter().copied()),
+            .flat_map(|w| table(map, w.table).replicas.iter().copied()),
     );
     nodes.sort_unstable();
     nodes.dedup();
-    for &n in &nodes {
-        tx.c.ep.write(n, slice, &log);
+    for &n in nodes.iter() {
+        tx.c.ep.write(n, slice, log);
     }
-    tx.st.log = log;
-    for w in &installs {
-        let t = table(&map, w.table);
+}
+
+/// Each record's WRITEs on every replica: its pre-image lines, then its CVT (the primary's
+/// under our lock, marked committing).
+fn write_records(tx: &mut Tx<'_, Motor>, map: &PoolMap, installs: &[Install], bytes: &[u8]) {
+    let owner = tx.c.owner;
+    for w in installs {
+        let t = table(map, w.table);
         let record = &bytes[w.record.clone()];
         for (rank, &n) in t.replicas.iter().enumerate() {
             if let Some((at, chunk)) = &w.chunk {
@@ -397,19 +481,6 @@ pub(crate) async fn install(tx: &mut Tx<'_, Motor>, tc: u64) -> Result<(), Abort
             }
         }
     }
-    let scratch = &mut tx.s;
-    (scratch.installs, scratch.bytes, scratch.nodes) = (installs, bytes, nodes);
-    tx.installed = true;
-    for it in tx.items.iter_mut().filter(|i| i.new != NewValue::Keep) {
-        it.install = Some(tc);
-    }
-    if tx.c.ep.post().await.is_err() {
-        // Some replicas may hold the new versions: the locks stay held (no reader trusts a
-        // committing CVT), for recovery to finish the commit from the op log.
-        tx.st.keep_locks = true;
-        return Err(fail);
-    }
-    Ok(())
 }
 
 /// Unlock, after every replica is written: posted detached, nobody waits.

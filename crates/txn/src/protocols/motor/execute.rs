@@ -5,7 +5,7 @@
 use super::{codec, committing, start, Motor, MvState, COMMITTING};
 use crate::abort::{Abort, AbortReason};
 use crate::config::Isolation;
-use crate::item::Access;
+use crate::item::{Access, Item};
 use crate::mechanisms::{abort, table};
 use crate::tx::Tx;
 use crate::txn::TxKind;
@@ -317,7 +317,6 @@ pub(crate) fn on_decoded(
     st: &MvState,
     read: Result<(), Torn>,
 ) -> Result<(Next, Option<usize>), Next> {
-    let k = codec(t);
     let (table_id, key, rw, locked) = {
         let it = &tx.items[i];
         (it.table, it.key, it.rw, it.locked)
@@ -330,23 +329,9 @@ pub(crate) fn on_decoded(
     if read.is_err() {
         return Err(Next::Reread(again));
     }
-    let (cvt, base) = (&st.cvt, &st.base);
-    let h = cvt.header;
+    let h = st.cvt.header;
     if !h.valid || h.table != table_id || h.key != key {
-        // A stale cache entry (or a slot that lost a race): look the key up in its chain.
-        tx.c.cache.invalidate(table_id, key);
-        if ours {
-            // Give the wrong slot's lock back, once this round's results are read.
-            tx.st.give_back.push((t.primary(), off));
-            let it = &mut tx.items[i];
-            it.locked = false;
-            it.offset = None;
-        }
-        return Err(Next::Again(Stage::Bucket {
-            at: t.home_bucket(key),
-            hops: 0,
-            pending: false,
-        }));
+        return Err(on_stale(tx, t, i, off, ours));
     }
     tx.c.cache.insert(table_id, key, off);
     tx.items[i].offset = Some(off);
@@ -357,6 +342,38 @@ pub(crate) fn on_decoded(
         // our start, so the versions we may see are all there.)
         return Err(Next::Reread(Stage::Cvt { off, lock: false }));
     }
+    choose_version(tx, t, i, off, ours, st)
+}
+
+/// A stale cache entry (or a slot that lost a race): look the key up in its chain.
+fn on_stale(tx: &mut Tx<'_, Motor>, t: &TableInfo, i: usize, off: u64, ours: bool) -> Next {
+    let (table_id, key) = (tx.items[i].table, tx.items[i].key);
+    tx.c.cache.invalidate(table_id, key);
+    if ours {
+        // Give the wrong slot's lock back, once this round's results are read.
+        tx.st.give_back.push((t.primary(), off));
+        let it = &mut tx.items[i];
+        it.locked = false;
+        it.offset = None;
+    }
+    Next::Again(Stage::Bucket {
+        at: t.home_bucket(key),
+        hops: 0,
+        pending: false,
+    })
+}
+
+/// The version item `i` reads in the CVT of `st`: the newest under our lock
+/// (first-committer-wins), else the one of our snapshot.
+fn choose_version(
+    tx: &mut Tx<'_, Motor>,
+    t: &TableInfo,
+    i: usize,
+    off: u64,
+    ours: bool,
+    st: &MvState,
+) -> Result<(Next, Option<usize>), Next> {
+    let cvt = &st.cvt;
     let ts = tx.st.ts_start;
     let serializable = tx.c.cfg.motor.isolation == Isolation::Serializable;
     let newest = cvt.newest().map(|n| cvt.cells[n]);
@@ -390,34 +407,47 @@ pub(crate) fn on_decoded(
             it.version = version;
             Ok((Next::Done, None))
         }
-        Pick::Version(v0) => {
-            it.version = cvt.cells[v0].version;
-            if cvt.newest_value() == Some(v0) {
-                it.value.copy_from_slice(base);
-                it.exists = true;
-                return Ok((Next::Done, Some(v0)));
-            }
-            if ours {
-                // Under our lock the version picked is the newest, which holds the value: a
-                // CVT that says otherwise is read again.
-                return Err(Next::Reread(Stage::Cvt { off, lock: false }));
-            }
-            // Older: rebuild from the newest value and the pre-images of newer versions.
-            let plan = k.rebuild_plan(cvt, v0, cvt.newest_value().expect("v0 has one"));
-            let Some(plan) = plan else {
-                return Err(Next::Fail(AbortReason::VersionGone));
-            };
-            if plan.iter().all(|&(w, _)| cvt.cells[w].flags & CHUNK == 0) {
-                it.value.copy_from_slice(base);
-                for &(w, take) in &plan {
-                    k.apply_inline(&cvt.cells[w], take, &mut it.value);
-                }
-                it.exists = true;
-                return Ok((Next::Done, Some(v0)));
-            }
-            Ok((Next::Again(Stage::Value { off }), Some(v0)))
-        }
+        Pick::Version(v0) => read_version(it, t, off, ours, st, v0),
     }
+}
+
+/// Version `v0` of the CVT in `st` into the item: the newest value as read, or an older one
+/// rebuilt from it and the inline pre-images (or, with pre-image chunks, a READ of them).
+fn read_version(
+    it: &mut Item<Option<Box<MvState>>>,
+    t: &TableInfo,
+    off: u64,
+    ours: bool,
+    st: &MvState,
+    v0: usize,
+) -> Result<(Next, Option<usize>), Next> {
+    let k = codec(t);
+    let (cvt, base) = (&st.cvt, &st.base);
+    it.version = cvt.cells[v0].version;
+    if cvt.newest_value() == Some(v0) {
+        it.value.copy_from_slice(base);
+        it.exists = true;
+        return Ok((Next::Done, Some(v0)));
+    }
+    if ours {
+        // Under our lock the version picked is the newest, which holds the value: a
+        // CVT that says otherwise is read again.
+        return Err(Next::Reread(Stage::Cvt { off, lock: false }));
+    }
+    // Older: rebuild from the newest value and the pre-images of newer versions.
+    let plan = k.rebuild_plan(cvt, v0, cvt.newest_value().expect("v0 has one"));
+    let Some(plan) = plan else {
+        return Err(Next::Fail(AbortReason::VersionGone));
+    };
+    if plan.iter().all(|&(w, _)| cvt.cells[w].flags & CHUNK == 0) {
+        it.value.copy_from_slice(base);
+        for &(w, take) in &plan {
+            k.apply_inline(&cvt.cells[w], take, &mut it.value);
+        }
+        it.exists = true;
+        return Ok((Next::Done, Some(v0)));
+    }
+    Ok((Next::Again(Stage::Value { off }), Some(v0)))
 }
 
 /// A bucket of item `i`'s chain was read (by `read`).

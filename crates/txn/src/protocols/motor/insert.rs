@@ -9,8 +9,8 @@ use crate::mechanisms::{abort, table};
 use crate::protocol::Row;
 use crate::tx::Tx;
 use crate::txn::TxKind;
-use dtxn_fabric::NodeId;
-use dtxn_store::PoolMap;
+use dtxn_fabric::{NodeId, OpId};
+use dtxn_store::{PoolMap, TableInfo};
 use std::rc::Rc;
 
 /// Inserts, any number at once. A key with a CVT (a tombstone) is inserted over it, under the
@@ -97,6 +97,19 @@ pub(crate) async fn insert_many(tx: &mut Tx<'_, Motor>, rows: &[Row<'_>]) -> Res
     Ok(())
 }
 
+/// A chain walk of [`choose_slots`]: (item, bucket to read next, hops so far, first free slot
+/// seen).
+type ChainWalk = (usize, u64, u64, Option<u64>);
+
+/// What [`choose_slots`]' walks leave for after them.
+#[derive(Default)]
+struct Leftovers {
+    /// Keys found with a CVT: locked and read through it.
+    lock_cvts: Vec<(usize, Stage)>,
+    /// Items whose chain has no free slot: a new overflow bucket each.
+    slow: Vec<usize>,
+}
+
 /// Chooses slots for fresh inserts together: every chain's insert lock (one CAS per chain not
 /// held yet) and home bucket in one batch, then the chains' overflow buckets a round per hop,
 /// all chains at once. A key found in its chain after all is locked through its CVT; a chain
@@ -106,29 +119,14 @@ pub(crate) async fn choose_slots(
     map: &Rc<PoolMap>,
     items: &[usize],
 ) -> Result<(), Abort> {
-    let owner = tx.c.owner;
     let scratch = &mut tx.s;
     let mut cas = std::mem::take(&mut scratch.chain_cas);
     // Per item: (item, bucket to read next, hops so far, first free slot seen).
     let mut walks = std::mem::take(&mut scratch.walks);
     let mut next = std::mem::take(&mut scratch.next_walks);
     let mut reads = std::mem::take(&mut scratch.ids);
-    cas.clear();
-    walks.clear();
-    for &i in items {
-        let it = &tx.items[i];
-        let t = table(map, it.table);
-        let (p, home) = (t.primary(), t.home_bucket(it.key));
-        let lock = (p, t.insert_lock(home));
-        let held = tx.items.iter().any(|o| o.chain_lock == Some(lock))
-            || cas.iter().any(|&(_, n, a, _)| (n, a) == lock);
-        if !held {
-            cas.push((i, lock.0, lock.1, tx.c.ep.cas(lock.0, lock.1, 0, owner)));
-        }
-        walks.push((i, home, 0, None));
-    }
-    let mut lock_cvts = Vec::new();
-    let mut slow = Vec::new();
+    lock_chains(tx, map, items, &mut cas, &mut walks);
+    let mut left = Leftovers::default();
     let mut first_round = true;
     while !walks.is_empty() {
         reads.clear();
@@ -145,61 +143,11 @@ pub(crate) async fn choose_slots(
         }
         if first_round {
             first_round = false;
-            // Record every chain lock won before reporting one lost, so that all are
-            // released.
-            let mut lost = None;
-            for &(i, n, a, c) in &cas {
-                if tx.c.ep.cas_ok(c) {
-                    tx.items[i].chain_lock = Some((n, a));
-                } else {
-                    lost.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
-                }
-            }
-            if let Some(a) = lost {
-                return Err(a);
-            }
+            chain_locks_won(tx, &cas)?;
         }
         next.clear();
-        for (&(i, at, hops, mut free), &read) in walks.iter().zip(&reads) {
-            let bytes = tx.c.ep.bytes(read);
-            let (table_id, key) = (tx.items[i].table, tx.items[i].key);
-            let t = table(map, table_id);
-            let scan = t.scan(at, bytes, key);
-            if let Some((_, off)) = scan.found {
-                // The key has a CVT (deleted, or inserted since we looked): lock and read it.
-                tx.c.cache.insert(table_id, key, off);
-                lock_cvts.push((i, Stage::Cvt { off, lock: true }));
-                continue;
-            }
-            if free.is_none() {
-                let sv = t.codec();
-                free = (0..t.slots_per_bucket)
-                    .map(|s| (t.slot(at, s), sv.header(t.slot_bytes(bytes, s))))
-                    .find(|(off, h)| {
-                        !h.valid
-                            && h.lock == 0
-                            && !tx.items.iter().any(|o| o.offset == Some(*off))
-                            && !next.iter().any(|&(_, _, _, f)| f == Some(*off))
-                    })
-                    .map(|(off, _)| off);
-            }
-            match scan.next {
-                Some(n) if hops < t.overflow_buckets => next.push((i, n, hops + 1, free)),
-                Some(_) => return Err(abort(AbortReason::CorruptChain, &tx.items[i])),
-                None => match free {
-                    Some(slot) => {
-                        let it = &mut tx.items[i];
-                        it.offset = Some(slot);
-                        it.node = t.primary();
-                        it.exists = false;
-                        it.version = 0;
-                        // Claimed at the mark round.
-                        it.cold = true;
-                    }
-                    // No free slot: chain a new overflow bucket.
-                    None => slow.push(i),
-                },
-            }
+        for (&walk, &read) in walks.iter().zip(&reads) {
+            on_bucket(tx, map, walk, read, &mut next, &mut left)?;
         }
         std::mem::swap(&mut walks, &mut next);
     }
@@ -210,13 +158,117 @@ pub(crate) async fn choose_slots(
         scratch.next_walks,
         scratch.ids,
     ) = (cas, walks, next, reads);
-    if !lock_cvts.is_empty() {
-        run_stages(tx, lock_cvts).await?;
+    if !left.lock_cvts.is_empty() {
+        run_stages(tx, left.lock_cvts).await?;
     }
-    for i in slow {
+    for i in left.slow {
         choose_slot(tx, map, i).await?;
     }
     Ok(())
+}
+
+/// Queues a CAS on every chain's insert lock not held yet (one per chain), and starts each
+/// item's walk at its home bucket.
+fn lock_chains(
+    tx: &mut Tx<'_, Motor>,
+    map: &PoolMap,
+    items: &[usize],
+    cas: &mut Vec<(usize, NodeId, u64, OpId)>,
+    walks: &mut Vec<ChainWalk>,
+) {
+    let owner = tx.c.owner;
+    cas.clear();
+    walks.clear();
+    for &i in items {
+        let it = &tx.items[i];
+        let t = table(map, it.table);
+        let (p, home) = (t.primary(), t.home_bucket(it.key));
+        let lock = (p, t.insert_lock(home));
+        let held = tx.items.iter().any(|o| o.chain_lock == Some(lock))
+            || cas.iter().any(|&(_, n, a, _)| (n, a) == lock);
+        if !held {
+            cas.push((i, lock.0, lock.1, tx.c.ep.cas(lock.0, lock.1, 0, owner)));
+        }
+        walks.push((i, home, 0, None));
+    }
+}
+
+/// The chain locks' CASes completed. Record every chain lock won before reporting one lost,
+/// so that all are released.
+fn chain_locks_won(
+    tx: &mut Tx<'_, Motor>,
+    cas: &[(usize, NodeId, u64, OpId)],
+) -> Result<(), Abort> {
+    let mut lost = None;
+    for &(i, n, a, c) in cas {
+        if tx.c.ep.cas_ok(c) {
+            tx.items[i].chain_lock = Some((n, a));
+        } else {
+            lost.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+        }
+    }
+    lost.map_or(Ok(()), Err)
+}
+
+/// One bucket of a walk read (by `read`): the key found (lock its CVT), else the first free
+/// slot noted, and the walk goes on to the next bucket or, at the chain's end, places the
+/// item in its free slot (or leaves it for a new overflow bucket).
+fn on_bucket(
+    tx: &mut Tx<'_, Motor>,
+    map: &PoolMap,
+    (i, at, hops, mut free): ChainWalk,
+    read: OpId,
+    next: &mut Vec<ChainWalk>,
+    left: &mut Leftovers,
+) -> Result<(), Abort> {
+    let bytes = tx.c.ep.bytes(read);
+    let (table_id, key) = (tx.items[i].table, tx.items[i].key);
+    let t = table(map, table_id);
+    let scan = t.scan(at, bytes, key);
+    if let Some((_, off)) = scan.found {
+        // The key has a CVT (deleted, or inserted since we looked): lock and read it.
+        tx.c.cache.insert(table_id, key, off);
+        left.lock_cvts.push((i, Stage::Cvt { off, lock: true }));
+        return Ok(());
+    }
+    if free.is_none() {
+        let sv = t.codec();
+        free = (0..t.slots_per_bucket)
+            .map(|s| (t.slot(at, s), sv.header(t.slot_bytes(bytes, s))))
+            .find(|(off, h)| {
+                !h.valid
+                    && h.lock == 0
+                    && !tx.items.iter().any(|o| o.offset == Some(*off))
+                    && !next.iter().any(|&(_, _, _, f)| f == Some(*off))
+            })
+            .map(|(off, _)| off);
+    }
+    match scan.next {
+        Some(n) if hops < t.overflow_buckets => next.push((i, n, hops + 1, free)),
+        Some(_) => return Err(abort(AbortReason::CorruptChain, &tx.items[i])),
+        None => match free {
+            Some(slot) => {
+                let it = &mut tx.items[i];
+                it.offset = Some(slot);
+                it.node = t.primary();
+                it.exists = false;
+                it.version = 0;
+                // Claimed at the mark round.
+                it.cold = true;
+            }
+            // No free slot: chain a new overflow bucket.
+            None => left.slow.push(i),
+        },
+    }
+    Ok(())
+}
+
+/// Where [`walk_chain`] ended.
+enum Walked {
+    /// The key has a CVT, at this slot.
+    Found(u64),
+    /// The chain's last bucket, and the first free slot seen.
+    End { free: Option<u64>, chain_end: u64 },
 }
 
 /// A fresh insert: lock the chain (CAS + READ of the home bucket), find the key still absent
@@ -244,7 +296,7 @@ pub(crate) async fn choose_slot(
         .iter()
         .any(|o| o.chain_lock == Some((primary, lock_addr)));
     let cas = (!held).then(|| tx.c.ep.cas(primary, lock_addr, 0, owner));
-    let mut read = tx.c.ep.read(primary, home, t.bucket_bytes as usize);
+    let read = tx.c.ep.read(primary, home, t.bucket_bytes as usize);
     if tx.c.ep.post().await.is_err() {
         return Err(bad(AbortReason::ReplicaFailure));
     }
@@ -254,18 +306,47 @@ pub(crate) async fn choose_slot(
         }
         tx.items[i].chain_lock = Some((primary, lock_addr));
     }
+    let (free, chain_end) = match walk_chain(tx, t, i, read).await? {
+        Walked::Found(off) => {
+            // The key has a CVT (deleted, or inserted since we looked): lock and read it.
+            tx.c.cache.insert(table_id, key, off);
+            return run_stages(tx, vec![(i, Stage::Cvt { off, lock: true })]).await;
+        }
+        Walked::End { free, chain_end } => (free, chain_end),
+    };
+    let slot = match free {
+        Some(s) => s,
+        None => new_overflow_slot(tx, t, i, chain_end).await?,
+    };
+    let it = &mut tx.items[i];
+    it.offset = Some(slot);
+    it.node = primary;
+    it.exists = false;
+    it.version = 0;
+    // Claimed at the mark round.
+    it.cold = true;
+    Ok(())
+}
+
+/// Walks item `i`'s chain from its home bucket (already read, by `read`), a round per
+/// overflow bucket, to the key's CVT or the chain's end.
+async fn walk_chain(
+    tx: &mut Tx<'_, Motor>,
+    t: &TableInfo,
+    i: usize,
+    mut read: OpId,
+) -> Result<Walked, Abort> {
+    let key = tx.items[i].key;
+    let primary = t.primary();
     let codec = t.codec();
-    let mut bucket = home;
+    let mut bucket = t.home_bucket(key);
     let mut free = None;
     let mut hops = 0;
-    let chain_end;
     loop {
         let bytes = tx.c.ep.bytes(read);
         let scan = t.scan(bucket, bytes, key);
         if let Some((_, off)) = scan.found {
-            // The key has a CVT (deleted, or inserted since we looked): lock and read it.
-            tx.c.cache.insert(table_id, key, off);
-            return run_stages(tx, vec![(i, Stage::Cvt { off, lock: true })]).await;
+            return Ok(Walked::Found(off));
         }
         if free.is_none() {
             free = (0..t.slots_per_bucket)
@@ -280,47 +361,45 @@ pub(crate) async fn choose_slot(
             Some(n) => {
                 hops += 1;
                 if hops > t.overflow_buckets {
-                    return Err(bad(AbortReason::BadRequest));
+                    return Err(abort(AbortReason::BadRequest, &tx.items[i]));
                 }
                 bucket = n;
                 read = tx.c.ep.read(primary, n, t.bucket_bytes as usize);
                 if tx.c.ep.post().await.is_err() {
-                    return Err(bad(AbortReason::ReplicaFailure));
+                    return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
                 }
             }
             None => {
-                chain_end = bucket;
-                break;
+                return Ok(Walked::End {
+                    free,
+                    chain_end: bucket,
+                })
             }
         }
     }
-    let slot = match free {
-        Some(s) => s,
-        None => {
-            // Chain a new overflow bucket (we hold the chain's insert lock).
-            let f = tx.c.ep.faa(primary, t.overflow_counter(), 1);
-            if tx.c.ep.post().await.is_err() {
-                return Err(bad(AbortReason::ReplicaFailure));
-            }
-            let index = tx.c.ep.old(f);
-            if index >= t.overflow_buckets {
-                return Err(bad(AbortReason::TableFull));
-            }
-            for &n in &t.replicas {
-                tx.c.ep.write(n, chain_end, &(index + 1).to_le_bytes());
-            }
-            if tx.c.ep.post().await.is_err() {
-                return Err(bad(AbortReason::ReplicaFailure));
-            }
-            t.slot(t.overflow_bucket(index), 0)
-        }
-    };
-    let it = &mut tx.items[i];
-    it.offset = Some(slot);
-    it.node = primary;
-    it.exists = false;
-    it.version = 0;
-    // Claimed at the mark round.
-    it.cold = true;
-    Ok(())
+}
+
+/// Chain a new overflow bucket (we hold the chain's insert lock) after `chain_end`: claimed
+/// on the primary, linked on every replica. Its first slot.
+async fn new_overflow_slot(
+    tx: &mut Tx<'_, Motor>,
+    t: &TableInfo,
+    i: usize,
+    chain_end: u64,
+) -> Result<u64, Abort> {
+    let f = tx.c.ep.faa(t.primary(), t.overflow_counter(), 1);
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
+    }
+    let index = tx.c.ep.old(f);
+    if index >= t.overflow_buckets {
+        return Err(abort(AbortReason::TableFull, &tx.items[i]));
+    }
+    for &n in &t.replicas {
+        tx.c.ep.write(n, chain_end, &(index + 1).to_le_bytes());
+    }
+    if tx.c.ep.post().await.is_err() {
+        return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
+    }
+    Ok(t.slot(t.overflow_bucket(index), 0))
 }
