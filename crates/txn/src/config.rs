@@ -78,7 +78,7 @@ pub struct FordOptions {
     pub flush: bool,
     /// The stages that run as RPCs served by the memory nodes' CPUs instead of one-sided
     /// verbs, e.g. `"lock,validate,commit"` (RCC's hybrid code; "" for all one-sided). FORD,
-    /// FaRM and DrTM+H have RPC forms of `lock`, `validate` and `commit`.
+    /// FaRM and DrTM+H have RPC forms of `fetch`, `lock`, `validate` and `commit`.
     pub rpc: Stages,
     /// NEGATIVE CONTROL, never for real use: the published FORD's read path. Trust a record
     /// READ whose lock word shows no invisible bit, without checking its per-line version

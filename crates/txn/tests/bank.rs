@@ -569,7 +569,7 @@ fn stages_run_as_rpcs_conserve_money_and_are_serializable() {
     use dtxn_txn::{Protocol, Stages};
     for protocol in [Protocol::Ford, Protocol::Farm, Protocol::Drtmh] {
         PROTOCOL.with(|p| p.set(protocol));
-        for (k, stages) in ["lock", "validate", "commit", "lock,validate,commit"]
+        for (k, stages) in ["lock", "validate", "commit", "fetch,lock,validate,commit"]
             .into_iter()
             .enumerate()
         {
@@ -588,7 +588,9 @@ fn stages_run_as_rpcs_conserve_money_and_are_serializable() {
                 );
                 assert_eq!(r.torn, 0, "{what}");
                 assert!(r.committed > 20, "{what}: {}", r.committed);
-                assert!(r.rpcs > r.committed, "{what}: only {} RPCs", r.rpcs);
+                // Every stage named sends RPCs (all of them: every transaction does).
+                let least = if k == 3 { r.committed } else { 20 };
+                assert!(r.rpcs > least, "{what}: only {} RPCs", r.rpcs);
                 assert_serializable(&r.history, &what);
             }
         }

@@ -1,11 +1,12 @@
 //! Absence validation: a key read absent must still be absent at commit (no phantoms).
 
+use super::rpc::Read;
 use super::{abort, next_bucket, table};
 use crate::abort::{Abort, AbortReason};
 use crate::item::NewValue;
 use crate::protocol::Protocol;
+use crate::stage::Stage;
 use crate::tx::Tx;
-use dtxn_fabric::OpId;
 use dtxn_store::PoolMap;
 
 /// Absent keys read by the transaction must still be absent at validation: their chain holds
@@ -32,11 +33,13 @@ pub(crate) async fn validate_absent<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(
     let mut reads = std::mem::take(&mut tx.c.mech.absent_reads);
     insert_locks_free(tx, &map, &walks, &mut reads).await?;
     // Then every chain, all of them together, a round per bucket.
+    let via = tx.c.via(Stage::Validate);
     while !walks.is_empty() {
         reads.clear();
         for &(i, bucket, _, _) in &walks {
             let t = table(&map, tx.items[i].table);
-            reads.push(tx.c.ep.read(t.primary(), bucket, t.bucket_bytes as usize));
+            let len = t.bucket_bytes as usize;
+            reads.push(Read::post(&mut tx.c.ep, via, t.primary(), bucket, len));
         }
         if tx.c.ep.post().await.is_err() {
             return Err(abort(AbortReason::ReplicaFailure, &tx.items[walks[0].0]));
@@ -64,19 +67,24 @@ async fn insert_locks_free<P: Protocol>(
     tx: &mut Tx<'_, P>,
     map: &PoolMap,
     walks: &[(usize, u64, u64, u64)],
-    reads: &mut Vec<OpId>,
+    reads: &mut Vec<Read>,
 ) -> Result<(), Abort> {
     let owner = tx.c.owner;
+    let via = tx.c.via(Stage::Validate);
     reads.clear();
     for &(i, home, _, _) in walks {
         let t = table(map, tx.items[i].table);
-        reads.push(tx.c.ep.read(t.primary(), home, 64));
+        reads.push(Read::post(&mut tx.c.ep, via, t.primary(), home, 64));
     }
     if tx.c.ep.post().await.is_err() {
         return Err(abort(AbortReason::ReplicaFailure, &tx.items[walks[0].0]));
     }
-    for (&(i, _, _, _), &r) in walks.iter().zip(reads.iter()) {
-        let lock = tx.c.ep.word(r, 8);
+    for (&(i, _, _, _), r) in walks.iter().zip(reads.iter()) {
+        let Some(lock) = r.bytes(&tx.c.ep).get(8..16) else {
+            // Only a malformed RPC reply is short: treat the memory node as failed.
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
+        };
+        let lock = u64::from_le_bytes(lock.try_into().expect("8 bytes"));
         if lock != 0 && lock != owner {
             return Err(abort(AbortReason::Validation, &tx.items[i]));
         }
@@ -84,18 +92,23 @@ async fn insert_locks_free<P: Protocol>(
     Ok(())
 }
 
-/// One bucket of a chain read (READ `r`): the key must not be in it; its tombstones are
+/// One bucket of a chain read (`r`): the key must not be in it; its tombstones are
 /// noted. True if the walk goes on to the chain's next bucket.
 fn on_bucket<P: Protocol>(
     tx: &Tx<'_, P>,
     map: &PoolMap,
     (i, bucket, hops, tombstone): &mut (usize, u64, u64, u64),
-    r: OpId,
+    r: Read,
     failed: &mut Option<Abort>,
 ) -> bool {
     let it = &tx.items[*i];
     let t = table(map, it.table);
-    let bytes = tx.c.ep.bytes(r);
+    let bytes = r.bytes(&tx.c.ep);
+    if bytes.len() < t.bucket_bytes as usize {
+        // Only a malformed RPC reply is short: treat the memory node as failed.
+        failed.get_or_insert(abort(AbortReason::ReplicaFailure, it));
+        return false;
+    }
     let scan = t.scan(*bucket, bytes, it.key);
     if scan.found.is_some() {
         failed.get_or_insert(abort(AbortReason::Validation, it));

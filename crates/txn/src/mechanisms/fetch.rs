@@ -5,13 +5,15 @@
 //! G6, so the READ sees the record under the lock).
 
 use super::lock::give_back_after_failure;
+use super::rpc::{CasRead, Read};
 use super::{abort, next_bucket, table, INVISIBLE};
 use crate::abort::{Abort, AbortReason};
 use crate::item::Access;
 use crate::protocol::Protocol;
+use crate::stage::Stage as Step;
 use crate::tx::Tx;
 use crate::txn::TxKind;
-use dtxn_fabric::{NodeId, OpId};
+use dtxn_fabric::{Endpoint, NodeId};
 use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::PoolMap;
 
@@ -30,8 +32,26 @@ pub(crate) struct ExecuteScratch {
     /// Execution rounds: (item, stage, version it must still have).
     work: Vec<(usize, Stage, Option<u64>)>,
     next: Vec<(usize, Stage, Option<u64>)>,
-    /// Execution rounds: each item's (CAS, READ).
-    ids: Vec<(Option<OpId>, OpId)>,
+    /// Execution rounds: what each item's stage posted.
+    ids: Vec<Fetched>,
+}
+
+/// What a round posted for one item: a hitchhiked lock (CAS, then the record READ after it),
+/// or a READ (of a record or a bucket). One-sided or as RPCs, as the lock and fetch stages go.
+#[derive(Debug, Clone, Copy)]
+enum Fetched {
+    Locked(CasRead),
+    Read(Read),
+}
+
+impl Fetched {
+    /// The bytes read: for a lock, only once its CAS swapped.
+    fn bytes<'e>(&self, ep: &'e Endpoint) -> &'e [u8] {
+        match self {
+            Fetched::Locked(c) => c.bytes(ep),
+            Fetched::Read(r) => r.bytes(ep),
+        }
+    }
 }
 
 /// Fetches `accesses` (new items, or read items now wanted for update) into the
@@ -80,7 +100,7 @@ async fn rounds<P: Protocol>(
                     on_record(tx, &map, (i, expect), off, lock, done, &mut out)
                 }
                 Stage::Bucket { at, hops } => {
-                    on_bucket(tx, &map, (i, expect), at, hops, done.1, &mut out)
+                    on_bucket(tx, &map, (i, expect), at, hops, done, &mut out)
                 }
             }
         }
@@ -193,22 +213,41 @@ fn post<P: Protocol>(
     tx: &mut Tx<'_, P>,
     map: &PoolMap,
     work: &[(usize, Stage, Option<u64>)],
-    ids: &mut Vec<(Option<OpId>, OpId)>,
+    ids: &mut Vec<Fetched>,
 ) {
     ids.clear();
+    let (lock_via, fetch_via) = (tx.c.via(Step::Lock), tx.c.via(Step::Fetch));
     for &(i, stage, _) in work.iter() {
         let it = &tx.items[i];
         let t = table(map, it.table);
         let ep = &mut tx.c.ep;
         ids.push(match stage {
             Stage::Record { off, lock: true } => {
-                let c = ep.cas(t.primary(), off, 0, tx.c.owner);
-                (Some(c), ep.read(t.primary(), off, t.record_bytes as usize))
+                let record = Some((off, t.record_bytes as usize));
+                let owner = tx.c.owner;
+                Fetched::Locked(CasRead::post(
+                    ep,
+                    lock_via,
+                    t.primary(),
+                    off,
+                    (0, owner),
+                    record,
+                ))
             }
-            Stage::Record { off, lock: false } => {
-                (None, ep.read(it.node, off, t.record_bytes as usize))
-            }
-            Stage::Bucket { at, .. } => (None, ep.read(it.node, at, t.bucket_bytes as usize)),
+            Stage::Record { off, lock: false } => Fetched::Read(Read::post(
+                ep,
+                fetch_via,
+                it.node,
+                off,
+                t.record_bytes as usize,
+            )),
+            Stage::Bucket { at, .. } => Fetched::Read(Read::post(
+                ep,
+                fetch_via,
+                it.node,
+                at,
+                t.bucket_bytes as usize,
+            )),
         });
     }
 }
@@ -241,15 +280,15 @@ fn on_record<P: Protocol>(
     (i, expect): (usize, Option<u64>),
     off: u64,
     lock: bool,
-    (cas, read): (Option<OpId>, OpId),
+    done: Fetched,
     out: &mut Outcome<'_>,
 ) {
     let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
     let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
     let t = table(map, table_id);
     let codec = t.codec();
-    if let Some(c) = cas {
-        if !tx.c.ep.cas_ok(c) {
+    if let Fetched::Locked(c) = done {
+        if !c.swapped(&tx.c.ep) {
             out.failed
                 .get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
             return;
@@ -258,7 +297,13 @@ fn on_record<P: Protocol>(
         tx.items[i].offset = Some(off);
     }
     let it = &mut tx.items[i];
-    let bytes = tx.c.ep.bytes(read);
+    let bytes = done.bytes(&tx.c.ep);
+    if bytes.len() < t.record_bytes as usize {
+        // Only a malformed RPC reply is short: treat the memory node as failed.
+        out.failed
+            .get_or_insert(abort(AbortReason::ReplicaFailure, it));
+        return;
+    }
     let decoded = if trust_inv {
         Ok(codec.decode_unchecked(bytes, &mut it.value))
     } else {
@@ -323,14 +368,20 @@ fn on_bucket<P: Protocol>(
     (i, expect): (usize, Option<u64>),
     b: u64,
     mut hops: u64,
-    read: OpId,
+    read: Fetched,
     out: &mut Outcome<'_>,
 ) {
     let trust_inv = tx.c.cfg.ford.trust_invisible_bit;
     let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
     let t = table(map, table_id);
     let codec = t.codec();
-    let bytes = tx.c.ep.bytes(read);
+    let bytes = read.bytes(&tx.c.ep);
+    if bytes.len() < t.bucket_bytes as usize {
+        // Only a malformed RPC reply is short: treat the memory node as failed.
+        out.failed
+            .get_or_insert(abort(AbortReason::ReplicaFailure, &tx.items[i]));
+        return;
+    }
     let scan = t.scan(b, bytes, key);
     let it = &mut tx.items[i];
     if b == t.home_bucket(key) {

@@ -5,11 +5,13 @@ use super::{abort, next_bucket, table};
 use crate::abort::{Abort, AbortReason};
 use crate::item::NewValue;
 use crate::mechanisms::lock::give_back_after_failure;
+use crate::mechanisms::rpc::{CasRead, Read};
 use crate::mechanisms::undo::log_undo;
 use crate::protocol::{Protocol, Row};
+use crate::stage::Stage;
 use crate::tx::Tx;
 use crate::txn::TxKind;
-use dtxn_fabric::{NodeId, OpId};
+use dtxn_fabric::NodeId;
 use dtxn_store::{PoolMap, TableInfo};
 
 /// What [`insert`] keeps across calls (given back after an abort too, with the free slots'
@@ -20,9 +22,9 @@ pub(crate) struct InsertScratch {
     todo: Vec<usize>,
     /// One walk per item to place, and the READ of the bucket it is at.
     walks: Vec<Walk>,
-    reads: Vec<OpId>,
+    reads: Vec<Read>,
     /// The chain locks to take, as (item, node, address, CAS).
-    cas: Vec<(usize, NodeId, u64, OpId)>,
+    cas: Vec<(usize, NodeId, u64, CasRead)>,
     /// The slots the transaction's items occupy already.
     taken: Vec<u64>,
     /// Per walk: how many rows share its chain.
@@ -148,6 +150,10 @@ async fn lock_chains<P: Protocol>(
         ..
     } = s;
     let owner = tx.c.owner;
+    // The home buckets are read after the chain locks' CASes: one-sided, a READ posted after
+    // an atomic on its QP executes after it (G6); as RPCs, a node's requests of one batch are
+    // served in post order. So the READs go the locks' way.
+    let via = tx.c.via(Stage::Lock);
     walks.clear();
     cas.clear();
     reads.clear();
@@ -160,9 +166,16 @@ async fn lock_chains<P: Protocol>(
         let held = tx.items.iter().any(|o| o.chain_lock == Some(lock))
             || cas.iter().any(|&(_, n, a, _)| (n, a) == lock);
         if !held {
-            cas.push((i, lock.0, lock.1, tx.c.ep.cas(lock.0, lock.1, 0, owner)));
+            let c = CasRead::post(&mut tx.c.ep, via, lock.0, lock.1, (0, owner), None);
+            cas.push((i, lock.0, lock.1, c));
         }
-        reads.push(tx.c.ep.read(primary, home, t.bucket_bytes as usize));
+        reads.push(Read::post(
+            &mut tx.c.ep,
+            via,
+            primary,
+            home,
+            t.bucket_bytes as usize,
+        ));
         walks.push(Walk {
             item: i,
             chain: lock,
@@ -181,7 +194,7 @@ async fn lock_chains<P: Protocol>(
     }
     let mut failed = None;
     for &(i, n, a, c) in cas.iter() {
-        if tx.c.ep.cas_ok(c) {
+        if c.swapped(&tx.c.ep) {
             tx.items[i].chain_lock = Some((n, a));
         } else {
             failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
@@ -228,10 +241,12 @@ async fn walk_chains<P: Protocol>(
         if !more {
             return Ok(());
         }
+        let via = tx.c.via(Stage::Fetch);
         for (k, w) in walks.iter().enumerate() {
             if w.end.is_none() {
                 let t = table(map, tx.items[w.item].table);
-                reads[k] = tx.c.ep.read(w.chain.0, w.bucket, t.bucket_bytes as usize);
+                let len = t.bucket_bytes as usize;
+                reads[k] = Read::post(&mut tx.c.ep, via, w.chain.0, w.bucket, len);
             }
         }
         if tx.c.ep.post().await.is_err() {
@@ -246,7 +261,7 @@ fn on_bucket<P: Protocol>(
     tx: &mut Tx<'_, P>,
     map: &PoolMap,
     w: &mut Walk,
-    read: OpId,
+    read: Read,
     (k, sharing): (usize, usize),
     taken: &[u64],
     free: &mut Vec<(usize, u64, Vec<u8>)>,
@@ -255,7 +270,11 @@ fn on_bucket<P: Protocol>(
     let t = table(map, it.table);
     let codec = t.codec();
     let (table_id, key) = (it.table, it.key);
-    let bytes = tx.c.ep.bytes(read);
+    let bytes = read.bytes(&tx.c.ep);
+    if bytes.len() < t.bucket_bytes as usize {
+        // Only a malformed RPC reply is short: treat the memory node as failed.
+        return Err(abort(AbortReason::ReplicaFailure, it));
+    }
     let scan = t.scan(w.bucket, bytes, key);
     if scan.found.is_some() {
         return Err(abort(AbortReason::Exists, it));

@@ -5,8 +5,10 @@
 use super::{abort, table, INVISIBLE};
 use crate::abort::{Abort, AbortReason};
 use crate::item::NewValue;
-use crate::mechanisms::validate::{changed, header};
+use crate::mechanisms::rpc::{self, Read};
+use crate::mechanisms::validate::{changed, header_of};
 use crate::protocol::Protocol;
+use crate::stage::Stage;
 use crate::tx::Tx;
 use dtxn_store::record::{RecordHeader, SingleVersion, HEADER_BYTES};
 use dtxn_store::PoolMap;
@@ -35,13 +37,15 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
     }
     write_replicas(tx, &map, mode);
     // DrTM+H: validate the read-only items again, now that every lock is held.
-    let mut reads = std::mem::take(&mut tx.c.mech.checks);
+    let mut reads = std::mem::take(&mut tx.c.mech.reads);
     reads.clear();
     if let Install::TwoPhase { revalidate: true } = mode {
+        let via = tx.c.via(Stage::Validate);
         for (i, it) in tx.items.iter().enumerate() {
             if let Some(off) = it.offset.filter(|_| it.exists && !it.rw) {
                 let t = table(&map, it.table);
-                reads.push((i, tx.c.ep.read(t.primary(), off, HEADER_BYTES)));
+                let read = Read::post(&mut tx.c.ep, via, t.primary(), off, HEADER_BYTES);
+                reads.push((i, read));
             }
         }
     }
@@ -52,14 +56,17 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
     }
     for &(i, read) in &reads {
         let it = &tx.items[i];
-        let h = header(tx.c.ep.bytes(read));
-        if changed(it, &h) {
-            let a = abort(AbortReason::Validation, it);
+        // A short (malformed RPC) reply: the memory node counts as failed.
+        let bad = match header_of(read.bytes(&tx.c.ep)) {
+            Some(h) => changed(it, &h).then(|| abort(AbortReason::Validation, it)),
+            None => Some(fail),
+        };
+        if let Some(a) = bad {
             roll_back(tx).await;
             return Err(a);
         }
     }
-    tx.c.mech.checks = reads;
+    tx.c.mech.reads = reads;
     if mode == Install::Coalescent {
         return Ok(());
     }
@@ -73,9 +80,12 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
 
 /// Posts the new records' WRITEs to every backup (and, coalescent, to the primary too, still
 /// locked), then each flushed backup's FLUSH; the Vcache learns the new versions first.
+/// (As RPCs, the WRITEs are the memory node's CPU stores, durable when answered: the FLUSH
+/// then orders nothing more, and stays for the one-sided form's sake.)
 fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install) {
     let owner = tx.c.owner;
     let flush = tx.c.cfg.ford.flush;
+    let via = tx.c.via(Stage::Commit);
     let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
     flushed.clear();
     for i in 0..tx.items.len() {
@@ -98,14 +108,14 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
         record.resize(t.record_bytes as usize, 0);
         codec.encode(&h, &it.value, record);
         for &n in t.backups() {
-            tx.c.ep.write(n, off, record);
+            rpc::write(&mut tx.c.ep, via, n, off, record);
             if flush && !flushed.contains(&n) {
                 flushed.push(n);
             }
         }
         if mode == Install::Coalescent {
             SingleVersion::set_lock(record, owner | INVISIBLE);
-            tx.c.ep.write(t.primary(), off, record);
+            rpc::write(&mut tx.c.ep, via, t.primary(), off, record);
         }
     }
     // Localized validation: the new versions go into the Vcache before the remote commit,
@@ -131,6 +141,7 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
 /// then knows the commit is complete everywhere (see recovery.rs).
 fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
     let owner = tx.c.owner;
+    let via = tx.c.via(Stage::Commit);
     for i in 0..tx.items.len() {
         let it = &tx.items[i];
         if it.new == NewValue::Keep {
@@ -149,7 +160,7 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
         let record = &mut tx.c.mech.record;
         record.resize(t.record_bytes as usize, 0);
         codec.encode(&h, &it.value, record);
-        tx.c.ep.write(t.primary(), off, record);
+        rpc::write(&mut tx.c.ep, via, t.primary(), off, record);
     }
 }
 
@@ -157,15 +168,17 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
 async fn roll_back<P: Protocol>(tx: &mut Tx<'_, P>) {
     let map = tx.c.map.clone();
     let owner = tx.c.owner;
+    let via = tx.c.via(Stage::Commit);
+    let record = &mut tx.c.mech.record;
     for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
         let t = table(&map, it.table);
         let off = it.offset.expect("written items exist");
+        record.clear();
+        record.extend_from_slice(&it.image);
         for (rank, &n) in t.replicas.iter().enumerate() {
             let lock = if rank == 0 { owner } else { 0 };
-            tx.c.ep.write_with(n, off, it.image.len(), |b| {
-                b.copy_from_slice(&it.image);
-                b[..8].copy_from_slice(&lock.to_le_bytes());
-            });
+            record[..8].copy_from_slice(&lock.to_le_bytes());
+            rpc::write(&mut tx.c.ep, via, n, off, record);
         }
     }
     // Best effort: the failed node's copy is rebuilt when it is replaced.

@@ -23,7 +23,7 @@ pub(crate) mod validate;
 
 use crate::abort::{Abort, AbortReason};
 use crate::item::Item;
-use dtxn_fabric::{NodeId, OpId};
+use dtxn_fabric::NodeId;
 
 use dtxn_store::{PoolMap, TableInfo};
 
@@ -47,12 +47,10 @@ pub(crate) struct Scratch {
     pub locks: Vec<(usize, lock::Probe, bool)>,
     /// Validation rounds (one-sided or RPC): each item's READ of its header.
     pub reads: Vec<(usize, rpc::Read)>,
-    /// Validation rounds: each item's READ of its header.
-    pub checks: Vec<(usize, OpId)>,
     /// Validation of absent keys: the chains' walks, as (item, bucket being read, overflow
     /// hops, greatest tombstone version so far), and the READs of a round.
     pub absent: Vec<(usize, u64, u64, u64)>,
-    pub absent_reads: Vec<OpId>,
+    pub absent_reads: Vec<rpc::Read>,
     /// Inserts.
     pub insert: insert::InsertScratch,
 }

@@ -26,7 +26,8 @@ pub(crate) struct Drtmh;
 impl Protocol for Drtmh {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("ford");
-    const RPC_FORMS: Stages = Stages::of(&[Stage::Lock, Stage::Validate, Stage::Commit]);
+    const RPC_FORMS: Stages =
+        Stages::of(&[Stage::Fetch, Stage::Lock, Stage::Validate, Stage::Commit]);
     type Item = ();
     type Txn = ();
     type Scratch = ();

@@ -67,7 +67,8 @@ pub(crate) struct Ford;
 impl Protocol for Ford {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("ford");
-    const RPC_FORMS: Stages = Stages::of(&[Stage::Lock, Stage::Validate, Stage::Commit]);
+    const RPC_FORMS: Stages =
+        Stages::of(&[Stage::Fetch, Stage::Lock, Stage::Validate, Stage::Commit]);
     type Item = ();
     type Txn = ();
     type Scratch = ();
