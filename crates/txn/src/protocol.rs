@@ -18,8 +18,12 @@
 use crate::abort::Abort;
 use crate::config::TxnConfig;
 use crate::item::{Access, Item, ItemIndex};
+use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
+use dtxn_fabric::{Endpoint, FabricError};
+use dtxn_store::log::LogEntry;
+use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
 /// A row to insert: (table, key, value).
@@ -33,6 +37,9 @@ pub(crate) trait Protocol: Sized + 'static {
     /// Extra 8-byte words per record (timestamps, leases, queue-lock words) that the store
     /// lays out beside each record's header, for the protocol's own metadata.
     const META_WORDS: u8 = 0;
+    /// Flags its lock holders set beside their owner id in a lock word (recovery clears a
+    /// word holding a dead owner's id with any of them).
+    const LOCK_FLAGS: u64 = 0;
     /// The section of [`TxnConfig`] holding its switches (`--set KEY.switch=value`), if any.
     const OPTIONS: Option<&'static str> = None;
     /// The stages that have an RPC form (served by the memory nodes' CPUs).
@@ -85,6 +92,16 @@ pub(crate) trait Protocol: Sized + 'static {
 
     /// After an abort anywhere: gives back every lock the transaction holds.
     async fn abort(tx: &mut Tx<'_, Self>);
+
+    /// Recovery of a crashed coordinator (lock-owner id `owner`) whose newest log entry `e` is
+    /// pending: finishes or undoes its transaction, and says which. (The recovery driver then
+    /// releases every lock the dead coordinator holds, whatever this decided.)
+    async fn settle(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        owner: u64,
+        e: &LogEntry,
+    ) -> Result<Recovered, FabricError>;
 
     /// A finished transaction's item state goes back to the coordinator's spares.
     fn recycle(_s: &mut Self::Scratch, _x: Self::Item) {}

@@ -8,9 +8,13 @@ use crate::config::TxnConfig;
 use crate::coord::{CoordStats, Core};
 use crate::protocol::{Protocol as _, Slot};
 use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
+use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
 use crate::txn::{TxKind, Txn};
+use dtxn_fabric::{Endpoint, FabricError};
+use dtxn_store::log::LogEntry;
+use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 use serde::{Deserialize, Serialize};
 
@@ -42,6 +46,26 @@ macro_rules! registry {
             pub fn records(self) -> RecordFormat {
                 match self {
                     $( Protocol::$variant => <$ty>::RECORDS, )*
+                }
+            }
+
+            /// Flags the protocol's lock holders set beside their owner id.
+            pub(crate) fn lock_flags(self) -> u64 {
+                match self {
+                    $( Protocol::$variant => <$ty>::LOCK_FLAGS, )*
+                }
+            }
+
+            /// Recovery's protocol step: settles a dead coordinator's pending log entry.
+            pub(crate) async fn settle(
+                self,
+                ep: &mut Endpoint,
+                map: &PoolMap,
+                owner: u64,
+                e: &LogEntry,
+            ) -> Result<Recovered, FabricError> {
+                match self {
+                    $( Protocol::$variant => <$ty>::settle(ep, map, owner, e).await, )*
                 }
             }
 

@@ -253,9 +253,14 @@ fn run_with(
                     let mut out = Vec::new();
                     for dead in 6..12 {
                         out.push(
-                            dtxn_txn::recovery::recover(&mut ep, &map, dead)
-                                .await
-                                .unwrap(),
+                            dtxn_txn::recovery::recover(
+                                &mut ep,
+                                &map,
+                                PROTOCOL.with(|p| p.get()),
+                                dead,
+                            )
+                            .await
+                            .unwrap(),
                         );
                     }
                     out

@@ -227,9 +227,14 @@ fn run(s: Setup) -> Outcome {
                     let mut out = Vec::new();
                     for dead in 6..12 {
                         out.push(
-                            dtxn_txn::recovery::recover(&mut ep, &map, dead)
-                                .await
-                                .unwrap(),
+                            dtxn_txn::recovery::recover(
+                                &mut ep,
+                                &map,
+                                dtxn_txn::Protocol::Motor,
+                                dead,
+                            )
+                            .await
+                            .unwrap(),
                         );
                     }
                     out

@@ -4,7 +4,7 @@
 //! - [`fetch`]: stamped record READs and bucket walks, with or without hitchhiked locks;
 //! - [`lock`]: lock rounds on primaries' lock words, and giving back what a failed batch won;
 //! - [`validate`]: header validation of what was read without a lock; [`absent`]: absence;
-//! - [`undo`]: the undo log; [`install`]: coalescent and two-phase installs, roll-back;
+//! - [`undo`]: the undo log; [`settle`]: a crashed coordinator's undo log, settled; [`install`]: coalescent and two-phase installs, roll-back;
 //! - [`release`]: unlock, make visible, close the log;
 //! - [`insert`]: chain locks, free slots, new overflow buckets;
 //! - [`rpc`]: the RPC forms of their verbs, and the memory nodes' handlers of them;
@@ -17,6 +17,7 @@ pub(crate) mod install;
 pub(crate) mod lock;
 pub(crate) mod release;
 pub(crate) mod rpc;
+pub(crate) mod settle;
 pub(crate) mod timestamp;
 pub(crate) mod undo;
 pub(crate) mod validate;

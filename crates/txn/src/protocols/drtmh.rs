@@ -14,10 +14,15 @@ use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::validate::validate_reads;
 use crate::mechanisms::{fetch, insert, release, undo};
+use crate::mechanisms::{settle, INVISIBLE};
 use crate::protocol::{Protocol, Row};
+use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
+use dtxn_fabric::{Endpoint, FabricError};
+use dtxn_store::log::LogEntry;
 use dtxn_store::log::LogStatus;
+use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
 /// DrTM+H: `--protocol drtmh`.
@@ -26,6 +31,7 @@ pub(crate) struct Drtmh;
 impl Protocol for Drtmh {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("ford");
+    const LOCK_FLAGS: u64 = INVISIBLE;
     const RPC_FORMS: Stages =
         Stages::of(&[Stage::Fetch, Stage::Lock, Stage::Validate, Stage::Commit]);
     type Item = ();
@@ -91,5 +97,14 @@ impl Protocol for Drtmh {
 
     async fn abort(tx: &mut Tx<'_, Self>) {
         release::release_on_abort(tx).await;
+    }
+
+    async fn settle(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        owner: u64,
+        e: &LogEntry,
+    ) -> Result<Recovered, FabricError> {
+        settle::settle(ep, map, owner, e).await
     }
 }

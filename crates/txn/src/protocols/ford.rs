@@ -55,10 +55,15 @@ use crate::config::TxnConfig;
 use crate::item::Access;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::{absent, fetch, insert, lock, release, undo, validate};
+use crate::mechanisms::{settle, INVISIBLE};
 use crate::protocol::{Protocol, Row};
+use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
+use dtxn_fabric::{Endpoint, FabricError};
+use dtxn_store::log::LogEntry;
 use dtxn_store::log::LogStatus;
+use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
 /// FORD: `--protocol ford`, its switches under `ford.*` ([`crate::FordOptions`]).
@@ -67,6 +72,7 @@ pub(crate) struct Ford;
 impl Protocol for Ford {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("ford");
+    const LOCK_FLAGS: u64 = INVISIBLE;
     const RPC_FORMS: Stages =
         Stages::of(&[Stage::Fetch, Stage::Lock, Stage::Validate, Stage::Commit]);
     type Item = ();
@@ -114,5 +120,14 @@ impl Protocol for Ford {
 
     async fn abort(tx: &mut Tx<'_, Self>) {
         release::release_on_abort(tx).await;
+    }
+
+    async fn settle(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        owner: u64,
+        e: &LogEntry,
+    ) -> Result<Recovered, FabricError> {
+        settle::settle(ep, map, owner, e).await
     }
 }

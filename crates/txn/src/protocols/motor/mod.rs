@@ -54,16 +54,20 @@
 mod commit;
 mod execute;
 mod insert;
+mod recover;
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::Isolation;
 use crate::item::{Access, SPARE_BUFFERS};
 use crate::mechanisms::{abort, timestamp};
 use crate::protocol::{Protocol, Row};
+use crate::recovery::Recovered;
 use crate::tx::Tx;
 use commit::Install;
-use dtxn_fabric::{NodeId, OpId};
+use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
 use dtxn_store::cvt::{Cvt, MvCodec};
+use dtxn_store::log::LogEntry;
+use dtxn_store::PoolMap;
 use dtxn_store::{RecordFormat, TableInfo};
 use execute::Stage;
 
@@ -93,6 +97,7 @@ pub(crate) struct MotorTxn {
 impl Protocol for Motor {
     const RECORDS: RecordFormat = RecordFormat::Cvt;
     const OPTIONS: Option<&'static str> = Some("motor");
+    const LOCK_FLAGS: u64 = COMMITTING;
     type Item = Option<Box<MvState>>;
     type Txn = MotorTxn;
     type Scratch = Scratch;
@@ -167,6 +172,15 @@ impl Protocol for Motor {
     async fn abort(tx: &mut Tx<'_, Self>) {
         clear_committing(tx);
         commit::release(tx);
+    }
+
+    async fn settle(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        owner: u64,
+        e: &LogEntry,
+    ) -> Result<Recovered, FabricError> {
+        recover::redo_motor(ep, map, owner, e).await
     }
 
     fn recycle(s: &mut Scratch, x: Option<Box<MvState>>) {

@@ -1,0 +1,174 @@
+//! Settling a crashed coordinator's undo log (FORD, FaRM, DrTM+H): roll forward if its
+//! commit landed on every replica of everything it locked, else roll back from the old images.
+//! (The recovery driver, `recovery.rs`, finds the entry and releases the locks.)
+
+use crate::mechanisms::INVISIBLE;
+use crate::recovery::Recovered;
+use dtxn_check::history;
+use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
+use dtxn_store::log::LogEntry;
+use dtxn_store::record::RecordHeader;
+use dtxn_store::PoolMap;
+
+/// Decides and applies the pending entry's outcome.
+pub(crate) async fn settle(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    owner: u64,
+    e: &LogEntry,
+) -> Result<Recovered, FabricError> {
+    let reads = read_replicas(ep, map, e);
+    ep.post().await?;
+    let seen = judge_replicas(ep, map, owner, e, &reads);
+    // Items it never locked were never written (the commit waits for every lock).
+    let ours: Vec<usize> = (0..e.items.len()).filter(|&i| seen.held[i]).collect();
+    if ours.is_empty() {
+        // It holds nothing it logged: it never wrote, or it released everything already.
+        return Ok(Recovered::Nothing);
+    }
+    let committed = ours.iter().all(|&i| seen.everywhere[i]);
+    if committed {
+        return Ok(rolled_forward(ep, e, &ours, &seen));
+    }
+    roll_back(ep, map, owner, e, &ours, &seen.installed);
+    ep.post().await?;
+    Ok(Recovered::RolledBack(e.txn))
+}
+
+/// What the replicas of an entry's items hold, per logged item.
+struct Seen {
+    /// The dead coordinator still locks the primary's record.
+    held: Vec<bool>,
+    /// Every replica holds the new record, whole.
+    everywhere: Vec<bool>,
+    /// The version installed (where one was).
+    installed: Vec<u64>,
+    /// The primary record's key.
+    keys: Vec<u64>,
+}
+
+/// Queues a READ of every replica of every logged item, as it is now.
+fn read_replicas(ep: &mut Endpoint, map: &PoolMap, e: &LogEntry) -> Vec<(usize, NodeId, OpId)> {
+    let mut reads = Vec::new();
+    for (i, it) in e.items.iter().enumerate() {
+        let Ok(t) = map.table(it.table) else { continue };
+        // An image of the wrong size is a corrupt entry (its crc passed, but trust nothing
+        // remote): leave the item to the lock release.
+        let sized = it.image.len() == t.record_bytes as usize;
+        if !(sized || it.insert && it.image.is_empty()) {
+            continue;
+        }
+        for &n in &t.replicas {
+            reads.push((i, n, ep.read(n, it.offset, t.record_bytes as usize)));
+        }
+    }
+    reads
+}
+
+/// Judges each replica's record: locked by `owner` (on the primary), and new or not.
+fn judge_replicas(
+    ep: &Endpoint,
+    map: &PoolMap,
+    owner: u64,
+    e: &LogEntry,
+    reads: &[(usize, NodeId, OpId)],
+) -> Seen {
+    let n_items = e.items.len();
+    let mut seen = Seen {
+        held: vec![false; n_items],
+        everywhere: vec![true; n_items],
+        installed: vec![0u64; n_items],
+        keys: vec![0u64; n_items],
+    };
+    for &(i, n, r) in reads {
+        let it = &e.items[i];
+        let t = map.table(it.table).expect("checked");
+        let now = t.codec().header(ep.bytes(r));
+        // A commit WRITE cut off by the crash leaves line 0 new and later lines old: the
+        // header alone would call it installed. Only a record whose every line agrees is.
+        let mut scratch = vec![0u8; t.value_size as usize];
+        let whole = t.codec().decode(ep.bytes(r), &mut scratch).is_ok();
+        let new = if !whole {
+            None
+        } else if it.insert {
+            // An insert's new record: valid, our key... its version is whatever it installed.
+            now.valid.then_some(now.version)
+        } else {
+            let old = t.codec().header(&it.image);
+            (now.version == old.version + 1 && now.key == old.key).then_some(now.version)
+        };
+        if n == t.primary() {
+            seen.held[i] = now.lock & !INVISIBLE == owner;
+            seen.keys[i] = now.key;
+        }
+        match new {
+            Some(v) => seen.installed[i] = v,
+            None => seen.everywhere[i] = false,
+        }
+    }
+    seen
+}
+
+/// The commit landed everywhere: what it installed, for the history.
+fn rolled_forward(ep: &Endpoint, e: &LogEntry, ours: &[usize], seen: &Seen) -> Recovered {
+    let writes = ours
+        .iter()
+        .map(|&i| {
+            let it = &e.items[i];
+            history::Write {
+                table: it.table,
+                key: seen.keys[i],
+                version: seen.installed[i],
+                deleted: false,
+            }
+        })
+        .collect();
+    Recovered::RolledForward(history::Txn {
+        txn: e.txn,
+        session: u64::from(e.coordinator),
+        status: history::Status::Committed,
+        start: 0,
+        end: ep.now_ns(),
+        reads: Vec::new(),
+        writes,
+    })
+}
+
+/// Roll back what it holds: the old images everywhere, still under its lock on the primary
+/// (released after [`settle`] with everything else). Queues the WRITEs.
+fn roll_back(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    owner: u64,
+    e: &LogEntry,
+    ours: &[usize],
+    installed: &[u64],
+) {
+    for &i in ours {
+        let it = &e.items[i];
+        let Ok(t) = map.table(it.table) else { continue };
+        let codec = t.codec();
+        for (rank, &n) in t.replicas.iter().enumerate() {
+            let lock = if rank == 0 { owner } else { 0 };
+            if it.insert && it.image.is_empty() {
+                // An entry without the slot's old image: free it, stamped above the insert.
+                let h = RecordHeader {
+                    lock,
+                    version: installed[i].max(1) + 1,
+                    key: 0,
+                    table: 0,
+                    valid: false,
+                };
+                let zero = vec![0u8; t.value_size as usize];
+                ep.write_with(n, it.offset, t.record_bytes as usize, |b| {
+                    codec.encode(&h, &zero, b)
+                });
+            } else {
+                ep.write_with(n, it.offset, it.image.len(), |b| {
+                    b.copy_from_slice(&it.image);
+                    b[..8].copy_from_slice(&lock.to_le_bytes());
+                });
+            }
+        }
+    }
+}
