@@ -525,15 +525,15 @@ mod tests {
             prop_assert_eq!(&out, &value);
             prop_assert_eq!(f.header(&rec), h);
             // Changing a word changes neither the value nor the header.
-            for i in 0..m {
-                f.set_meta_word(&mut rec, i, !words[i]);
+            for (i, &w) in words.iter().enumerate().take(m) {
+                f.set_meta_word(&mut rec, i, !w);
             }
             prop_assert_eq!(f.decode(&rec, &mut out), Ok(h));
             prop_assert_eq!(&out, &value);
             // Encoding over the record again keeps the words.
             f.encode(&RecordHeader { version: version.wrapping_add(1), ..h }, &value, &mut rec);
-            for i in 0..m {
-                prop_assert_eq!(f.meta_word(&rec, i), !words[i]);
+            for (i, &w) in words.iter().enumerate().take(m) {
+                prop_assert_eq!(f.meta_word(&rec, i), !w);
             }
             // A record's words are in line 0, so a READ of head_bytes holds them.
             prop_assert!(f.head_bytes() <= LINE && f.value_off() == f.head_bytes());
