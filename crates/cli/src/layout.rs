@@ -47,6 +47,10 @@ struct TableRow {
     id: u32,
     name: String,
     value_bytes: u32,
+    /// The protocol's metadata words per record, and their byte offsets in the record (line
+    /// 0, after the header; the value follows them).
+    meta_words: u8,
+    meta_word_offsets: Vec<usize>,
     record_bytes: u32,
     slot_bytes: u64,
     buckets: u64,
@@ -159,6 +163,11 @@ fn layout(a: &LayoutArgs, w: &bench::Chosen, plan: &Plan, single: Option<&Plan>)
             id: t.id,
             name: t.name.clone(),
             value_bytes: t.value_size,
+            meta_words: t.meta_words,
+            meta_word_offsets: {
+                let c = t.codec();
+                (0..c.meta_words()).map(|i| c.meta_word_off(i)).collect()
+            },
             record_bytes: t.record_bytes,
             slot_bytes: t.slot_stride,
             buckets: t.bucket_count,
@@ -232,17 +241,27 @@ fn table(l: &Layout) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "{:<20} {:>3} {:>6} {:>7} {:>6} {:>10} {:>9} {:>11} {:>10}  nodes",
-        "table", "id", "value", "record", "slot", "buckets", "overflow", "slots", "MiB/copy"
+        "{:<20} {:>3} {:>6} {:>4} {:>7} {:>6} {:>10} {:>9} {:>11} {:>10}  nodes",
+        "table",
+        "id",
+        "value",
+        "meta",
+        "record",
+        "slot",
+        "buckets",
+        "overflow",
+        "slots",
+        "MiB/copy"
     );
     for t in &l.tables {
         let nodes: Vec<String> = t.nodes.iter().map(u16::to_string).collect();
         let _ = writeln!(
             s,
-            "{:<20} {:>3} {:>6} {:>7} {:>6} {:>10} {:>9} {:>11} {:>10}  {}",
+            "{:<20} {:>3} {:>6} {:>4} {:>7} {:>6} {:>10} {:>9} {:>11} {:>10}  {}",
             t.name,
             t.id,
             t.value_bytes,
+            t.meta_words,
             t.record_bytes,
             t.slot_bytes,
             t.buckets,
@@ -251,6 +270,19 @@ fn table(l: &Layout) -> String {
             mib(t.bytes_per_replica),
             nodes.join(",")
         );
+        if let (Some(&first), Some(&last)) =
+            (t.meta_word_offsets.first(), t.meta_word_offsets.last())
+        {
+            let _ = writeln!(
+                s,
+                "{:<20}     {} metadata words of 8 bytes at record bytes {first}..{} (line 0, \
+                 after the header); value from byte {}",
+                "",
+                t.meta_words,
+                last + 8,
+                last + 8
+            );
+        }
         if let (Some(v), Some(b), Some(sv)) = (t.vnum, t.bar_lines, t.single_version_bytes) {
             let _ = writeln!(
                 s,
@@ -289,4 +321,69 @@ fn table(l: &Layout) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dtxn_store::TableSpec;
+
+    /// A protocol's metadata words show as a column and a line giving their bytes.
+    #[test]
+    fn tables_show_their_meta_words_and_bytes() {
+        let specs = [
+            TableSpec::new(1, "bare", 312, 100),
+            TableSpec::new(2, "leased", 312, 100).with_meta_words(2),
+        ];
+        let plan = Plan::new(&specs, &PoolShape::default()).unwrap();
+        let row = |t: &dtxn_store::TableInfo| TableRow {
+            id: t.id,
+            name: t.name.clone(),
+            value_bytes: t.value_size,
+            meta_words: t.meta_words,
+            meta_word_offsets: (0..usize::from(t.meta_words))
+                .map(|i| t.codec().meta_word_off(i))
+                .collect(),
+            record_bytes: t.record_bytes,
+            slot_bytes: t.slot_stride,
+            buckets: t.bucket_count,
+            overflow_buckets: t.overflow_buckets,
+            slots: t.slots(),
+            bytes_per_replica: t.bytes(),
+            nodes: t.replicas.clone(),
+            vnum: None,
+            bar_lines: None,
+            single_version_bytes: None,
+        };
+        let l = Layout {
+            workload: "test".into(),
+            protocol: "test".into(),
+            workload_options: serde_json::json!({}),
+            memory_nodes: 2,
+            replicas: 2,
+            log_slices: 1,
+            log_slice_bytes: 4096,
+            tables: plan.tables.iter().map(row).collect(),
+            nodes: Vec::new(),
+            vs_single_version: None,
+        };
+        let out = table(&l);
+        let lines: Vec<&str> = out.lines().collect();
+        let header = lines.iter().position(|l| l.starts_with("table ")).unwrap();
+        assert!(lines[header].contains(" meta "), "{out}");
+        let bare: Vec<&str> = lines[header + 1].split_whitespace().collect();
+        assert_eq!(&bare[..5], ["bare", "1", "312", "0", "384"], "{out}");
+        let leased: Vec<&str> = lines[header + 2].split_whitespace().collect();
+        assert_eq!(&leased[..5], ["leased", "2", "312", "2", "448"], "{out}");
+        assert!(
+            lines[header + 3].contains(
+                "2 metadata words of 8 bytes at record bytes 32..48 (line 0, after the \
+                 header); value from byte 48"
+            ),
+            "{out}"
+        );
+        let json = serde_json::to_value(&l.tables[1]).unwrap();
+        assert_eq!(json["meta_words"], 2);
+        assert_eq!(json["meta_word_offsets"], serde_json::json!([32, 40]));
+    }
 }

@@ -443,6 +443,9 @@ fn layout_reports_tables_and_nodes() {
     assert_eq!(tables.len(), 12);
     let stock = tables.iter().find(|t| t["name"] == "stock").unwrap();
     assert_eq!(stock["value_bytes"], 312);
+    // FORD keeps no per-record metadata words.
+    assert_eq!(stock["meta_words"], 0);
+    assert_eq!(stock["meta_word_offsets"], serde_json::json!([]));
     assert!(stock["bytes_per_replica"].as_u64().unwrap() > 20_000 * 312);
     assert_eq!(stock["nodes"].as_array().unwrap().len(), 2);
     let nodes = v["nodes"].as_array().unwrap();

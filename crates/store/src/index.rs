@@ -32,6 +32,9 @@ pub struct TableInfo {
     pub name: String,
     pub format: RecordFormat,
     pub value_size: u32,
+    /// Metadata words per record, after the header in line 0 (single-version tables only;
+    /// see [`crate::record`]).
+    pub meta_words: u8,
     /// Bytes of one record (what a READ of it fetches).
     pub record_bytes: u32,
     /// Distance between slots (record bytes, padded for the mod-4096 spread).
@@ -92,7 +95,7 @@ impl TableInfo {
             (RecordFormat::Cvt, Some(mv)) => SingleVersion::new(
                 usize::from(mv.vnum) * crate::cvt::VCELL_BYTES + self.value_size as usize,
             ),
-            _ => SingleVersion::new(self.value_size as usize),
+            _ => SingleVersion::with_meta(self.value_size as usize, self.meta_words),
         }
     }
 

@@ -20,7 +20,8 @@
 //!
 //! Catalog entry (256 bytes):
 //! ```text
-//! 0 table id u32 | 4 format u8 | 5 rank u8 (0 = primary) | 6 replica count u8 | 7 -
+//! 0 table id u32 | 4 format u8 | 5 rank u8 (0 = primary) | 6 replica count u8
+//! 7 metadata words per record u8 (0 in pools from before them: the same layout)
 //! 8 replica nodes [u16; 8], by rank | 24 value size u32 | 28 record bytes u32
 //! 32 table offset u64 | 40 bucket count u64 | 48 slots per bucket u32 | 52 bucket bytes u32
 //! 56 overflow offset u64 | 64 overflow buckets u64 | 72 name, 48 bytes UTF-8, zero-padded
@@ -29,7 +30,7 @@
 //! ```
 
 use crate::error::StoreError;
-use crate::record::RecordFormat;
+use crate::record::{RecordFormat, SingleVersion, MAX_META_WORDS};
 use dtxn_fabric::NodeId;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DTXNPOOL");
@@ -152,6 +153,8 @@ pub struct CatalogEntry {
     /// Every replica's memory node, by rank (so one node's catalog names all of them).
     pub replicas: Vec<NodeId>,
     pub value_size: u32,
+    /// Metadata words per record (see [`crate::record`]).
+    pub meta_words: u8,
     pub record_bytes: u32,
     pub table_off: u64,
     pub bucket_count: u64,
@@ -171,6 +174,7 @@ impl CatalogEntry {
         b[4] = self.format.code();
         b[5] = self.rank;
         b[6] = self.replicas.len() as u8;
+        b[7] = self.meta_words;
         for (i, n) in self.replicas.iter().enumerate() {
             b[8 + 2 * i..10 + 2 * i].copy_from_slice(&n.to_le_bytes());
         }
@@ -218,6 +222,7 @@ impl CatalogEntry {
             rank: b[5],
             replicas,
             value_size: u32_at(b, 24),
+            meta_words: b[7],
             record_bytes: u32_at(b, 28),
             table_off: u64_at(b, 32),
             bucket_count: u64_at(b, 40),
@@ -253,6 +258,24 @@ impl CatalogEntry {
                 value_stride: u64_at(b, 144),
                 attr_ends: attr_ends.into(),
             });
+        }
+        let meta = usize::from(e.meta_words);
+        if meta > MAX_META_WORDS || (meta > 0 && format != RecordFormat::Single) {
+            return Err(corrupt(format!(
+                "table {} has {meta} metadata words per {} record",
+                e.table,
+                format.name()
+            )));
+        }
+        if format == RecordFormat::Single
+            && (e.record_bytes as usize)
+                < SingleVersion::with_meta(e.value_size as usize, e.meta_words).bytes()
+        {
+            return Err(corrupt(format!(
+                "table {} has records of {} bytes, too small for {} value bytes and {meta} \
+                 metadata words",
+                e.table, e.record_bytes, e.value_size
+            )));
         }
         // Geometry that would make index arithmetic divide by zero or slice out of bounds.
         let slots = u64::from(e.slots_per_bucket);
@@ -325,6 +348,7 @@ mod tests {
             rank: 1,
             replicas: vec![2, 0],
             value_size: 300,
+            meta_words: 0,
             record_bytes: 384,
             table_off: 1 << 16,
             bucket_count: 1000,
@@ -339,5 +363,66 @@ mod tests {
         assert_eq!(CatalogEntry::decode(0, &b), Ok(e));
         b[4] = 9;
         assert!(CatalogEntry::decode(0, &b).is_err());
+    }
+
+    fn with_meta(meta_words: u8) -> CatalogEntry {
+        let value_size = 300;
+        let record_bytes = SingleVersion::with_meta(value_size, meta_words).bytes() as u32;
+        CatalogEntry {
+            table: 9,
+            name: "lease".into(),
+            format: RecordFormat::Single,
+            rank: 0,
+            replicas: vec![1],
+            value_size: value_size as u32,
+            meta_words,
+            record_bytes,
+            table_off: 1 << 16,
+            bucket_count: 10,
+            slots_per_bucket: 2,
+            bucket_bytes: 64 + 2 * record_bytes,
+            overflow_off: 1 << 20,
+            overflow_buckets: 3,
+            mv: None,
+        }
+    }
+
+    #[test]
+    fn catalog_entries_round_trip_their_meta_words_in_byte_7() {
+        for m in 0..=MAX_META_WORDS as u8 {
+            let e = with_meta(m);
+            let mut b = [0u8; ENTRY_BYTES];
+            e.encode(&mut b);
+            assert_eq!(b[7], m);
+            assert_eq!(CatalogEntry::decode(0, &b), Ok(e));
+        }
+    }
+
+    #[test]
+    fn an_entry_from_before_meta_words_reads_as_none() {
+        // What a pool formatted before metadata words holds: byte 7 was left 0.
+        let e = with_meta(0);
+        let mut b = [0u8; ENTRY_BYTES];
+        e.encode(&mut b);
+        b[7] = 0;
+        assert_eq!(CatalogEntry::decode(0, &b).unwrap().meta_words, 0);
+    }
+
+    #[test]
+    fn impossible_meta_words_are_corruption() {
+        let mut b = [0u8; ENTRY_BYTES];
+        with_meta(0).encode(&mut b);
+        b[7] = 5;
+        let e = CatalogEntry::decode(3, &b).unwrap_err().to_string();
+        assert!(e.contains("5 metadata words"), "{e}");
+        // Records too small for their words (300 value bytes + 4 words need 6 lines, not 5).
+        let mut small = with_meta(4);
+        small.record_bytes = SingleVersion::new(300).bytes() as u32;
+        small.encode(&mut b);
+        let e = CatalogEntry::decode(3, &b).unwrap_err().to_string();
+        assert!(
+            e.contains("too small for 300 value bytes and 4 metadata words"),
+            "{e}"
+        );
     }
 }

@@ -4,7 +4,7 @@
 use crate::error::StoreError;
 use crate::index::TableInfo;
 use crate::layout::{CATALOG_OFF, ENTRY_BYTES, MAX_REPLICAS, NAME_BYTES};
-use crate::record::RecordFormat;
+use crate::record::{RecordFormat, SingleVersion, MAX_META_WORDS};
 use dtxn_fabric::NodeId;
 
 /// What a workload asks of the store for one table.
@@ -31,6 +31,10 @@ pub struct TableSpec {
     pub update_mix: Vec<(u32, f64)>,
     /// Versions per CVT of a multi-version table (`format` [`RecordFormat::Cvt`]).
     pub vnum: u8,
+    /// Extra 8-byte words per record that the protocol keeps its metadata in (leases,
+    /// timestamps, queue locks), 0 to [`MAX_META_WORDS`]; they follow the header in line 0
+    /// (see [`crate::record`]). Single-version tables only.
+    pub meta_words: u8,
 }
 
 impl TableSpec {
@@ -47,7 +51,14 @@ impl TableSpec {
             attributes: Vec::new(),
             update_mix: Vec::new(),
             vnum: 4,
+            meta_words: 0,
         }
+    }
+
+    /// This table with `words` metadata words per record.
+    pub fn with_meta_words(mut self, words: u8) -> TableSpec {
+        self.meta_words = words;
+        self
     }
 
     /// Motor's layout for this table, with `vnum` versions per record.
@@ -166,7 +177,9 @@ impl Plan {
         for (i, s) in specs.iter().enumerate() {
             check_spec(s)?;
             let record_bytes = match s.format {
-                RecordFormat::Single => s.format.record_bytes(s.value_size),
+                RecordFormat::Single => {
+                    SingleVersion::with_meta(s.value_size, s.meta_words).bytes()
+                }
                 RecordFormat::Cvt => crate::cvt::cvt_bytes(usize::from(s.vnum), s.value_size),
             } as u64;
             let stride = spread_stride(record_bytes);
@@ -212,6 +225,7 @@ impl Plan {
                 name: s.name.clone(),
                 format: s.format,
                 value_size: s.value_size as u32,
+                meta_words: s.meta_words,
                 record_bytes: record_bytes as u32,
                 slot_stride: stride,
                 slots_per_bucket: slots,
@@ -294,8 +308,21 @@ fn check_spec(s: &TableSpec) -> Result<(), StoreError> {
             )));
         }
     }
+    if usize::from(s.meta_words) > MAX_META_WORDS {
+        return Err(bad(format!(
+            "records have at most {MAX_META_WORDS} metadata words, not {}",
+            s.meta_words
+        )));
+    }
     if s.format == RecordFormat::Cvt {
         use crate::cvt::{MAX_ATTRS, MAX_VNUM};
+        // Motor needs none; a CVT would have to say which of its lines holds them.
+        if s.meta_words > 0 {
+            return Err(bad(format!(
+                "multi-version (CVT) tables have no metadata words yet, {} asked",
+                s.meta_words
+            )));
+        }
         if !(1..=MAX_VNUM).contains(&usize::from(s.vnum)) {
             return Err(bad(format!(
                 "versions per record (vnum) must be 1 to {MAX_VNUM}, not {}",
@@ -413,6 +440,43 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("load factor"));
+    }
+
+    #[test]
+    fn tables_are_laid_out_with_their_meta_words() {
+        // 312 value bytes (TPC-C stock) fill 6 lines: any word adds a seventh.
+        let specs = [
+            TableSpec::new(1, "bare", 312, 100),
+            TableSpec::new(2, "lease", 312, 100).with_meta_words(2),
+            TableSpec::new(3, "queue", 312, 100).with_meta_words(4),
+        ];
+        let p = Plan::new(&specs, &shape(2, 2)).unwrap();
+        let words: Vec<u8> = p.tables.iter().map(|t| t.meta_words).collect();
+        assert_eq!(words, [0, 2, 4]);
+        let records: Vec<u32> = p.tables.iter().map(|t| t.record_bytes).collect();
+        assert_eq!(records, [384, 448, 448]);
+        for t in &p.tables {
+            assert_eq!(t.codec().meta_words(), usize::from(t.meta_words));
+            assert_eq!(t.codec().bytes(), t.record_bytes as usize);
+            assert!(t.slot_stride >= u64::from(t.record_bytes));
+        }
+    }
+
+    #[test]
+    fn meta_words_beyond_four_or_on_cvts_are_refused() {
+        let five = TableSpec::new(1, "a", 8, 10).with_meta_words(5);
+        assert_eq!(
+            Plan::new(&[five], &shape(1, 1)).unwrap_err().to_string(),
+            "table 'a': records have at most 4 metadata words, not 5"
+        );
+        let cvt = TableSpec::new(1, "a", 8, 10)
+            .multi_version(4)
+            .with_meta_words(1);
+        let e = Plan::new(&[cvt], &shape(1, 1)).unwrap_err().to_string();
+        assert!(
+            e.contains("multi-version (CVT) tables have no metadata words yet, 1 asked"),
+            "{e}"
+        );
     }
 
     /// G10: consecutive records' lock words fall in distinct NIC atomic-table slots.

@@ -15,6 +15,38 @@
 //!   [`SingleVersion::decode`]; callers never see stamps.
 //! - `valid` is 1 for a live record, 0 for a free or deleted slot.
 //!
+//! # Metadata words
+//!
+//! A protocol may declare up to [`MAX_META_WORDS`] extra 8-byte words per record (SUNDIAL's
+//! wts/rts lease, Scythe's three-word queue lock, WAIT_DIE's timestamp). With `m` words:
+//!
+//! ```text
+//! line 0   0        32            32 + 8m                   64
+//!          | header | meta[0..m]  | value[0..32 - 8m]       |
+//! line k   | stamp  | value[32 - 8m + 56(k-1) .. 32 - 8m + 56k]     |
+//! ```
+//!
+//! They live in line 0, right after the header, taking 8 bytes each from its value bytes:
+//!
+//! - A READ of line 0 is atomic (G3), so one READ of [`SingleVersion::head_bytes`] returns the
+//!   header and the words as one snapshot: a protocol reads its lease together with the version
+//!   it guards, in the same round trip as its validation READ.
+//! - Each word is 8-byte aligned (the record is 64-aligned), so a CAS or FAA can target it;
+//!   giving each word a whole 8 bytes keeps a memory node's CPU and a NIC from ever updating
+//!   the same word (Scythe's lock).
+//! - The header keeps its fixed offsets ([`LOCK_OFF`] .. [`VALID_OFF`]): the index scan, the
+//!   validation READ and the lock CAS stay the same for every protocol.
+//! - The words are not stamped: line 0 carries no stamp (it is read atomically). They are
+//!   not part of the value either: [`SingleVersion::encode`] and [`SingleVersion::decode`]
+//!   leave them as they are, and only [`SingleVersion::set_meta_word`] (or an atomic verb)
+//!   changes them. A WRITE of a whole encoded record carries the writer's copy of the words,
+//!   so a protocol whose words change by CAS/FAA under writers WRITEs `0..`[`HEADER_BYTES`]
+//!   and [`SingleVersion::value_off`]`..` instead.
+//! - The value moves right by `8m` bytes, so a record may take one more line.
+//!
+//! With no words (every protocol before them) the layout and the codec's code are the ones
+//! above.
+//!
 //! Motor's multi-version CVTs ([`RecordFormat::Cvt`], [`crate::cvt`]) reuse this encoding: a
 //! CVT is a record whose value is its array of version cells.
 
@@ -39,6 +71,12 @@ pub const VERSION_OFF: u64 = 8;
 pub const KEY_OFF: u64 = 16;
 pub const TABLE_OFF: u64 = 24;
 pub const VALID_OFF: u64 = 28;
+
+/// The most metadata words a record may have: all of line 0 after the header.
+pub const MAX_META_WORDS: usize = (LINE - HEADER_BYTES) / 8;
+/// Where metadata word 0 starts in a record (the words follow the header in line 0).
+pub const META_OFF: usize = HEADER_BYTES;
+const _: () = assert!(META_OFF == HEAD_VALUE_OFF && META_OFF.is_multiple_of(8));
 
 /// A multi-line READ mixed lines of two versions of a record (or caught it mid-write).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -81,8 +119,9 @@ impl RecordFormat {
         }
     }
 
-    /// Bytes a single-version record with `value_size` value bytes occupies (a multiple of
-    /// 64); for CVTs see [`crate::cvt::cvt_bytes`].
+    /// Bytes a single-version record with `value_size` value bytes and no metadata words
+    /// occupies (a multiple of 64; with words see [`SingleVersion::with_meta`]); for CVTs see
+    /// [`crate::cvt::cvt_bytes`].
     pub fn record_bytes(self, value_size: usize) -> usize {
         SingleVersion::new(value_size).bytes()
     }
@@ -103,6 +142,8 @@ pub struct RecordHeader {
 pub struct SingleVersion {
     value_size: usize,
     lines: usize,
+    /// Metadata words after the header, 0 to [`MAX_META_WORDS`].
+    meta: usize,
 }
 
 fn word(b: &[u8], off: usize) -> u64 {
@@ -114,13 +155,16 @@ fn put(b: &mut [u8], off: usize, v: u64) {
 }
 
 /// Copies a record's value out of its lines (`rec`, whole lines, holds all of `value`):
-/// line 0's last 32 bytes, then 56 after each further line's stamp. Whole lines are copied
-/// as fixed-size pieces, which the compiler inlines (a memcpy call per line, as before, cost
-/// 2.7% of a TPC-C transaction's instructions).
-fn gather(rec: &[u8], value: &mut [u8]) {
-    let head = value.len().min(HEAD_VALUE_BYTES);
+/// line 0's bytes after the header and `meta` words, then 56 after each further line's stamp.
+/// Whole lines are copied as fixed-size pieces, which the compiler inlines (a memcpy call per
+/// line, as before, cost 2.7% of a TPC-C transaction's instructions). Always inlined, so that
+/// the callers' `meta` = 0 path is today's constant-offset code.
+#[inline(always)]
+fn gather(rec: &[u8], value: &mut [u8], meta: usize) {
+    let (head_off, head_bytes) = (HEAD_VALUE_OFF + 8 * meta, HEAD_VALUE_BYTES - 8 * meta);
+    let head = value.len().min(head_bytes);
     let (first, rest) = value.split_at_mut(head);
-    first.copy_from_slice(&rec[HEAD_VALUE_OFF..HEAD_VALUE_OFF + head]);
+    first.copy_from_slice(&rec[head_off..head_off + head]);
     let mut lines = rec[LINE..].chunks_exact(LINE);
     let mut outs = rest.chunks_exact_mut(LINE_VALUE_BYTES);
     // `outs` first: a zip stops without taking a line once the whole pieces are done.
@@ -133,11 +177,20 @@ fn gather(rec: &[u8], value: &mut [u8]) {
     }
 }
 
+/// [`gather`] for records with metadata words, out of line so that it adds no code to the
+/// hot path of records without.
+#[inline(never)]
+fn gather_meta(rec: &[u8], value: &mut [u8], meta: usize) {
+    gather(rec, value, meta)
+}
+
 /// [`gather`]'s inverse: `value` into the value bytes of the lines `rec`.
-fn scatter(value: &[u8], rec: &mut [u8]) {
-    let head = value.len().min(HEAD_VALUE_BYTES);
+#[inline(always)]
+fn scatter(value: &[u8], rec: &mut [u8], meta: usize) {
+    let (head_off, head_bytes) = (HEAD_VALUE_OFF + 8 * meta, HEAD_VALUE_BYTES - 8 * meta);
+    let head = value.len().min(head_bytes);
     let (first, rest) = value.split_at(head);
-    rec[HEAD_VALUE_OFF..HEAD_VALUE_OFF + head].copy_from_slice(first);
+    rec[head_off..head_off + head].copy_from_slice(first);
     let mut lines = rec[LINE..].chunks_exact_mut(LINE);
     let mut ins = rest.chunks_exact(LINE_VALUE_BYTES);
     for (piece, line) in (&mut ins).zip(&mut lines) {
@@ -149,13 +202,76 @@ fn scatter(value: &[u8], rec: &mut [u8]) {
     }
 }
 
+/// [`scatter`] for records with metadata words (see [`gather_meta`]).
+#[inline(never)]
+fn scatter_meta(value: &[u8], rec: &mut [u8], meta: usize) {
+    scatter(value, rec, meta)
+}
+
 impl SingleVersion {
+    /// The codec of records without metadata words.
     pub fn new(value_size: usize) -> SingleVersion {
         let rest = value_size.saturating_sub(HEAD_VALUE_BYTES);
         SingleVersion {
             value_size,
             lines: 1 + rest.div_ceil(LINE_VALUE_BYTES),
+            meta: 0,
         }
+    }
+
+    /// The codec of records with `meta_words` metadata words (at most [`MAX_META_WORDS`]).
+    pub fn with_meta(value_size: usize, meta_words: u8) -> SingleVersion {
+        let meta = usize::from(meta_words);
+        assert!(
+            meta <= MAX_META_WORDS,
+            "{meta} metadata words, at most {MAX_META_WORDS}"
+        );
+        if meta == 0 {
+            return SingleVersion::new(value_size);
+        }
+        let rest = value_size.saturating_sub(HEAD_VALUE_BYTES - 8 * meta);
+        SingleVersion {
+            value_size,
+            lines: 1 + rest.div_ceil(LINE_VALUE_BYTES),
+            meta,
+        }
+    }
+
+    /// Metadata words per record.
+    pub fn meta_words(&self) -> usize {
+        self.meta
+    }
+
+    /// The byte offset of metadata word `i` within a record (8-aligned, in line 0).
+    pub fn meta_word_off(&self, i: usize) -> usize {
+        assert!(i < self.meta, "metadata word {i} of {}", self.meta);
+        META_OFF + 8 * i
+    }
+
+    /// Metadata word `i` of the record `rec` (line 0 suffices).
+    pub fn meta_word(&self, rec: &[u8], i: usize) -> u64 {
+        word(rec, self.meta_word_off(i))
+    }
+
+    /// Sets metadata word `i` of the encoded record `rec`.
+    pub fn set_meta_word(&self, rec: &mut [u8], i: usize, v: u64) {
+        put(rec, self.meta_word_off(i), v);
+    }
+
+    /// The bytes of line 0 holding the header and the metadata words: what a READ needs to see
+    /// both at once.
+    pub fn head_bytes(&self) -> usize {
+        HEADER_BYTES + 8 * self.meta
+    }
+
+    /// Where the value starts in a record (line 0, after the header and the metadata words).
+    pub fn value_off(&self) -> usize {
+        HEAD_VALUE_OFF + 8 * self.meta
+    }
+
+    /// Value bytes that line 0 carries.
+    fn head_value_bytes(&self) -> usize {
+        HEAD_VALUE_BYTES - 8 * self.meta
     }
 
     pub fn value_size(&self) -> usize {
@@ -168,8 +284,8 @@ impl SingleVersion {
     }
 
     /// The line that holds value byte `v`.
-    fn line_of(v: usize) -> usize {
-        match v.checked_sub(HEAD_VALUE_BYTES) {
+    fn line_of(&self, v: usize) -> usize {
+        match v.checked_sub(self.head_value_bytes()) {
             None => 0,
             Some(rest) => 1 + rest / LINE_VALUE_BYTES,
         }
@@ -187,14 +303,15 @@ impl SingleVersion {
         // Only the lines that hold the range: a CVT's cells take a line or two of many.
         let lines = match len {
             0 => 0..0,
-            _ => Self::line_of(from)..Self::line_of(to - 1) + 1,
+            _ => self.line_of(from)..self.line_of(to - 1) + 1,
         };
+        let (head_off, head_bytes) = (self.value_off(), self.head_value_bytes());
         lines.map(move |l| {
             let (rec, val, n) = match l {
-                0 => (HEAD_VALUE_OFF, 0, HEAD_VALUE_BYTES),
+                0 => (head_off, 0, head_bytes),
                 _ => (
                     l * LINE + LINE_VALUE_OFF,
-                    HEAD_VALUE_BYTES + (l - 1) * LINE_VALUE_BYTES,
+                    head_bytes + (l - 1) * LINE_VALUE_BYTES,
                     LINE_VALUE_BYTES,
                 ),
             };
@@ -203,18 +320,30 @@ impl SingleVersion {
         })
     }
 
-    /// Writes the whole record (`lock` included) into `out` (exactly [`Self::bytes`] long).
+    /// Writes the whole record (`lock` included) into `out` (exactly [`Self::bytes`] long),
+    /// except its metadata words: they keep what `out` held (a record READ, changed and
+    /// encoded again keeps its words; a caller reusing a buffer across records sets them).
     pub fn encode(&self, h: &RecordHeader, value: &[u8], out: &mut [u8]) {
         assert_eq!(value.len(), self.value_size, "value size of the table");
         self.encode_header(h, out);
-        scatter(value, out);
+        if self.meta == 0 {
+            scatter(value, out, 0);
+        } else {
+            scatter_meta(value, out, self.meta);
+        }
     }
 
     /// [`Self::encode`] with a zero value: the header and the stamps, for a caller that writes
-    /// the value in parts with [`Self::write_value`] (without assembling it first).
+    /// the value in parts with [`Self::write_value`] (without assembling it first). The
+    /// metadata words keep what `out` held, as with [`Self::encode`].
     pub fn encode_header(&self, h: &RecordHeader, out: &mut [u8]) {
         assert_eq!(out.len(), self.bytes());
-        out.fill(0);
+        if self.meta == 0 {
+            out.fill(0);
+        } else {
+            out[..META_OFF].fill(0);
+            out[self.value_off()..].fill(0);
+        }
         put(out, LOCK_OFF as usize, h.lock);
         put(out, VERSION_OFF as usize, h.version);
         put(out, KEY_OFF as usize, h.key);
@@ -258,7 +387,7 @@ impl SingleVersion {
     /// show that such a reader accepts torn records.
     #[doc(hidden)]
     pub fn decode_unchecked(&self, rec: &[u8], value: &mut [u8]) -> RecordHeader {
-        gather(rec, value);
+        self.gather(rec, value);
         self.header(rec)
     }
 
@@ -267,8 +396,16 @@ impl SingleVersion {
     pub fn decode(&self, rec: &[u8], value: &mut [u8]) -> Result<RecordHeader, Torn> {
         assert_eq!(value.len(), self.value_size);
         let h = self.check(rec)?;
-        gather(rec, value);
+        self.gather(rec, value);
         Ok(h)
+    }
+
+    fn gather(&self, rec: &[u8], value: &mut [u8]) {
+        if self.meta == 0 {
+            gather(rec, value, 0);
+        } else {
+            gather_meta(rec, value, self.meta);
+        }
     }
 
     /// [`Self::decode`] without the value: the header, or [`Torn`] if the record's lines
@@ -325,7 +462,140 @@ mod tests {
         assert_eq!(SingleVersion::new(664).bytes(), 832);
     }
 
+    #[test]
+    fn meta_words_take_line_0_value_bytes() {
+        assert_eq!(SingleVersion::with_meta(100, 0), SingleVersion::new(100));
+        assert_eq!(SingleVersion::with_meta(24, 1).bytes(), 64);
+        assert_eq!(SingleVersion::with_meta(25, 1).bytes(), 128);
+        assert_eq!(SingleVersion::with_meta(0, 4).bytes(), 64);
+        assert_eq!(SingleVersion::with_meta(1, 4).bytes(), 128);
+        assert_eq!(SingleVersion::with_meta(56, 4).bytes(), 128);
+        // SUNDIAL's lease: TPC-C's stock (312 B, 6 full lines) grows a line; its customer
+        // (664 B) has room in its last line.
+        assert_eq!(SingleVersion::with_meta(312, 0).bytes(), 384);
+        assert_eq!(SingleVersion::with_meta(312, 2).bytes(), 448);
+        assert_eq!(SingleVersion::with_meta(664, 2).bytes(), 832);
+        let f = SingleVersion::with_meta(8, 3);
+        assert_eq!(
+            (0..3).map(|i| f.meta_word_off(i)).collect::<Vec<_>>(),
+            [32, 40, 48]
+        );
+        assert_eq!((f.head_bytes(), f.value_off()), (56, 56));
+        let plain = SingleVersion::new(8);
+        assert_eq!((plain.head_bytes(), plain.value_off()), (HEADER_BYTES, 32));
+    }
+
+    #[test]
+    #[should_panic(expected = "at most 4")]
+    fn more_than_four_meta_words_are_refused() {
+        SingleVersion::with_meta(8, 5);
+    }
+
     proptest! {
+        /// Any value size and 0 to 4 metadata words: the value and the header round-trip, the
+        /// words stay where they are documented, untouched by encode and decode, and the
+        /// value never overlaps them.
+        #[test]
+        fn meta_words_survive_encode_and_decode(value in prop::collection::vec(any::<u8>(), 0..700),
+                                                meta in 0u8..=4, words in any::<[u64; 4]>(),
+                                                version in any::<u64>(), key in any::<u64>(),
+                                                lock in any::<u64>(), table in any::<u32>(),
+                                                valid in any::<bool>()) {
+            let f = SingleVersion::with_meta(value.len(), meta);
+            let m = usize::from(meta);
+            prop_assert_eq!(f.meta_words(), m);
+            prop_assert!(f.bytes() >= 64 && f.bytes().is_multiple_of(64));
+            // As few lines as hold the value.
+            let fits = |lines: usize| value.len() <= LINE - f.value_off() + (lines - 1) * LINE_VALUE_BYTES;
+            let lines = f.bytes() / LINE;
+            prop_assert!(fits(lines) && (lines == 1 || !fits(lines - 1)));
+            let h = RecordHeader { lock, version, key, table, valid };
+            let mut rec = vec![0u8; f.bytes()];
+            for (i, &w) in words.iter().enumerate().take(m) {
+                f.set_meta_word(&mut rec, i, w);
+            }
+            f.encode(&h, &value, &mut rec);
+            for (i, &w) in words.iter().enumerate().take(m) {
+                prop_assert_eq!(f.meta_word_off(i), META_OFF + 8 * i);
+                prop_assert_eq!(f.meta_word(&rec, i), w);
+                prop_assert_eq!(word(&rec, META_OFF + 8 * i), w);
+            }
+            let mut out = vec![0u8; value.len()];
+            prop_assert_eq!(f.decode(&rec, &mut out), Ok(h));
+            prop_assert_eq!(&out, &value);
+            prop_assert_eq!(f.header(&rec), h);
+            // Changing a word changes neither the value nor the header.
+            for (i, &w) in words.iter().enumerate().take(m) {
+                f.set_meta_word(&mut rec, i, !w);
+            }
+            prop_assert_eq!(f.decode(&rec, &mut out), Ok(h));
+            prop_assert_eq!(&out, &value);
+            // Encoding over the record again keeps the words.
+            f.encode(&RecordHeader { version: version.wrapping_add(1), ..h }, &value, &mut rec);
+            for (i, &w) in words.iter().enumerate().take(m) {
+                prop_assert_eq!(f.meta_word(&rec, i), !w);
+            }
+            // A record's words are in line 0, so a READ of head_bytes holds them.
+            prop_assert!(f.head_bytes() <= LINE && f.value_off() == f.head_bytes());
+        }
+
+        /// Value parts land where the whole value does, with metadata words too.
+        #[test]
+        fn parts_are_the_whole_with_meta(value in prop::collection::vec(any::<u8>(), 0..400),
+                                         meta in 0u8..=4,
+                                         cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..4)) {
+            let f = SingleVersion::with_meta(value.len(), meta);
+            let h = hdr(7);
+            let mut at: Vec<usize> = cuts.iter().map(|c| c.index(value.len() + 1)).collect();
+            at.push(0);
+            at.push(value.len());
+            at.sort_unstable();
+            let (mut whole, mut parts) = (vec![0u8; f.bytes()], vec![0u8; f.bytes()]);
+            f.encode(&h, &value, &mut whole);
+            f.encode_header(&h, &mut parts);
+            for w in at.windows(2) {
+                f.write_value(&mut parts, w[0], &value[w[0]..w[1]]);
+            }
+            prop_assert_eq!(&parts, &whole);
+            let mut out = vec![0u8; value.len()];
+            for w in at.windows(2) {
+                f.read_value(&parts, w[0], &mut out[w[0]..w[1]]);
+            }
+            prop_assert_eq!(out, value);
+        }
+
+        /// With metadata words, any mix of lines from two versions is still `Torn`.
+        #[test]
+        fn torn_records_with_meta_words_are_detected(size in 1usize..700, meta in 1u8..=4,
+                                                     v1 in any::<u64>(), delta in 1u64..1000,
+                                                     mask in any::<u64>(), a in any::<u8>(),
+                                                     b in any::<u8>()) {
+            let f = SingleVersion::with_meta(size, meta);
+            let lines = f.bytes() / LINE;
+            let v2 = v1.wrapping_add(delta);
+            let (mut r1, mut r2) = (vec![0u8; f.bytes()], vec![0u8; f.bytes()]);
+            f.encode(&hdr(v1), &vec![a; size], &mut r1);
+            f.encode(&hdr(v2), &vec![b; size], &mut r2);
+            let pick: Vec<bool> = (0..lines).map(|l| mask >> (l % 64) & 1 == 1).collect();
+            let mixed: Vec<u8> = (0..lines)
+                .flat_map(|l| if pick[l] { &r2[l * 64..l * 64 + 64] } else { &r1[l * 64..l * 64 + 64] })
+                .copied()
+                .collect();
+            let mut out = vec![0u8; size];
+            let uniform = pick.iter().all(|&p| p == pick[0]);
+            match f.decode(&mixed, &mut out) {
+                Ok(h) => {
+                    prop_assert!(uniform, "a mix decoded as valid");
+                    prop_assert_eq!(h.version, if pick[0] { v2 } else { v1 });
+                    prop_assert_eq!(out, vec![if pick[0] { b } else { a }; size]);
+                }
+                Err(t) => {
+                    prop_assert!(!uniform);
+                    prop_assert!(t.line > 0 && pick[t.line] != pick[0]);
+                }
+            }
+        }
+
         #[test]
         fn encode_decode_round_trips(value in prop::collection::vec(any::<u8>(), 0..700),
                                      version in any::<u64>(), key in any::<u64>(),

@@ -240,3 +240,56 @@ fn an_unknown_table_is_an_error_not_a_panic() {
         Some("table 42 is not in the catalog")
     );
 }
+
+/// A pool formatted with metadata words: bootstrap reads them back from the catalog, loaded
+/// records hold their values after the words (which start at 0), and a lookup decodes them.
+#[test]
+fn a_pool_formatted_with_meta_words_reads_them_back() {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let specs: Vec<TableSpec> = (0..=4u8)
+        .map(|m| TableSpec::new(u32::from(m) + 1, &format!("meta{m}"), 312, 50).with_meta_words(m))
+        .collect();
+    let plan = Plan::new(&specs, &shape).unwrap();
+    let mut pool = Pool::Sim(SimPool::new(SimConfig::new(5, 2, plan.region_bytes)).unwrap());
+    plan.format_pool(&pool).unwrap();
+    for t in &plan.tables {
+        let mut loader = Loader::new(t);
+        for key in 0..40 {
+            let off = loader
+                .insert(&pool, key, &value_of(t.id, key, t.value_size as usize))
+                .unwrap();
+            let codec = t.codec();
+            let mut rec = vec![0u8; t.record_bytes as usize];
+            pool.with_local(t.primary(), |m| m.read(off, &mut rec));
+            for i in 0..codec.meta_words() {
+                assert_eq!(codec.meta_word(&rec, i), 0);
+            }
+        }
+    }
+    let r = pool
+        .run(one(), None, |mut ep: Endpoint| async move {
+            let map = PoolMap::bootstrap(&mut ep).await?;
+            for t in map.tables() {
+                let mut v = vec![0u8; t.value_size as usize];
+                for &node in &t.replicas {
+                    for key in 0..40 {
+                        let f = lookup(&mut ep, t, node, key, &mut v).await.unwrap();
+                        assert!(f.is_some(), "table {} key {key}", t.id);
+                        assert_eq!(v, value_of(t.id, key, v.len()));
+                    }
+                }
+            }
+            Ok::<_, StoreError>(map)
+        })
+        .unwrap();
+    let map = r.outputs.into_iter().next().unwrap().unwrap().unwrap();
+    let words: Vec<u8> = map.tables().map(|t| t.meta_words).collect();
+    assert_eq!(words, [0, 1, 2, 3, 4]);
+    assert_eq!(map.tables().cloned().collect::<Vec<_>>(), plan.tables);
+}

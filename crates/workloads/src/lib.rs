@@ -84,6 +84,8 @@ pub trait Workload: Send + Sync + 'static {
     /// per record (default [`default_vnum`](Self::default_vnum)) for a multi-version protocol.
     fn tables_for(&self, protocol: dtxn_txn::Protocol, vnum: Option<u8>) -> Vec<TableSpec> {
         let mut t = self.tables();
+        t.iter_mut()
+            .for_each(|s| s.meta_words = protocol.meta_words());
         if protocol.multi_version() {
             let v = vnum.unwrap_or_else(|| self.default_vnum());
             t = t.into_iter().map(|s| s.multi_version(v)).collect();
