@@ -321,6 +321,7 @@ impl UcxPool {
             virtual_time: false,
             trace_hash: 0,
             verbs_executed,
+            g11_violations: 0,
         })
     }
 

@@ -444,7 +444,7 @@ unsafe extern "C" fn on_rpc(
             let mut mem = RawMem::of(inner);
             // A panic must not unwind into C: it becomes an error reply.
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                h.handle(ctx.node, &mut mem, req, &mut resp)
+                h.handle(ctx.node, 0, &mut mem, req, &mut resp)
             })) {
                 Ok(()) => RPC_OK,
                 Err(_) => {
