@@ -96,6 +96,8 @@ pub fn run(a: MemnodeArgs) -> Result<ExitCode> {
         },
         a.node,
     )?;
+    // The RPC forms of the transaction mechanisms (stages run as RPCs, `--set ford.rpc=...`).
+    node.set_rpc_handler(std::sync::Arc::new(dtxn_txn::MemoryNodeHandlers));
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

@@ -22,7 +22,8 @@ pub struct TortureArgs {
     pub first_seed: u64,
     /// Protocols, comma-separated (default: all, and `motor-si`: Motor with snapshot
     /// isolation, checked against SI; `motor-local`: Motor with its compute process's own
-    /// timestamp oracle, one compute node).
+    /// timestamp oracle, one compute node; `ford-rpc`: FORD with its lock, validate and
+    /// commit stages as RPCs served by the memory nodes).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc).
@@ -78,6 +79,9 @@ fn bench_args(w: &str, p: &str, seed: u64, txns: u64, record: &str) -> Vec<Strin
     if p == SNAPSHOT_MOTOR {
         v.extend_from_slice(&["--isolation", "snapshot"]);
     }
+    if p == RPC_FORD {
+        v.extend_from_slice(&["--set", "ford.rpc=lock,validate,commit"]);
+    }
     if p == LOCAL_MOTOR {
         // The local oracle needs the pool alone: one compute node, as many coordinators.
         v.extend_from_slice(&["--set", "motor.oracle=local", "--compute-nodes", "1"]);
@@ -96,10 +100,14 @@ fn bench_args(w: &str, p: &str, seed: u64, txns: u64, record: &str) -> Vec<Strin
 const SNAPSHOT_MOTOR: &str = "motor-si";
 /// Motor with a local timestamp oracle, as torture names it.
 const LOCAL_MOTOR: &str = "motor-local";
+/// FORD with its lock, validate and commit stages as RPCs to the memory nodes.
+const RPC_FORD: &str = "ford-rpc";
 
 fn protocol_of(p: &str) -> &str {
     if p == SNAPSHOT_MOTOR || p == LOCAL_MOTOR {
         "motor"
+    } else if p == RPC_FORD {
+        "ford"
     } else {
         p
     }
@@ -109,7 +117,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
     let known: Vec<&str> = Protocol::NAMES
         .iter()
         .copied()
-        .chain([SNAPSHOT_MOTOR, LOCAL_MOTOR])
+        .chain([SNAPSHOT_MOTOR, LOCAL_MOTOR, RPC_FORD])
         .collect();
     let protocols: Vec<String> = if a.protocols.is_empty() {
         known.iter().map(|s| s.to_string()).collect()

@@ -255,14 +255,27 @@ impl Endpoint {
 
     /// RPC: a two-sided request to `node`'s handler; [`bytes`](Self::bytes) is the response.
     pub fn rpc(&mut self, node: NodeId, req: &[u8]) -> OpId {
+        self.rpc_parts(node, &[req])
+    }
+
+    /// RPC whose request is the concatenation of `parts` (assembled in the batch, no staging
+    /// copy).
+    pub fn rpc_parts(&mut self, node: NodeId, parts: &[&[u8]]) -> OpId {
         self.start_op();
-        let req = &req[..self.check_len(req.len())];
-        let data = self.batch.append_buf(req);
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        // A request too large for one op is refused at post time (`too_large`).
+        let len = self.check_len(total);
+        let data = self.batch.buf.len() as u32;
+        if len == total {
+            for p in parts {
+                self.batch.append_buf(p);
+            }
+        }
         self.batch.push(Op {
             kind: OpKind::Rpc,
             node,
             addr: 0,
-            len: req.len() as u32,
+            len: len as u32,
             data,
             arg0: 0,
             arg1: 0,

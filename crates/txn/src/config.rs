@@ -1,50 +1,8 @@
 //! Protocol choice and switches, all at run time.
 
+pub use crate::registry::Protocol;
+use crate::stage::Stages;
 use serde::{Deserialize, Serialize};
-
-/// The concurrency-control protocols, chosen by name (`--protocol`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Protocol {
-    /// FORD (FAST'22, TOS'23): OCC with hitchhiked locking and coalescent commit.
-    Ford,
-    /// FaRM (SOSP'15), as FORD's paper re-implemented it on disaggregated memory.
-    Farm,
-    /// DrTM+H (OSDI'18), as FORD's paper re-implemented it on disaggregated memory.
-    Drtmh,
-    /// Motor (OSDI'24): multi-versioning with consecutive version tuples. Needs the pool laid
-    /// out with multi-version tables.
-    Motor,
-}
-
-impl Protocol {
-    pub const NAMES: [&'static str; 4] = ["ford", "farm", "drtmh", "motor"];
-
-    pub fn from_name(name: &str) -> Option<Protocol> {
-        match name {
-            "ford" => Some(Protocol::Ford),
-            "farm" => Some(Protocol::Farm),
-            "drtmh" => Some(Protocol::Drtmh),
-            "motor" => Some(Protocol::Motor),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Ford => "ford",
-            Protocol::Farm => "farm",
-            Protocol::Drtmh => "drtmh",
-            Protocol::Motor => "motor",
-        }
-    }
-
-    /// Whether the protocol keeps several versions per record (the pool's tables must be laid
-    /// out as multi-version CVTs).
-    pub fn multi_version(self) -> bool {
-        self == Protocol::Motor
-    }
-}
 
 /// Isolation of a multi-version protocol (`--isolation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +76,10 @@ pub struct FordOptions {
     /// Persistent memory: FLUSH each backup after its last commit WRITE (selective remote
     /// flush), and the undo log before any in-place write.
     pub flush: bool,
+    /// The stages that run as RPCs served by the memory nodes' CPUs instead of one-sided
+    /// verbs, e.g. `"lock,validate,commit"` (RCC's hybrid code; "" for all one-sided). FORD,
+    /// FaRM and DrTM+H have RPC forms of `fetch`, `lock`, `validate` and `commit`.
+    pub rpc: Stages,
     /// NEGATIVE CONTROL, never for real use: the published FORD's read path. Trust a record
     /// READ whose lock word shows no invisible bit, without checking its per-line version
     /// stamps (the one-sided-sync paper's broken scheme S5), and skip validation of read-only
@@ -135,6 +97,7 @@ impl Default for FordOptions {
             backup_reads: false,
             coalescent_commit: true,
             flush: false,
+            rpc: Stages::NONE,
             trust_invisible_bit: false,
         }
     }
@@ -162,5 +125,30 @@ impl Default for TxnConfig {
             addr_cache_entries: 1 << 16,
             reread_limit: 16,
         }
+    }
+}
+
+impl TxnConfig {
+    /// Checks the switches against the protocol: a stage asked to run as RPCs must have an
+    /// RPC form in it.
+    pub fn validate(&self) -> Result<(), String> {
+        let p = self.protocol;
+        let asked = p.rpc_stages(self);
+        let missing = asked.minus(p.rpc_forms());
+        if !missing.is_empty() {
+            let key = p.options_key().unwrap_or(p.name());
+            return Err(format!(
+                "--set {key}.rpc={}: {} has no RPC form of {} (its stages with one: {})",
+                asked.names(),
+                p.name(),
+                missing.names(),
+                if p.rpc_forms().is_empty() {
+                    "none".to_string()
+                } else {
+                    p.rpc_forms().names()
+                }
+            ));
+        }
+        Ok(())
     }
 }

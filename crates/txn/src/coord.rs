@@ -2,6 +2,11 @@
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
+use crate::item::BufferPool;
+use crate::mechanisms::rpc::Via;
+use crate::mechanisms::{self, undo::UndoLog};
+use crate::registry::Slots;
+use crate::stage::{Stage, Stages};
 use crate::txn::{TxKind, Txn};
 use crate::vcache::Vcache;
 use dtxn_check::history;
@@ -52,58 +57,71 @@ pub struct TxnOutcome {
 
 /// One coroutine's coordinator: runs one transaction at a time against the pool.
 pub struct Coordinator {
-    pub(crate) ep: Endpoint,
-    pub(crate) map: Rc<PoolMap>,
-    pub(crate) cfg: Rc<TxnConfig>,
-    pub(crate) cache: AddrCache,
-    /// Non-zero lock-owner id (bit 63 is the invisible bit, never part of an owner).
-    pub(crate) owner: u64,
-    /// This coordinator's log slice (the same on every memory node).
-    pub(crate) log_slice: Option<(u64, u64)>,
-    /// Buffers handed back by finished transactions, for the next ones.
-    pub(crate) log_buf: Vec<u8>,
-    pub(crate) log_nodes_buf: Vec<dtxn_fabric::NodeId>,
-    pub(crate) items_buf: Vec<crate::txn::Item>,
-    pub(crate) index_buf: crate::txn::ItemIndex,
-    pub(crate) spare: crate::txn::BufferPool,
-    pub(crate) scratch: crate::protocols::ford::Scratch,
-    pub(crate) motor: crate::protocols::motor::Scratch,
-    next_seq: u64,
-    pub(crate) recorder: Option<Box<dyn Recorder>>,
+    core: Core,
     pub stats: CoordStats,
-    pub(crate) last: Option<TxnOutcome>,
+    /// The protocol's own state, kept across transactions.
+    slots: Slots,
+    next_seq: u64,
+}
+
+/// What every protocol's transactions use of their coordinator.
+pub(crate) struct Core {
+    pub ep: Endpoint,
+    pub map: Rc<PoolMap>,
+    pub cfg: Rc<TxnConfig>,
+    pub cache: AddrCache,
+    /// Non-zero lock-owner id (bits 62 and 63 are protocols' flags, never part of an owner).
+    pub owner: u64,
+    /// This coordinator's log slice (the same on every memory node).
+    pub log_slice: Option<(u64, u64)>,
+    /// Buffers handed back by finished transactions, for the next ones.
+    pub spare: BufferPool,
+    pub undo_spare: UndoLog,
+    /// The stages that run as RPCs (the others one-sided).
+    pub rpc: Stages,
+    /// The shared mechanisms' vectors, reused across rounds and transactions.
+    pub mech: mechanisms::Scratch,
+    pub recorder: Option<Box<dyn Recorder>>,
+    pub last: Option<TxnOutcome>,
     /// FORD's localized validation: the compute process's shared version cache.
-    pub(crate) vcache: Option<Arc<Vcache>>,
-    /// Motor: the compute node's start clock.
-    pub(crate) start_clock: Option<Arc<crate::StartClock>>,
-    /// Motor: the compute process's own timestamp oracle.
-    pub(crate) local_oracle: Option<Arc<crate::LocalOracle>>,
+    pub vcache: Option<Arc<Vcache>>,
+    /// The compute node's start clock (multi-version protocols).
+    pub start_clock: Option<Arc<crate::StartClock>>,
+    /// The compute process's own timestamp oracle.
+    pub local_oracle: Option<Arc<crate::LocalOracle>>,
+}
+
+impl Core {
+    /// How a stage's verbs travel in this run.
+    pub(crate) fn via(&self, s: Stage) -> Via {
+        Via::rpc(self.rpc.has(s))
+    }
 }
 
 impl Coordinator {
     pub fn new(ep: Endpoint, map: Rc<PoolMap>, cfg: Rc<TxnConfig>) -> Coordinator {
         let index = ep.id().index;
         Coordinator {
-            cache: AddrCache::new(cfg.addr_cache_entries),
-            owner: u64::from(index) + 1,
-            log_slice: map.log_slice(index),
-            log_buf: Vec::new(),
-            log_nodes_buf: Vec::new(),
-            items_buf: Vec::new(),
-            index_buf: Default::default(),
-            spare: Default::default(),
-            scratch: Default::default(),
-            motor: Default::default(),
-            ep,
-            map,
-            cfg,
-            next_seq: 0,
-            recorder: None,
+            slots: Slots::new(cfg.protocol),
+            core: Core {
+                cache: AddrCache::new(cfg.addr_cache_entries),
+                owner: u64::from(index) + 1,
+                log_slice: map.log_slice(index),
+                spare: Default::default(),
+                undo_spare: Default::default(),
+                mech: Default::default(),
+                rpc: cfg.protocol.rpc_stages(&cfg),
+                ep,
+                map,
+                cfg,
+                recorder: None,
+                last: None,
+                vcache: None,
+                start_clock: None,
+                local_oracle: None,
+            },
             stats: CoordStats::default(),
-            last: None,
-            vcache: None,
-            start_clock: None,
-            local_oracle: None,
+            next_seq: 0,
         }
     }
 
@@ -112,58 +130,58 @@ impl Coordinator {
     /// timestamps of two processes would collide. `false` (and nothing set) if the oracle was
     /// made for fewer coordinators than this one's index.
     pub fn set_local_oracle(&mut self, o: Arc<crate::LocalOracle>) -> bool {
-        if !o.tracks(self.owner) {
+        if !o.tracks(self.core.owner) {
             return false;
         }
-        self.local_oracle = Some(o);
+        self.core.local_oracle = Some(o);
         true
     }
 
     /// Shares the compute node's start clock (Motor: start timestamps without a round trip,
     /// see [`crate::StartClock`]); used when `motor.start_clock_ns` is not 0.
     pub fn set_start_clock(&mut self, c: Arc<crate::StartClock>) {
-        self.start_clock = Some(c);
+        self.core.start_clock = Some(c);
     }
 
     /// Turns on FORD's localized validation with the compute process's Vcache. Every writer of
     /// the pool must use this same Vcache (see [`Vcache`]).
     pub fn set_vcache(&mut self, v: Arc<Vcache>) {
-        self.vcache = Some(v);
+        self.core.vcache = Some(v);
     }
 
     pub fn set_recorder(&mut self, r: Box<dyn Recorder>) {
-        self.recorder = Some(r);
+        self.core.recorder = Some(r);
     }
 
     pub fn endpoint(&mut self) -> &mut Endpoint {
-        &mut self.ep
+        &mut self.core.ep
     }
 
     pub fn map(&self) -> &PoolMap {
-        &self.map
+        &self.core.map
     }
 
     pub fn config(&self) -> &TxnConfig {
-        &self.cfg
+        &self.core.cfg
     }
 
     /// The outcome of the last finished transaction.
     pub fn last_outcome(&self) -> Option<TxnOutcome> {
-        self.last
+        self.core.last
     }
 
     /// Value and image buffers kept for the next transactions (for tests: an aborted
     /// transaction gives its buffers back as a committed one does).
     #[doc(hidden)]
     pub fn spare_buffers(&self) -> usize {
-        self.spare.len()
+        self.core.spare.len()
     }
 
     /// Starts a transaction. Finish it with [`Txn::commit`] or [`Txn::rollback`]; a read that
     /// aborts has already released everything, and the transaction is then just dropped.
     pub fn begin(&mut self, kind: TxKind) -> Txn<'_> {
         self.next_seq += 1;
-        let id = (self.owner << 40) | (self.next_seq & ((1 << 40) - 1));
-        Txn::new(self, id, kind)
+        let id = (self.core.owner << 40) | (self.next_seq & ((1 << 40) - 1));
+        self.slots.begin(&mut self.core, &mut self.stats, id, kind)
     }
 }

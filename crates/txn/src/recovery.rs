@@ -26,10 +26,10 @@
 //! timestamp once installed; a lock released means installed everywhere, so nothing else is
 //! touched).
 
-use crate::protocols::ford::INVISIBLE;
+use crate::mechanisms::INVISIBLE;
 use crate::protocols::motor::COMMITTING;
 use dtxn_check::history;
-use dtxn_fabric::{Endpoint, FabricError, NodeId};
+use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
 use dtxn_store::cvt::MvCodec;
 use dtxn_store::log::{ItemKind, LogEntry, LogStatus, STATUS_OFF};
 use dtxn_store::record::RecordHeader;
@@ -104,7 +104,38 @@ async fn settle(
     owner: u64,
     e: &LogEntry,
 ) -> Result<Recovered, FabricError> {
-    // Every replica of every logged item, as it is now.
+    let reads = read_replicas(ep, map, e);
+    ep.post().await?;
+    let seen = judge_replicas(ep, map, owner, e, &reads);
+    // Items it never locked were never written (the commit waits for every lock).
+    let ours: Vec<usize> = (0..e.items.len()).filter(|&i| seen.held[i]).collect();
+    if ours.is_empty() {
+        // It holds nothing it logged: it never wrote, or it released everything already.
+        return Ok(Recovered::Nothing);
+    }
+    let committed = ours.iter().all(|&i| seen.everywhere[i]);
+    if committed {
+        return Ok(rolled_forward(ep, e, &ours, &seen));
+    }
+    roll_back(ep, map, owner, e, &ours, &seen.installed);
+    ep.post().await?;
+    Ok(Recovered::RolledBack(e.txn))
+}
+
+/// What the replicas of an entry's items hold, per logged item.
+struct Seen {
+    /// The dead coordinator still locks the primary's record.
+    held: Vec<bool>,
+    /// Every replica holds the new record, whole.
+    everywhere: Vec<bool>,
+    /// The version installed (where one was).
+    installed: Vec<u64>,
+    /// The primary record's key.
+    keys: Vec<u64>,
+}
+
+/// Queues a READ of every replica of every logged item, as it is now.
+fn read_replicas(ep: &mut Endpoint, map: &PoolMap, e: &LogEntry) -> Vec<(usize, NodeId, OpId)> {
     let mut reads = Vec::new();
     for (i, it) in e.items.iter().enumerate() {
         let Ok(t) = map.table(it.table) else { continue };
@@ -118,12 +149,25 @@ async fn settle(
             reads.push((i, n, ep.read(n, it.offset, t.record_bytes as usize)));
         }
     }
-    ep.post().await?;
-    let mut held = vec![false; e.items.len()];
-    let mut everywhere = vec![true; e.items.len()];
-    let mut installed = vec![0u64; e.items.len()];
-    let mut keys = vec![0u64; e.items.len()];
-    for &(i, n, r) in &reads {
+    reads
+}
+
+/// Judges each replica's record: locked by `owner` (on the primary), and new or not.
+fn judge_replicas(
+    ep: &Endpoint,
+    map: &PoolMap,
+    owner: u64,
+    e: &LogEntry,
+    reads: &[(usize, NodeId, OpId)],
+) -> Seen {
+    let n_items = e.items.len();
+    let mut seen = Seen {
+        held: vec![false; n_items],
+        everywhere: vec![true; n_items],
+        installed: vec![0u64; n_items],
+        keys: vec![0u64; n_items],
+    };
+    for &(i, n, r) in reads {
         let it = &e.items[i];
         let t = map.table(it.table).expect("checked");
         let now = t.codec().header(ep.bytes(r));
@@ -141,47 +185,53 @@ async fn settle(
             (now.version == old.version + 1 && now.key == old.key).then_some(now.version)
         };
         if n == t.primary() {
-            held[i] = now.lock & !INVISIBLE == owner;
-            keys[i] = now.key;
+            seen.held[i] = now.lock & !INVISIBLE == owner;
+            seen.keys[i] = now.key;
         }
         match new {
-            Some(v) => installed[i] = v,
-            None => everywhere[i] = false,
+            Some(v) => seen.installed[i] = v,
+            None => seen.everywhere[i] = false,
         }
     }
-    // Items it never locked were never written (the commit waits for every lock).
-    let ours: Vec<usize> = (0..e.items.len()).filter(|&i| held[i]).collect();
-    if ours.is_empty() {
-        // It holds nothing it logged: it never wrote, or it released everything already.
-        return Ok(Recovered::Nothing);
-    }
-    let committed = ours.iter().all(|&i| everywhere[i]);
-    if committed {
-        let writes = ours
-            .iter()
-            .map(|&i| {
-                let it = &e.items[i];
-                history::Write {
-                    table: it.table,
-                    key: keys[i],
-                    version: installed[i],
-                    deleted: false,
-                }
-            })
-            .collect();
-        return Ok(Recovered::RolledForward(history::Txn {
-            txn: e.txn,
-            session: u64::from(e.coordinator),
-            status: history::Status::Committed,
-            start: 0,
-            end: ep.now_ns(),
-            reads: Vec::new(),
-            writes,
-        }));
-    }
-    // Roll back what it holds: the old images everywhere, still under its lock on the primary
-    // (released below with everything else).
-    for &i in &ours {
+    seen
+}
+
+/// The commit landed everywhere: what it installed, for the history.
+fn rolled_forward(ep: &Endpoint, e: &LogEntry, ours: &[usize], seen: &Seen) -> Recovered {
+    let writes = ours
+        .iter()
+        .map(|&i| {
+            let it = &e.items[i];
+            history::Write {
+                table: it.table,
+                key: seen.keys[i],
+                version: seen.installed[i],
+                deleted: false,
+            }
+        })
+        .collect();
+    Recovered::RolledForward(history::Txn {
+        txn: e.txn,
+        session: u64::from(e.coordinator),
+        status: history::Status::Committed,
+        start: 0,
+        end: ep.now_ns(),
+        reads: Vec::new(),
+        writes,
+    })
+}
+
+/// Roll back what it holds: the old images everywhere, still under its lock on the primary
+/// (released after [`settle`] with everything else). Queues the WRITEs.
+fn roll_back(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    owner: u64,
+    e: &LogEntry,
+    ours: &[usize],
+    installed: &[u64],
+) {
+    for &i in ours {
         let it = &e.items[i];
         let Ok(t) = map.table(it.table) else { continue };
         let codec = t.codec();
@@ -208,8 +258,6 @@ async fn settle(
             }
         }
     }
-    ep.post().await?;
-    Ok(Recovered::RolledBack(e.txn))
 }
 
 /// Finishes the commit of a Motor op log: every logged record that `owner` still locks is
@@ -220,19 +268,7 @@ async fn redo_motor(
     owner: u64,
     e: &LogEntry,
 ) -> Result<Recovered, FabricError> {
-    // Each record item, with the bar lines logged after it.
-    let mut groups: Vec<(usize, Option<usize>)> = Vec::new();
-    for (i, it) in e.items.iter().enumerate() {
-        match it.kind {
-            ItemKind::RedoRecord => groups.push((i, None)),
-            ItemKind::RedoBar => {
-                if let Some(g) = groups.last_mut() {
-                    g.1 = Some(i);
-                }
-            }
-            ItemKind::Undo => {}
-        }
-    }
+    let groups = redo_groups(e);
     let mut reads = Vec::new();
     for (g, &(i, _)) in groups.iter().enumerate() {
         let it = &e.items[i];
@@ -256,10 +292,55 @@ async fn redo_motor(
             }
         }
     }
-    // The replicas that lack the logged record (decided before any WRITE is queued: the
-    // READs' results are gone once new ops are).
+    let missing = missing_replicas(ep, map, e, &groups, &held, &reads);
+    if redo_writes(ep, map, e, &groups, &held, missing) {
+        ep.post().await?;
+    }
+    let installed = redone(map, e, &groups, &held);
+    if installed.is_empty() {
+        // It holds nothing it logged: the commit finished (or this entry is an older one).
+        return Ok(Recovered::Nothing);
+    }
+    Ok(Recovered::RolledForward(history::Txn {
+        txn: e.txn,
+        session: u64::from(e.coordinator),
+        status: history::Status::Committed,
+        start: 0,
+        end: ep.now_ns(),
+        reads: Vec::new(),
+        writes: installed,
+    }))
+}
+
+/// Each record item, with the bar lines logged after it.
+fn redo_groups(e: &LogEntry) -> Vec<(usize, Option<usize>)> {
+    let mut groups: Vec<(usize, Option<usize>)> = Vec::new();
+    for (i, it) in e.items.iter().enumerate() {
+        match it.kind {
+            ItemKind::RedoRecord => groups.push((i, None)),
+            ItemKind::RedoBar => {
+                if let Some(g) = groups.last_mut() {
+                    g.1 = Some(i);
+                }
+            }
+            ItemKind::Undo => {}
+        }
+    }
+    groups
+}
+
+/// The replicas that lack the logged record (decided before any WRITE is queued: the
+/// READs' results are gone once new ops are).
+fn missing_replicas(
+    ep: &Endpoint,
+    map: &PoolMap,
+    e: &LogEntry,
+    groups: &[(usize, Option<usize>)],
+    held: &[Option<u64>],
+    reads: &[(usize, NodeId, OpId)],
+) -> Vec<(usize, NodeId)> {
     let mut missing = Vec::new();
-    for &(g, n, r) in &reads {
+    for &(g, n, r) in reads {
         if held[g].is_none() {
             continue;
         }
@@ -273,6 +354,19 @@ async fn redo_motor(
             missing.push((g, n));
         }
     }
+    missing
+}
+
+/// Queues the logged record (its bar lines first) to every replica that lacks it, under the
+/// dead coordinator's lock on the primary. True if any WRITE was queued.
+fn redo_writes(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    e: &LogEntry,
+    groups: &[(usize, Option<usize>)],
+    held: &[Option<u64>],
+    missing: Vec<(usize, NodeId)>,
+) -> bool {
     let mut writes = Vec::new();
     for (g, n) in missing {
         let lock = held[g].expect("held");
@@ -289,12 +383,19 @@ async fn redo_motor(
         });
         writes.push(n);
     }
-    if !writes.is_empty() {
-        ep.post().await?;
-    }
-    let installed: Vec<history::Write> = groups
+    !writes.is_empty()
+}
+
+/// The versions the rolled-forward records carry, for the history.
+fn redone(
+    map: &PoolMap,
+    e: &LogEntry,
+    groups: &[(usize, Option<usize>)],
+    held: &[Option<u64>],
+) -> Vec<history::Write> {
+    groups
         .iter()
-        .zip(&held)
+        .zip(held)
         .filter(|(_, h)| h.is_some())
         .filter_map(|(&(i, _), _)| {
             let it = &e.items[i];
@@ -310,20 +411,7 @@ async fn redo_motor(
                 deleted: newest.tombstone(),
             })
         })
-        .collect();
-    if installed.is_empty() {
-        // It holds nothing it logged: the commit finished (or this entry is an older one).
-        return Ok(Recovered::Nothing);
-    }
-    Ok(Recovered::RolledForward(history::Txn {
-        txn: e.txn,
-        session: u64::from(e.coordinator),
-        status: history::Status::Committed,
-        start: 0,
-        end: ep.now_ns(),
-        reads: Vec::new(),
-        writes: installed,
-    }))
+        .collect()
 }
 
 /// Clears every lock word that `owner` holds, on every table's primary and on backups' lock

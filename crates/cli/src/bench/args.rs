@@ -243,6 +243,7 @@ impl BenchArgs {
                 );
             }
         }
+        cfg.validate().map_err(|e| anyhow!(e))?;
         Ok(cfg)
     }
 }

@@ -457,6 +457,11 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             (pool, load_start.elapsed().as_nanos() as u64)
         }
     };
+    if !cfg.protocol.rpc_stages(&cfg).is_empty() {
+        // Stages that run as RPCs need the memory nodes to serve them (on ucx, the `dtxn
+        // memnode` daemons always do).
+        pool.set_rpc_handler(std::sync::Arc::new(dtxn_txn::MemoryNodeHandlers));
+    }
     let stop = match a.txns {
         Some(txns) => Stop::Txns {
             warmup_ns: a.warmup_ns(),

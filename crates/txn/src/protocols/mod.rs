@@ -1,4 +1,6 @@
-//! The concurrency-control protocols. Each is one module; [`crate::Protocol`] names them.
+//! The concurrency-control protocols, one module each, named in `registry.rs`.
 
+pub(crate) mod drtmh;
+pub(crate) mod farm;
 pub(crate) mod ford;
 pub(crate) mod motor;

@@ -1,0 +1,192 @@
+//! Installing a commit's new records on every replica: coalescent (every replica in one
+//! round trip, FORD) or two-phase (the backups, then the primaries, as FaRM and DrTM+H do);
+//! and the roll-back of a commit that a replica failure cut short.
+
+use super::{abort, table, INVISIBLE};
+use crate::abort::{Abort, AbortReason};
+use crate::item::NewValue;
+use crate::mechanisms::rpc::{self, Read};
+use crate::mechanisms::validate::{changed, header_of};
+use crate::protocol::Protocol;
+use crate::stage::Stage;
+use crate::tx::Tx;
+use dtxn_store::record::{RecordHeader, SingleVersion, HEADER_BYTES};
+use dtxn_store::PoolMap;
+
+/// How the new records reach the replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Install {
+    /// FORD: every replica of every record in one round trip.
+    Coalescent,
+    /// FaRM and DrTM+H: the backups, then the primaries (which unlocks them). With
+    /// `revalidate`, the read-only items are validated again in the backups' round.
+    TwoPhase { revalidate: bool },
+}
+
+/// The coalescent commit: every replica of every written record in one round trip.
+pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let first = tx
+        .items
+        .iter()
+        .find(|i| i.new != NewValue::Keep)
+        .expect("a write");
+    let fail = abort(AbortReason::ReplicaFailure, first);
+    if tx.c.ep.wait_background().await.is_err() {
+        return Err(fail);
+    }
+    write_replicas(tx, &map, mode);
+    // DrTM+H: validate the read-only items again, now that every lock is held.
+    let mut reads = std::mem::take(&mut tx.c.mech.reads);
+    reads.clear();
+    if let Install::TwoPhase { revalidate: true } = mode {
+        let via = tx.c.via(Stage::Validate);
+        for (i, it) in tx.items.iter().enumerate() {
+            if let Some(off) = it.offset.filter(|_| it.exists && !it.rw) {
+                let t = table(&map, it.table);
+                let read = Read::post(&mut tx.c.ep, via, t.primary(), off, HEADER_BYTES);
+                reads.push((i, read));
+            }
+        }
+    }
+    tx.installed = true;
+    if tx.c.ep.post().await.is_err() {
+        roll_back(tx).await;
+        return Err(fail);
+    }
+    for &(i, read) in &reads {
+        let it = &tx.items[i];
+        // A short (malformed RPC) reply: the memory node counts as failed.
+        let bad = match header_of(read.bytes(&tx.c.ep)) {
+            Some(h) => changed(it, &h).then(|| abort(AbortReason::Validation, it)),
+            None => Some(fail),
+        };
+        if let Some(a) = bad {
+            roll_back(tx).await;
+            return Err(a);
+        }
+    }
+    tx.c.mech.reads = reads;
+    if mode == Install::Coalescent {
+        return Ok(());
+    }
+    install_primaries(tx, &map);
+    if tx.c.ep.post().await.is_err() {
+        roll_back(tx).await;
+        return Err(fail);
+    }
+    Ok(())
+}
+
+/// Posts the new records' WRITEs to every backup (and, coalescent, to the primary too, still
+/// locked), then each flushed backup's FLUSH; the Vcache learns the new versions first.
+/// (As RPCs, the WRITEs are the memory node's CPU stores, durable when answered: the FLUSH
+/// then orders nothing more, and stays for the one-sided form's sake.)
+fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install) {
+    let owner = tx.c.owner;
+    let flush = tx.c.cfg.ford.flush;
+    let via = tx.c.via(Stage::Commit);
+    let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
+    flushed.clear();
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        if it.new == NewValue::Keep {
+            continue;
+        }
+        let t = table(map, it.table);
+        let codec = t.codec();
+        let off = it.offset.expect("written items exist");
+        let h = RecordHeader {
+            lock: INVISIBLE,
+            version: it.new_version(),
+            key: it.key,
+            table: it.table,
+            valid: it.new != NewValue::Delete,
+        };
+        // Encoded once; the replicas' copies differ only in the lock word (line 0's first).
+        let record = &mut tx.c.mech.record;
+        record.resize(t.record_bytes as usize, 0);
+        codec.encode(&h, &it.value, record);
+        for &n in t.backups() {
+            rpc::write(&mut tx.c.ep, via, n, off, record);
+            if flush && !flushed.contains(&n) {
+                flushed.push(n);
+            }
+        }
+        if mode == Install::Coalescent {
+            SingleVersion::set_lock(record, owner | INVISIBLE);
+            rpc::write(&mut tx.c.ep, via, t.primary(), off, record);
+        }
+    }
+    // Localized validation: the new versions go into the Vcache before the remote commit,
+    // so that a validator never passes against a version the memory already replaced.
+    if let Some(v) = &tx.c.vcache {
+        for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+            v.set_version(it.table, it.key, it.new_version(), owner);
+        }
+    }
+    // Selective remote flush: each backup once, after its last WRITE (FLUSH follows every
+    // earlier WRITE on its QP). The primary is never flushed: a lost primary is rebuilt from
+    // its backups.
+    for &n in &flushed {
+        tx.c.ep.flush(n);
+    }
+    tx.c.mech.nodes = flushed;
+}
+
+/// Two-phase commit's second phase: the primaries' WRITEs.
+///
+/// The primaries, under our lock and invisible. They are unlocked by the release, after
+/// every primary has its new record: a recovery agent that finds any of our locks released
+/// then knows the commit is complete everywhere (see recovery.rs).
+fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
+    let owner = tx.c.owner;
+    let via = tx.c.via(Stage::Commit);
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        if it.new == NewValue::Keep {
+            continue;
+        }
+        let t = table(map, it.table);
+        let codec = t.codec();
+        let off = it.offset.expect("written items exist");
+        let h = RecordHeader {
+            lock: owner | INVISIBLE,
+            version: it.new_version(),
+            key: it.key,
+            table: it.table,
+            valid: it.new != NewValue::Delete,
+        };
+        let record = &mut tx.c.mech.record;
+        record.resize(t.record_bytes as usize, 0);
+        codec.encode(&h, &it.value, record);
+        rpc::write(&mut tx.c.ep, via, t.primary(), off, record);
+    }
+}
+
+/// A replica failed during the commit: put the old images back wherever we can reach.
+async fn roll_back<P: Protocol>(tx: &mut Tx<'_, P>) {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let via = tx.c.via(Stage::Commit);
+    let record = &mut tx.c.mech.record;
+    for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+        let t = table(&map, it.table);
+        let off = it.offset.expect("written items exist");
+        record.clear();
+        record.extend_from_slice(&it.image);
+        for (rank, &n) in t.replicas.iter().enumerate() {
+            let lock = if rank == 0 { owner } else { 0 };
+            record[..8].copy_from_slice(&lock.to_le_bytes());
+            rpc::write(&mut tx.c.ep, via, n, off, record);
+        }
+    }
+    // Best effort: the failed node's copy is rebuilt when it is replaced.
+    let _ = tx.c.ep.post().await;
+    tx.installed = false;
+    if let Some(v) = &tx.c.vcache {
+        for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+            v.set_version(it.table, it.key, it.version, owner);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Lock words: CAS(0 -> owner) on a record's primary, in rounds of their own (the commit's
+//! locks of items read without one), and what a failed batch may have left locked.
+
+use super::{abort, table};
+use crate::abort::{Abort, AbortReason};
+use crate::item::{Item, NewValue};
+use crate::mechanisms::rpc::{CasRead, Read};
+use crate::mechanisms::validate::{changed, header_of};
+use crate::protocol::Protocol;
+use crate::stage::Stage;
+use crate::tx::Tx;
+use dtxn_fabric::NodeId;
+use dtxn_store::record::HEADER_BYTES;
+
+/// A read-write item to lock at commit: read (or inserted) without its lock.
+pub(crate) fn cold_rw<X>(it: &Item<X>) -> bool {
+    it.rw && it.cold && (it.exists || it.new == NewValue::Insert) && it.offset.is_some()
+}
+
+/// What a lock round does for one item, on its primary.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Want {
+    /// CAS(0 -> owner) on its lock word.
+    pub lock: bool,
+    /// READ its header (after the CAS, G6), to check it is unchanged.
+    pub header: bool,
+}
+
+/// What a lock round posted for one item: a lock (with its header READ after the CAS, if
+/// wanted), or a validation READ of the header alone.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Probe {
+    Lock(CasRead),
+    Header(Read),
+}
+
+/// One lock round (FORD's cold locks, FaRM's lock phase, DrTM+H's lock-and-validate): what
+/// `want` asks for every item, in one batch. Every completion is looked at before an abort is
+/// reported, so that no lock won goes unrecorded (and unreleased); a batch that fails (a memory
+/// node down) gives back the CASes it may have won on the nodes still up.
+pub(crate) async fn lock_round<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    want: impl Fn(&Item<P::Item>) -> Option<Want>,
+) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let mut checks = std::mem::take(&mut tx.c.mech.locks);
+    checks.clear();
+    for (i, it) in tx.items.iter().enumerate() {
+        let (Some(w), Some(off)) = (want(it), it.offset) else {
+            continue;
+        };
+        let p = table(&map, it.table).primary();
+        let header = w.header.then_some((off, HEADER_BYTES));
+        let probe = if w.lock {
+            let via = tx.c.via(Stage::Lock);
+            Probe::Lock(CasRead::post(&mut tx.c.ep, via, p, off, (0, owner), header))
+        } else if w.header {
+            let via = tx.c.via(Stage::Validate);
+            Probe::Header(Read::post(&mut tx.c.ep, via, p, off, HEADER_BYTES))
+        } else {
+            continue;
+        };
+        checks.push((i, probe, w.header));
+    }
+    if checks.is_empty() {
+        tx.c.mech.locks = checks;
+        return Ok(());
+    }
+    if tx.c.ep.post().await.is_err() {
+        let first = abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]);
+        let cased: Vec<(NodeId, u64)> = checks
+            .iter()
+            .filter(|c| matches!(c.1, Probe::Lock(_)))
+            .map(|&(i, _, _)| {
+                let it = &tx.items[i];
+                (table(&map, it.table).primary(), it.offset.expect("picked"))
+            })
+            .collect();
+        give_back_after_failure(tx, &cased).await;
+        return Err(first);
+    }
+    let mut failed = None;
+    for &(i, probe, wants_header) in &checks {
+        let it = &mut tx.items[i];
+        let bytes = match probe {
+            Probe::Lock(c) => {
+                if !c.swapped(&tx.c.ep) {
+                    failed.get_or_insert(abort(AbortReason::LockConflict, it));
+                    continue;
+                }
+                it.locked = true;
+                it.cold = false;
+                c.bytes(&tx.c.ep)
+            }
+            Probe::Header(r) => r.bytes(&tx.c.ep),
+        };
+        if !wants_header {
+            continue;
+        }
+        let Some(h) = header_of(bytes) else {
+            // Only a malformed RPC reply is short: treat the memory node as failed.
+            failed.get_or_insert(abort(AbortReason::ReplicaFailure, it));
+            continue;
+        };
+        if let (Some(v), Probe::Lock(_)) = (&tx.c.vcache, probe) {
+            // The version under the lock: if it differs from the one read, we abort below and
+            // the entry must hold what memory holds.
+            v.lock(it.table, it.key, h.version, owner);
+        }
+        if changed(it, &h) {
+            failed.get_or_insert(abort(AbortReason::Validation, it));
+        }
+    }
+    tx.c.mech.locks = checks;
+    failed.map_or(Ok(()), Err)
+}
+
+/// A batch with lock CASes failed (a memory node down): the CASes on the nodes still up may
+/// have succeeded, and the transaction never learned which. Give back every one of those lock
+/// words that still holds our owner id (CAS owner -> 0, which leaves a word another holds
+/// alone), except those we hold through an earlier round (they are released with the rest).
+pub(crate) async fn give_back_after_failure<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    addrs: &[(NodeId, u64)],
+) {
+    let map = tx.c.map.clone();
+    let owner = tx.c.owner;
+    let held = |tx: &Tx<'_, P>, (n, a): (NodeId, u64)| {
+        tx.items.iter().any(|it| {
+            it.chain_lock == Some((n, a))
+                || it.locked && it.offset == Some(a) && table(&map, it.table).primary() == n
+        })
+    };
+    let via = tx.c.via(Stage::Lock);
+    let mut any = false;
+    for &(n, a) in addrs {
+        if !held(tx, (n, a)) {
+            CasRead::post(&mut tx.c.ep, via, n, a, (owner, 0), None);
+            any = true;
+        }
+    }
+    if any {
+        // A node that is down keeps nothing of ours: its locks go with its memory.
+        let _ = tx.c.ep.post().await;
+    }
+}
+
+/// Locks the read-write items read without their lock (cold, or hitchhiking off), checking
+/// their versions: CAS + READ(header) on the primary.
+pub(crate) async fn lock_cold<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abort> {
+    lock_round(tx, |it| {
+        cold_rw(it).then_some(Want {
+            lock: true,
+            header: true,
+        })
+    })
+    .await
+}

@@ -1,0 +1,91 @@
+//! The shared mechanisms: what protocols are built of, each once. Every phase of every
+//! protocol posts its verbs through these.
+//!
+//! - [`fetch`]: stamped record READs and bucket walks, with or without hitchhiked locks;
+//! - [`lock`]: lock rounds on primaries' lock words, and giving back what a failed batch won;
+//! - [`validate`]: header validation of what was read without a lock; [`absent`]: absence;
+//! - [`undo`]: the undo log; [`install`]: coalescent and two-phase installs, roll-back;
+//! - [`release`]: unlock, make visible, close the log;
+//! - [`insert`]: chain locks, free slots, new overflow buckets;
+//! - [`rpc`]: the RPC forms of their verbs, and the memory nodes' handlers of them;
+//! - [`timestamp`]: timestamp sources (the pool's oracle, a local oracle, a start clock).
+
+pub(crate) mod absent;
+pub(crate) mod fetch;
+pub(crate) mod insert;
+pub(crate) mod install;
+pub(crate) mod lock;
+pub(crate) mod release;
+pub(crate) mod rpc;
+pub(crate) mod timestamp;
+pub(crate) mod undo;
+pub(crate) mod validate;
+
+use crate::abort::{Abort, AbortReason};
+use crate::item::Item;
+use dtxn_fabric::NodeId;
+
+use dtxn_store::{PoolMap, TableInfo};
+
+/// Bit 63 of a lock word: the record is being installed by a committing transaction.
+pub(crate) const INVISIBLE: u64 = 1 << 63;
+
+/// Vectors the mechanisms reuse across rounds and transactions (one set per coordinator), so
+/// that a transaction's hot path allocates nothing once they have grown. A phase takes one with
+/// `mem::take` and puts it back when it finishes; a rare abort just drops it. The phases where
+/// most aborts happen under contention (execution's lock conflicts, validation) put theirs
+/// back on an abort too: every aborted attempt would otherwise grow them again.
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    /// Execution.
+    pub execute: fetch::ExecuteScratch,
+    /// Memory nodes: those the undo log goes to; at commit, the backups to flush.
+    pub nodes: Vec<NodeId>,
+    /// Commit: a written record, encoded once for all its replicas.
+    pub record: Vec<u8>,
+    /// Lock rounds: each item's probe, and whether its header was read.
+    pub locks: Vec<(usize, lock::Probe, bool)>,
+    /// Validation rounds (one-sided or RPC): each item's READ of its header.
+    pub reads: Vec<(usize, rpc::Read)>,
+    /// Validation of absent keys: the chains' walks, as (item, bucket being read, overflow
+    /// hops, greatest tombstone version so far), and the READs of a round.
+    pub absent: Vec<(usize, u64, u64, u64)>,
+    pub absent_reads: Vec<rpc::Read>,
+    /// Inserts.
+    pub insert: insert::InsertScratch,
+}
+
+pub(crate) fn abort<X>(reason: AbortReason, it: &Item<X>) -> Abort {
+    Abort {
+        reason,
+        table: it.table,
+        key: it.key,
+    }
+}
+
+#[inline]
+pub(crate) fn table(map: &PoolMap, id: u32) -> &TableInfo {
+    map.table(id).expect("checked when the item was added")
+}
+
+/// The next bucket of a chain, from a bucket's `next` link: `Err` if the link leaves the
+/// table's overflow area or the walk has taken more hops than the table has overflow buckets
+/// (a cycle): memory is corrupt, and following it would loop or read another table.
+pub(crate) fn next_bucket(
+    t: &TableInfo,
+    next: Option<u64>,
+    hops: &mut u64,
+) -> Result<Option<u64>, ()> {
+    let Some(n) = next else {
+        return Ok(None);
+    };
+    *hops += 1;
+    let first = t.overflow_bucket(0);
+    let in_area = n >= first
+        && n < t.overflow_bucket(t.overflow_buckets)
+        && (n - first).is_multiple_of(t.bucket_bytes);
+    if !in_area || *hops > t.overflow_buckets {
+        return Err(());
+    }
+    Ok(Some(n))
+}

@@ -1,0 +1,335 @@
+//! The RPC forms of the mechanisms' verbs, and the memory node's side of them.
+//!
+//! A stage that runs as RPCs (see [`crate::Stages`]) sends each of its verbs as a request that
+//! the memory node's CPU executes on its own memory: a lock's CAS (with the READ that follows
+//! it), a READ, a WRITE. The coordinator's decisions stay the same whichever way the bytes
+//! travel; what changes is the cost (the fabric packs a batch's requests to one node into one
+//! message, served by one core) and the ordering, which the RPC forms keep without G6: a
+//! request's CAS and READ run one after the other on the memory node's CPU.
+//!
+//! Two rules make the forms safe to mix with one-sided stages:
+//! - **G11**: the memory node's CPU atomics are not atomic with respect to a NIC's, so every
+//!   CAS on lock words of a run goes one way: with the lock stage as RPCs, the hitchhiked
+//!   CAS, the commit's lock rounds, inserts' chain locks and every give-back all do.
+//! - An RPC is not ordered with the one-sided ops of its batch: a READ that must follow a CAS
+//!   goes in the CAS's request.
+//!
+//! Requests (little-endian, 8-byte fields after an 8-byte tag word):
+//!
+//! ```text
+//! LOCK   tag=1 | addr | expect | new | read_addr | read_len
+//!                                                  -> status | old | the READ (if swapped)
+//! READ   tag=2 | addr | len                        -> status | bytes
+//! WRITE  tag=3 | addr | bytes...                   -> status
+//! ```
+//!
+//! A request that does not fit the region (or a misaligned CAS) is answered with status
+//! [`BAD`], never a panic: a memory node serves whoever reaches it.
+
+use dtxn_fabric::{Endpoint, LocalMem, NodeId, OpId, RpcHandler};
+
+const LOCK: u64 = 1;
+const READ: u64 = 2;
+const WRITE: u64 = 3;
+/// Response statuses (the first response word).
+const OK: u64 = 0;
+const BAD: u64 = 1;
+/// Bytes before a response's payload.
+const LOCK_REPLY: usize = 16;
+const READ_REPLY: usize = 8;
+
+/// The memory nodes' handlers of the mechanisms' RPC forms: what a memory node (`dtxn
+/// memnode`, or a `sim`/`shm` pool) installs to serve them.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MemoryNodeHandlers;
+
+fn word(req: &[u8], i: usize) -> Option<u64> {
+    let b = req.get(8 * i..8 * i + 8)?;
+    Some(u64::from_le_bytes(b.try_into().expect("8 bytes")))
+}
+
+fn fits(mem: &dyn LocalMem, addr: u64, len: u64) -> bool {
+    addr.checked_add(len).is_some_and(|end| end <= mem.size())
+}
+
+impl MemoryNodeHandlers {
+    /// Serves one request into `resp`; `None` for a malformed one.
+    fn serve(mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) -> Option<()> {
+        match word(req, 0)? {
+            LOCK => {
+                let (addr, expect, new) = (word(req, 1)?, word(req, 2)?, word(req, 3)?);
+                let (read_addr, len) = (word(req, 4)?, word(req, 5)?);
+                if !addr.is_multiple_of(8) || !fits(mem, addr, 8) || !fits(mem, read_addr, len) {
+                    return None;
+                }
+                let old = mem.cas(addr, expect, new);
+                resp.extend_from_slice(&OK.to_le_bytes());
+                resp.extend_from_slice(&old.to_le_bytes());
+                if old == expect && len > 0 {
+                    let at = resp.len();
+                    resp.resize(at + len as usize, 0);
+                    mem.read(read_addr, &mut resp[at..]);
+                }
+            }
+            READ => {
+                let (addr, len) = (word(req, 1)?, word(req, 2)?);
+                if !fits(mem, addr, len) {
+                    return None;
+                }
+                resp.extend_from_slice(&OK.to_le_bytes());
+                let at = resp.len();
+                resp.resize(at + len as usize, 0);
+                mem.read(addr, &mut resp[at..]);
+            }
+            WRITE => {
+                let addr = word(req, 1)?;
+                let bytes = &req[16..];
+                if !fits(mem, addr, bytes.len() as u64) {
+                    return None;
+                }
+                mem.write(addr, bytes);
+                resp.extend_from_slice(&OK.to_le_bytes());
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+impl RpcHandler for MemoryNodeHandlers {
+    fn handle(
+        &self,
+        _node: NodeId,
+        _now_ns: u64,
+        mem: &mut dyn LocalMem,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+    ) {
+        let at = resp.len();
+        if Self::serve(mem, req, resp).is_none() {
+            resp.truncate(at);
+            resp.extend_from_slice(&BAD.to_le_bytes());
+        }
+    }
+}
+
+/// How a stage's verbs travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    OneSided,
+    Rpc,
+}
+
+impl Via {
+    pub(crate) fn rpc(yes: bool) -> Via {
+        if yes {
+            Via::Rpc
+        } else {
+            Via::OneSided
+        }
+    }
+}
+
+/// A lock attempt, CAS(`expect` -> `new`) on a word and, if asked, a READ of `(addr, len)`
+/// executed after the CAS: CAS + READ in one batch (G6), or one RPC whose handler does both.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CasRead {
+    Verbs { cas: OpId, read: Option<OpId> },
+    Rpc { id: OpId, expect: u64 },
+}
+
+impl CasRead {
+    pub(crate) fn post(
+        ep: &mut Endpoint,
+        via: Via,
+        node: NodeId,
+        addr: u64,
+        (expect, new): (u64, u64),
+        read: Option<(u64, usize)>,
+    ) -> CasRead {
+        match via {
+            Via::OneSided => {
+                let cas = ep.cas(node, addr, expect, new);
+                let read = read.map(|(at, len)| ep.read(node, at, len));
+                CasRead::Verbs { cas, read }
+            }
+            Via::Rpc => {
+                let (at, len) = read.unwrap_or((addr, 0));
+                let mut req = [0u8; 48];
+                for (i, w) in [LOCK, addr, expect, new, at, len as u64]
+                    .into_iter()
+                    .enumerate()
+                {
+                    req[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+                }
+                CasRead::Rpc {
+                    id: ep.rpc(node, &req),
+                    expect,
+                }
+            }
+        }
+    }
+
+    /// Whether the CAS swapped (a malformed reply counts as not).
+    pub(crate) fn swapped(&self, ep: &Endpoint) -> bool {
+        match *self {
+            CasRead::Verbs { cas, .. } => ep.cas_ok(cas),
+            CasRead::Rpc { id, expect } => reply_word(ep, id, 1) == Some(expect),
+        }
+    }
+
+    /// The bytes the READ after the CAS returned (for an RPC: only if the CAS swapped).
+    pub(crate) fn bytes<'e>(&self, ep: &'e Endpoint) -> &'e [u8] {
+        match *self {
+            CasRead::Verbs { read, .. } => read.map_or(&[], |r| ep.bytes(r)),
+            CasRead::Rpc { id, .. } => ep.bytes(id).get(LOCK_REPLY..).unwrap_or(&[]),
+        }
+    }
+}
+
+/// A READ, one-sided or by RPC.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Read {
+    Verb(OpId),
+    Rpc(OpId),
+}
+
+impl Read {
+    pub(crate) fn post(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64, len: usize) -> Read {
+        match via {
+            Via::OneSided => Read::Verb(ep.read(node, addr, len)),
+            Via::Rpc => {
+                let mut req = [0u8; 24];
+                for (i, w) in [READ, addr, len as u64].into_iter().enumerate() {
+                    req[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+                }
+                Read::Rpc(ep.rpc(node, &req))
+            }
+        }
+    }
+
+    /// The bytes read (empty for a malformed reply).
+    pub(crate) fn bytes<'e>(&self, ep: &'e Endpoint) -> &'e [u8] {
+        match *self {
+            Read::Verb(r) => ep.bytes(r),
+            Read::Rpc(id) => match reply_word(ep, id, 0) {
+                Some(OK) => &ep.bytes(id)[READ_REPLY..],
+                _ => &[],
+            },
+        }
+    }
+}
+
+/// A WRITE of `bytes`, one-sided or by RPC.
+pub(crate) fn write(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64, bytes: &[u8]) {
+    match via {
+        Via::OneSided => {
+            ep.write(node, addr, bytes);
+        }
+        Via::Rpc => {
+            let mut head = [0u8; 16];
+            head[..8].copy_from_slice(&WRITE.to_le_bytes());
+            head[8..].copy_from_slice(&addr.to_le_bytes());
+            ep.rpc_parts(node, &[&head, bytes]);
+        }
+    }
+}
+
+fn reply_word(ep: &Endpoint, id: OpId, i: usize) -> Option<u64> {
+    word(ep.bytes(id), i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A region as a memory node's CPU sees it, for the handlers alone.
+    struct Mem(Vec<u8>);
+
+    impl LocalMem for Mem {
+        fn size(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn read(&mut self, addr: u64, buf: &mut [u8]) {
+            buf.copy_from_slice(&self.0[addr as usize..addr as usize + buf.len()]);
+        }
+        fn write(&mut self, addr: u64, data: &[u8]) {
+            self.0[addr as usize..addr as usize + data.len()].copy_from_slice(data);
+        }
+        fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
+            let old = self.read_u64(addr);
+            if old == expect {
+                self.write_u64(addr, new);
+            }
+            old
+        }
+        fn faa(&mut self, addr: u64, add: u64) -> u64 {
+            let old = self.read_u64(addr);
+            self.write_u64(addr, old.wrapping_add(add));
+            old
+        }
+    }
+
+    fn req(words: &[u64], tail: &[u8]) -> Vec<u8> {
+        let mut r: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        r.extend_from_slice(tail);
+        r
+    }
+
+    fn serve(mem: &mut Mem, r: &[u8]) -> Vec<u8> {
+        let mut resp = vec![0xee]; // a response appends after what is there
+        MemoryNodeHandlers.handle(0, 0, mem, r, &mut resp);
+        resp.remove(0);
+        resp
+    }
+
+    #[test]
+    fn a_lock_reads_after_its_cas_and_only_if_it_swapped() {
+        let mut mem = Mem((0..128u8).collect());
+        let word0 = mem.read_u64(64);
+        // CAS the word at 64 from its value to 7, then READ 16 bytes at 72.
+        let r = serve(&mut mem, &req(&[LOCK, 64, word0, 7, 72, 16], &[]));
+        assert_eq!(r.len(), 16 + 16);
+        assert_eq!(word(&r, 0), Some(OK));
+        assert_eq!(word(&r, 1), Some(word0));
+        assert_eq!(&r[16..], &(72..88u8).collect::<Vec<_>>()[..]);
+        assert_eq!(mem.read_u64(64), 7);
+        // It fails now (the word is 7): the old value, no READ.
+        let r = serve(&mut mem, &req(&[LOCK, 64, word0, 9, 64, 8], &[]));
+        assert_eq!((r.len(), word(&r, 1)), (16, Some(7)));
+        // A READ after the CAS of the word itself sees the new value.
+        let r = serve(&mut mem, &req(&[LOCK, 64, 7, 5, 64, 8], &[]));
+        assert_eq!(word(&r, 2), Some(5));
+    }
+
+    #[test]
+    fn reads_and_writes_touch_exactly_their_bytes() {
+        let mut mem = Mem(vec![0; 64]);
+        assert_eq!(
+            serve(&mut mem, &req(&[WRITE, 8], &[1, 2, 3])),
+            req(&[OK], &[])
+        );
+        assert_eq!(&mem.0[7..12], &[0, 1, 2, 3, 0]);
+        let r = serve(&mut mem, &req(&[READ, 8, 3], &[]));
+        assert_eq!(r, req(&[OK], &[1, 2, 3]));
+    }
+
+    #[test]
+    fn a_malformed_request_is_answered_bad_never_a_panic() {
+        let mut mem = Mem(vec![0; 64]);
+        for r in [
+            vec![],
+            req(&[99], &[]),
+            req(&[READ, 60, 8], &[]),
+            req(&[READ, u64::MAX, 2], &[]),
+            req(&[LOCK, 4, 0, 1, 0, 0], &[]),
+            req(&[LOCK, 64, 0, 1, 0, 0], &[]),
+            req(&[LOCK, 0, 0, 1, 60, 8], &[]),
+            req(&[LOCK, 0, 0], &[]),
+            req(&[WRITE, 62], &[1, 2, 3]),
+        ] {
+            assert_eq!(serve(&mut mem, &r), req(&[BAD], &[]), "{r:?}");
+        }
+        assert_eq!(mem.0, vec![0; 64], "a bad request changes nothing");
+    }
+}

@@ -1,0 +1,113 @@
+//! The undo log: the old image of every read-write item, in the coordinator's log slice on
+//! every replica of the tables it may write, written in the background while the
+//! application's logic runs, acknowledged before the commit writes anything in place.
+
+use super::{abort, table};
+use crate::abort::{Abort, AbortReason};
+use crate::item::{Item, NewValue};
+use crate::protocol::Protocol;
+use crate::tx::Tx;
+use dtxn_fabric::NodeId;
+use dtxn_store::log::{encode_head, LogStatus, HEAD_BYTES};
+
+/// A transaction's undo log so far.
+#[derive(Debug, Default)]
+pub(crate) struct UndoLog {
+    /// Items in the entry written so far.
+    pub logged: usize,
+    /// The entry's body so far (items are appended as they are locked), its running crc,
+    /// and the memory nodes that hold it.
+    pub body: Vec<u8>,
+    pub crc: crc32fast::Hasher,
+    pub nodes: Vec<NodeId>,
+}
+
+impl UndoLog {
+    /// Empties it for the next transaction (keeping its buffers).
+    pub fn clear(&mut self) {
+        self.logged = 0;
+        self.body.clear();
+        self.crc = crc32fast::Hasher::new();
+        self.nodes.clear();
+    }
+}
+
+/// Writes the undo log (the old image of every read-write item) to every replica of the
+/// tables written, in the background. Items are appended as they are locked: the new items
+/// after the body already written, then the entry's first line (WRITEs on one QP apply in
+/// order, G4, so a torn append leaves the previous entry valid). A node that joins the log
+/// (a newly touched table's replica) gets the whole entry. Waits first for the previous log
+/// write, so that at most one is outstanding.
+pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abort> {
+    let logged = |i: &Item<P::Item>| i.rw && (i.exists || i.new == NewValue::Insert);
+    let Some(first) = tx.items.iter().position(|i| logged(i) && !i.in_log) else {
+        return Ok(());
+    };
+    let fail = abort(AbortReason::ReplicaFailure, &tx.items[first]);
+    if tx.c.ep.wait_background().await.is_err() {
+        return Err(fail);
+    }
+    let Some((slice, slice_bytes)) = tx.c.log_slice else {
+        // More coordinators than the pool has log slices.
+        return Err(abort(AbortReason::LogFull, &tx.items[first]));
+    };
+    let old_len = tx.undo.body.len();
+    for it in tx.items.iter_mut().filter(|i| logged(i) && !i.in_log) {
+        let insert = it.new == NewValue::Insert;
+        // For an insert, the free slot as it was (a tombstone keeps its key and version).
+        let image: &[u8] = &it.image;
+        let offset = it.offset.expect("exists");
+        dtxn_store::log::encode_item(it.table, offset, insert, image, &mut tx.undo.body);
+        it.in_log = true;
+        tx.undo.logged += 1;
+    }
+    if (HEAD_BYTES + tx.undo.body.len()) as u64 > slice_bytes {
+        return Err(abort(AbortReason::LogFull, &tx.items[first]));
+    }
+    tx.undo.crc.update(&tx.undo.body[old_len..]);
+    let head = encode_head(
+        tx.id,
+        tx.c.ep.id().index,
+        LogStatus::Pending,
+        tx.undo.logged as u32,
+        tx.undo.body.len() as u32,
+        tx.undo.crc.clone().finalize(),
+    );
+    let flush = tx.c.cfg.ford.flush;
+    let mut nodes = std::mem::take(&mut tx.c.mech.nodes);
+    replica_nodes(tx, &mut nodes);
+    for &n in &nodes {
+        if tx.undo.nodes.contains(&n) {
+            let tail = &tx.undo.body[old_len..];
+            tx.c.ep
+                .write(n, slice + (HEAD_BYTES + old_len) as u64, tail);
+            tx.c.ep.write(n, slice, &head);
+        } else {
+            tx.c.ep.write_parts(n, slice, &[&head, &tx.undo.body]);
+            tx.undo.nodes.push(n);
+        }
+        if flush {
+            tx.c.ep.flush(n);
+        }
+    }
+    tx.c.mech.nodes = nodes;
+    if tx.c.ep.post_background().is_err() {
+        return Err(fail);
+    }
+    Ok(())
+}
+
+/// The memory nodes that hold a replica of a table this transaction may write, into `nodes`.
+fn replica_nodes<P: Protocol>(tx: &Tx<'_, P>, nodes: &mut Vec<NodeId>) {
+    nodes.clear();
+    // Items of one table tend to be adjacent: look each run's table up once.
+    let mut last = None;
+    for it in tx.items.iter().filter(|i| i.rw) {
+        if last != Some(it.table) {
+            last = Some(it.table);
+            nodes.extend_from_slice(&table(&tx.c.map, it.table).replicas);
+        }
+    }
+    nodes.sort_unstable();
+    nodes.dedup();
+}

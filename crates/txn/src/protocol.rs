@@ -1,0 +1,117 @@
+//! What a protocol is to the transaction core: one implementation of [`Protocol`], its phases
+//! called by the core in the order every protocol here shares, and its own per-item,
+//! per-transaction and per-coordinator state as associated types. The registry
+//! (`registry.rs`) names each protocol once.
+//!
+//! The core drives a transaction as: [`Protocol::begin`], then any number of
+//! [`Protocol::fetch`] and [`Protocol::insert`] calls (the application's reads and writes,
+//! between which its logic runs), then at commit [`Protocol::lock`], [`Protocol::validate`],
+//! [`Protocol::log`] and [`Protocol::install`], and [`Protocol::release`] once committed. An
+//! abort anywhere (an `Err` from a phase, or the application's rollback) calls
+//! [`Protocol::abort`] instead, which must give back everything the transaction holds. A
+//! protocol that merges phases (DrTM+H locks and validates in one round; Motor writes its
+//! op log in the install's batch) leaves the merged ones empty and says so where it merges.
+//!
+//! Phases post their verbs through the shared mechanisms (`crate::mechanisms`), so that
+//! locking, stamped reads, validation, logs, installs and inserts exist once.
+
+use crate::abort::Abort;
+use crate::config::TxnConfig;
+use crate::item::{Access, Item, ItemIndex};
+use crate::stage::Stages;
+use crate::tx::Tx;
+use dtxn_store::RecordFormat;
+
+/// A row to insert: (table, key, value).
+pub(crate) type Row<'a> = (u32, u64, &'a [u8]);
+
+/// A concurrency-control protocol, as the transaction core sees it. Every phase may post
+/// verbs and await them; an `Err` aborts the transaction (the core then calls `abort`).
+pub(crate) trait Protocol: Sized + 'static {
+    /// How the protocol's tables lay out their records.
+    const RECORDS: RecordFormat;
+    /// Extra 8-byte words per record (timestamps, leases, queue-lock words) that the store
+    /// lays out beside each record's header, for the protocol's own metadata.
+    const META_WORDS: u8 = 0;
+    /// The section of [`TxnConfig`] holding its switches (`--set KEY.switch=value`), if any.
+    const OPTIONS: Option<&'static str> = None;
+    /// The stages that have an RPC form (served by the memory nodes' CPUs).
+    const RPC_FORMS: Stages = Stages::NONE;
+    /// What the protocol keeps of an item beside the mechanisms' fields of [`Item`].
+    type Item: Default + std::fmt::Debug;
+    /// What the protocol keeps of a transaction (kept by the coordinator across
+    /// transactions, for its buffers: [`Protocol::begin`] resets it).
+    type Txn: Default;
+    /// Per coordinator: vectors the phases reuse across transactions, so that the hot path
+    /// allocates nothing once they have grown.
+    type Scratch: Default;
+
+    /// The stages `cfg` asks to run as RPCs (a subset of [`Protocol::RPC_FORMS`], checked by
+    /// [`TxnConfig::validate`]).
+    fn rpc(_cfg: &TxnConfig) -> Stages {
+        Stages::NONE
+    }
+
+    /// A transaction starts.
+    fn begin(_tx: &mut Tx<'_, Self>) {}
+
+    /// Execution: fetches `accesses` (new items, or items read before and now wanted for
+    /// update), one round trip per batch of reads where the protocol can.
+    async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort>;
+
+    /// Inserts `rows`, together where the protocol can: the same as one by one, in order.
+    async fn insert(tx: &mut Tx<'_, Self>, rows: &[Row<'_>]) -> Result<(), Abort>;
+
+    /// Commit, first phase: takes the locks not taken during execution.
+    async fn lock(_tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
+        Ok(())
+    }
+
+    /// Commit: checks that what the transaction read still holds at its serialization point.
+    async fn validate(_tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
+        Ok(())
+    }
+
+    /// Commit: makes the transaction recoverable before anything is written in place.
+    async fn log(_tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
+        Ok(())
+    }
+
+    /// Commit: writes the new records to every replica. `Ok` means committed.
+    async fn install(tx: &mut Tx<'_, Self>) -> Result<(), Abort>;
+
+    /// After a commit: unlocks and closes the log, off the critical path.
+    fn release(tx: &mut Tx<'_, Self>);
+
+    /// After an abort anywhere: gives back every lock the transaction holds.
+    async fn abort(tx: &mut Tx<'_, Self>);
+
+    /// A finished transaction's item state goes back to the coordinator's spares.
+    fn recycle(_s: &mut Self::Scratch, _x: Self::Item) {}
+}
+
+/// What a coordinator keeps for one protocol across transactions.
+pub(crate) struct Slot<P: Protocol> {
+    pub scratch: P::Scratch,
+    pub keep: Keep<P>,
+}
+
+impl<P: Protocol> Default for Slot<P> {
+    fn default() -> Self {
+        Slot {
+            scratch: Default::default(),
+            keep: Keep {
+                items: Vec::new(),
+                index: ItemIndex::default(),
+                txn: Default::default(),
+            },
+        }
+    }
+}
+
+/// The buffers a transaction takes at its start and gives back when it finishes.
+pub(crate) struct Keep<P: Protocol> {
+    pub items: Vec<Item<P::Item>>,
+    pub index: ItemIndex,
+    pub txn: P::Txn,
+}

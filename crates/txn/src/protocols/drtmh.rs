@@ -1,0 +1,95 @@
+//! DrTM+H (Wei et al., OSDI'18) as FORD's paper re-implemented it on disaggregated memory
+//! (all one-sided; section 3.1 of the FORD digest): execute, lock and validate in one round,
+//! commit backups, commit primaries and unlock: 4 RTs. The merged round alone admits write
+//! skew (each transaction's READs may run before the other's CAS), so dtxn validates the
+//! read-only items once more in the commit-backups round, when every lock is held, at no
+//! extra round trip (rolling the backups back if that fails). It shares FORD's switches
+//! (`ford.backup_reads`, `ford.flush`) and undo log. RCC's OCC is this protocol.
+
+use crate::abort::Abort;
+use crate::config::TxnConfig;
+use crate::item::Access;
+use crate::mechanisms::absent::validate_absent;
+use crate::mechanisms::install::{install, Install};
+use crate::mechanisms::lock::{cold_rw, lock_round, Want};
+use crate::mechanisms::validate::validate_reads;
+use crate::mechanisms::{fetch, insert, release, undo};
+use crate::protocol::{Protocol, Row};
+use crate::stage::{Stage, Stages};
+use crate::tx::Tx;
+use dtxn_store::log::LogStatus;
+use dtxn_store::RecordFormat;
+
+/// DrTM+H: `--protocol drtmh`.
+pub(crate) struct Drtmh;
+
+impl Protocol for Drtmh {
+    const RECORDS: RecordFormat = RecordFormat::Single;
+    const OPTIONS: Option<&'static str> = Some("ford");
+    const RPC_FORMS: Stages =
+        Stages::of(&[Stage::Fetch, Stage::Lock, Stage::Validate, Stage::Commit]);
+    type Item = ();
+    type Txn = ();
+    type Scratch = ();
+
+    fn rpc(cfg: &TxnConfig) -> Stages {
+        cfg.ford.rpc
+    }
+
+    async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
+        fetch::records(tx, accesses, false).await?;
+        undo::log_undo(tx).await
+    }
+
+    async fn insert(tx: &mut Tx<'_, Self>, rows: &[Row<'_>]) -> Result<(), Abort> {
+        insert::insert(tx, rows).await
+    }
+
+    /// The merged round: CAS + READ(header) of every read-write item, READ(header) of every
+    /// read-only item, in one batch (so the validation of read-only items happens here).
+    async fn lock(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
+        lock_round(tx, |it| {
+            if cold_rw(it) {
+                Some(Want {
+                    lock: true,
+                    header: true,
+                })
+            } else {
+                let read = !it.rw && it.exists && it.offset.is_some();
+                read.then_some(Want {
+                    lock: false,
+                    header: true,
+                })
+            }
+        })
+        .await
+    }
+
+    /// Absent keys; and, for a transaction with read-write items that writes nothing (no
+    /// install round to re-validate in), the read-only items again, now that every lock is
+    /// held: the merged round's read validation may have run before another's lock.
+    async fn validate(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
+        validate_absent(tx).await?;
+        if !tx.writes() && tx.items.iter().any(|i| i.rw) {
+            validate_reads(tx).await?;
+        }
+        Ok(())
+    }
+
+    /// The backups (with the read-only items validated again in the same batch), then the
+    /// primaries.
+    async fn install(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
+        if !tx.writes() {
+            return Ok(());
+        }
+        install(tx, Install::TwoPhase { revalidate: true }).await
+    }
+
+    fn release(tx: &mut Tx<'_, Self>) {
+        release::release(tx, LogStatus::Committed);
+    }
+
+    async fn abort(tx: &mut Tx<'_, Self>) {
+        release::release_on_abort(tx).await;
+    }
+}

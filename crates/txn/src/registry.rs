@@ -1,0 +1,136 @@
+//! The registry: every protocol, named once. A line gives the protocol's `--protocol` name,
+//! its module's type (the [`crate::protocol::Protocol`] implementation, which declares its
+//! record format, its state and its phases) and its one-line description. From this list the
+//! macro makes the public [`Protocol`] enum, the coordinator's per-protocol state and the
+//! dispatch of [`crate::Txn`]'s calls to the chosen protocol, without boxing a future.
+
+use crate::config::TxnConfig;
+use crate::coord::{CoordStats, Core};
+use crate::protocol::{Protocol as _, Slot};
+use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
+use crate::stage::Stages;
+use crate::tx::Tx;
+use crate::txn::{TxKind, Txn};
+use dtxn_store::RecordFormat;
+use serde::{Deserialize, Serialize};
+
+macro_rules! registry {
+    ($d:tt $( $variant:ident : $name:literal => $ty:ty, $doc:literal; )*) => {
+        /// The concurrency-control protocols, chosen by name (`--protocol`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+        pub enum Protocol {
+            $( #[doc = $doc] #[serde(rename = $name)] $variant, )*
+        }
+
+        impl Protocol {
+            pub const NAMES: &'static [&'static str] = &[$( $name ),*];
+
+            pub fn from_name(name: &str) -> Option<Protocol> {
+                match name {
+                    $( $name => Some(Protocol::$variant), )*
+                    _ => None,
+                }
+            }
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( Protocol::$variant => $name, )*
+                }
+            }
+
+            /// How the protocol's tables lay out their records.
+            pub fn records(self) -> RecordFormat {
+                match self {
+                    $( Protocol::$variant => <$ty>::RECORDS, )*
+                }
+            }
+
+            /// Extra 8-byte words per record the protocol keeps its own metadata in.
+            pub fn meta_words(self) -> u8 {
+                match self {
+                    $( Protocol::$variant => <$ty>::META_WORDS, )*
+                }
+            }
+
+            /// The section of the configuration holding the protocol's switches.
+            pub fn options_key(self) -> Option<&'static str> {
+                match self {
+                    $( Protocol::$variant => <$ty>::OPTIONS, )*
+                }
+            }
+
+            /// The stages that have an RPC form in this protocol.
+            pub fn rpc_forms(self) -> Stages {
+                match self {
+                    $( Protocol::$variant => <$ty>::RPC_FORMS, )*
+                }
+            }
+
+            /// The stages `cfg` asks this protocol to run as RPCs.
+            pub fn rpc_stages(self, cfg: &TxnConfig) -> Stages {
+                match self {
+                    $( Protocol::$variant => <$ty>::rpc(cfg), )*
+                }
+            }
+        }
+
+        /// A coordinator's state for the protocol it runs.
+        pub(crate) enum Slots {
+            $( $variant(Box<Slot<$ty>>), )*
+        }
+
+        impl Slots {
+            pub(crate) fn new(p: Protocol) -> Slots {
+                match p {
+                    $( Protocol::$variant => Slots::$variant(Box::default()), )*
+                }
+            }
+
+            pub(crate) fn begin<'c>(
+                &'c mut self,
+                core: &'c mut Core,
+                stats: &'c mut CoordStats,
+                id: u64,
+                kind: TxKind,
+            ) -> Txn<'c> {
+                match self {
+                    $( Slots::$variant(s) => Txn(AnyTxn::$variant(Tx::new(core, stats, s, id, kind))), )*
+                }
+            }
+        }
+
+        /// A transaction of the protocol its coordinator runs.
+        pub(crate) enum AnyTxn<'c> {
+            $( $variant(Tx<'c, $ty>), )*
+        }
+
+        /// Runs `$body` with `$t` bound to the transaction's core, whatever its protocol.
+        macro_rules! dispatch {
+            ($d x:expr, $d t:ident => $d body:expr) => {
+                match $d x {
+                    $( $crate::registry::AnyTxn::$variant($d t) => $d body, )*
+                }
+            };
+        }
+        pub(crate) use dispatch;
+    };
+}
+
+registry! { $
+    Ford: "ford" => Ford,
+        "FORD (FAST'22, TOS'23): OCC with hitchhiked locking and coalescent commit.";
+    Farm: "farm" => Farm,
+        "FaRM (SOSP'15), as FORD's paper re-implemented it on disaggregated memory.";
+    Drtmh: "drtmh" => Drtmh,
+        "DrTM+H (OSDI'18), as FORD's paper re-implemented it on disaggregated memory.";
+    Motor: "motor" => Motor,
+        "Motor (OSDI'24): multi-versioning with consecutive version tuples. Needs the pool laid out with multi-version tables.";
+}
+
+impl Protocol {
+    /// Whether the protocol keeps several versions per record (the pool's tables must be laid
+    /// out as multi-version CVTs).
+    pub fn multi_version(self) -> bool {
+        self.records() == RecordFormat::Cvt
+    }
+}

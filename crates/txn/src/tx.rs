@@ -1,0 +1,357 @@
+//! The transaction core: one transaction of one protocol, its items, the application's
+//! operations on them, and the sequence of phases a commit runs. It names no protocol: the
+//! protocol is `P`, and the public [`crate::Txn`] dispatches to the one chosen at run time.
+
+use crate::abort::{Abort, AbortReason};
+use crate::coord::{CoordStats, Core, TxnOutcome};
+use crate::item::{Access, Item, ItemIndex, NewValue};
+use crate::mechanisms::undo::UndoLog;
+use crate::protocol::{Keep, Protocol, Row, Slot};
+use crate::txn::TxKind;
+use dtxn_check::history;
+use dtxn_fabric::{NodeId, Stats};
+use dtxn_store::TableInfo;
+
+/// A transaction in progress under protocol `P`.
+pub(crate) struct Tx<'c, P: Protocol> {
+    /// The coordinator: its endpoint, pool map, configuration, caches and spare buffers.
+    pub c: &'c mut Core,
+    /// The protocol's per-coordinator scratch.
+    pub s: &'c mut P::Scratch,
+    stats: &'c mut CoordStats,
+    /// Where the items, their index and the protocol's state go back when it finishes.
+    keep: &'c mut Keep<P>,
+    pub id: u64,
+    pub kind: TxKind,
+    pub items: Vec<Item<P::Item>>,
+    index: ItemIndex,
+    /// The protocol's own state of this transaction.
+    pub st: P::Txn,
+    /// The undo log written so far (protocols that log undo images).
+    pub undo: UndoLog,
+    start_ns: u64,
+    stats_at_start: Stats,
+    /// Versions installed, once the commit WRITEs have been posted (for the history).
+    pub installed: bool,
+    finished: bool,
+    /// Round trips spent on a timestamp oracle.
+    pub oracle_round_trips: u64,
+}
+
+impl<'c, P: Protocol> Tx<'c, P> {
+    pub(crate) fn new(
+        c: &'c mut Core,
+        stats: &'c mut CoordStats,
+        slot: &'c mut Slot<P>,
+        id: u64,
+        kind: TxKind,
+    ) -> Tx<'c, P> {
+        let Slot { scratch, keep } = slot;
+        let mut items = std::mem::take(&mut keep.items);
+        items.clear();
+        let mut index = std::mem::take(&mut keep.index);
+        index.clear();
+        let st = std::mem::take(&mut keep.txn);
+        let mut undo = std::mem::take(&mut c.undo_spare);
+        undo.clear();
+        let mut tx = Tx {
+            start_ns: c.ep.now_ns(),
+            stats_at_start: c.ep.stats(),
+            c,
+            s: scratch,
+            stats,
+            keep,
+            id,
+            kind,
+            items,
+            index,
+            st,
+            undo,
+            installed: false,
+            finished: false,
+            oracle_round_trips: 0,
+        };
+        P::begin(&mut tx);
+        tx
+    }
+
+    pub(crate) fn find(&self, table: u32, key: u64) -> Option<usize> {
+        self.index.find(&self.items, table, key)
+    }
+
+    /// Appends an item (its (table, key) not yet among the items) and returns its position.
+    pub(crate) fn push_item(&mut self, it: Item<P::Item>) -> usize {
+        debug_assert!(self.find(it.table, it.key).is_none());
+        self.items.push(it);
+        self.index.sync(&self.items);
+        self.items.len() - 1
+    }
+
+    /// Appends a fresh item for `key` of table `t` (not among the items yet), read from
+    /// `node`, with a zeroed value; returns its position.
+    pub(crate) fn push_new_item(
+        &mut self,
+        t: &TableInfo,
+        key: u64,
+        rw: bool,
+        node: NodeId,
+    ) -> usize {
+        let value = self
+            .c
+            .spare
+            .take(t.value_size as usize, t.value_size as usize);
+        // The image will hold the whole record: room for it now spares a reallocation when
+        // the record is read. A read-only item keeps no image (one is taken if it is
+        // upgraded).
+        let image = if rw {
+            self.c.spare.take(0, t.record_bytes as usize)
+        } else {
+            Vec::new()
+        };
+        self.push_item(Item {
+            table: t.id,
+            key,
+            rw,
+            offset: None,
+            node,
+            exists: false,
+            version: 0,
+            locked: false,
+            cold: false,
+            value,
+            image,
+            new: NewValue::Keep,
+            chain_lock: None,
+            install: None,
+            in_log: false,
+            ext: Default::default(),
+        })
+    }
+
+    /// Whether the transaction writes anything.
+    pub(crate) fn writes(&self) -> bool {
+        self.items.iter().any(|i| i.written())
+    }
+
+    /// After a commit: the slots of the records this transaction inserted go into the address
+    /// cache. Such a record is read soon after by others of its kind (TPC-C's StockLevel and
+    /// Delivery read the newest and oldest orders' lines): knowing its slot spares them the
+    /// bucket read. A slot freed and reused later is caught by the READ that goes through it
+    /// (`check_slot`), as for every cached address.
+    pub(crate) fn cache_inserted_slots(&mut self) {
+        for it in self.items.iter().filter(|i| i.new == NewValue::Insert) {
+            if let Some(off) = it.offset {
+                self.c.cache.insert(it.table, it.key, off);
+            }
+        }
+    }
+
+    pub(crate) async fn fetch(&mut self, accesses: &[Access]) -> Result<(), Abort> {
+        assert!(!self.finished, "the transaction is over");
+        if let Err(a) = P::fetch(self, accesses).await {
+            self.abort_with(a).await;
+            return Err(a);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn get(&self, table: u32, key: u64) -> Option<&[u8]> {
+        let i = &self.items[self.find(table, key)?];
+        let visible = (i.exists && i.new != NewValue::Delete) || i.new == NewValue::Insert;
+        visible.then_some(i.value.as_slice())
+    }
+
+    fn writable(&mut self, table: u32, key: u64) -> Result<usize, Abort> {
+        let abort = |reason| Abort { reason, table, key };
+        let Some(i) = self.find(table, key) else {
+            return Err(abort(AbortReason::BadRequest));
+        };
+        if !self.items[i].rw || self.kind == TxKind::ReadOnly {
+            return Err(abort(AbortReason::BadRequest));
+        }
+        let it = &self.items[i];
+        if it.new != NewValue::Insert && (!it.exists || it.new == NewValue::Delete) {
+            return Err(abort(AbortReason::Missing));
+        }
+        Ok(i)
+    }
+
+    pub(crate) async fn update(&mut self, table: u32, key: u64, value: &[u8]) -> Result<(), Abort> {
+        let r = self.writable(table, key).and_then(|i| {
+            let it = &mut self.items[i];
+            if value.len() != it.value.len() {
+                return Err(Abort {
+                    reason: AbortReason::BadRequest,
+                    table,
+                    key,
+                });
+            }
+            it.value.copy_from_slice(value);
+            if it.new != NewValue::Insert {
+                it.new = NewValue::Update;
+            }
+            Ok(())
+        });
+        if let Err(a) = r {
+            self.abort_with(a).await;
+        }
+        r
+    }
+
+    pub(crate) async fn delete(&mut self, table: u32, key: u64) -> Result<(), Abort> {
+        let r = self.writable(table, key).map(|i| {
+            let it = &mut self.items[i];
+            if it.new == NewValue::Insert {
+                // Deleting our own insert: the key stays absent; give the slot up (the chain
+                // lock stays held, so the absence holds until the end).
+                it.new = NewValue::Keep;
+                it.install = None;
+                if !it.locked {
+                    // A slot chosen but not locked yet is given up; a locked one (Motor's
+                    // insert over a tombstone) stays known, so that its lock is released.
+                    it.offset = None;
+                }
+                it.cold = false;
+                it.in_log = false;
+            } else {
+                it.new = NewValue::Delete;
+            }
+        });
+        if let Err(a) = r {
+            self.abort_with(a).await;
+        }
+        r
+    }
+
+    pub(crate) async fn insert_many(&mut self, rows: &[Row<'_>]) -> Result<(), Abort> {
+        assert!(!self.finished, "the transaction is over");
+        if let Err(a) = P::insert(self, rows).await {
+            self.abort_with(a).await;
+            return Err(a);
+        }
+        Ok(())
+    }
+
+    /// The commit's phases, in the order every protocol shares; then the release.
+    pub(crate) async fn commit(mut self) -> Result<(), Abort> {
+        assert!(!self.finished, "the transaction is over");
+        let r = async {
+            P::lock(&mut self).await?;
+            P::validate(&mut self).await?;
+            P::log(&mut self).await?;
+            P::install(&mut self).await
+        }
+        .await;
+        match r {
+            Ok(()) => {
+                P::release(&mut self);
+                self.cache_inserted_slots();
+                self.finish(Ok(()));
+            }
+            Err(a) => self.abort_with(a).await,
+        }
+        r
+    }
+
+    pub(crate) async fn rollback(mut self) {
+        let a = Abort {
+            reason: AbortReason::User,
+            table: 0,
+            key: 0,
+        };
+        self.abort_with(a).await;
+    }
+
+    /// Hands the transaction's buffers back to its coordinator, for the next transactions,
+    /// once it is over (committed or aborted: the items are of no use after either).
+    /// Under contention most attempts abort in a read or an insert; each would otherwise
+    /// leave the next ones to allocate afresh.
+    fn recycle(&mut self) {
+        for it in self.items.drain(..) {
+            self.c.spare.give(it.value);
+            self.c.spare.give(it.image);
+            P::recycle(self.s, it.ext);
+        }
+        self.keep.items = std::mem::take(&mut self.items);
+        self.keep.index = std::mem::take(&mut self.index);
+        self.keep.txn = std::mem::take(&mut self.st);
+        self.c.undo_spare = std::mem::take(&mut self.undo);
+    }
+
+    pub(crate) async fn abort_with(&mut self, a: Abort) {
+        if self.finished {
+            return;
+        }
+        P::abort(self).await;
+        self.finish(Err(a));
+    }
+
+    fn finish(&mut self, result: Result<(), Abort>) {
+        self.finished = true;
+        let end_ns = self.c.ep.now_ns();
+        match result {
+            Ok(()) => self.stats.committed += 1,
+            Err(a) => self.stats.count_abort(a.reason),
+        }
+        self.c.last = Some(TxnOutcome {
+            result,
+            fabric: self.c.ep.stats() - self.stats_at_start,
+            oracle_round_trips: self.oracle_round_trips,
+            start_ns: self.start_ns,
+            end_ns,
+        });
+        if self.c.recorder.is_some() {
+            let h = self.history(result.is_ok(), end_ns);
+            if let Some(r) = &mut self.c.recorder {
+                r.record(&h);
+            }
+        }
+        self.recycle();
+    }
+
+    /// This transaction as the history checker sees it: the version of every item it read,
+    /// and the version of every item it installed.
+    fn history(&self, committed: bool, end_ns: u64) -> history::Txn {
+        let reads = self
+            .items
+            .iter()
+            .map(|i| history::Read {
+                table: i.table,
+                key: i.key,
+                // For an absent key, the tombstone's version (0 if it never existed).
+                version: i.version,
+            })
+            .collect();
+        let writes = if committed || self.installed {
+            self.items
+                .iter()
+                .filter(|i| i.written())
+                .map(|i| history::Write {
+                    table: i.table,
+                    key: i.key,
+                    version: i.new_version(),
+                    deleted: i.new == NewValue::Delete,
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        history::Txn {
+            txn: self.id,
+            session: u64::from(self.c.ep.id().index),
+            status: if committed {
+                history::Status::Committed
+            } else {
+                history::Status::Aborted
+            },
+            start: self.start_ns,
+            end: end_ns,
+            reads,
+            writes,
+        }
+    }
+}
+
+// A transaction dropped without `commit` or `rollback` keeps its locks: that is a bug of the
+// caller (or a crashed compute node, whose coordinators are dropped mid-flight: what recovery
+// is for).
