@@ -2,6 +2,9 @@
 //!
 //! - `shm/read64`, `shm/cas`: one thread, one coordinator, one-op batches (build the batch,
 //!   `post().await`, read the result). Target: at least 10 M/s each in release.
+//! - `shm/rpc16`: one thread, one coordinator, one-RPC batches (16-byte request, echoed) served
+//!   by the memory node's server thread: the two-sided round trip (queue, wake-up, handler,
+//!   response) to compare with `shm/read64`.
 //! - `shm/batch`: one doorbell batch shaped like a TPC-C NewOrder round: 8 READs of a 576-byte
 //!   bucket and 8 WRITEs of a 320-byte record at random lines of a 64 MiB region (beyond the
 //!   L2 cache, as the workloads' regions are). Measures the shm data path per batch.
@@ -14,7 +17,7 @@
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use dtxn_fabric::shm::{ShmConfig, ShmPool};
 use dtxn_fabric::sim::{Adversary, SimConfig, SimPool};
-use dtxn_fabric::{CoordId, Endpoint, Profile, Topology};
+use dtxn_fabric::{CoordId, Endpoint, LocalMem, NodeId, Profile, RpcHandler, Topology};
 use rand::Rng;
 use std::future::Future;
 use std::pin::pin;
@@ -27,6 +30,26 @@ fn block_on<F: Future>(f: F) -> F::Output {
     loop {
         if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
             return v;
+        }
+    }
+}
+
+/// `block_on` for a completion that another thread produces (an RPC served by a memory-node
+/// thread): spins a little, then yields the core, as the runtime's executor does, so that on a
+/// busy host the server thread gets to run.
+fn block_on_yielding<F: Future>(f: F) -> F::Output {
+    let mut f = pin!(f);
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut idle = 0u32;
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        idle += 1;
+        if idle < 64 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
         }
     }
 }
@@ -76,6 +99,41 @@ fn shm(c: &mut Criterion) {
         })
     });
 
+    g.finish();
+}
+
+/// Answers a request with itself.
+struct Echo;
+
+impl RpcHandler for Echo {
+    fn handle(&self, _: NodeId, _: u64, _: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) {
+        resp.extend_from_slice(req);
+    }
+}
+
+fn shm_rpc(c: &mut Criterion) {
+    let mut pool = ShmPool::create(ShmConfig {
+        node_sizes: vec![SHM_BYTES],
+        dir: None,
+        delay_ns: 0,
+    })
+    .expect("pool");
+    pool.set_rpc_handler(std::sync::Arc::new(Echo));
+    let mut ep = pool.endpoint(CoordId {
+        compute_node: 0,
+        thread: 0,
+        coroutine: 0,
+        index: 0,
+    });
+    let mut g = c.benchmark_group("shm");
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("rpc16", |b| {
+        b.iter(|| {
+            let id = ep.rpc(0, &[9u8; 16]);
+            block_on_yielding(ep.post()).expect("rpc");
+            black_box(ep.bytes(id)[0])
+        })
+    });
     g.finish();
 }
 
@@ -156,5 +214,5 @@ fn sim(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, shm, shm_batch, sim);
+criterion_group!(benches, shm, shm_rpc, shm_batch, sim);
 criterion_main!(benches);

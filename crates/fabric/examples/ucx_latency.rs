@@ -1,5 +1,6 @@
 //! Per-verb latency of the ucx backend: one coordinator, one-op batches, each awaited
-//! (READ 64 B, WRITE 64 B, CAS, FAA), plus the lock-and-read batch (CAS + READ 64 B), through
+//! (READ 64 B, WRITE 64 B, CAS, FAA), plus the lock-and-read batch (CAS + READ 64 B) and RPCs
+//! (one 16-byte echo, and four packed into one message), through
 //! the full `Endpoint` path. The memory node is a thread of this process, reached over UCX's TCP
 //! transport on the loopback interface (as a node on another host would be over TCP).
 //!
@@ -7,7 +8,7 @@
 //! (UCX_TLS / UCX_NET_DEVICES in the environment are overridden with tcp / lo).
 
 use dtxn_fabric::ucx::{UcxConfig, UcxPool};
-use dtxn_fabric::{CoordId, Endpoint};
+use dtxn_fabric::{CoordId, Endpoint, LocalMem, NodeId, RpcHandler};
 use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
@@ -24,6 +25,15 @@ fn block_on<F: Future>(f: F) -> F::Output {
 }
 
 const REGION: u64 = 1 << 20;
+
+/// Answers a request with itself.
+struct Echo;
+
+impl RpcHandler for Echo {
+    fn handle(&self, _: NodeId, _: u64, _: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) {
+        resp.extend_from_slice(req);
+    }
+}
 
 fn measure(name: &str, ops: usize, ep: &mut Endpoint, mut one: impl FnMut(&mut Endpoint, usize)) {
     for i in 0..ops / 10 {
@@ -53,13 +63,14 @@ fn main() {
         .nth(1)
         .map(|a| a.parse().expect("OPS: a number"))
         .unwrap_or(20_000);
-    let pool = match UcxPool::spawn_local(&[REGION], UcxConfig::loopback_tcp()) {
+    let mut pool = match UcxPool::spawn_local(&[REGION], UcxConfig::loopback_tcp()) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("ucx_latency: {e}");
             std::process::exit(1);
         }
     };
+    pool.set_rpc_handler(std::sync::Arc::new(Echo));
     let mut ep = pool
         .endpoint(CoordId {
             compute_node: 0,
@@ -87,5 +98,13 @@ fn main() {
     measure("cas+read 64 B", ops, &mut ep, |ep, i| {
         ep.cas(0, 64, 0, 0);
         ep.read(0, 128 + line(i) % (REGION - 128), 64);
+    });
+    measure("rpc 16 B", ops, &mut ep, |ep, _| {
+        ep.rpc(0, &[9u8; 16]);
+    });
+    measure("rpc 4x16 B", ops, &mut ep, |ep, _| {
+        for _ in 0..4 {
+            ep.rpc(0, &[9u8; 16]);
+        }
     });
 }

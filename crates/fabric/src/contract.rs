@@ -15,7 +15,7 @@ use std::task::Poll;
 /// | WRITE(addr, bytes) | applied line by line, each line atomically, in increasing address order (G3, G4); not atomic across lines |
 /// | CAS(addr, expect, new), FAA(addr, add) | atomic on one aligned 8-byte word; return the old value |
 /// | FLUSH(node) | executes after every earlier WRITE on this QP; in persistent-memory mode makes them durable |
-/// | RPC(node, req) | a two-sided call served by the memory node's [`RpcHandler`], one at a time per node |
+/// | RPC(node, req) | a two-sided message served by the memory node's CPU with its [`RpcHandler`] (see *RPCs* below) |
 ///
 /// # Ordering (the one-sided-sync paper's table G1-G10, for RDMA RC)
 ///
@@ -48,6 +48,32 @@ use std::task::Poll;
 ///
 /// G9 (one NIC per region) and G10 (atomics serialize per `addr mod 4096` slot) are performance
 /// facts, modelled by the `sim` hardware profile, not ordering rules.
+///
+/// # RPCs: memory nodes with CPUs
+///
+/// An RPC is a two-sided message served by the memory node's CPU, not by its NIC:
+/// - **Not ordered with one-sided ops.** RPCs travel on another channel than the QP's verbs:
+///   no G6 for them (a CAS posted before an RPC in one batch may execute after the handler, and
+///   the other way round), and no order with the verbs of earlier or later batches beyond
+///   "completion means executed".
+/// - **Packing.** All RPC ops of one batch to the same memory node travel as ONE message (as in
+///   RRPC and FaSST): one request message, one response message, counted in
+///   [`crate::Stats::rpc_messages`]; the request count stays `verbs[Rpc]`. The requests of a
+///   message are served in post order, one after another, by one core of the node.
+/// - **Concurrency.** Different messages (other batches, other coordinators) may be served at
+///   once on different cores, so a handler must be correct when it runs concurrently with
+///   itself: each [`LocalMem`] access is atomic per line (per word for CAS/FAA), nothing more.
+/// - **Completion.** A batch completes when every op of it has, every RPC response included.
+///   Its responses' handler CPU time is returned with them ([`crate::Stats::mn_cpu_ns`]).
+/// - **Failures.** An RPC to a memory node that is down, or crashes before serving it, fails
+///   the batch with [`FabricError::NodeDown`], as verbs do.
+///
+/// **G11: CPU atomics and NIC atomics do not compose.** A handler's CAS/FAA (a CPU atomic) is
+/// not atomic with respect to a one-sided CAS/FAA on the same word: an RDMA NIC's atomics are
+/// atomic only among themselves (`IBV_ATOMIC_HCA`), the NIC may hold the word in its own atomic
+/// unit while the CPU updates it. So during a run, each word is updated atomically either by
+/// handlers or by verbs, never both. `sim` counts the words that break this rule in
+/// [`crate::RunReport::g11_violations`] (tracked only while an RPC handler is installed).
 pub trait Fabric {
     /// Rings the doorbells: starts every op of `batch`. The backend copies what it needs, or
     /// (a backend that executes at once) writes results into the batch now; the caller reads
@@ -112,13 +138,25 @@ pub trait LocalMem {
 }
 
 /// Serves two-sided calls on memory nodes (Scythe's RPC-assisted locking, RCC's hybrids). The
-/// handler runs on the memory node's CPU, one request at a time per node. Each of its
-/// [`LocalMem`] accesses is atomic per line (per word for CAS/FAA) like a verb, but the handler as
-/// a whole is not atomic with respect to concurrent one-sided verbs (the `sim` happens to run it
-/// at one instant; do not rely on that).
+/// handler runs on one of the memory node's cores; other cores may run it at the same time for
+/// other messages (see *RPCs* in [`Fabric`]). Each of its [`LocalMem`] accesses is atomic per
+/// line (per word for CAS/FAA) like a verb, but the handler as a whole is not atomic with
+/// respect to concurrent one-sided verbs or other handlers (the `sim` happens to run it at one
+/// instant; do not rely on that), and its CAS/FAA do not compose with one-sided ones (G11).
 pub trait RpcHandler: Send + Sync {
-    /// Handles `req` on `node`, appending the response to `resp`.
-    fn handle(&self, node: NodeId, mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>);
+    /// Handles `req` on `node`, appending the response to `resp`. `now_ns` is the instant it
+    /// runs at: virtual time on `sim` (the instant its core starts this request), wall
+    /// nanoseconds since the run started on `shm` and `ucx` (the poster's clock, as
+    /// [`Fabric::now_ns`]; on `ucx` the poster's clock at sending plus the time the message
+    /// has spent at the memory node).
+    fn handle(
+        &self,
+        node: NodeId,
+        now_ns: u64,
+        mem: &mut dyn LocalMem,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+    );
 }
 
 pub(crate) fn check_op(op: &crate::Op, sizes: &[u64], has_rpc: bool) -> Result<(), FabricError> {

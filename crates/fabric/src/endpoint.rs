@@ -297,8 +297,10 @@ impl Endpoint {
         if awaited {
             s.round_trips += 1;
         }
+        let mut rpcs = false;
         for op in &self.batch.ops {
             s.verbs[op.kind as usize] += 1;
+            rpcs |= op.kind == OpKind::Rpc;
             match op.kind {
                 OpKind::Read => s.bytes_in += u64::from(op.len),
                 OpKind::Write | OpKind::Rpc => s.bytes_out += u64::from(op.len),
@@ -312,6 +314,9 @@ impl Endpoint {
                 }
                 OpKind::Flush => {}
             }
+        }
+        if rpcs {
+            s.rpc_messages += self.batch.rpc_nodes().count() as u64;
         }
         self.stats.set(s);
     }
@@ -468,6 +473,14 @@ impl Future for Post<'_> {
                     Poll::Ready(r) => {
                         ep.completed = true;
                         this.state = Err(None);
+                        // RPC responses' sizes are known only now (the rest was counted
+                        // at post).
+                        if ep.batch.mn_cpu_ns != 0 || !ep.batch.resp.is_empty() {
+                            let mut s = ep.stats.get();
+                            s.mn_cpu_ns += ep.batch.mn_cpu_ns;
+                            s.bytes_in += ep.batch.resp.len() as u64;
+                            ep.stats.set(s);
+                        }
                         Poll::Ready(r)
                     }
                 }

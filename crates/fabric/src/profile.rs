@@ -24,8 +24,15 @@ pub struct Profile {
     pub cpu_per_verb_ns: u64,
     /// Compute-side CPU cost of each resumption of a coordinator (one transaction step).
     pub cpu_per_step_ns: u64,
-    /// Memory-node CPU cost of serving one RPC.
+    /// Memory-node CPU cost of serving one RPC request (dispatch, the handler's own work).
     pub rpc_cpu_ns: u64,
+    /// Memory-node CPU cost per KiB of an RPC's request plus response (copying, parsing).
+    #[serde(default)]
+    pub rpc_cpu_per_kib_ns: u64,
+    /// Cores per memory node serving RPC messages (0 = unlimited): a message waits for a free
+    /// core, which serves its requests back to back.
+    #[serde(default)]
+    pub mn_cores: u32,
 }
 
 impl Profile {
@@ -43,7 +50,14 @@ impl Profile {
             pm_write_gbps: 0.0,
             cpu_per_verb_ns: 60,
             cpu_per_step_ns: 300,
+            // Disaggregated memory nodes have a few weak cores at most (FORD and Motor assume
+            // near zero compute; RCC's and Scythe's RPC paths run on 1-2 cores per node): 2
+            // cores. A small RPC costs about half a microsecond of CPU per request (FaSST and
+            // eRPC report a few hundred ns of dispatch per request, plus the handler), and
+            // copying and parsing the payload about 100 ns per KiB (~10 GB/s memcpy).
             rpc_cpu_ns: 500,
+            rpc_cpu_per_kib_ns: 100,
+            mn_cores: 2,
         }
     }
 
@@ -67,7 +81,10 @@ impl Profile {
             pm_write_gbps: 0.0,
             cpu_per_verb_ns: 0,
             cpu_per_step_ns: 0,
+            // Pure round-trip counting: RPCs cost their round trip and nothing else.
             rpc_cpu_ns: 0,
+            rpc_cpu_per_kib_ns: 0,
+            mn_cores: 0,
         }
     }
 
@@ -130,6 +147,11 @@ impl Profile {
         op.max(self.transfer_ns(bytes))
     }
 
+    /// Memory-node CPU time to serve one RPC request whose request and response carry `bytes`.
+    pub(crate) fn rpc_service_ns(&self, bytes: u64) -> u64 {
+        self.rpc_cpu_ns + bytes * self.rpc_cpu_per_kib_ns / 1024
+    }
+
     pub(crate) fn pm_write_ns(&self, bytes: u64) -> u64 {
         per_byte_ns(self.pm_write_gbps, bytes)
     }
@@ -174,6 +196,19 @@ mod tests {
         assert_eq!(2 * p.one_way_ns, 2000);
         // 2.5 M atomics per second on one slot.
         assert_eq!(p.atomic_slot_ns, 400);
+    }
+
+    #[test]
+    fn profiles_from_before_memory_node_cores_still_load() {
+        let mut t = toml::to_string(&Profile::cx5_100g()).unwrap();
+        t = t
+            .lines()
+            .filter(|l| !l.starts_with("mn_cores") && !l.starts_with("rpc_cpu_per_kib_ns"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let p = Profile::from_toml(&t).unwrap();
+        assert_eq!((p.mn_cores, p.rpc_cpu_per_kib_ns), (0, 0));
+        assert_eq!(p.rpc_cpu_ns, 500);
     }
 
     #[test]

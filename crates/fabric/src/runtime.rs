@@ -51,6 +51,10 @@ pub struct RunReport<R> {
     pub trace_hash: u64,
     /// Verbs executed at memory nodes (`sim`: exact; `shm`: equals those posted).
     pub verbs_executed: u64,
+    /// `sim` only: words updated atomically both by RPC handlers and by one-sided CAS/FAA
+    /// during the run, each counted once: breaches of the contract's G11. Tracked only while
+    /// an RPC handler is installed; 0 on the other backends.
+    pub g11_violations: u64,
 }
 
 impl<R> RunReport<R> {

@@ -16,7 +16,8 @@ pub struct Stats {
     pub verbs: [u64; 6],
     /// Payload bytes sent: WRITE data, atomic operands, RPC requests.
     pub bytes_out: u64,
-    /// Payload bytes received: READ data, atomic old values, RPC responses.
+    /// Payload bytes received: READ data, atomic old values, RPC responses (these counted when
+    /// an awaited batch completes: detached and background batches' responses are not read).
     pub bytes_in: u64,
     /// Wall time the backend spent in `submit` for these batches, in ns: on `shm`, which
     /// executes a batch's verbs inside `submit`, the time spent executing them. Measured only
@@ -24,6 +25,16 @@ pub struct Stats {
     /// per batch), else 0. Not exact, unlike the counts above.
     #[serde(default)]
     pub fabric_ns: u64,
+    /// RPC messages sent: after packing, one per (batch, memory node) with RPC ops (the
+    /// request count is `verbs[Rpc]`). Counted when the batch is posted, like the verbs.
+    #[serde(default)]
+    pub rpc_messages: u64,
+    /// Memory-node CPU time spent serving this coordinator's RPCs, in ns: virtual service
+    /// time on `sim` (exact), measured handler wall time on `shm` and `ucx`. Returned with
+    /// the responses, so counted when an awaited batch completes (not for detached or
+    /// background batches, whose responses nobody reads).
+    #[serde(default)]
+    pub mn_cpu_ns: u64,
 }
 
 impl Stats {
@@ -50,6 +61,8 @@ impl AddAssign for Stats {
         self.bytes_out += o.bytes_out;
         self.bytes_in += o.bytes_in;
         self.fabric_ns += o.fabric_ns;
+        self.rpc_messages += o.rpc_messages;
+        self.mn_cpu_ns += o.mn_cpu_ns;
     }
 }
 
@@ -67,6 +80,8 @@ impl Sub for Stats {
             bytes_out: self.bytes_out - o.bytes_out,
             bytes_in: self.bytes_in - o.bytes_in,
             fabric_ns: self.fabric_ns - o.fabric_ns,
+            rpc_messages: self.rpc_messages - o.rpc_messages,
+            mn_cpu_ns: self.mn_cpu_ns - o.mn_cpu_ns,
         }
     }
 }

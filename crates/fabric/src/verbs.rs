@@ -72,6 +72,9 @@ pub struct Batch {
     pub words: Vec<u64>,
     /// RPC responses.
     pub resp: Vec<u8>,
+    /// After completion: memory-node CPU time spent on this batch's RPCs (see
+    /// [`crate::Stats::mn_cpu_ns`]), written by the backend with the responses.
+    pub mn_cpu_ns: u64,
 }
 
 impl Batch {
@@ -80,6 +83,7 @@ impl Batch {
         self.buf.clear();
         self.words.clear();
         self.resp.clear();
+        self.mn_cpu_ns = 0;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -93,6 +97,7 @@ impl Batch {
         self.buf.append(&from.buf);
         self.words.clone_from(&from.words);
         self.resp.clone_from(&from.resp);
+        self.mn_cpu_ns = from.mn_cpu_ns;
     }
 
     /// Copies a completed batch's results (READ data, old values, RPC responses) from `from`,
@@ -105,6 +110,18 @@ impl Batch {
         self.words.extend_from_slice(&from.words);
         self.resp.clear();
         self.resp.extend_from_slice(&from.resp);
+        self.mn_cpu_ns = from.mn_cpu_ns;
+    }
+
+    /// Memory nodes that RPC ops of this batch go to, in order of first use: one message each.
+    pub fn rpc_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.ops.iter().enumerate().filter_map(|(i, op)| {
+            (op.kind == OpKind::Rpc
+                && !self.ops[..i]
+                    .iter()
+                    .any(|o| o.kind == OpKind::Rpc && o.node == op.node))
+            .then_some(op.node)
+        })
     }
 
     pub(crate) fn push(&mut self, op: Op) -> OpId {

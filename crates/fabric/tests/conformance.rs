@@ -289,7 +289,14 @@ fn bad_ops_are_errors_not_panics() {
 struct Counter;
 
 impl RpcHandler for Counter {
-    fn handle(&self, node: NodeId, mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) {
+    fn handle(
+        &self,
+        node: NodeId,
+        _now_ns: u64,
+        mem: &mut dyn LocalMem,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+    ) {
         let add = u64::from(req[0]);
         let old = mem.faa(0, add);
         resp.extend_from_slice(&old.to_le_bytes());
@@ -428,4 +435,302 @@ fn verb_execution_is_timed_only_when_asked() {
     assert_eq!(untimed.fabric_ns, 0, "off by default");
     assert!(timed.fabric_ns > 0, "20 batches of 200 verbs took no time");
     assert_eq!(timed.batches, 21, "timing changes no count");
+}
+
+/// The RPC test handler. Request byte 0 picks what it does:
+/// 0: echo the rest, then the node; 1: FAA word 0 by 1, answer the old value;
+/// 2: answer `now_ns`; 3: FAA the word at the address in bytes 1..9 by 1;
+/// 4: answer 1 if it runs on another thread than the one in `poster`, else 0.
+#[derive(Default)]
+struct Probe {
+    poster: std::sync::Mutex<Option<std::thread::ThreadId>>,
+}
+
+impl RpcHandler for Probe {
+    fn handle(
+        &self,
+        node: NodeId,
+        now_ns: u64,
+        mem: &mut dyn LocalMem,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+    ) {
+        match req[0] {
+            0 => {
+                resp.extend_from_slice(&req[1..]);
+                resp.push(node as u8);
+            }
+            1 => resp.extend_from_slice(&mem.faa(0, 1).to_le_bytes()),
+            2 => resp.extend_from_slice(&now_ns.to_le_bytes()),
+            3 => {
+                let addr = u64::from_le_bytes(req[1..9].try_into().unwrap());
+                mem.faa(addr, 1);
+            }
+            _ => {
+                let poster = *self.poster.lock().unwrap();
+                resp.push(u8::from(poster != Some(std::thread::current().id())));
+            }
+        }
+    }
+}
+
+fn le(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b[..8].try_into().unwrap())
+}
+
+#[test]
+fn rpcs_of_a_batch_are_one_message_per_node_answered_in_post_order() {
+    each_backend(2, 4096, |name, pool| {
+        pool.set_rpc_handler(Arc::new(Probe::default()));
+        let r = pool
+            .run(topo(2, 2), None, |mut ep: Endpoint| async move {
+                let mut bad = 0;
+                for i in 0..40u8 {
+                    let req = |k: usize| ([0, i, k as u8, 0xee], (2 + k).min(4));
+                    let echo: Vec<_> = (0..5)
+                        .map(|k| {
+                            let (r, n) = req(k);
+                            ep.rpc(0, &r[..n])
+                        })
+                        .collect();
+                    let counts: Vec<_> = (0..4).map(|_| ep.rpc(1, &[1])).collect();
+                    let rd = ep.read(1, 64, 8);
+                    ep.post().await.unwrap();
+                    for (k, id) in echo.iter().enumerate() {
+                        let (r, n) = req(k);
+                        let mut want = r[1..n].to_vec();
+                        want.push(0);
+                        if ep.bytes(*id) != &want[..] {
+                            bad += 1;
+                        }
+                    }
+                    // One message, served in post order by one core: increasing old values.
+                    let olds: Vec<u64> = counts.iter().map(|&id| le(ep.bytes(id))).collect();
+                    if olds.windows(2).any(|w| w[1] <= w[0]) {
+                        bad += 1;
+                    }
+                    assert_eq!(ep.bytes(rd).len(), 8);
+                }
+                (bad, ep.stats())
+            })
+            .unwrap();
+        for (bad, s) in r.outputs.iter().flatten() {
+            assert_eq!(*bad, 0, "{name}: a response was wrong or out of order");
+            assert_eq!(s.verb(OpKind::Rpc), 40 * 9, "{name}");
+            assert_eq!(
+                s.rpc_messages,
+                40 * 2,
+                "{name}: one message per node per batch"
+            );
+            // Requests 2+3+4+4+4 bytes and 4 x 1; responses 2+3+4+4+4 and 4 x 8, and a READ.
+            assert_eq!(s.bytes_out, 40 * (17 + 4), "{name}");
+            assert_eq!(s.bytes_in, 40 * (17 + 32 + 8), "{name}");
+            assert!(s.mn_cpu_ns > 0, "{name}: serving took no memory-node CPU");
+        }
+        assert_eq!(read_word(pool, 1, 0), 4 * 40 * 4, "{name}");
+    });
+}
+
+#[test]
+fn rpc_handlers_see_the_posters_clock() {
+    each_backend(1, 4096, |name, pool| {
+        pool.set_rpc_handler(Arc::new(Probe::default()));
+        let r = pool
+            .run(topo(1, 2), None, |mut ep: Endpoint| async move {
+                let mut bad = 0;
+                for _ in 0..20 {
+                    let t0 = ep.now_ns();
+                    let a = ep.rpc(0, &[2]);
+                    let b = ep.rpc(0, &[2]);
+                    ep.post().await.unwrap();
+                    let t1 = ep.now_ns();
+                    let (ha, hb) = (le(ep.bytes(a)), le(ep.bytes(b)));
+                    if !(t0 <= ha && ha <= hb && hb <= t1) {
+                        bad += 1;
+                    }
+                }
+                bad
+            })
+            .unwrap();
+        assert_eq!(r.outputs.iter().flatten().sum::<u32>(), 0, "{name}");
+    });
+}
+
+/// A profile where only the round trip and memory-node CPU cost time, so times are exact.
+fn rpc_sim(seed: u64, cores: u32) -> SimPool {
+    let mut cfg = SimConfig::new(seed, 2, 4096);
+    cfg.adversary = dtxn_fabric::sim::Adversary::off();
+    cfg.profile = dtxn_fabric::Profile {
+        rpc_cpu_ns: 1000,
+        rpc_cpu_per_kib_ns: 0,
+        mn_cores: cores,
+        ..dtxn_fabric::Profile::ideal()
+    };
+    let mut pool = SimPool::new(cfg).unwrap();
+    pool.set_rpc_handler(Arc::new(Probe::default()));
+    pool
+}
+
+#[test]
+fn sim_a_core_serves_a_message_request_after_request_in_virtual_time() {
+    let mut pool = rpc_sim(1, 1);
+    let r = pool
+        .run(topo(1, 1), None, |mut ep: Endpoint| async move {
+            let t0 = ep.now_ns();
+            let ids: Vec<_> = (0..10).map(|_| ep.rpc(0, &[2])).collect();
+            ep.post().await.unwrap();
+            let times: Vec<u64> = ids.iter().map(|&id| le(ep.bytes(id))).collect();
+            (t0, times, ep.now_ns(), ep.stats())
+        })
+        .unwrap();
+    let (t0, times, t1, s) = r.outputs[0].clone().unwrap();
+    // One way (500 ns), then each request at its own instant, 1 us apart.
+    let want: Vec<u64> = (0..10).map(|k| t0 + 500 + k * 1000).collect();
+    assert_eq!(times, want);
+    assert_eq!(
+        t1 - t0,
+        500 + 10 * 1000 + 500,
+        "ten 1-us requests take 10 us"
+    );
+    assert_eq!(s.mn_cpu_ns, 10_000, "exact on sim");
+    assert_eq!(s.rpc_messages, 1);
+}
+
+#[test]
+fn sim_messages_queue_for_a_memory_nodes_cores() {
+    for (cores, want) in [
+        (1, 500 + 20_000 + 500),
+        (2, 500 + 10_000 + 500),
+        (0, 11_000),
+    ] {
+        let mut pool = rpc_sim(3, cores);
+        let r = pool
+            .run(topo(2, 1), None, |mut ep: Endpoint| async move {
+                for _ in 0..10 {
+                    ep.rpc(1, &[1]);
+                }
+                ep.post().await.unwrap();
+                ep.stats()
+            })
+            .unwrap();
+        assert_eq!(r.elapsed_ns, want, "{cores} core(s)");
+        assert_eq!(r.total_stats().mn_cpu_ns, 20_000);
+        assert_eq!(pool.with_local(1, |m| m.read_u64(0)), 20);
+    }
+}
+
+#[test]
+fn sim_runs_with_rpcs_are_deterministic() {
+    let run = |seed| {
+        let mut cfg = SimConfig::new(seed, 2, 4096);
+        cfg.faults.delay_prob = 0.2;
+        cfg.faults.delay_max_ns = 3000;
+        let mut pool = SimPool::new(cfg).unwrap();
+        pool.set_rpc_handler(Arc::new(Probe::default()));
+        let r = pool
+            .run(topo(2, 3), None, |mut ep: Endpoint| async move {
+                for i in 0..30u8 {
+                    ep.rpc(i as u16 % 2, &[1]);
+                    ep.rpc(1, &[0, i]);
+                    ep.faa(0, 128, 1);
+                    ep.read(1, 0, 64);
+                    ep.post().await.unwrap();
+                }
+            })
+            .unwrap();
+        (r.trace_hash, r.elapsed_ns, r.total_stats())
+    };
+    assert_eq!(run(7), run(7));
+    assert_ne!(run(7).0, run(8).0);
+}
+
+#[test]
+fn sim_counts_words_updated_by_both_handler_and_verb_atomics_g11() {
+    let mut pool = rpc_sim(1, 2);
+    let r = pool
+        .run(topo(1, 2), None, |mut ep: Endpoint| async move {
+            let mut req = vec![3];
+            req.extend_from_slice(&256u64.to_le_bytes());
+            if ep.id().coroutine == 0 {
+                ep.rpc(0, &req); // handler FAA on 256
+                ep.rpc(0, &[1]); // handler FAA on 0 only
+            } else {
+                ep.faa(0, 256, 1); // verb FAA on 256: a violation
+                ep.cas(0, 512, 0, 1); // verb only: fine
+            }
+            ep.post().await.unwrap();
+            ep.faa(0, 256, 1); // the same word again counts once
+            ep.post().await.unwrap();
+        })
+        .unwrap();
+    assert_eq!(r.g11_violations, 1);
+    let r = pool
+        .run(topo(1, 1), None, |mut ep: Endpoint| async move {
+            ep.rpc(0, &[1]);
+            ep.faa(0, 8, 1);
+            ep.post().await.unwrap();
+        })
+        .unwrap();
+    assert_eq!(r.g11_violations, 0, "counted per run, per word");
+}
+
+#[test]
+fn sim_an_rpc_to_a_crashed_memory_node_fails_the_batch() {
+    let mut cfg = SimConfig::new(1, 2, 4096);
+    cfg.faults
+        .memory_crashes
+        .push(dtxn_fabric::sim::MemoryCrash {
+            at_ns: 0,
+            node: 1,
+            down_ns: 1_000_000,
+        });
+    let mut pool = SimPool::new(cfg).unwrap();
+    pool.set_rpc_handler(Arc::new(Probe::default()));
+    let r = pool
+        .run(topo(1, 1), None, |mut ep: Endpoint| async move {
+            ep.rpc(1, &[1]);
+            ep.read(0, 0, 8);
+            ep.post().await
+        })
+        .unwrap();
+    assert_eq!(r.outputs[0].clone().unwrap(), Err(FabricError::NodeDown(1)));
+}
+
+#[test]
+fn shm_handlers_run_on_memory_node_threads_not_the_posters() {
+    let mut pool = ShmPool::create(ShmConfig {
+        node_sizes: vec![4096; 2],
+        dir: None,
+        delay_ns: 0,
+    })
+    .unwrap();
+    pool.set_memnode_threads(2);
+    let probe = Arc::new(Probe::default());
+    pool.set_rpc_handler(probe.clone());
+    let r = pool
+        .run(topo(1, 2), None, move |mut ep: Endpoint| {
+            let probe = probe.clone();
+            async move {
+                let mut same = 0;
+                let mut olds = Vec::new();
+                for _ in 0..100 {
+                    *probe.poster.lock().unwrap() = Some(std::thread::current().id());
+                    let t = ep.rpc(0, &[4]);
+                    let c = ep.rpc(1, &[1]);
+                    ep.post().await.unwrap();
+                    same += u32::from(ep.bytes(t) == [0]);
+                    olds.push(le(ep.bytes(c)));
+                }
+                (same, olds)
+            }
+        })
+        .unwrap();
+    let mut all = Vec::new();
+    for (same, olds) in r.outputs.into_iter().flatten() {
+        assert_eq!(same, 0, "a handler ran on its poster's thread");
+        all.extend(olds);
+    }
+    // Two server threads per node: handlers' FAAs still count exactly.
+    all.sort_unstable();
+    assert_eq!(all, (0..200).collect::<Vec<_>>());
 }

@@ -18,7 +18,7 @@
 //!
 //! [`ShmPool::open`] refuses a file whose magic, [`LAYOUT_VERSION`] or size does not match.
 //!
-//! Ops execute at [`Fabric::submit`], in post order, on the posting thread. That is stronger than
+//! One-sided ops execute at [`Fabric::submit`], in post order, on the posting thread. That is stronger than
 //! the contract asks (every op is ordered after every earlier op of the batch, and the lines of a
 //! READ are fetched in address order) and weaker in nothing. Completion is immediate unless
 //! [`ShmConfig::delay_ns`] emulates a network round trip.
@@ -27,15 +27,27 @@
 //! coordinator coroutines round-robin; a coroutine that posts a batch lets the others run before
 //! it resumes (when the thread has more than one), as if polling a completion queue.
 //!
+//! # Memory-node CPUs
+//!
+//! RPCs are served by server threads, [`ShmPool::set_memnode_threads`] per memory node (one by
+//! default), started when a handler is installed ([`ShmPool::set_rpc_handler`]; a pool without
+//! one has no threads) and stopped when the pool is dropped. A batch's RPC ops to one node are
+//! packed into one message, queued on that node's request queue, and served in post order by
+//! one thread; the batch completes once the responses are back, and the worker thread runs its
+//! other coroutines meanwhile. Idle server threads block (after a short spin).
+//!
 //! # Limits
 //!
 //! - FLUSH orders but does not persist: files on a DAX mount would need `clwb` of the written
 //!   lines for durability, which this backend does not issue.
-//! - RPC handlers run one at a time per memory node within one process, not across processes.
+//! - Across processes (`dir`), each process serves its own coordinators' RPCs with its own
+//!   server threads and handler: a memory node's handlers then run in several processes at
+//!   once (the contract allows it: handlers must be correct concurrently).
 //! - A process that dies inside a WRITE, CAS or FAA leaves that 512-byte group locked for
 //!   everyone (re-create the pool).
 
 mod region;
+mod rpc;
 #[cfg(test)]
 mod tests;
 
@@ -50,7 +62,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
@@ -77,8 +89,6 @@ pub fn node_file(dir: &Path, node: usize) -> PathBuf {
 struct Shared {
     regions: Vec<Region>,
     sizes: Vec<u64>,
-    /// Serializes RPC handlers per memory node (within this process).
-    rpc_locks: Vec<Mutex<()>>,
 }
 
 /// A memory pool in this process's (or this host's shared) memory. It outlives runs: load it,
@@ -89,7 +99,10 @@ pub struct ShmPool {
     /// elsewhere in the workspace keep compiling.
     seed: u64,
     shared: Arc<Shared>,
-    rpc: Option<Arc<dyn RpcHandler>>,
+    /// The memory nodes' server threads, while a handler is installed.
+    rpc: Option<rpc::Servers>,
+    /// Server threads per memory node for the next handler installed.
+    memnode_threads: usize,
     runs: AtomicU64,
 }
 
@@ -180,7 +193,6 @@ impl ShmPool {
     fn with_regions(cfg: ShmConfig, regions: Vec<Region>) -> ShmPool {
         let shared = Shared {
             sizes: regions.iter().map(Region::size).collect(),
-            rpc_locks: regions.iter().map(|_| Mutex::new(())).collect(),
             regions,
         };
         ShmPool {
@@ -188,6 +200,7 @@ impl ShmPool {
             seed: 0,
             shared: Arc::new(shared),
             rpc: None,
+            memnode_threads: 1,
             runs: AtomicU64::new(0),
         }
     }
@@ -226,9 +239,30 @@ impl ShmPool {
         f(&mut RegionMem(region))
     }
 
-    /// Installs the handler that serves RPC verbs (for the next runs and endpoints).
+    /// Installs the handler that serves RPC verbs (for the next runs and endpoints), and
+    /// starts the memory nodes' server threads ([`ShmPool::set_memnode_threads`] per node).
+    /// A handler installed before is replaced and its threads stopped: endpoints made before
+    /// fail their later RPC posts.
+    ///
+    /// # Panics
+    ///
+    /// If the operating system refuses to start a thread.
     pub fn set_rpc_handler(&mut self, handler: Arc<dyn RpcHandler>) {
-        self.rpc = Some(handler);
+        // The old threads stop before the new ones start: never two services on one node.
+        self.rpc = None;
+        let servers = rpc::Servers::start(self.shared.clone(), handler, self.memnode_threads);
+        self.rpc = Some(servers.unwrap_or_else(|e| panic!("RPC server threads: {e}")));
+    }
+
+    /// Server threads (cores) per memory node serving RPCs, for handlers installed from now
+    /// on (at least 1; 1 by default). Kept out of [`ShmConfig`] so that its struct literals
+    /// elsewhere keep compiling.
+    pub fn set_memnode_threads(&mut self, n: usize) {
+        self.memnode_threads = n.max(1);
+    }
+
+    pub fn memnode_threads(&self) -> usize {
+        self.memnode_threads
     }
 
     fn port(
@@ -241,7 +275,10 @@ impl ShmPool {
         ShmPort {
             shared: self.shared.clone(),
             abort,
-            rpc: self.rpc.clone(),
+            rpc: self.rpc.as_ref().map(|s| s.service.clone()),
+            msgs: Vec::new(),
+            bg: Vec::new(),
+            spare: Vec::new(),
             start,
             delay: Duration::from_nanos(self.cfg.delay_ns),
             interleave,
@@ -336,6 +373,7 @@ impl ShmPool {
             virtual_time: false,
             trace_hash: 0,
             verbs_executed,
+            g11_violations: 0,
         })
     }
 
@@ -458,7 +496,12 @@ struct ShmPort {
     shared: Arc<Shared>,
     /// Set when a coordinator of the run panicked: posting fails from then on.
     abort: Arc<AtomicBool>,
-    rpc: Option<Arc<dyn RpcHandler>>,
+    rpc: Option<Arc<rpc::RpcService>>,
+    /// RPC messages of the awaited batch, and of the background batch, in flight.
+    msgs: Vec<Arc<rpc::Slot>>,
+    bg: Vec<Arc<rpc::Slot>>,
+    /// Completed messages, for reuse (no allocation per message once grown).
+    spare: Vec<Arc<rpc::Slot>>,
     start: Instant,
     delay: Duration,
     /// The thread runs other coroutines: yield to them after each post.
@@ -475,10 +518,7 @@ const PREFETCH_MAX: u64 = 1024;
 impl ShmPort {
     fn execute(&self, batch: &mut Batch) {
         let Batch {
-            ops,
-            buf,
-            words,
-            resp,
+            ops, buf, words, ..
         } = batch;
         if ops.len() > 1 {
             for op in ops.iter() {
@@ -505,24 +545,99 @@ impl ShmPort {
                 // an sfence here to make them durable; the fence only keeps the ordering
                 // promise explicit.
                 OpKind::Flush => std::sync::atomic::fence(Ordering::SeqCst),
-                OpKind::Rpc => {
-                    let handler = self.rpc.as_ref().expect("checked by check_op");
-                    // A handler that panicked poisoned the lock, not the region: carry on.
-                    let _serial = self.shared.rpc_locks[op.node as usize]
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner());
-                    let off = resp.len();
-                    handler.handle(op.node, &mut RegionMem(region), &buf[span], resp);
-                    let len = resp.len() - off;
-                    words[i] = ((off as u64) << 32) | len as u64;
-                }
+                // Served by the memory node's server threads: see `post_rpcs`.
+                OpKind::Rpc => {}
             }
         }
     }
 }
 
-impl Fabric for ShmPort {
-    fn submit(&mut self, batch: &mut Batch, detached: bool) -> Result<(), FabricError> {
+impl ShmPort {
+    /// Packs the batch's RPC ops into one message per memory node and queues them; the
+    /// messages go to `msgs` (`None`: detached, nobody waits).
+    fn post_rpcs(
+        &mut self,
+        batch: &Batch,
+        mut msgs: Option<&mut Vec<Arc<rpc::Slot>>>,
+    ) -> Result<(), FabricError> {
+        let svc = self.rpc.clone().expect("checked by check_op");
+        for node in batch.rpc_nodes() {
+            let slot = match self.spare.pop() {
+                // Only a slot no server thread still holds is reused.
+                Some(s) if Arc::strong_count(&s) == 1 => s,
+                _ => Arc::new(rpc::Slot::new()),
+            };
+            {
+                let mut m = slot.lock();
+                m.node = node;
+                m.start = self.start;
+                m.req.clear();
+                m.reqs.clear();
+                for op in batch
+                    .ops
+                    .iter()
+                    .filter(|o| o.kind == OpKind::Rpc && o.node == node)
+                {
+                    let off = m.req.len() as u32;
+                    m.req.extend_from_slice(batch.data(op));
+                    m.reqs.push((off, op.len));
+                }
+            }
+            slot.done.store(false, Ordering::Relaxed);
+            svc.post(node, slot.clone())?;
+            if let Some(msgs) = msgs.as_deref_mut() {
+                msgs.push(slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether every message of `msgs` has been served.
+    fn served(msgs: &[Arc<rpc::Slot>]) -> bool {
+        msgs.iter().all(|s| s.done.load(Ordering::Acquire))
+    }
+
+    /// Takes the responses of the served `msgs` (all of `batch`'s RPCs) into `batch`, in op
+    /// order, and recycles the messages.
+    fn take_responses(
+        spare: &mut Vec<Arc<rpc::Slot>>,
+        msgs: &mut Vec<Arc<rpc::Slot>>,
+        batch: &mut Batch,
+    ) -> Result<(), FabricError> {
+        batch.resp.clear();
+        batch.mn_cpu_ns = 0;
+        let mut failed = None;
+        for slot in msgs.iter() {
+            let m = slot.lock();
+            batch.mn_cpu_ns += m.cpu_ns;
+            if m.failed {
+                failed.get_or_insert(m.node);
+                continue;
+            }
+            let mut next = 0;
+            for (i, op) in batch.ops.iter().enumerate() {
+                if op.kind != OpKind::Rpc || op.node != m.node {
+                    continue;
+                }
+                let (off, len) = m.resps[next];
+                next += 1;
+                let at = batch.resp.len();
+                batch
+                    .resp
+                    .extend_from_slice(&m.resp[off as usize..(off + len) as usize]);
+                batch.words[i] = ((at as u64) << 32) | u64::from(len);
+            }
+        }
+        spare.append(msgs);
+        match failed {
+            Some(node) => Err(FabricError::Setup(format!(
+                "the RPC handler of memory node {node} panicked"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn check(&self, batch: &Batch) -> Result<(), FabricError> {
         if self.abort.load(Ordering::Relaxed) {
             return Err(FabricError::Setup(
                 "the run is aborting: a coordinator on another worker thread panicked".into(),
@@ -532,7 +647,22 @@ impl Fabric for ShmPort {
         for op in &batch.ops {
             check_op(op, &self.shared.sizes, has_rpc)?;
         }
+        Ok(())
+    }
+}
+
+impl Fabric for ShmPort {
+    fn submit(&mut self, batch: &mut Batch, detached: bool) -> Result<(), FabricError> {
+        self.check(batch)?;
+        let has_rpc = self.rpc.is_some() && batch.ops.iter().any(|o| o.kind == OpKind::Rpc);
         self.execute(batch);
+        if has_rpc {
+            let mut msgs = std::mem::take(&mut self.msgs);
+            msgs.clear();
+            let r = self.post_rpcs(batch, (!detached).then_some(&mut msgs));
+            self.msgs = msgs;
+            r?;
+        }
         self.progress.set(true);
         if !detached {
             self.pending = if !self.delay.is_zero() {
@@ -546,8 +676,53 @@ impl Fabric for ShmPort {
         Ok(())
     }
 
+    fn submit_background(&mut self, batch: &mut Batch) -> Result<(), FabricError> {
+        self.check(batch)?;
+        self.execute(batch);
+        if self.rpc.is_some() && batch.ops.iter().any(|o| o.kind == OpKind::Rpc) {
+            let mut bg = std::mem::take(&mut self.bg);
+            let r = self.post_rpcs(batch, Some(&mut bg));
+            self.bg = bg;
+            r?;
+        }
+        self.progress.set(true);
+        Ok(())
+    }
+
+    fn poll_background(&mut self) -> Poll<Result<(), FabricError>> {
+        if self.bg.is_empty() {
+            return Poll::Ready(Ok(()));
+        }
+        if !Self::served(&self.bg) {
+            return Poll::Pending;
+        }
+        self.progress.set(true);
+        let failed = self.bg.iter().find_map(|s| {
+            let m = s.lock();
+            m.failed.then_some(m.node)
+        });
+        self.spare.append(&mut self.bg);
+        Poll::Ready(match failed {
+            Some(node) => Err(FabricError::Setup(format!(
+                "the RPC handler of memory node {node} panicked"
+            ))),
+            None => Ok(()),
+        })
+    }
+
     #[inline]
-    fn poll_complete(&mut self, _batch: &mut Batch) -> Poll<Result<(), FabricError>> {
+    fn poll_complete(&mut self, batch: &mut Batch) -> Poll<Result<(), FabricError>> {
+        let mut rpc_result = Ok(());
+        if !self.msgs.is_empty() {
+            if !Self::served(&self.msgs) {
+                return Poll::Pending;
+            }
+            rpc_result = Self::take_responses(&mut self.spare, &mut self.msgs, batch);
+            if self.pending == Completion::YieldOnce {
+                // Waiting for the responses let the other coroutines run already.
+                self.pending = Completion::Done;
+            }
+        }
         match self.pending {
             Completion::Done => {}
             Completion::YieldOnce => {
@@ -562,7 +737,7 @@ impl Fabric for ShmPort {
             }
         }
         self.progress.set(true);
-        Poll::Ready(Ok(()))
+        Poll::Ready(rpc_result)
     }
 
     fn now_ns(&self) -> u64 {

@@ -498,11 +498,17 @@ fn every_verb_matches_a_byte_model_across_lines() {
 fn rpc_handlers_see_the_region_and_answer() {
     struct Counter;
     impl RpcHandler for Counter {
-        fn handle(&self, node: NodeId, mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) {
+        fn handle(
+            &self,
+            node: NodeId,
+            _now_ns: u64,
+            mem: &mut dyn LocalMem,
+            req: &[u8],
+            resp: &mut Vec<u8>,
+        ) {
             let add = u64::from(req[0]);
-            // Not atomic on purpose: handlers of one node run one at a time.
-            let v = mem.read_u64(0);
-            mem.write_u64(0, v + add);
+            // Atomic: handlers of one node may run concurrently, on its server threads.
+            let v = mem.faa(0, add);
             resp.extend_from_slice(&v.to_le_bytes());
             resp.push(node as u8);
         }

@@ -183,6 +183,7 @@ impl SimPool {
             virtual_time: true,
             trace_hash: w.hash,
             verbs_executed: w.verbs_executed,
+            g11_violations: w.g11_violations,
         })
     }
 }

@@ -5,6 +5,13 @@
 //! at random instants (G2), a WRITE line by line in address order (G4), an atomic at one instant
 //! after the previous atomic on its NIC atomic-table slot (G10). Every execution is an event in
 //! one heap ordered by (time, sequence number), so a run is a pure function of the seed.
+//!
+//! RPCs take another path: the RPC ops of a batch to one memory node are packed into one
+//! message, which crosses the network, takes one NIC op at the node, waits for a free core of
+//! the node (FIFO), and is served request after request, each handler at its own virtual
+//! instant; then one response message returns. A batch completes when its one-sided part and
+//! every response have (`Rec::parts`). Batches without RPCs draw no extra random numbers and
+//! push no extra events, so their runs are the same as before RPCs had cores.
 
 use super::config::{Adversary, SimConfig};
 use crate::contract::{check_op, LocalMem, RpcHandler};
@@ -13,7 +20,7 @@ use crate::verbs::{lines_of, Batch, OpKind, LINE};
 use crate::{FabricError, NodeId};
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashSet, VecDeque};
 use std::sync::Arc;
 
 type SimRng = rand_pcg::Pcg64Mcg;
@@ -38,8 +45,24 @@ enum Ev {
         op: u32,
         line: u32,
     },
+    /// One part of the batch is done: its one-sided ops, or one RPC response.
     BatchDone {
         rec: u32,
+    },
+    /// RPC message `msg` of batch record `rec` has passed its memory node's NIC.
+    RpcArrive {
+        rec: u32,
+        msg: u32,
+    },
+    /// The core serving message `msg` starts its next request.
+    RpcServe {
+        rec: u32,
+        msg: u32,
+    },
+    /// The core serving message `msg` is done with it: the response leaves.
+    RpcServed {
+        rec: u32,
+        msg: u32,
     },
     Wake {
         coord: u32,
@@ -71,6 +94,9 @@ struct MemNode {
     persisted: Vec<u8>,
     dirty: Vec<bool>,
     dirty_lines: Vec<u64>,
+    /// Cores serving an RPC message now, and the messages waiting for one, in arrival order.
+    cores_busy: u32,
+    rpc_waiting: VecDeque<(u32, u32)>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -109,6 +135,26 @@ struct Rec {
     /// Memory-node epoch at submission, per op: an op executing after its node restarted fails.
     epochs: Vec<u32>,
     error: Option<FabricError>,
+    /// Parts still to complete: the one-sided ops (one part) and each RPC message.
+    parts: u32,
+    /// The batch's RPC messages, one per memory node.
+    msgs: Vec<RpcMsg>,
+}
+
+/// The RPC ops of one batch to one memory node, travelling as one message.
+#[derive(Default)]
+struct RpcMsg {
+    node: NodeId,
+    /// Op indices, in post order.
+    ops: Vec<u32>,
+    /// Index into `ops` of the next request to serve.
+    next: u32,
+    /// When the last of its ops was posted (the message leaves then).
+    depart: u64,
+    req_bytes: u64,
+    resp_bytes: u64,
+    /// Memory-node epoch at submission: a node that restarted since fails the message.
+    epoch: u32,
 }
 
 pub(crate) struct World {
@@ -137,6 +183,19 @@ pub(crate) struct World {
     pub trace: Option<Vec<TraceEntry>>,
     delay_prob: f64,
     delay_max_ns: u64,
+    /// G11 bookkeeping for the current run (kept only while an RPC handler is installed):
+    /// words (`node << 48 | addr`) updated by handler atomics, by verb atomics, and those
+    /// already counted as violations.
+    g11_handler: HashSet<u64>,
+    g11_verb: HashSet<u64>,
+    g11_hit: HashSet<u64>,
+    pub g11_violations: u64,
+    /// Scratch: the words a handler's CAS/FAA touched.
+    rpc_atomics: Vec<u64>,
+}
+
+fn g11_key(node: NodeId, addr: u64) -> u64 {
+    (u64::from(node) << 48) | addr
 }
 
 fn mix(h: u64, x: u64) -> u64 {
@@ -188,6 +247,8 @@ impl World {
                     Vec::new()
                 },
                 dirty_lines: Vec::new(),
+                cores_busy: 0,
+                rpc_waiting: VecDeque::new(),
             });
         }
         Ok(World {
@@ -218,6 +279,11 @@ impl World {
             },
             delay_prob: cfg.faults.delay_prob,
             delay_max_ns: cfg.faults.delay_max_ns,
+            g11_handler: HashSet::new(),
+            g11_verb: HashSet::new(),
+            g11_hit: HashSet::new(),
+            g11_violations: 0,
+            rpc_atomics: Vec::new(),
         })
     }
 
@@ -247,6 +313,10 @@ impl World {
         // Each run's report covers that run only (the pool's memory carries over, counters do
         // not); the hash still depends on everything before, through the memory.
         self.verbs_executed = 0;
+        self.g11_handler.clear();
+        self.g11_verb.clear();
+        self.g11_hit.clear();
+        self.g11_violations = 0;
     }
 
     pub fn schedule_faults(&mut self, faults: &super::config::Faults) {
@@ -271,6 +341,10 @@ impl World {
         self.recs.clear();
         self.free_recs.clear();
         self.ready.clear();
+        for n in &mut self.nodes {
+            n.cores_busy = 0;
+            n.rpc_waiting.clear();
+        }
     }
 
     pub fn coord_now(&self, coord: u32) -> u64 {
@@ -358,7 +432,9 @@ impl World {
             rec.complete = false;
             rec.error = None;
             rec.batch.assign(batch);
+            rec.batch.mn_cpu_ns = 0;
             rec.epochs.clear();
+            rec.msgs.clear();
         }
         let p = &self.profile;
         let (one_way, per_verb, spread) = (p.one_way_ns, p.cpu_per_verb_ns, self.adv.window_ns);
@@ -368,6 +444,27 @@ impl World {
         for (i, op) in batch.ops.iter().enumerate() {
             depart += per_verb;
             let node = op.node as usize;
+            if op.kind == OpKind::Rpc {
+                let epoch = self.nodes[node].epoch;
+                let rec = &mut self.recs[r as usize];
+                rec.epochs.push(epoch);
+                let k = match rec.msgs.iter().position(|m| m.node == op.node) {
+                    Some(k) => k,
+                    None => {
+                        rec.msgs.push(RpcMsg {
+                            node: op.node,
+                            epoch,
+                            ..RpcMsg::default()
+                        });
+                        rec.msgs.len() - 1
+                    }
+                };
+                let m = &mut rec.msgs[k];
+                m.ops.push(i as u32);
+                m.depart = depart;
+                m.req_bytes += u64::from(op.len);
+                continue;
+            }
             let (out_bytes, in_bytes) = match op.kind {
                 OpKind::Read => (0, u64::from(op.len)),
                 OpKind::Write | OpKind::Rpc => (u64::from(op.len), 0),
@@ -384,9 +481,6 @@ impl World {
             let mut service = self.profile.nic_service_ns(out_bytes + in_bytes);
             if self.persistent && op.kind == OpKind::Write {
                 service += self.profile.pm_write_ns(out_bytes);
-            }
-            if op.kind == OpKind::Rpc {
-                service += self.profile.rpc_cpu_ns;
             }
             let mn = &mut self.nodes[node];
             let nic_start = arrive.max(mn.nic_free_at);
@@ -468,6 +562,27 @@ impl World {
             self.recs[r as usize].epochs.push(epoch);
         }
         self.threads_cpu_free_at[thread as usize] = depart;
+        let msgs = self.recs[r as usize].msgs.len();
+        self.recs[r as usize].parts = 1 + msgs as u32;
+        for k in 0..msgs {
+            let m = &self.recs[r as usize].msgs[k];
+            let (node, depart, bytes) = (m.node as usize, m.depart, m.req_bytes);
+            let mut arrive = depart + one_way + self.profile.transfer_ns(bytes);
+            if self.delay_prob > 0.0 && self.rng.random_bool(self.delay_prob.min(1.0)) {
+                arrive += self.rand_below(self.delay_max_ns);
+            }
+            let service = self.profile.nic_service_ns(bytes);
+            let mn = &mut self.nodes[node];
+            let nic_start = arrive.max(mn.nic_free_at);
+            mn.nic_free_at = nic_start + service;
+            self.push(
+                nic_start + service,
+                Ev::RpcArrive {
+                    rec: r,
+                    msg: k as u32,
+                },
+            );
+        }
         self.push(done_at, Ev::BatchDone { rec: r });
         match mode {
             Mode::Awaited => self.coords[coord as usize].rec = Some(r),
@@ -527,6 +642,10 @@ impl World {
             Ev::Exec { rec, op, line } => self.exec(rec, op, line),
             Ev::BatchDone { rec } => {
                 let rc = &mut self.recs[rec as usize];
+                if rc.parts > 1 {
+                    rc.parts -= 1;
+                    return true;
+                }
                 let coord = rc.coord;
                 if rc.mode == Mode::Detached || !self.coords[coord as usize].alive {
                     self.free_recs.push(rec);
@@ -540,6 +659,9 @@ impl World {
                     self.ready.push(coord);
                 }
             }
+            Ev::RpcArrive { rec, msg } => self.rpc_arrive(rec, msg),
+            Ev::RpcServe { rec, msg } => self.rpc_serve(rec, msg),
+            Ev::RpcServed { rec, msg } => self.rpc_served(rec, msg),
             Ev::CrashCompute { cn } => self.crash_compute(cn),
             Ev::CrashMemory { node, down_ns } => self.crash_memory(node, down_ns),
             Ev::RestartMemory { node } => {
@@ -635,9 +757,7 @@ impl World {
         );
         h = mix(h, lo);
         let now = self.now;
-        let World {
-            nodes, recs, rpc, ..
-        } = self;
+        let World { nodes, recs, .. } = self;
         let mn = &mut nodes[node];
         let rec = &mut recs[r as usize];
         match op.kind {
@@ -697,6 +817,13 @@ impl World {
                 }
                 rec.batch.words[i as usize] = old;
                 h = mix(h, old);
+                if self.rpc.is_some() {
+                    let key = g11_key(op.node, op.addr);
+                    self.g11_verb.insert(key);
+                    if self.g11_handler.contains(&key) && self.g11_hit.insert(key) {
+                        self.g11_violations += 1;
+                    }
+                }
             }
             OpKind::Flush => {
                 if self.persistent {
@@ -710,24 +837,7 @@ impl World {
                     mn.dirty_lines.clear();
                 }
             }
-            OpKind::Rpc => {
-                let handler = rpc.clone().expect("checked at submit");
-                let off = rec.batch.resp.len();
-                let req_span = op.data as usize..op.data as usize + op.len as usize;
-                let req = rec.batch.buf[req_span].to_vec();
-                let mut mem = VecMem {
-                    mem: &mut mn.mem,
-                    persisted: if self.persistent {
-                        Some(&mut mn.persisted)
-                    } else {
-                        None
-                    },
-                };
-                handler.handle(op.node, &mut mem, &req, &mut rec.batch.resp);
-                let len = rec.batch.resp.len() - off;
-                rec.batch.words[i as usize] = ((off as u64) << 32) | len as u64;
-                h = mix_bytes(h, &rec.batch.resp[off..]);
-            }
+            OpKind::Rpc => unreachable!("RPCs are served by rpc_serve"),
         }
         self.hash = h;
         if let Some(t) = &mut self.trace {
@@ -754,6 +864,123 @@ impl World {
             } else {
                 None
             },
+            atomics: None,
+        }
+    }
+
+    /// An RPC message has passed the NIC: a free core takes it now, or it queues.
+    fn rpc_arrive(&mut self, r: u32, k: u32) {
+        let node = self.recs[r as usize].msgs[k as usize].node as usize;
+        let cores = self.profile.mn_cores;
+        let n = &mut self.nodes[node];
+        if cores == 0 || n.cores_busy < cores {
+            n.cores_busy += 1;
+            self.rpc_serve(r, k);
+        } else {
+            n.rpc_waiting.push_back((r, k));
+        }
+    }
+
+    /// A core serves the message's next request, now.
+    fn rpc_serve(&mut self, r: u32, k: u32) {
+        let rec = &self.recs[r as usize];
+        let coord = rec.coord;
+        let cn = self.coords[coord as usize].cn;
+        let m = &rec.msgs[k as usize];
+        let node = m.node;
+        let mn = &self.nodes[node as usize];
+        if !mn.up || mn.epoch != m.epoch {
+            self.recs[r as usize].error = Some(FabricError::NodeDown(node));
+            return self.rpc_served(r, k);
+        }
+        if self.now > self.cutoff[cn as usize] {
+            // Lost with its crashed compute node: the rest of the message is not served.
+            return self.rpc_served(r, k);
+        }
+        let i = m.ops[m.next as usize] as usize;
+        let last = m.next as usize + 1 == m.ops.len();
+        let op = rec.batch.ops[i];
+        let handler = self.rpc.clone().expect("checked at submit");
+        let req = rec.batch.data(&op).to_vec();
+        let now = self.now;
+        let mut atomics = std::mem::take(&mut self.rpc_atomics);
+        atomics.clear();
+        let World {
+            nodes,
+            recs,
+            persistent,
+            ..
+        } = self;
+        let mn = &mut nodes[node as usize];
+        let rec = &mut recs[r as usize];
+        let mut mem = VecMem {
+            mem: &mut mn.mem,
+            persisted: if *persistent {
+                Some(&mut mn.persisted)
+            } else {
+                None
+            },
+            atomics: Some(&mut atomics),
+        };
+        let off = rec.batch.resp.len();
+        handler.handle(node, now, &mut mem, &req, &mut rec.batch.resp);
+        let len = rec.batch.resp.len() - off;
+        rec.batch.words[i] = ((off as u64) << 32) | len as u64;
+        let cost = self.profile.rpc_service_ns(req.len() as u64 + len as u64);
+        rec.batch.mn_cpu_ns += cost;
+        let m = &mut rec.msgs[k as usize];
+        m.next += 1;
+        m.resp_bytes += len as u64;
+        let mut h = mix(self.hash, now);
+        h = mix(
+            h,
+            (u64::from(coord) << 32) | (u64::from(node) << 8) | OpKind::Rpc as u64,
+        );
+        h = mix_bytes(h, &req);
+        h = mix_bytes(h, &rec.batch.resp[off..]);
+        self.hash = h;
+        self.verbs_executed += 1;
+        if let Some(t) = &mut self.trace {
+            t.push(TraceEntry {
+                time_ns: now,
+                coord,
+                node,
+                kind: OpKind::Rpc,
+                addr: 0,
+                len: req.len() as u32,
+            });
+        }
+        for &addr in &atomics {
+            let key = g11_key(node, addr);
+            self.g11_handler.insert(key);
+            if self.g11_verb.contains(&key) && self.g11_hit.insert(key) {
+                self.g11_violations += 1;
+            }
+        }
+        self.rpc_atomics = atomics;
+        let ev = if last {
+            Ev::RpcServed { rec: r, msg: k }
+        } else {
+            Ev::RpcServe { rec: r, msg: k }
+        };
+        self.push(now + cost, ev);
+    }
+
+    /// The core is done with the message: it takes the next waiting one, and the response
+    /// (one NIC op) returns to the compute node.
+    fn rpc_served(&mut self, r: u32, k: u32) {
+        let m = &self.recs[r as usize].msgs[k as usize];
+        let (node, bytes) = (m.node as usize, m.resp_bytes);
+        let n = &mut self.nodes[node];
+        n.cores_busy -= 1;
+        let service = self.profile.nic_service_ns(bytes);
+        let nic_start = self.now.max(n.nic_free_at);
+        n.nic_free_at = nic_start + service;
+        let back = nic_start + service + self.profile.one_way_ns;
+        self.push(back, Ev::BatchDone { rec: r });
+        if let Some((r2, k2)) = self.nodes[node].rpc_waiting.pop_front() {
+            self.nodes[node].cores_busy += 1;
+            self.rpc_serve(r2, k2);
         }
     }
 }
@@ -762,6 +989,8 @@ impl World {
 pub struct VecMem<'a> {
     mem: &'a mut Vec<u8>,
     persisted: Option<&'a mut Vec<u8>>,
+    /// Serving an RPC: the words its CAS/FAA touch, for the G11 check.
+    atomics: Option<&'a mut Vec<u64>>,
 }
 
 impl LocalMem for VecMem<'_> {
@@ -782,6 +1011,9 @@ impl LocalMem for VecMem<'_> {
     }
 
     fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
+        if let Some(a) = &mut self.atomics {
+            a.push(addr);
+        }
         let old = self.read_u64(addr);
         if old == expect {
             self.write_u64(addr, new);
@@ -790,6 +1022,9 @@ impl LocalMem for VecMem<'_> {
     }
 
     fn faa(&mut self, addr: u64, add: u64) -> u64 {
+        if let Some(a) = &mut self.atomics {
+            a.push(addr);
+        }
         let old = self.read_u64(addr);
         self.write_u64(addr, old.wrapping_add(add));
         old

@@ -321,6 +321,7 @@ impl UcxPool {
             virtual_time: false,
             trace_hash: 0,
             verbs_executed,
+            g11_violations: 0,
         })
     }
 
@@ -381,19 +382,25 @@ impl UcxPool {
     }
 }
 
-/// RPC responses, by request id: `(status, bytes)`. Filled by the message callback.
-type Inbox = RefCell<HashMap<u64, (u8, Vec<u8>)>>;
+/// RPC response messages, by message id: `(status, memory-node CPU ns, bytes)`. Filled by the
+/// message callback.
+type Inbox = RefCell<HashMap<u64, (u8, u64, Vec<u8>)>>;
 
 /// A batch in flight and the buffers UCX reads from and writes into until it completes.
 #[derive(Default)]
 struct InFlight {
     /// The caller's batch, copied: WRITE sources, READ destinations.
     batch: Batch,
-    /// Per op: CAS `[expect, new -> old]`, FAA `[add, old]`, RPC header `[id, node]`.
+    /// Per op: CAS `[expect, new -> old]`, FAA `[add, old]`.
     amo: Vec<[u64; 2]>,
     reqs: Vec<(NodeId, Req)>,
-    /// RPCs awaiting their response: `(op index, node, id)`.
-    rpcs: Vec<(usize, NodeId, u64)>,
+    /// RPC messages awaiting their response: `(node, id)`, one per memory node.
+    rpcs: Vec<(NodeId, u64)>,
+    /// The RPC messages as sent: per message a header `[id, sender's now_ns]` and the
+    /// requests, each as a little-endian u32 length and its bytes (see `server::on_rpc`).
+    rpc_out: Vec<u8>,
+    /// Per message: `(node, start, header end, end)` in `rpc_out`.
+    rpc_spans: Vec<(NodeId, usize, usize, usize)>,
     error: Option<FabricError>,
 }
 
@@ -515,7 +522,7 @@ impl Qps {
             // SAFETY: `inbox` is live (freed only in drop); single-threaded use, and the
             // message callback (which also borrows it) runs only inside `progress`.
             let mut ib = unsafe { &*inbox }.borrow_mut();
-            for &(_, _, id) in &f.rpcs {
+            for &(_, id) in &f.rpcs {
                 ib.remove(&id);
             }
             false
@@ -533,7 +540,8 @@ impl Qps {
     }
 
     /// Posts the ops of `f.batch`; stops at the first that UCX refuses (its error is kept).
-    fn post_batch(&mut self, f: &mut InFlight, flush_writes: bool) {
+    /// The RPC ops to each memory node go as one message, stamped with `now_ns`.
+    fn post_batch(&mut self, f: &mut InFlight, flush_writes: bool, now_ns: u64) {
         let n = f.batch.ops.len();
         f.amo.clear();
         f.amo.resize(n, [0; 2]);
@@ -542,6 +550,10 @@ impl Qps {
         for i in 0..n {
             let op = f.batch.ops[i];
             let node = op.node;
+            if op.kind == OpKind::Rpc {
+                // Another channel, not ordered with the QP's verbs: posted below, packed.
+                continue;
+            }
             if let Err(e) = self.order_before(op.kind) {
                 f.fail(e);
                 return;
@@ -616,22 +628,14 @@ impl Qps {
                     posted(r, f)
                 }
                 OpKind::Flush => posted(post::flush(ep), f),
-                OpKind::Rpc => {
-                    let id = self.next_rpc;
-                    self.next_rpc += 1;
-                    f.amo[i] = [id, u64::from(node)];
-                    // SAFETY: header in `f.amo`, data in `f.batch.buf`: both kept as for READ.
-                    let hdr: &[u8; 16] = unsafe { &*(f.amo[i].as_ptr() as *const [u8; 16]) };
-                    let data: *const [u8] = &f.batch.buf[span];
-                    // SAFETY: as above.
-                    let r = unsafe { post::am(ep, AM_RPC_REQ, hdr, &*data) };
-                    f.rpcs.push((i, node, id));
-                    posted(r, f)
-                }
+                OpKind::Rpc => unreachable!("skipped above"),
             };
             if !ok {
                 return;
             }
+        }
+        if !self.post_rpcs(f, now_ns) {
+            return;
         }
         if flush_writes {
             // A PUT completes when its buffer is free, not when it has landed; the flush
@@ -651,6 +655,46 @@ impl Qps {
                 }
             }
         }
+    }
+
+    /// Packs `f.batch`'s RPC ops into one active message per memory node and posts them;
+    /// false if UCX refused one (its error is kept).
+    fn post_rpcs(&mut self, f: &mut InFlight, now_ns: u64) -> bool {
+        f.rpc_out.clear();
+        f.rpc_spans.clear();
+        for node in f.batch.rpc_nodes() {
+            let id = self.next_rpc;
+            self.next_rpc += 1;
+            let start = f.rpc_out.len();
+            f.rpc_out.extend_from_slice(&id.to_le_bytes());
+            f.rpc_out.extend_from_slice(&now_ns.to_le_bytes());
+            let hdr_end = f.rpc_out.len();
+            for op in f.batch.ops.iter() {
+                if op.kind == OpKind::Rpc && op.node == node {
+                    f.rpc_out.extend_from_slice(&op.len.to_le_bytes());
+                    f.rpc_out.extend_from_slice(f.batch.data(op));
+                }
+            }
+            f.rpc_spans.push((node, start, hdr_end, f.rpc_out.len()));
+            f.rpcs.push((node, id));
+        }
+        for k in 0..f.rpc_spans.len() {
+            let (node, start, hdr_end, end) = f.rpc_spans[k];
+            let ep = &self.eps[node as usize];
+            let out: *const [u8] = &f.rpc_out[..];
+            // SAFETY: header and data lie in `f.rpc_out`, which is not touched or resized
+            // until the request completes (the batch stays in its `InFlight`, handed to
+            // `orphans` if abandoned), as for READ.
+            let r = unsafe {
+                let out = &*out;
+                post::am(ep, AM_RPC_REQ, &out[start..hdr_end], &out[hdr_end..end])
+            };
+            if let Err(e) = collect(r, node, f) {
+                f.fail(e);
+                return false;
+            }
+        }
+        true
     }
 
     /// Blocks until `f`'s requests complete (progressing), for at most BLOCKING_TIMEOUT.
@@ -732,7 +776,7 @@ unsafe extern "C" fn on_resp(
     len: usize,
     _reply_ep: dtxn_ucx_sys::ucp_ep_h,
 ) {
-    if hlen < 9 {
+    if hlen < 17 {
         return;
     }
     // SAFETY: UCX passes `hlen` header bytes and `len` data bytes valid for this call.
@@ -750,7 +794,34 @@ unsafe extern "C" fn on_resp(
     // SAFETY: `arg` is the inbox of the worker running this callback (see `Qps::connect`);
     // nothing else borrows it while `progress` runs.
     let inbox = unsafe { &*(arg as *const Inbox) };
-    inbox.borrow_mut().insert(id, (hdr[8], body.to_vec()));
+    let cpu_ns = u64::from_le_bytes(hdr[9..17].try_into().expect("8 bytes"));
+    inbox
+        .borrow_mut()
+        .insert(id, (hdr[8], cpu_ns, body.to_vec()));
+}
+
+/// Hands the responses of one message from `node` (each a little-endian u32 length and its
+/// bytes, in post order) to `batch`'s RPC ops to `node`; false if they do not match.
+fn unpack_responses(batch: &mut Batch, node: NodeId, body: &[u8]) -> bool {
+    let mut pos = 0;
+    for i in 0..batch.ops.len() {
+        let op = batch.ops[i];
+        if op.kind != OpKind::Rpc || op.node != node {
+            continue;
+        }
+        let Some(len) = body.get(pos..pos + 4) else {
+            return false;
+        };
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        let Some(resp) = body.get(pos + 4..pos + 4 + len) else {
+            return false;
+        };
+        let off = batch.resp.len();
+        batch.resp.extend_from_slice(resp);
+        batch.words[i] = ((off as u64) << 32) | len as u64;
+        pos += 4 + len;
+    }
+    pos == body.len()
 }
 
 /// A coordinator's port: its thread's queue pairs, and its batch in flight.
@@ -804,7 +875,8 @@ impl Fabric for UcxPort {
         f.reqs.clear();
         f.rpcs.clear();
         f.error = None;
-        q.post_batch(&mut f, !detached);
+        let now_ns = self.now_ns();
+        q.post_batch(&mut f, !detached, now_ns);
         self.progress.set(true);
         if detached {
             q.orphans.push(f);
@@ -830,13 +902,14 @@ impl Fabric for UcxPort {
         if f.error.is_none()
             && f.rpcs
                 .iter()
-                .any(|(_, _, id)| !inbox.borrow().contains_key(id))
+                .any(|(_, id)| !inbox.borrow().contains_key(id))
         {
             return Poll::Pending;
         }
         drop(q);
         let mut f = self.cur.take().expect("checked above");
         f.batch.resp.clear();
+        f.batch.mn_cpu_ns = 0;
         for (i, op) in f.batch.ops.iter().enumerate() {
             if op.kind.is_atomic() {
                 f.batch.words[i] = f.amo[i][1];
@@ -845,15 +918,18 @@ impl Fabric for UcxPort {
         {
             let mut ib = inbox.borrow_mut();
             let rpcs = std::mem::take(&mut f.rpcs);
-            for &(i, node, id) in &rpcs {
-                let Some((status, body)) = ib.remove(&id) else {
+            for &(node, id) in &rpcs {
+                let Some((status, cpu_ns, body)) = ib.remove(&id) else {
                     continue;
                 };
                 match status {
                     RPC_OK => {
-                        let off = f.batch.resp.len();
-                        f.batch.resp.extend_from_slice(&body);
-                        f.batch.words[i] = ((off as u64) << 32) | body.len() as u64;
+                        f.batch.mn_cpu_ns += cpu_ns;
+                        if !unpack_responses(&mut f.batch, node, &body) {
+                            f.fail(FabricError::Setup(format!(
+                                "memory node {node} sent a malformed RPC response"
+                            )));
+                        }
                     }
                     RPC_NO_HANDLER => f.fail(FabricError::NoRpcHandler(node)),
                     _ => f.fail(FabricError::Setup(format!(

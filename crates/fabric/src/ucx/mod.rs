@@ -10,8 +10,11 @@
 //!   then only progresses UCX on its own thread: transports without hardware one-sided verbs
 //!   (TCP, shared memory with registered memory) execute GET and atomics as active messages in
 //!   that thread. It never writes the region by itself. It serves the RPC verb with its
-//!   [`RpcHandler`] (UCP active messages, on the same progress thread, one at a time), or
-//!   answers [`FabricError::NoRpcHandler`].
+//!   [`RpcHandler`] (UCP active messages, on the same progress thread, one message at a time:
+//!   a memory node has one core serving RPCs), or answers [`FabricError::NoRpcHandler`]. The
+//!   client packs a batch's RPC ops to one node into one message; the node serves them in
+//!   order, measures the handler time ([`crate::Stats::mn_cpu_ns`]) and answers all of them
+//!   in one message.
 //! - [`UcxPool`]: the compute side. [`UcxPool::connect`] bootstraps from every memory node;
 //!   [`UcxPool::run`] runs coordinators like [`crate::shm::ShmPool::run`]: one OS thread per
 //!   worker thread, each with its own UCP worker and one endpoint per memory node (its queue

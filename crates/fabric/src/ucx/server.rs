@@ -1,4 +1,5 @@
 //! The memory node: a region, a UCP worker progressed by one thread, a bootstrap listener.
+//! That thread is also the node's one core serving RPC messages.
 
 use super::bootstrap::{self, NodeInfo};
 use super::ucp::{post, wait_fd, AmHandle, Context, MemMap, Worker};
@@ -407,8 +408,12 @@ impl LocalMem for RawMem {
     }
 }
 
-/// Serves one RPC request, on the progress thread, inside `ucp_worker_progress` (so with the
-/// worker lock held: no other remote op or local access interleaves).
+/// Serves one RPC message (the RPC ops of one batch to this node), on the progress thread,
+/// inside `ucp_worker_progress` (so with the worker lock held: no other remote op or local
+/// access interleaves). The message is a header `[id, sender's now_ns]` (little-endian u64s)
+/// and the requests, each a little-endian u32 length and its bytes; they are served in order
+/// and answered in one message: header `[id, status u8, handler ns u64]`, then each response
+/// as a u32 length and its bytes.
 unsafe extern "C" fn on_rpc(
     arg: *mut c_void,
     hdr: *const c_void,
@@ -417,7 +422,8 @@ unsafe extern "C" fn on_rpc(
     len: usize,
     reply_ep: dtxn_ucx_sys::ucp_ep_h,
 ) {
-    if reply_ep.is_null() || hlen < 8 {
+    let arrived = Instant::now();
+    if reply_ep.is_null() || hlen < 16 {
         return;
     }
     // SAFETY: `arg` is the `RpcCtx` leaked in `MemNode::start`, valid while the worker lives,
@@ -426,7 +432,7 @@ unsafe extern "C" fn on_rpc(
     // SAFETY: as above: the worker calling us is owned by `*ctx.inner`.
     let inner = unsafe { &*ctx.inner };
     // SAFETY: UCX passes `hlen` header bytes and `len` data bytes valid for this call.
-    let (hdr, req) = unsafe {
+    let (hdr, body) = unsafe {
         (
             std::slice::from_raw_parts(hdr as *const u8, hlen),
             if len == 0 {
@@ -436,27 +442,51 @@ unsafe extern "C" fn on_rpc(
             },
         )
     };
+    let sent_ns = u64::from_le_bytes(hdr[8..16].try_into().expect("8 bytes"));
     let handler = inner.rpc.read().unwrap_or_else(|e| e.into_inner()).clone();
     let mut resp = Vec::new();
+    let mut cpu_ns = 0u64;
     let status = match handler {
         None => RPC_NO_HANDLER,
         Some(h) => {
             let mut mem = RawMem::of(inner);
+            let began = Instant::now();
             // A panic must not unwind into C: it becomes an error reply.
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                h.handle(ctx.node, &mut mem, req, &mut resp)
-            })) {
-                Ok(()) => RPC_OK,
-                Err(_) => {
+            let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut pos = 0;
+                while pos < body.len() {
+                    let Some(n) = body.get(pos..pos + 4) else {
+                        return false;
+                    };
+                    let n = u32::from_le_bytes(n.try_into().expect("4 bytes")) as usize;
+                    let Some(req) = body.get(pos + 4..pos + 4 + n) else {
+                        return false;
+                    };
+                    pos += 4 + n;
+                    let at = resp.len();
+                    resp.extend_from_slice(&[0; 4]);
+                    // The sender's clock, advanced by the time the message spent here.
+                    let now_ns = sent_ns + arrived.elapsed().as_nanos() as u64;
+                    h.handle(ctx.node, now_ns, &mut mem, req, &mut resp);
+                    let n = (resp.len() - at - 4) as u32;
+                    resp[at..at + 4].copy_from_slice(&n.to_le_bytes());
+                }
+                true
+            }));
+            cpu_ns = began.elapsed().as_nanos() as u64;
+            match served {
+                Ok(true) => RPC_OK,
+                _ => {
                     resp.clear();
                     RPC_FAILED
                 }
             }
         }
     };
-    let mut rh = [0u8; 9];
+    let mut rh = [0u8; 17];
     rh[..8].copy_from_slice(&hdr[..8]);
     rh[8] = status;
+    rh[9..17].copy_from_slice(&cpu_ns.to_le_bytes());
     // SAFETY: `reply_ep` is the live reply endpoint of this callback; the data is copied.
     // A failed reply shows up at the client as a dropped connection.
     let _ = unsafe { post::am_reply(reply_ep, AM_RPC_RESP, &rh, &resp) };

@@ -97,7 +97,14 @@ impl MemoryNodeHandlers {
 }
 
 impl RpcHandler for MemoryNodeHandlers {
-    fn handle(&self, _node: NodeId, mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) {
+    fn handle(
+        &self,
+        _node: NodeId,
+        _now_ns: u64,
+        mem: &mut dyn LocalMem,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+    ) {
         let at = resp.len();
         if Self::serve(mem, req, resp).is_none() {
             resp.truncate(at);
@@ -271,7 +278,7 @@ mod tests {
 
     fn serve(mem: &mut Mem, r: &[u8]) -> Vec<u8> {
         let mut resp = vec![0xee]; // a response appends after what is there
-        MemoryNodeHandlers.handle(0, mem, r, &mut resp);
+        MemoryNodeHandlers.handle(0, 0, mem, r, &mut resp);
         resp.remove(0);
         resp
     }
