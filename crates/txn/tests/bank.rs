@@ -289,6 +289,9 @@ fn run_with(
     let mut audits = 0;
     let mut torn = 0;
     let rpcs = r.total_stats().verb(dtxn_fabric::OpKind::Rpc);
+    // A word's atomics come from handlers or from verbs, never both (G11): with the lock
+    // stage as RPCs, every CAS on a lock word is one.
+    assert_eq!(r.g11_violations, 0, "a word got both CPU and NIC atomics");
     for (c, a, au, tn) in r.outputs.iter().flatten().copied() {
         committed += c;
         aborts += a;

@@ -58,6 +58,11 @@ pub struct TypeStats {
     pub oracle_round_trips: u64,
     /// Wall time spent executing the verbs (`--fabric-time`, else 0), ns.
     pub fabric_ns: u64,
+    /// RPC requests, the messages they were packed into, and the memory nodes' CPU time
+    /// serving them (ns: virtual on sim, measured on shm and ucx).
+    pub rpcs: u64,
+    pub rpc_messages: u64,
+    pub mn_cpu_ns: u64,
 }
 
 /// An hour in ns: latencies above are clamped (a run that long is not a benchmark).
@@ -76,6 +81,9 @@ impl TypeStats {
             bytes: 0,
             oracle_round_trips: 0,
             fabric_ns: 0,
+            rpcs: 0,
+            rpc_messages: 0,
+            mn_cpu_ns: 0,
         }
     }
 
@@ -91,6 +99,9 @@ impl TypeStats {
                 self.bytes += o.fabric.bytes();
                 self.oracle_round_trips += o.oracle_round_trips;
                 self.fabric_ns += o.fabric.fabric_ns;
+                self.rpcs += o.fabric.verb(dtxn_fabric::OpKind::Rpc);
+                self.rpc_messages += o.fabric.rpc_messages;
+                self.mn_cpu_ns += o.fabric.mn_cpu_ns;
             }
             Err(a) => {
                 let i = AbortReason::ALL
@@ -115,6 +126,9 @@ impl TypeStats {
         self.bytes += o.bytes;
         self.oracle_round_trips += o.oracle_round_trips;
         self.fabric_ns += o.fabric_ns;
+        self.rpcs += o.rpcs;
+        self.rpc_messages += o.rpc_messages;
+        self.mn_cpu_ns += o.mn_cpu_ns;
     }
 }
 

@@ -131,6 +131,12 @@ pub struct TypeReport {
     /// its verbs, in microseconds; the rest of its latency is the protocol's and the
     /// workload's CPU work (and, with coroutines, waiting for the others).
     pub fabric_us: Option<f64>,
+    /// Means per committed transaction: RPC requests (stages run as RPCs), the messages they
+    /// were packed into (one per memory node per batch), and the memory nodes' CPU time
+    /// serving them in microseconds (virtual on sim, measured on shm and ucx).
+    pub rpcs: f64,
+    pub rpc_messages: f64,
+    pub mn_cpu_us: f64,
 }
 
 impl TypeReport {
@@ -179,6 +185,9 @@ impl TypeReport {
             bytes: mean(s.bytes),
             oracle_round_trips: mean(s.oracle_round_trips),
             fabric_us: timed.then(|| mean(s.fabric_ns) / 1e3),
+            rpcs: mean(s.rpcs),
+            rpc_messages: mean(s.rpc_messages),
+            mn_cpu_us: mean(s.mn_cpu_ns) / 1e3,
         }
     }
 }
@@ -362,6 +371,25 @@ impl BenchReport {
             "(RTs, verbs, bytes: means per committed transaction; RTs are critical-path round \
              trips)"
         );
+        if self.all.rpcs > 0.0 {
+            let per: Vec<String> = self
+                .per_type
+                .iter()
+                .chain(std::iter::once(&self.all))
+                .filter(|t| t.committed > 0)
+                .map(|t| {
+                    format!(
+                        "{} {:.2} in {:.2} messages, {:.2} us",
+                        t.name, t.rpcs, t.rpc_messages, t.mn_cpu_us
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "RPCs per committed transaction (requests, messages, memory-node CPU): {}",
+                per.join("; ")
+            );
+        }
         if self.all.oracle_round_trips > 0.0 {
             let per: Vec<String> = self
                 .per_type
@@ -497,6 +525,9 @@ impl BenchReport {
                 format!("{:.1}", t.bytes),
                 format!("{:.3}", t.oracle_round_trips),
                 t.fabric_us.map(|f| format!("{f:.3}")).unwrap_or_default(),
+                format!("{:.3}", t.rpcs),
+                format!("{:.3}", t.rpc_messages),
+                format!("{:.3}", t.mn_cpu_us),
             ]);
             let _ = writeln!(s, "{}", row.join(","));
         }
@@ -533,6 +564,9 @@ pub fn csv_header(extra: &[(String, String)]) -> String {
             "bytes",
             "oracle_round_trips",
             "fabric_us",
+            "rpcs",
+            "rpc_messages",
+            "mn_cpu_us",
         ]
         .map(String::from),
     );
