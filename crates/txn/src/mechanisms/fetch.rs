@@ -287,23 +287,11 @@ fn on_record<P: Protocol>(
     let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
     let t = table(map, table_id);
     let codec = t.codec();
-    if let Fetched::Locked(c) = done {
-        if !c.swapped(&tx.c.ep) {
-            out.failed
-                .get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
-            return;
-        }
-        tx.items[i].locked = true;
-        tx.items[i].offset = Some(off);
+    if !locked_and_read(tx, i, off, done, t.record_bytes as usize, out) {
+        return;
     }
     let it = &mut tx.items[i];
     let bytes = done.bytes(&tx.c.ep);
-    if bytes.len() < t.record_bytes as usize {
-        // Only a malformed RPC reply is short: treat the memory node as failed.
-        out.failed
-            .get_or_insert(abort(AbortReason::ReplicaFailure, it));
-        return;
-    }
     let decoded = if trust_inv {
         Ok(codec.decode_unchecked(bytes, &mut it.value))
     } else {
@@ -358,6 +346,34 @@ fn on_record<P: Protocol>(
             v.lock(table_id, key, h.version, tx.c.owner);
         }
     }
+}
+
+/// Whether a record's fetch for item `i` went through: its lock recorded if the fetch took
+/// one (false, the abort noted, if the CAS failed), and `len` bytes read (false, the memory
+/// node counted as failed, if they are short: only a malformed RPC reply is).
+fn locked_and_read<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    i: usize,
+    off: u64,
+    done: Fetched,
+    len: usize,
+    out: &mut Outcome<'_>,
+) -> bool {
+    if let Fetched::Locked(c) = done {
+        if !c.swapped(&tx.c.ep) {
+            out.failed
+                .get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+            return false;
+        }
+        tx.items[i].locked = true;
+        tx.items[i].offset = Some(off);
+    }
+    if done.bytes(&tx.c.ep).len() < len {
+        out.failed
+            .get_or_insert(abort(AbortReason::ReplicaFailure, &tx.items[i]));
+        return false;
+    }
+    true
 }
 
 /// A bucket READ of the item's chain completed: the key's tombstones noted, the record taken
