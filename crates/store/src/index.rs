@@ -90,6 +90,7 @@ impl TableInfo {
 
     /// The codec of the records in the hash slots: for a multi-version table, its CVTs (whose
     /// "value" is the Vcell array and the newest value; see [`crate::cvt`]).
+    #[inline]
     pub fn codec(&self) -> SingleVersion {
         match (&self.format, &self.mv) {
             (RecordFormat::Cvt, Some(mv)) => SingleVersion::new(

@@ -210,6 +210,7 @@ fn scatter_meta(value: &[u8], rec: &mut [u8], meta: usize) {
 
 impl SingleVersion {
     /// The codec of records without metadata words.
+    #[inline]
     pub fn new(value_size: usize) -> SingleVersion {
         let rest = value_size.saturating_sub(HEAD_VALUE_BYTES);
         SingleVersion {
@@ -220,6 +221,7 @@ impl SingleVersion {
     }
 
     /// The codec of records with `meta_words` metadata words (at most [`MAX_META_WORDS`]).
+    #[inline]
     pub fn with_meta(value_size: usize, meta_words: u8) -> SingleVersion {
         let meta = usize::from(meta_words);
         assert!(

@@ -93,6 +93,7 @@ pub(crate) struct Core {
 
 impl Core {
     /// How a stage's verbs travel in this run.
+    #[inline]
     pub(crate) fn via(&self, s: Stage) -> Via {
         Via::rpc(self.rpc.has(s))
     }

@@ -46,6 +46,7 @@ impl Stage {
         Stage::ALL.into_iter().find(|x| x.name() == s)
     }
 
+    #[inline]
     const fn bit(self) -> u8 {
         1 << self as u8
     }
@@ -68,6 +69,7 @@ impl Stages {
         Stages(b)
     }
 
+    #[inline]
     pub fn has(self, s: Stage) -> bool {
         self.0 & s.bit() != 0
     }

@@ -233,18 +233,14 @@ impl<'c, P: Protocol> Tx<'c, P> {
     }
 
     /// The commit's phases, in the order every protocol shares; then the release.
-    pub(crate) async fn commit(mut self) -> Result<(), Abort> {
+    // By reference, not by value: the public `Txn::commit` owns the transaction already, and
+    // moving it once more into this future cost a copy of it per commit.
+    pub(crate) async fn commit(&mut self) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
-        let r = async {
-            P::lock(&mut self).await?;
-            P::validate(&mut self).await?;
-            P::log(&mut self).await?;
-            P::install(&mut self).await
-        }
-        .await;
+        let r = self.commit_phases().await;
         match r {
             Ok(()) => {
-                P::release(&mut self);
+                P::release(self);
                 self.cache_inserted_slots();
                 self.finish(Ok(()));
             }
@@ -253,7 +249,14 @@ impl<'c, P: Protocol> Tx<'c, P> {
         r
     }
 
-    pub(crate) async fn rollback(mut self) {
+    async fn commit_phases(&mut self) -> Result<(), Abort> {
+        P::lock(self).await?;
+        P::validate(self).await?;
+        P::log(self).await?;
+        P::install(self).await
+    }
+
+    pub(crate) async fn rollback(&mut self) {
         let a = Abort {
             reason: AbortReason::User,
             table: 0,

@@ -75,12 +75,12 @@ impl Txn<'_> {
     }
 
     /// Validates and commits. `Ok` means durable on every replica and serialized.
-    pub async fn commit(self) -> Result<(), Abort> {
-        dispatch!(self.0, t => t.commit().await)
+    pub async fn commit(mut self) -> Result<(), Abort> {
+        dispatch!(&mut self.0, t => t.commit().await)
     }
 
     /// The application's own rollback: releases everything, changes nothing.
-    pub async fn rollback(self) {
-        dispatch!(self.0, t => t.rollback().await)
+    pub async fn rollback(mut self) {
+        dispatch!(&mut self.0, t => t.rollback().await)
     }
 }

@@ -46,6 +46,7 @@ enum Fetched {
 
 impl Fetched {
     /// The bytes read: for a lock, only once its CAS swapped.
+    #[inline]
     fn bytes<'e>(&self, ep: &'e Endpoint) -> &'e [u8] {
         match self {
             Fetched::Locked(c) => c.bytes(ep),

@@ -72,6 +72,7 @@ pub(crate) fn table(map: &PoolMap, id: u32) -> &TableInfo {
 /// The next bucket of a chain, from a bucket's `next` link: `Err` if the link leaves the
 /// table's overflow area or the walk has taken more hops than the table has overflow buckets
 /// (a cycle): memory is corrupt, and following it would loop or read another table.
+#[inline]
 pub(crate) fn next_bucket(
     t: &TableInfo,
     next: Option<u64>,

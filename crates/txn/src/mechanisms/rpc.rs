@@ -43,6 +43,7 @@ const READ_REPLY: usize = 8;
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MemoryNodeHandlers;
 
+#[inline]
 fn word(req: &[u8], i: usize) -> Option<u64> {
     let b = req.get(8 * i..8 * i + 8)?;
     Some(u64::from_le_bytes(b.try_into().expect("8 bytes")))
@@ -121,6 +122,7 @@ pub(crate) enum Via {
 }
 
 impl Via {
+    #[inline]
     pub(crate) fn rpc(yes: bool) -> Via {
         if yes {
             Via::Rpc
@@ -139,6 +141,7 @@ pub(crate) enum CasRead {
 }
 
 impl CasRead {
+    #[inline]
     pub(crate) fn post(
         ep: &mut Endpoint,
         via: Via,
@@ -171,6 +174,7 @@ impl CasRead {
     }
 
     /// Whether the CAS swapped (a malformed reply counts as not).
+    #[inline]
     pub(crate) fn swapped(&self, ep: &Endpoint) -> bool {
         match *self {
             CasRead::Verbs { cas, .. } => ep.cas_ok(cas),
@@ -179,6 +183,7 @@ impl CasRead {
     }
 
     /// The bytes the READ after the CAS returned (for an RPC: only if the CAS swapped).
+    #[inline]
     pub(crate) fn bytes<'e>(&self, ep: &'e Endpoint) -> &'e [u8] {
         match *self {
             CasRead::Verbs { read, .. } => read.map_or(&[], |r| ep.bytes(r)),
@@ -195,6 +200,7 @@ pub(crate) enum Read {
 }
 
 impl Read {
+    #[inline]
     pub(crate) fn post(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64, len: usize) -> Read {
         match via {
             Via::OneSided => Read::Verb(ep.read(node, addr, len)),
@@ -209,6 +215,7 @@ impl Read {
     }
 
     /// The bytes read (empty for a malformed reply).
+    #[inline]
     pub(crate) fn bytes<'e>(&self, ep: &'e Endpoint) -> &'e [u8] {
         match *self {
             Read::Verb(r) => ep.bytes(r),
@@ -221,6 +228,7 @@ impl Read {
 }
 
 /// A WRITE of `bytes`, one-sided or by RPC.
+#[inline]
 pub(crate) fn write(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64, bytes: &[u8]) {
     match via {
         Via::OneSided => {
@@ -235,6 +243,7 @@ pub(crate) fn write(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64, bytes:
     }
 }
 
+#[inline]
 fn reply_word(ep: &Endpoint, id: OpId, i: usize) -> Option<u64> {
     word(ep.bytes(id), i)
 }

@@ -93,11 +93,13 @@ pub(crate) async fn validate_reads<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<()
     failed.map_or(Ok(()), Err)
 }
 
+#[inline]
 pub(crate) fn header(line0: &[u8]) -> RecordHeader {
     dtxn_store::SingleVersion::new(0).header(line0)
 }
 
 /// The header at the start of `bytes`, if they hold one.
+#[inline]
 pub(crate) fn header_of(bytes: &[u8]) -> Option<RecordHeader> {
     (bytes.len() >= HEADER_BYTES).then(|| header(bytes))
 }
