@@ -17,7 +17,7 @@ pub enum IsolationArg {
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// History file (JSON Lines, see the README).
+    /// History file (JSON Lines; the format: docs/src/correctness.md).
     file: PathBuf,
     /// The isolation level to check for.
     #[arg(long, value_enum, default_value_t)]

@@ -416,6 +416,26 @@ fn bad_input_is_one_clear_line_and_exit_2() {
             vec!["bench", "--protocol", "motor", "--vnum", "16"],
             "--vnum 16: versions per record must be 1 to 15",
         ),
+        (
+            vec!["bench", "--accounts", "0"],
+            "smallbank needs at least 2 accounts (got 0)",
+        ),
+        (
+            vec!["bench", "--accounts", "1"],
+            "smallbank needs at least 2 accounts (got 1)",
+        ),
+        (
+            vec!["bench", "--set", "ford.rpc=lock,log"],
+            "ford has no RPC form of log (its stages with one: fetch,lock,validate,commit)",
+        ),
+        (
+            vec!["bench", "--set", "ford.rpc=lokc"],
+            "unknown stage 'lokc'",
+        ),
+        (
+            vec!["bench", "--protocol", "motor", "--set", "ford.rpc=lock"],
+            "a switch of ford, farm and drtmh; motor has no RPC forms",
+        ),
     ];
     for (args, want) in cases {
         let o = dtxn(&args);

@@ -133,6 +133,13 @@ impl TxnConfig {
     /// RPC form in it.
     pub fn validate(&self) -> Result<(), String> {
         let p = self.protocol;
+        if !self.ford.rpc.is_empty() && p.options_key() != Some("ford") {
+            return Err(format!(
+                "--set ford.rpc={}: a switch of ford, farm and drtmh; {} has no RPC forms",
+                self.ford.rpc.names(),
+                p.name()
+            ));
+        }
         let asked = p.rpc_stages(self);
         let missing = asked.minus(p.rpc_forms());
         if !missing.is_empty() {

@@ -112,10 +112,12 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             };
             Chosen::SmallBank(smallbank::SmallBank::new(smallbank::Options {
                 accounts,
-                // FORD's proportion (4,000 of 100,000) when only the accounts are given.
+                // FORD's proportion (4,000 of 100,000) when only the accounts are given. (Too
+                // few accounts are refused by `SmallBank::new`, with one line: no clamp
+                // whose bounds cross, which panicked.)
                 hot: a
                     .hot_accounts
-                    .unwrap_or((accounts * d.hot / d.accounts).clamp(2, accounts)),
+                    .unwrap_or((accounts * d.hot / d.accounts).max(2).min(accounts)),
                 hot_pct: a.hot_pct.unwrap_or(d.hot_pct),
                 mix,
             })?)
