@@ -15,6 +15,7 @@ use crate::tx::Tx;
 use crate::txn::TxKind;
 use dtxn_fabric::{Endpoint, NodeId};
 use dtxn_store::cache::{check_slot, SlotCheck};
+use dtxn_store::record::{RecordHeader, SingleVersion, Torn};
 use dtxn_store::PoolMap;
 
 /// What an execution round does for one item.
@@ -293,11 +294,7 @@ fn on_record<P: Protocol>(
     }
     let it = &mut tx.items[i];
     let bytes = done.bytes(&tx.c.ep);
-    let decoded = if trust_inv {
-        Ok(codec.decode_unchecked(bytes, &mut it.value))
-    } else {
-        codec.decode(bytes, &mut it.value)
-    };
+    let decoded = decode(codec, bytes, &mut it.value, trust_inv);
     let Ok(h) = decoded else {
         out.next
             .push((i, Stage::Record { off, lock: false }, expect));
@@ -346,6 +343,22 @@ fn on_record<P: Protocol>(
         if let Some(v) = &tx.c.vcache {
             v.lock(table_id, key, h.version, tx.c.owner);
         }
+    }
+}
+
+/// A record's header and value, its stamps checked, unless `trust_invisible_bit` (the
+/// negative control: the published FORD's read path).
+#[inline]
+fn decode(
+    codec: SingleVersion,
+    rec: &[u8],
+    value: &mut [u8],
+    trust_invisible_bit: bool,
+) -> Result<RecordHeader, Torn> {
+    if trust_invisible_bit {
+        Ok(codec.decode_unchecked(rec, value))
+    } else {
+        codec.decode(rec, value)
     }
 }
 
@@ -413,11 +426,7 @@ fn on_bucket<P: Protocol>(
     if let Some((slot, off)) = scan.found {
         tx.c.cache.insert(table_id, key, off);
         let rec = t.slot_bytes(bytes, slot);
-        let decoded = if trust_inv {
-            Ok(codec.decode_unchecked(rec, &mut it.value))
-        } else {
-            codec.decode(rec, &mut it.value)
-        };
+        let decoded = decode(codec, rec, &mut it.value, trust_inv);
         match decoded {
             Ok(h) if h.lock & INVISIBLE == 0 => {
                 it.exists = true;

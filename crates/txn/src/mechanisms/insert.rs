@@ -12,7 +12,7 @@ use crate::stage::Stage;
 use crate::tx::Tx;
 use crate::txn::TxKind;
 use dtxn_fabric::NodeId;
-use dtxn_store::{PoolMap, TableInfo};
+use dtxn_store::{PoolMap, RecordFormat, TableInfo};
 
 /// What [`insert`] keeps across calls (given back after an abort too, with the free slots'
 /// images, which are pool buffers).
@@ -90,49 +90,71 @@ fn collect_rows<P: Protocol>(
     todo: &mut Vec<usize>,
 ) -> Result<(), Abort> {
     todo.clear();
-    for &(table_id, key, value) in rows {
-        let bad = |reason| Abort {
-            reason,
-            table: table_id,
-            key,
-        };
-        if tx.kind == TxKind::ReadOnly {
-            return Err(bad(AbortReason::BadRequest));
-        }
-        let Ok(t) = map.table(table_id) else {
-            return Err(bad(AbortReason::BadRequest));
-        };
-        if value.len() != t.value_size as usize {
-            return Err(bad(AbortReason::BadRequest));
-        }
-        let i = match tx.find(table_id, key) {
-            Some(i) => {
-                let it = &mut tx.items[i];
-                match (&it.new, it.exists) {
-                    (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
-                        return Err(bad(AbortReason::Exists))
-                    }
-                    (NewValue::Delete, true) => {
-                        // Deleted, then inserted again by the same transaction: an update.
-                        it.value.copy_from_slice(value);
-                        it.new = NewValue::Update;
-                        continue;
-                    }
-                    // The same key twice in this batch.
-                    _ if todo.contains(&i) => return Err(bad(AbortReason::Exists)),
-                    _ => {
-                        it.rw = true;
-                        i
-                    }
-                }
-            }
-            None => tx.push_new_item(t, key, true, t.primary()),
+    for &row in rows {
+        let i = match accept_row(tx, map, row, |i| todo.contains(&i))? {
+            RowItem::Place(i) => i,
+            RowItem::Updated => continue,
         };
         // Placed or not, the transaction aborts if this call fails: the value may go in now.
-        tx.items[i].value.copy_from_slice(value);
+        tx.items[i].value.copy_from_slice(row.2);
         todo.push(i);
     }
     Ok(())
+}
+
+/// What an insert does with a row's item.
+pub(crate) enum RowItem {
+    /// Place the row in item `i` (new, or read before and found absent).
+    Place(usize),
+    /// The key was deleted earlier in the transaction: the insert became an update of it.
+    Updated,
+}
+
+/// Checks an insert's row and finds or adds its item, marked read-write. `Exists` if the key
+/// is present, or already queued by this call (`queued`: the same key twice); `BadRequest`
+/// for a read-only transaction, an unknown table, a value of the wrong size, or (for a
+/// multi-version protocol) a table not laid out as CVTs.
+pub(crate) fn accept_row<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    map: &PoolMap,
+    (table_id, key, value): Row<'_>,
+    queued: impl Fn(usize) -> bool,
+) -> Result<RowItem, Abort> {
+    let bad = |reason| Abort {
+        reason,
+        table: table_id,
+        key,
+    };
+    if tx.kind == TxKind::ReadOnly {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    let Ok(t) = map.table(table_id) else {
+        return Err(bad(AbortReason::BadRequest));
+    };
+    let wrong_format = P::RECORDS == RecordFormat::Cvt && t.mv.is_none();
+    if value.len() != t.value_size as usize || wrong_format {
+        return Err(bad(AbortReason::BadRequest));
+    }
+    let Some(i) = tx.find(table_id, key) else {
+        return Ok(RowItem::Place(tx.push_new_item(t, key, true, t.primary())));
+    };
+    let it = &mut tx.items[i];
+    match (&it.new, it.exists) {
+        (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
+            Err(bad(AbortReason::Exists))
+        }
+        (NewValue::Delete, true) => {
+            // Deleted, then inserted again by the same transaction: an update.
+            it.value.copy_from_slice(value);
+            it.new = NewValue::Update;
+            Ok(RowItem::Updated)
+        }
+        _ if queued(i) => Err(bad(AbortReason::Exists)),
+        _ => {
+            it.rw = true;
+            Ok(RowItem::Place(i))
+        }
+    }
 }
 
 /// Lock every chain not yet ours and read every home bucket, in one batch.

@@ -4,14 +4,14 @@
 
 use super::{abort, table, INVISIBLE};
 use crate::abort::{Abort, AbortReason};
-use crate::item::NewValue;
+use crate::item::{Item, NewValue};
 use crate::mechanisms::rpc::{self, Read};
 use crate::mechanisms::validate::{changed, header_of};
 use crate::protocol::Protocol;
 use crate::stage::Stage;
 use crate::tx::Tx;
 use dtxn_store::record::{RecordHeader, SingleVersion, HEADER_BYTES};
-use dtxn_store::PoolMap;
+use dtxn_store::{PoolMap, TableInfo};
 
 /// How the new records reach the replicas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,19 +94,10 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
             continue;
         }
         let t = table(map, it.table);
-        let codec = t.codec();
         let off = it.offset.expect("written items exist");
-        let h = RecordHeader {
-            lock: INVISIBLE,
-            version: it.new_version(),
-            key: it.key,
-            table: it.table,
-            valid: it.new != NewValue::Delete,
-        };
         // Encoded once; the replicas' copies differ only in the lock word (line 0's first).
         let record = &mut tx.c.mech.record;
-        record.resize(t.record_bytes as usize, 0);
-        codec.encode(&h, &it.value, record);
+        encode_new(record, t, it, INVISIBLE);
         for &n in t.backups() {
             rpc::write(&mut tx.c.ep, via, n, off, record);
             if flush && !flushed.contains(&n) {
@@ -134,6 +125,20 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
     tx.c.mech.nodes = flushed;
 }
 
+/// The record `it` installs (its new value and version, deleted or not), with `lock` in its
+/// lock word, into `record`.
+fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, lock: u64) {
+    let h = RecordHeader {
+        lock,
+        version: it.new_version(),
+        key: it.key,
+        table: it.table,
+        valid: it.new != NewValue::Delete,
+    };
+    record.resize(t.record_bytes as usize, 0);
+    t.codec().encode(&h, &it.value, record);
+}
+
 /// Two-phase commit's second phase: the primaries' WRITEs.
 ///
 /// The primaries, under our lock and invisible. They are unlocked by the release, after
@@ -148,18 +153,9 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
             continue;
         }
         let t = table(map, it.table);
-        let codec = t.codec();
         let off = it.offset.expect("written items exist");
-        let h = RecordHeader {
-            lock: owner | INVISIBLE,
-            version: it.new_version(),
-            key: it.key,
-            table: it.table,
-            valid: it.new != NewValue::Delete,
-        };
         let record = &mut tx.c.mech.record;
-        record.resize(t.record_bytes as usize, 0);
-        codec.encode(&h, &it.value, record);
+        encode_new(record, t, it, owner | INVISIBLE);
         rpc::write(&mut tx.c.ep, via, t.primary(), off, record);
     }
 }

@@ -5,10 +5,10 @@ use super::execute::{run_stages, Stage};
 use super::{start, Motor};
 use crate::abort::{Abort, AbortReason};
 use crate::item::NewValue;
+use crate::mechanisms::insert::{accept_row, RowItem};
 use crate::mechanisms::{abort, table};
 use crate::protocol::Row;
 use crate::tx::Tx;
-use crate::txn::TxKind;
 use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::{PoolMap, TableInfo};
 use std::rc::Rc;
@@ -23,46 +23,17 @@ pub(crate) async fn insert_many(tx: &mut Tx<'_, Motor>, rows: &[Row<'_>]) -> Res
     let mut todo = std::mem::take(&mut tx.s.todo);
     todo.clear();
     let mut lock_cvts = Vec::new();
-    for (r, &(table_id, key, value)) in rows.iter().enumerate() {
-        let bad = |reason| Abort {
-            reason,
-            table: table_id,
-            key,
+    for (r, &row) in rows.iter().enumerate() {
+        let queued = |i| todo.iter().any(|&(j, _)| j == i);
+        let i = match accept_row(tx, &map, row, queued)? {
+            RowItem::Place(i) => i,
+            RowItem::Updated => continue,
         };
-        if tx.kind == TxKind::ReadOnly {
-            return Err(bad(AbortReason::BadRequest));
+        let it = &tx.items[i];
+        if let (Some(off), Some(_), false) = (it.offset, &it.ext, it.locked) {
+            // Read absent through its CVT (a tombstone): lock it.
+            lock_cvts.push((i, Stage::Cvt { off, lock: true }));
         }
-        let Ok(t) = map.table(table_id) else {
-            return Err(bad(AbortReason::BadRequest));
-        };
-        if value.len() != t.value_size as usize || t.mv.is_none() {
-            return Err(bad(AbortReason::BadRequest));
-        }
-        let i = match tx.find(table_id, key) {
-            Some(i) => {
-                let it = &mut tx.items[i];
-                match (&it.new, it.exists) {
-                    (NewValue::Insert, _) | (NewValue::Keep | NewValue::Update, true) => {
-                        return Err(bad(AbortReason::Exists))
-                    }
-                    (NewValue::Delete, true) => {
-                        // Deleted, then inserted again by the same transaction: an update.
-                        it.value.copy_from_slice(value);
-                        it.new = NewValue::Update;
-                        continue;
-                    }
-                    _ if todo.iter().any(|&(j, _)| j == i) => return Err(bad(AbortReason::Exists)),
-                    _ => {}
-                }
-                it.rw = true;
-                if let (Some(off), Some(_), false) = (it.offset, &it.ext, it.locked) {
-                    // Read absent through its CVT (a tombstone): lock it.
-                    lock_cvts.push((i, Stage::Cvt { off, lock: true }));
-                }
-                i
-            }
-            None => tx.push_new_item(t, key, true, t.primary()),
-        };
         todo.push((i, r));
     }
     if todo.is_empty() {
