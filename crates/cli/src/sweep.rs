@@ -12,8 +12,9 @@ use std::process::ExitCode;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct SweepArgs {
-    /// An option and the values it takes, e.g. `coroutines=1,2,4,8` (repeatable: the grid is
-    /// every combination; the first one is the plots' x axis).
+    /// An option and the values it takes, e.g. `coroutines=1,2,4,8`, or a protocol switch,
+    /// e.g. `rcc.hybrid=0,28,511` (repeatable: the grid is every combination; the first one
+    /// is the plots' x axis).
     #[arg(long = "vary", value_name = "OPTION=V1,V2,...", required = true)]
     pub vary: Vec<String>,
     /// Directory for sweep.csv, sweep.png and sweep.svg.
@@ -38,10 +39,20 @@ fn axes(vary: &[String]) -> Result<Vec<(String, Vec<String>)>> {
         let (k, vals) = v
             .split_once('=')
             .ok_or_else(|| anyhow!("--vary '{v}': expected OPTION=V1,V2,..."))?;
-        let key = k.trim().trim_start_matches("--").replace('_', "-");
-        let known = cmd
-            .get_arguments()
-            .any(|a| a.get_long() == Some(key.as_str()));
+        let k = k.trim();
+        // A protocol switch (`--set KEY=VALUE`), e.g. `rcc.hybrid`, or a bench option.
+        let switch = k.contains('.');
+        let key = if switch {
+            k.to_string()
+        } else {
+            k.trim_start_matches("--").replace('_', "-")
+        };
+        let known = if switch {
+            crate::bench::args::switches().contains(&key)
+        } else {
+            cmd.get_arguments()
+                .any(|a| a.get_long() == Some(key.as_str()))
+        };
         if !known || ["config", "json", "csv", "record", "tally-out"].contains(&key.as_str()) {
             bail!("--vary '{k}': not a bench option that can vary (see dtxn bench --help)");
         }
@@ -121,6 +132,11 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
         argv.extend(config.iter().map(OsString::from));
         argv.extend(base.iter().cloned());
         for (k, v) in p {
+            if k.contains('.') {
+                argv.push("--set".into());
+                argv.push(format!("{k}={v}").into());
+                continue;
+            }
             let flag = format!("--{k}");
             match v.as_str() {
                 "true" if !takes_value(k) => argv.push(flag.into()),

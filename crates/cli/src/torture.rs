@@ -23,7 +23,8 @@ pub struct TortureArgs {
     /// Protocols, comma-separated (default: all, and `motor-si`: Motor with snapshot
     /// isolation, checked against SI; `motor-local`: Motor with its compute process's own
     /// timestamp oracle, one compute node; `ford-rpc`: FORD with its lock, validate and
-    /// commit stages as RPCs served by the memory nodes).
+    /// commit stages as RPCs served by the memory nodes; `nowait-rpc`: NO_WAIT with every
+    /// stage as RPCs; `waitdie-hybrid`: WAIT_DIE with RCC's hybrid code 28).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc).
@@ -82,6 +83,12 @@ fn bench_args(w: &str, p: &str, seed: u64, txns: u64, record: &str) -> Vec<Strin
     if p == RPC_FORD {
         v.extend_from_slice(&["--set", "ford.rpc=lock,validate,commit"]);
     }
+    if p == RPC_NOWAIT {
+        v.extend_from_slice(&["--set", "rcc.hybrid=0"]);
+    }
+    if p == HYBRID_WAITDIE {
+        v.extend_from_slice(&["--set", "rcc.hybrid=28"]);
+    }
     if p == LOCAL_MOTOR {
         // The local oracle needs the pool alone: one compute node, as many coordinators.
         v.extend_from_slice(&["--set", "motor.oracle=local", "--compute-nodes", "1"]);
@@ -102,14 +109,19 @@ const SNAPSHOT_MOTOR: &str = "motor-si";
 const LOCAL_MOTOR: &str = "motor-local";
 /// FORD with its lock, validate and commit stages as RPCs to the memory nodes.
 const RPC_FORD: &str = "ford-rpc";
+/// NO_WAIT with every stage as RPCs (RCC's hybrid code 0).
+const RPC_NOWAIT: &str = "nowait-rpc";
+/// WAIT_DIE with fetch and lock as RPCs, log, release and commit one-sided (hybrid code 28:
+/// read shares taken by the memory nodes' CPUs, exclusive locks released by the NICs).
+const HYBRID_WAITDIE: &str = "waitdie-hybrid";
 
 fn protocol_of(p: &str) -> &str {
-    if p == SNAPSHOT_MOTOR || p == LOCAL_MOTOR {
-        "motor"
-    } else if p == RPC_FORD {
-        "ford"
-    } else {
-        p
+    match p {
+        SNAPSHOT_MOTOR | LOCAL_MOTOR => "motor",
+        RPC_FORD => "ford",
+        RPC_NOWAIT => "nowait",
+        HYBRID_WAITDIE => "waitdie",
+        _ => p,
     }
 }
 
@@ -117,7 +129,13 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
     let known: Vec<&str> = Protocol::NAMES
         .iter()
         .copied()
-        .chain([SNAPSHOT_MOTOR, LOCAL_MOTOR, RPC_FORD])
+        .chain([
+            SNAPSHOT_MOTOR,
+            LOCAL_MOTOR,
+            RPC_FORD,
+            RPC_NOWAIT,
+            HYBRID_WAITDIE,
+        ])
         .collect();
     let protocols: Vec<String> = if a.protocols.is_empty() {
         known.iter().map(|s| s.to_string()).collect()

@@ -330,7 +330,7 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         ),
         (
             vec!["bench", "--protocol", "calvin"],
-            "unknown protocol 'calvin' (valid: ford, farm, drtmh, motor)",
+            "unknown protocol 'calvin' (valid: ford, farm, drtmh, motor, nowait, waitdie, occ)",
         ),
         (
             vec!["bench", "--threads", "0"],
@@ -425,8 +425,16 @@ fn bad_input_is_one_clear_line_and_exit_2() {
             "smallbank needs at least 2 accounts (got 1)",
         ),
         (
-            vec!["bench", "--set", "ford.rpc=lock,log"],
-            "ford has no RPC form of log (its stages with one: fetch,lock,validate,commit)",
+            vec!["bench", "--set", "rcc.hybrid=28"],
+            "a switch of RCC's protocols (nowait, waitdie, occ); ford takes its stages from --set ford.rpc",
+        ),
+        (
+            vec!["bench", "--protocol", "nowait", "--set", "rcc.hybrid=512"],
+            "hybrid code 512: expected 0 to 511",
+        ),
+        (
+            vec!["bench", "--protocol", "waitdie", "--set", "ford.rpc=lock"],
+            "waitdie takes its stages from --set rcc.hybrid=CODE",
         ),
         (
             vec!["bench", "--set", "ford.rpc=lokc"],

@@ -8,6 +8,8 @@ pub enum StoreError {
     TooManyReplicas { replicas: usize, nodes: usize },
     #[error("--replicas must be at least 1")]
     NoReplicas,
+    #[error("{0} log slices (one per coordinator): at most 65535 (lock words keep a coordinator's id in 16 bits)")]
+    TooManyLogSlices(u32),
     #[error("a pool needs at least one memory node")]
     NoNodes,
     #[error("memory node {node} needs {need} bytes for its tables and logs, its region has {have} (table '{table}' does not fit)")]

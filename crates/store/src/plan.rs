@@ -157,6 +157,9 @@ impl Plan {
         if shape.replicas == 0 {
             return Err(StoreError::NoReplicas);
         }
+        if shape.log_slices > 0xffff {
+            return Err(StoreError::TooManyLogSlices(shape.log_slices));
+        }
         if shape.replicas > nodes || shape.replicas > MAX_REPLICAS {
             return Err(StoreError::TooManyReplicas {
                 replicas: shape.replicas,
@@ -419,6 +422,12 @@ mod tests {
         assert_eq!(
             Plan::new(&t, &shape(2, 0)).unwrap_err(),
             StoreError::NoReplicas
+        );
+        let mut many = shape(1, 1);
+        many.log_slices = 65536;
+        assert_eq!(
+            Plan::new(&t, &many).unwrap_err(),
+            StoreError::TooManyLogSlices(65536)
         );
         let mut small = shape(1, 1);
         small.region_bytes = Some(1 << 16);

@@ -1,7 +1,7 @@
 //! Protocol choice and switches, all at run time.
 
 pub use crate::registry::Protocol;
-use crate::stage::Stages;
+use crate::stage::{Stage, Stages};
 use serde::{Deserialize, Serialize};
 
 /// Isolation of a multi-version protocol (`--isolation`).
@@ -103,6 +103,75 @@ impl Default for FordOptions {
     }
 }
 
+/// RCC's hybrid code (`--set rcc.hybrid=CODE`): one bit per stage, set when the stage runs
+/// one-sided, clear when it runs as RPCs to the memory nodes (RCC's `src/tx_config.h.in`):
+/// LOCK 1, READ (fetch) 2, LOG 4, RELEASE 8, COMMIT 16, VALIDATE 32, RENEW 64, CALVIN's
+/// dispatch 128 and forwarding 256. The default, 511, is every stage one-sided; 0 every stage
+/// as RPCs. A protocol ignores the bits of stages it does not have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "u64", into = "u64")]
+pub struct HybridCode(u16);
+
+impl HybridCode {
+    /// Every stage one-sided.
+    pub const ONE_SIDED: HybridCode = HybridCode(511);
+    /// The stages by their bit, in RCC's order.
+    const BITS: [(u16, Stage); 6] = [
+        (1, Stage::Lock),
+        (2, Stage::Fetch),
+        (4, Stage::Log),
+        (8, Stage::Release),
+        (16, Stage::Commit),
+        (32, Stage::Validate),
+    ];
+
+    pub fn new(code: u64) -> Result<HybridCode, String> {
+        u16::try_from(code)
+            .ok()
+            .filter(|&c| c <= 511)
+            .map(HybridCode)
+            .ok_or_else(|| format!("hybrid code {code}: expected 0 to 511 (RCC's stage bits)"))
+    }
+
+    /// The stages the code runs as RPCs.
+    pub fn rpc_stages(self) -> Stages {
+        let mut out = Stages::NONE;
+        for (bit, s) in Self::BITS {
+            if self.0 & bit == 0 {
+                out = out.with(s);
+            }
+        }
+        out
+    }
+}
+
+impl Default for HybridCode {
+    fn default() -> HybridCode {
+        HybridCode::ONE_SIDED
+    }
+}
+
+impl TryFrom<u64> for HybridCode {
+    type Error = String;
+    fn try_from(code: u64) -> Result<HybridCode, String> {
+        HybridCode::new(code)
+    }
+}
+
+impl From<HybridCode> for u64 {
+    fn from(c: HybridCode) -> u64 {
+        u64::from(c.0)
+    }
+}
+
+/// The switches of RCC's protocols (`nowait`, `waitdie`, `occ`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RccOptions {
+    /// Which stages run one-sided and which as RPCs ([`HybridCode`]).
+    pub hybrid: HybridCode,
+}
+
 /// Everything a coordinator needs to know about how to run transactions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -110,6 +179,7 @@ pub struct TxnConfig {
     pub protocol: Protocol,
     pub ford: FordOptions,
     pub motor: MotorOptions,
+    pub rcc: RccOptions,
     /// Entries of each coordinator's address cache.
     pub addr_cache_entries: usize,
     /// How often a torn or invisible record is re-read before the transaction aborts.
@@ -122,6 +192,7 @@ impl Default for TxnConfig {
             protocol: Protocol::Ford,
             ford: FordOptions::default(),
             motor: MotorOptions::default(),
+            rcc: RccOptions::default(),
             addr_cache_entries: 1 << 16,
             reread_limit: 16,
         }
@@ -134,10 +205,27 @@ impl TxnConfig {
     pub fn validate(&self) -> Result<(), String> {
         let p = self.protocol;
         if !self.ford.rpc.is_empty() && p.options_key() != Some("ford") {
+            let instead = if p.options_key() == Some("rcc") {
+                "takes its stages from --set rcc.hybrid=CODE"
+            } else {
+                "has no RPC forms"
+            };
             return Err(format!(
-                "--set ford.rpc={}: a switch of ford, farm and drtmh; {} has no RPC forms",
+                "--set ford.rpc={}: a switch of ford, farm and drtmh; {} {instead}",
                 self.ford.rpc.names(),
                 p.name()
+            ));
+        }
+        if self.rcc != RccOptions::default() && p.options_key() != Some("rcc") {
+            return Err(format!(
+                "--set rcc.hybrid={}: a switch of RCC's protocols (nowait, waitdie, occ); {} \
+                 takes its stages from {}",
+                u64::from(self.rcc.hybrid),
+                p.name(),
+                match p.options_key() {
+                    Some("ford") => "--set ford.rpc=STAGES",
+                    _ => "nowhere (it has no RPC forms)",
+                }
             ));
         }
         let asked = p.rpc_stages(self);

@@ -70,8 +70,11 @@ pub(crate) struct Core {
     pub map: Rc<PoolMap>,
     pub cfg: Rc<TxnConfig>,
     pub cache: AddrCache,
-    /// Non-zero lock-owner id (bits 62 and 63 are protocols' flags, never part of an owner).
+    /// Non-zero lock-owner id, below 2^16 (`mechanisms::OWNER_MASK`).
     pub owner: u64,
+    /// What the current transaction's exclusive locks put in a lock word: `owner`, unless the
+    /// protocol's `begin` adds its own bits above it (WAIT_DIE's timestamp).
+    pub lock_word: u64,
     /// This coordinator's log slice (the same on every memory node).
     pub log_slice: Option<(u64, u64)>,
     /// Buffers handed back by finished transactions, for the next ones.
@@ -107,6 +110,7 @@ impl Coordinator {
             core: Core {
                 cache: AddrCache::new(cfg.addr_cache_entries),
                 owner: u64::from(index) + 1,
+                lock_word: u64::from(index) + 1,
                 log_slice: map.log_slice(index),
                 spare: Default::default(),
                 undo_spare: Default::default(),

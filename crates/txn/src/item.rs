@@ -54,6 +54,8 @@ pub(crate) struct Item<X> {
     pub version: u64,
     /// We hold its lock on the primary.
     pub locked: bool,
+    /// We hold a read share of its lock on the primary (2PL).
+    pub shared: bool,
     /// Read through its bucket without a lock: locked (and version-checked) at commit.
     pub cold: bool,
     /// The value as read, then as the transaction wants it.

@@ -27,7 +27,9 @@ pub mod vcache;
 pub use abort::{Abort, AbortReason};
 pub use attach::{attach, detach, AttachError, Attachment};
 pub use clock::{LocalOracle, StartClock, LOCAL_ORACLE_BLOCK};
-pub use config::{FordOptions, Isolation, MotorOptions, Protocol, TxnConfig};
+pub use config::{
+    FordOptions, HybridCode, Isolation, MotorOptions, Protocol, RccOptions, TxnConfig,
+};
 pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use item::Access;
 pub use mechanisms::rpc::MemoryNodeHandlers;

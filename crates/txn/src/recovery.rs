@@ -22,9 +22,11 @@
 //! Step 2 is the protocol's (`Protocol::settle`): FORD, FaRM and DrTM+H settle undo logs
 //! (`mechanisms/settle.rs`), Motor rolls its op logs forward (`protocols/motor/recover.rs`).
 //! Steps 1, 3 and 4 are the same for every protocol; step 3 clears a lock word holding the
-//! dead owner's id with any of the protocol's flags (`Protocol::LOCK_FLAGS`).
+//! dead owner's id in its low bits (`mechanisms::holds`: whatever flags and timestamp the
+//! protocol sets above them). A 2PL lock word counting read shares says nothing of whose
+//! they are: a dead coordinator's read shares stay until leases expire them (issue #23).
 
-use crate::mechanisms::INVISIBLE;
+use crate::mechanisms::{holds, INVISIBLE};
 use crate::registry::Protocol;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
@@ -120,7 +122,7 @@ async fn release_all(
                 for s in 0..t.slots_per_bucket {
                     let h = codec.header(t.slot_bytes(&bytes, s));
                     let off = t.slot(base, s);
-                    let ours = h.lock != 0 && h.lock & !flags == owner;
+                    let ours = holds(h.lock, owner);
                     if primary && ours {
                         cas.push(ep.cas(n, off, h.lock, 0));
                     } else if !primary && flags & INVISIBLE != 0 && h.lock == INVISIBLE {

@@ -7,7 +7,7 @@
 use crate::config::TxnConfig;
 use crate::coord::{CoordStats, Core};
 use crate::protocol::{Protocol as _, Slot};
-use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
+use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor, two_pl::TwoPl};
 use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
@@ -145,10 +145,16 @@ registry! { $
         "FORD (FAST'22, TOS'23): OCC with hitchhiked locking and coalescent commit.";
     Farm: "farm" => Farm,
         "FaRM (SOSP'15), as FORD's paper re-implemented it on disaggregated memory.";
-    Drtmh: "drtmh" => Drtmh,
+    Drtmh: "drtmh" => Drtmh<false>,
         "DrTM+H (OSDI'18), as FORD's paper re-implemented it on disaggregated memory.";
     Motor: "motor" => Motor,
         "Motor (OSDI'24): multi-versioning with consecutive version tuples. Needs the pool laid out with multi-version tables.";
+    NoWait: "nowait" => TwoPl<false>,
+        "RCC's NO_WAIT: two-phase locking (shared read locks) that aborts on any conflict.";
+    WaitDie: "waitdie" => TwoPl<true>,
+        "RCC's WAIT_DIE: two-phase locking where an older transaction waits for a younger holder and a younger one dies.";
+    Occ: "occ" => Drtmh<true>,
+        "RCC's OCC: DrTM+H's protocol (the same code), its stages chosen by RCC's hybrid code.";
 }
 
 impl Protocol {

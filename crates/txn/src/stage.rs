@@ -78,6 +78,16 @@ impl Stages {
         self.0 == 0
     }
 
+    /// `self` with `s` too.
+    pub const fn with(self, s: Stage) -> Stages {
+        Stages(self.0 | s.bit())
+    }
+
+    /// The stages in both.
+    pub fn and(self, other: Stages) -> Stages {
+        Stages(self.0 & other.0)
+    }
+
     /// The stages of `self` not in `other`.
     pub fn minus(self, other: Stages) -> Stages {
         Stages(self.0 & !other.0)

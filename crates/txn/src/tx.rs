@@ -117,6 +117,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             exists: false,
             version: 0,
             locked: false,
+            shared: false,
             cold: false,
             value,
             image,

@@ -64,6 +64,8 @@ fn run(seed: u64, replicas: usize, value_size: usize, ford: FordOptions, profile
 }
 
 thread_local! {
+    /// RCC's hybrid code for `run_with` (RCC's protocols).
+    static HYBRID: std::cell::Cell<u64> = const { std::cell::Cell::new(511) };
     /// A compute-node crash to inject into `run_with` (virtual ns after the start).
     static CRASH_AT: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
     /// Locks released and transactions settled by recovery, summed over runs.
@@ -116,6 +118,9 @@ fn run_with(
     let txn_cfg = Rc::new(TxnConfig {
         protocol: PROTOCOL.with(|p| p.get()),
         ford,
+        rcc: dtxn_txn::RccOptions {
+            hybrid: dtxn_txn::HybridCode::new(HYBRID.with(|h| h.get())).unwrap(),
+        },
         ..TxnConfig::default()
     });
     // Localized validation needs every writer on one Vcache: one compute process.
@@ -603,6 +608,45 @@ fn stages_run_as_rpcs_conserve_money_and_are_serializable() {
             }
         }
     }
+}
+
+/// RCC's protocols (NO_WAIT and WAIT_DIE with their read shares, OCC), all one-sided, all as
+/// RPCs, and mixed as RCC's best hybrids mixed them, keep the money and the history right, and
+/// leave no lock word behind (every read share given back, to the last). Mixing ways never
+/// puts CPU and NIC atomics on one word (G11: `run_with` asserts it): read shares go the lock
+/// stage's way whatever the release stage does.
+#[test]
+fn rccs_protocols_conserve_money_and_are_serializable_one_sided_as_rpcs_and_mixed() {
+    use dtxn_txn::Protocol;
+    // 511: all one-sided; 0: all RPCs; 28: RPC fetch and lock, one-sided log, release and
+    // commit (MVCC's best on SmallBank); 21: RPC fetch and release; 9: RPC fetch, log, commit.
+    for protocol in [Protocol::NoWait, Protocol::WaitDie, Protocol::Occ] {
+        PROTOCOL.with(|p| p.set(protocol));
+        for (k, code) in [511, 0, 28, 21, 9].into_iter().enumerate() {
+            HYBRID.with(|h| h.set(code));
+            for seed in 1..=2 {
+                let replicas = 1 + (seed as usize + k) % 2;
+                let r = run(
+                    seed,
+                    replicas,
+                    200,
+                    FordOptions::default(),
+                    Profile::cx5_100g(),
+                );
+                let what = format!("{} hybrid {code}: seed {seed}", protocol.name());
+                assert_eq!(
+                    r.total,
+                    ACCOUNTS * START,
+                    "{what}: money created or destroyed"
+                );
+                assert_eq!(r.torn, 0, "{what}");
+                assert!(r.committed > 20, "{what}: {}", r.committed);
+                assert!((code == 511) == (r.rpcs == 0), "{what}: {} RPCs", r.rpcs);
+                assert_serializable(&r.history, &what);
+            }
+        }
+    }
+    HYBRID.with(|h| h.set(511));
 }
 
 /// A compute node crashes mid-run: its coordinators stop at whatever await point they were

@@ -22,7 +22,9 @@ fn pool() -> Pool {
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = Profile::ideal();
     cfg.adversary = Adversary::off();
-    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    // For stages run as RPCs.
+    pool.set_rpc_handler(std::sync::Arc::new(dtxn_txn::MemoryNodeHandlers));
     plan.format_pool(&pool).unwrap();
     let mut l = Loader::new(plan.table(T).unwrap());
     for k in 0..100 {
@@ -53,11 +55,21 @@ fn measure_protocol(
     ford: FordOptions,
     lv: bool,
 ) -> Vec<(&'static str, u64)> {
-    let cfg = TxnConfig {
-        protocol,
-        ford,
-        ..TxnConfig::default()
-    };
+    measure_config_lv(
+        TxnConfig {
+            protocol,
+            ford,
+            ..TxnConfig::default()
+        },
+        lv,
+    )
+}
+
+fn measure_config(cfg: TxnConfig) -> Vec<(&'static str, u64)> {
+    measure_config_lv(cfg, false)
+}
+
+fn measure_config_lv(cfg: TxnConfig, lv: bool) -> Vec<(&'static str, u64)> {
     with_coordinator(cfg, move |mut c| {
         async move {
             if lv {
@@ -308,4 +320,55 @@ fn a_row_this_coordinator_inserted_is_updated_through_its_cached_address() {
     });
     // Warm (lock + READ through the cached slot, commit) against cold (bucket READ first).
     assert_eq!(rts, vec![2, 3]);
+}
+
+/// RCC's protocols' critical-path round trips (the RCC digest's section 3.7), one-sided and
+/// with every stage as RPCs (hybrid code 0): the same, since every stage is one round trip
+/// to each memory node either way.
+#[test]
+fn rccs_protocols_cost_what_their_stage_lists_say() {
+    use dtxn_txn::{HybridCode, Protocol, RccOptions};
+    for code in [511, 0] {
+        let rcc = RccOptions {
+            hybrid: HybridCode::new(code).unwrap(),
+        };
+        let measure = |protocol| {
+            let cfg = TxnConfig {
+                protocol,
+                rcc: rcc.clone(),
+                ..TxnConfig::default()
+            };
+            measure_config(cfg)
+        };
+        for p in [Protocol::NoWait, Protocol::WaitDie] {
+            assert_eq!(
+                measure(p),
+                [
+                    // Bucket READ, then CAS + READ of the slot found, then the commit.
+                    ("cold read-write", 3),
+                    ("cold read-write + read-only", 3),
+                    // Every item locked as it is read (a read share for the read-only one),
+                    // then the coalescent commit; the release is off the critical path.
+                    ("read-write", 2),
+                    ("read-write + read-only", 2),
+                    // Read shares, and nothing to validate.
+                    ("read-only", 1),
+                    ("read-only, one item", 1),
+                ],
+                "{} hybrid {code}",
+                p.name()
+            );
+        }
+        // OCC is DrTM+H's protocol: its round trips are DrTM+H's.
+        assert_eq!(
+            measure(Protocol::Occ)[2..],
+            [
+                ("read-write", 4),
+                ("read-write + read-only", 4),
+                ("read-only", 2),
+                ("read-only, one item", 2),
+            ],
+            "occ hybrid {code}"
+        );
+    }
 }

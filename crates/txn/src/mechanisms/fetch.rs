@@ -3,10 +3,17 @@
 //! walked when the address is not cached; for a read-write item with *hitchhiked locking*,
 //! CAS(lock) + READ(record) on the primary in one doorbell batch (the CAS executes first,
 //! G6, so the READ sees the record under the lock).
+//!
+//! Under two-phase locking ([`Locking::TwoPhase`]) every item is locked before it is read:
+//! read-write items exclusively, read-only items with a read share (CAS(n -> n + 1) on a
+//! lock word counting shares, [`SHARED`]); a cold item's chain is walked first and its slot
+//! then locked and read in the next round. A conflict aborts at once (NO_WAIT) or, for a
+//! transaction older than the exclusive holder, waits with back-off and tries again
+//! (WAIT_DIE); a younger one, or a writer meeting read shares, dies.
 
 use super::lock::give_back_after_failure;
 use super::rpc::{CasRead, Read};
-use super::{abort, next_bucket, table, INVISIBLE};
+use super::{abort, next_bucket, table, INVISIBLE, SHARED};
 use crate::abort::{Abort, AbortReason};
 use crate::item::Access;
 use crate::protocol::Protocol;
@@ -18,11 +25,42 @@ use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::record::{RecordHeader, SingleVersion, Torn};
 use dtxn_store::PoolMap;
 
+/// How execution locks what it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Locking {
+    /// OCC: read-write items locked as they are read if `hitchhike` (and their address is
+    /// cached), else at commit; read-only items read without a lock.
+    Optimistic { hitchhike: bool },
+    /// 2PL: every item locked before it is read (read-only items with a read share). On a
+    /// conflict, `wait`: WAIT_DIE (the older waits, the younger dies); else NO_WAIT (abort).
+    TwoPhase { wait: bool },
+}
+
+/// The lock a record's READ is posted after.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lock {
+    None,
+    /// CAS(`expect` -> our lock word): 0 for a free word, a lone read share of ours for an
+    /// upgrade.
+    Exclusive {
+        expect: u64,
+    },
+    /// CAS(`expect` -> one share more), `expect` the shares we believe the word holds.
+    Share {
+        expect: u64,
+    },
+}
+
+/// Waits of a WAIT_DIE transaction for one lock before it gives up (a holder that crashed
+/// would otherwise keep it waiting forever), and the longest back-off between two tries.
+const WAIT_LIMIT: u32 = 256;
+const MAX_BACKOFF_NS: u64 = 16_000;
+
 /// What an execution round does for one item.
 #[derive(Debug, Clone, Copy)]
 enum Stage {
-    /// READ the record at this offset, with CAS(lock) first if `lock`.
-    Record { off: u64, lock: bool },
+    /// READ the record at this offset, after `lock`.
+    Record { off: u64, lock: Lock },
     /// READ a bucket of the item's chain, reached after `hops` overflow links.
     Bucket { at: u64, hops: u64 },
 }
@@ -57,15 +95,16 @@ impl Fetched {
 }
 
 /// Fetches `accesses` (new items, or read items now wanted for update) into the
-/// transaction's items, a round per batch of READs: read-write items with their lock taken
-/// at once if `hitchhike` (and their address cached), else locked at commit (`cold`).
+/// transaction's items, a round per batch of READs, locking them as `locking` says:
+/// optimistic, read-write items with their lock taken at once if hitchhiking (and their
+/// address cached), else locked at commit (`cold`); two-phase, every item locked.
 pub(crate) async fn records<P: Protocol>(
     tx: &mut Tx<'_, P>,
     accesses: &[Access],
-    hitchhike: bool,
+    locking: Locking,
 ) -> Result<(), Abort> {
     let mut s = std::mem::take(&mut tx.c.mech.execute);
-    let r = rounds(tx, accesses, hitchhike, &mut s).await;
+    let r = rounds(tx, accesses, locking, &mut s).await;
     tx.c.mech.execute = s;
     r
 }
@@ -74,14 +113,15 @@ pub(crate) async fn records<P: Protocol>(
 async fn rounds<P: Protocol>(
     tx: &mut Tx<'_, P>,
     accesses: &[Access],
-    hitchhike: bool,
+    locking: Locking,
     s: &mut ExecuteScratch,
 ) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     // (item, stage, version it must still have: an upgraded read-only item)
     let ExecuteScratch { work, next, ids } = s;
-    plan(tx, &map, accesses, hitchhike, work)?;
+    plan(tx, &map, accesses, locking, work)?;
     let mut rereads = 0;
+    let mut waits = 0;
     while !work.is_empty() {
         post(tx, &map, work, ids);
         if tx.c.ep.post().await.is_err() {
@@ -93,28 +133,34 @@ async fn rounds<P: Protocol>(
         let mut out = Outcome {
             next: &mut *next,
             again: false,
+            wait: false,
             failed: None,
             give_back: Vec::new(),
         };
         for (&(i, stage, expect), &done) in work.iter().zip(ids.iter()) {
             match stage {
                 Stage::Record { off, lock } => {
-                    on_record(tx, &map, (i, expect), off, lock, done, &mut out)
+                    on_record(tx, &map, (i, expect), (off, lock, locking), done, &mut out)
                 }
                 Stage::Bucket { at, hops } => {
-                    on_bucket(tx, &map, (i, expect), at, hops, done, &mut out)
+                    on_bucket(tx, &map, (i, expect), (at, hops, locking), done, &mut out)
                 }
             }
         }
         let Outcome {
             next,
             again,
+            wait,
             failed,
             give_back,
         } = out;
         if !give_back.is_empty() {
-            for (n, off) in give_back {
-                tx.c.ep.write(n, off, &0u64.to_le_bytes());
+            for (n, off, share) in give_back {
+                if share {
+                    unshare(tx, n, off);
+                } else {
+                    tx.c.ep.write(n, off, &0u64.to_le_bytes());
+                }
             }
             let _ = tx.c.ep.post_detached();
         }
@@ -128,9 +174,28 @@ async fn rounds<P: Protocol>(
                 return Err(abort(AbortReason::Invisible, &tx.items[i]));
             }
         }
+        if wait {
+            // WAIT_DIE: an older transaction waits for a younger holder, yielding to the
+            // thread's other coroutines, with back-off, and gives up in the end (a holder
+            // that crashed keeps its lock until recovery).
+            waits += 1;
+            if waits > WAIT_LIMIT {
+                let (i, _, _) = next[0];
+                return Err(abort(AbortReason::LockConflict, &tx.items[i]));
+            }
+            let backoff = (1_000u64 << waits.min(5)).min(MAX_BACKOFF_NS);
+            tx.c.ep.sleep(backoff).await;
+        }
         std::mem::swap(work, next);
     }
     Ok(())
+}
+
+/// Gives back a read share of the lock word at `off` on `node` (posted, not waited for):
+/// the lock stage's way, since its atomics must all go one way (G11).
+pub(crate) fn unshare<P: Protocol>(tx: &mut Tx<'_, P>, node: NodeId, off: u64) {
+    let via = tx.c.via(Step::Lock);
+    super::rpc::unshare(&mut tx.c.ep, via, node, off);
 }
 
 /// What one round's completions leave for the next round.
@@ -139,10 +204,12 @@ struct Outcome<'a> {
     next: &'a mut Vec<(usize, Stage, Option<u64>)>,
     /// Some item must be re-read (torn or invisible): the round counts against the limit.
     again: bool,
+    /// Some item waits for a lock (WAIT_DIE): back off before the next round.
+    wait: bool,
     /// The first abort seen.
     failed: Option<Abort>,
-    /// Locks won through a stale address, to give back.
-    give_back: Vec<(NodeId, u64)>,
+    /// Locks won through a stale address, to give back: (node, address, a read share).
+    give_back: Vec<(NodeId, u64, bool)>,
 }
 
 /// The first round's work: each access's item added (or an item already read, upgraded for
@@ -151,9 +218,10 @@ fn plan<P: Protocol>(
     tx: &mut Tx<'_, P>,
     map: &PoolMap,
     accesses: &[Access],
-    hitchhike: bool,
+    locking: Locking,
     work: &mut Vec<(usize, Stage, Option<u64>)>,
 ) -> Result<(), Abort> {
+    let two_phase = matches!(locking, Locking::TwoPhase { .. });
     work.clear();
     if accesses.len() > 1 {
         for a in accesses {
@@ -181,7 +249,10 @@ fn plan<P: Protocol>(
                 if let Some(off) = it.offset.filter(|_| it.exists) {
                     let v = it.version;
                     it.node = table(map, a.table).primary();
-                    work.push((i, Stage::Record { off, lock: true }, Some(v)));
+                    // Under 2PL we hold a read share: the upgrade expects it alone.
+                    let expect = if it.shared { SHARED | 1 } else { 0 };
+                    let lock = Lock::Exclusive { expect };
+                    work.push((i, Stage::Record { off, lock }, Some(v)));
                 }
             }
             continue;
@@ -189,7 +260,9 @@ fn plan<P: Protocol>(
         let Ok(t) = map.table(a.table) else {
             return Err(bad);
         };
-        let node = if !a.for_update && tx.c.cfg.ford.backup_reads && t.replicas.len() > 1 {
+        // 2PL reads lock the primary's word: they read the primary.
+        let backup = !a.for_update && !two_phase && tx.c.cfg.ford.backup_reads;
+        let node = if backup && t.replicas.len() > 1 {
             t.replicas[1]
         } else {
             t.primary()
@@ -197,7 +270,7 @@ fn plan<P: Protocol>(
         let stage = match tx.c.cache.get(a.table, a.key) {
             Some(off) => Stage::Record {
                 off,
-                lock: a.for_update && hitchhike,
+                lock: first_lock(locking, a.for_update),
             },
             None => Stage::Bucket {
                 at: t.home_bucket(a.key),
@@ -208,6 +281,17 @@ fn plan<P: Protocol>(
         work.push((i, stage, None));
     }
     Ok(())
+}
+
+/// The lock an item's first record READ takes.
+fn first_lock(locking: Locking, for_update: bool) -> Lock {
+    match locking {
+        Locking::Optimistic { hitchhike: true } | Locking::TwoPhase { .. } if for_update => {
+            Lock::Exclusive { expect: 0 }
+        }
+        Locking::TwoPhase { .. } => Lock::Share { expect: 0 },
+        Locking::Optimistic { .. } => Lock::None,
+    }
 }
 
 /// Posts a round: per item, CAS(lock) + READ(record), READ(record), or READ(bucket).
@@ -223,20 +307,30 @@ fn post<P: Protocol>(
         let it = &tx.items[i];
         let t = table(map, it.table);
         let ep = &mut tx.c.ep;
+        let record = Some((off_of(stage), t.record_bytes as usize));
         ids.push(match stage {
-            Stage::Record { off, lock: true } => {
-                let record = Some((off, t.record_bytes as usize));
-                let owner = tx.c.owner;
-                Fetched::Locked(CasRead::post(
-                    ep,
-                    lock_via,
-                    t.primary(),
-                    off,
-                    (0, owner),
-                    record,
-                ))
+            Stage::Record {
+                off,
+                lock: Lock::Exclusive { expect },
+            } => {
+                let word = (expect, tx.c.lock_word);
+                Fetched::Locked(CasRead::post(ep, lock_via, t.primary(), off, word, record))
             }
-            Stage::Record { off, lock: false } => Fetched::Read(Read::post(
+            Stage::Record {
+                off,
+                lock: Lock::Share { expect },
+            } => Fetched::Locked(CasRead::share(
+                ep,
+                lock_via,
+                t.primary(),
+                off,
+                expect,
+                record,
+            )),
+            Stage::Record {
+                off,
+                lock: Lock::None,
+            } => Fetched::Read(Read::post(
                 ep,
                 fetch_via,
                 it.node,
@@ -254,6 +348,13 @@ fn post<P: Protocol>(
     }
 }
 
+fn off_of(stage: Stage) -> u64 {
+    match stage {
+        Stage::Record { off, .. } => off,
+        Stage::Bucket { at, .. } => at,
+    }
+}
+
 /// A round that failed to post: the locks its CASes may have won are given back.
 async fn give_back_round<P: Protocol>(
     tx: &mut Tx<'_, P>,
@@ -264,9 +365,12 @@ async fn give_back_round<P: Protocol>(
     let cased: Vec<(NodeId, u64)> = work
         .iter()
         .filter_map(|&(i, stage, _)| match stage {
-            Stage::Record { off, lock: true } => {
-                Some((table(map, tx.items[i].table).primary(), off))
-            }
+            // (A read share won on a node still up is lost with the round: only its count
+            // says it is there, so it cannot be told from another reader's.)
+            Stage::Record {
+                off,
+                lock: Lock::Exclusive { .. },
+            } => Some((table(map, tx.items[i].table).primary(), off)),
             _ => None,
         })
         .collect();
@@ -274,14 +378,13 @@ async fn give_back_round<P: Protocol>(
     first
 }
 
-/// A record READ (after its CAS, if `lock`) completed: the lock recorded, the stamps and the
-/// slot checked, the item filled in.
+/// A record READ (after its lock's CAS, if any) completed: the lock recorded, the stamps and
+/// the slot checked, the item filled in.
 fn on_record<P: Protocol>(
     tx: &mut Tx<'_, P>,
     map: &PoolMap,
     (i, expect): (usize, Option<u64>),
-    off: u64,
-    lock: bool,
+    (off, lock, locking): (u64, Lock, Locking),
     done: Fetched,
     out: &mut Outcome<'_>,
 ) {
@@ -289,15 +392,21 @@ fn on_record<P: Protocol>(
     let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
     let t = table(map, table_id);
     let codec = t.codec();
-    if !locked_and_read(tx, i, off, done, t.record_bytes as usize, out) {
+    if !locked_and_read(tx, (i, expect), (off, lock, locking), done, out) {
         return;
     }
     let it = &mut tx.items[i];
     let bytes = done.bytes(&tx.c.ep);
     let decoded = decode(codec, bytes, &mut it.value, trust_inv);
     let Ok(h) = decoded else {
-        out.next
-            .push((i, Stage::Record { off, lock: false }, expect));
+        out.next.push((
+            i,
+            Stage::Record {
+                off,
+                lock: Lock::None,
+            },
+            expect,
+        ));
         out.again = true;
         return;
     };
@@ -305,9 +414,10 @@ fn on_record<P: Protocol>(
         // The slot was freed or reused: drop the address, give back a lock
         // taken through it, and find the record through its bucket.
         tx.c.cache.invalidate(table_id, key);
-        if lock {
-            out.give_back.push((t.primary(), off));
+        if lock != Lock::None {
+            out.give_back.push((t.primary(), off, it.shared));
             it.locked = false;
+            it.shared = false;
             it.offset = None;
         }
         let home = Stage::Bucket {
@@ -317,9 +427,15 @@ fn on_record<P: Protocol>(
         out.next.push((i, home, expect));
         return;
     }
-    if !it.locked && h.lock & INVISIBLE != 0 {
-        out.next
-            .push((i, Stage::Record { off, lock: false }, expect));
+    if !it.locked && !it.shared && h.lock & INVISIBLE != 0 {
+        out.next.push((
+            i,
+            Stage::Record {
+                off,
+                lock: Lock::None,
+            },
+            expect,
+        ));
         out.again = true;
         return;
     }
@@ -363,25 +479,47 @@ fn decode(
 }
 
 /// Whether a record's fetch for item `i` went through: its lock recorded if the fetch took
-/// one (false, the abort noted, if the CAS failed), and `len` bytes read (false, the memory
-/// node counted as failed, if they are short: only a malformed RPC reply is).
+/// one (false if the CAS failed: the item tried again, waiting, or the abort noted, as the
+/// conflict decides), and the record's bytes read (false, the memory node counted as failed,
+/// if they are short: only a malformed RPC reply is).
 fn locked_and_read<P: Protocol>(
     tx: &mut Tx<'_, P>,
-    i: usize,
-    off: u64,
+    (i, expect): (usize, Option<u64>),
+    (off, lock, locking): (u64, Lock, Locking),
     done: Fetched,
-    len: usize,
     out: &mut Outcome<'_>,
 ) -> bool {
     if let Fetched::Locked(c) = done {
         if !c.swapped(&tx.c.ep) {
-            out.failed
-                .get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+            let old = c.old(&tx.c.ep);
+            match conflict(lock, locking, old, tx.c.lock_word) {
+                Conflict::Retry(lock) => {
+                    out.next.push((i, Stage::Record { off, lock }, expect));
+                    out.again = true;
+                }
+                Conflict::Wait => {
+                    out.next.push((i, Stage::Record { off, lock }, expect));
+                    out.wait = true;
+                }
+                Conflict::Abort => {
+                    out.failed
+                        .get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+                }
+            }
             return false;
         }
-        tx.items[i].locked = true;
-        tx.items[i].offset = Some(off);
+        let it = &mut tx.items[i];
+        match lock {
+            Lock::Share { .. } => it.shared = true,
+            _ => {
+                it.locked = true;
+                // An upgrade's CAS turned our read share into the exclusive lock.
+                it.shared = false;
+            }
+        }
+        it.offset = Some(off);
     }
+    let len = table(&tx.c.map, tx.items[i].table).record_bytes as usize;
     if done.bytes(&tx.c.ep).len() < len {
         out.failed
             .get_or_insert(abort(AbortReason::ReplicaFailure, &tx.items[i]));
@@ -390,14 +528,55 @@ fn locked_and_read<P: Protocol>(
     true
 }
 
+/// What a lock CAS that did not swap leads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Conflict {
+    /// The word is free or shared after all, not as we guessed: CAS again from what it holds.
+    Retry(Lock),
+    /// WAIT_DIE: an older transaction waits for the younger exclusive holder.
+    Wait,
+    Abort,
+}
+
+/// Decides what a lock CAS that found `old` (`None`: a malformed RPC reply) leads to, for a
+/// transaction whose lock word is `mine`. Under WAIT_DIE the lock words' values order the
+/// transactions (the older holds the smaller timestamp); a writer meeting read shares dies,
+/// since the shares do not say whose they are (so a wait never points from young to old, and
+/// no cycle of waits can form).
+fn conflict(lock: Lock, locking: Locking, old: Option<u64>, mine: u64) -> Conflict {
+    let Some(old) = old else {
+        return Conflict::Abort;
+    };
+    let shares = old & SHARED != 0 && old & INVISIBLE == 0;
+    match lock {
+        Lock::Share { .. } if old == 0 || shares && old & !SHARED < SHARED - 1 => {
+            return Conflict::Retry(Lock::Share { expect: old });
+        }
+        // A word of `SHARED` alone is free (a last reader's release is under way).
+        Lock::Exclusive { expect: 0 } if old == SHARED => {
+            return Conflict::Retry(Lock::Exclusive { expect: SHARED });
+        }
+        Lock::Exclusive { expect: SHARED } if old == 0 => {
+            return Conflict::Retry(Lock::Exclusive { expect: 0 });
+        }
+        _ => {}
+    }
+    let wait_die = locking == Locking::TwoPhase { wait: true };
+    let holder = old & !(INVISIBLE | SHARED);
+    if wait_die && !shares && holder != 0 && mine & !(INVISIBLE | SHARED) < holder {
+        Conflict::Wait
+    } else {
+        Conflict::Abort
+    }
+}
+
 /// A bucket READ of the item's chain completed: the key's tombstones noted, the record taken
 /// from its slot if found, else the walk goes on to the next bucket (or ends: absent).
 fn on_bucket<P: Protocol>(
     tx: &mut Tx<'_, P>,
     map: &PoolMap,
     (i, expect): (usize, Option<u64>),
-    b: u64,
-    mut hops: u64,
+    (b, mut hops, locking): (u64, u64, Locking),
     read: Fetched,
     out: &mut Outcome<'_>,
 ) {
@@ -423,7 +602,15 @@ fn on_bucket<P: Protocol>(
         let v = codec.header(t.slot_bytes(bytes, slot)).version;
         it.version = it.version.max(v);
     }
-    if let Some((slot, off)) = scan.found {
+    if let Some((_, off)) = scan
+        .found
+        .filter(|_| matches!(locking, Locking::TwoPhase { .. }))
+    {
+        // 2PL: the slot is found; it is locked and read in the next round.
+        tx.c.cache.insert(table_id, key, off);
+        let lock = first_lock(locking, rw);
+        out.next.push((i, Stage::Record { off, lock }, expect));
+    } else if let Some((slot, off)) = scan.found {
         tx.c.cache.insert(table_id, key, off);
         let rec = t.slot_bytes(bytes, slot);
         let decoded = decode(codec, rec, &mut it.value, trust_inv);
@@ -439,8 +626,8 @@ fn on_bucket<P: Protocol>(
                 it.cold = rw;
             }
             _ => {
-                out.next
-                    .push((i, Stage::Record { off, lock: false }, expect));
+                let lock = Lock::None;
+                out.next.push((i, Stage::Record { off, lock }, expect));
                 out.again = true;
             }
         }
@@ -453,5 +640,68 @@ fn on_bucket<P: Protocol>(
                     .get_or_insert(abort(AbortReason::CorruptChain, it));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NO_WAIT: Locking = Locking::TwoPhase { wait: false };
+    const WAIT_DIE: Locking = Locking::TwoPhase { wait: true };
+
+    #[test]
+    fn a_read_share_is_tried_again_from_the_count_the_word_holds() {
+        let share = Lock::Share { expect: 0 };
+        for locking in [NO_WAIT, WAIT_DIE] {
+            assert_eq!(
+                conflict(share, locking, Some(SHARED | 3), 9 << 16),
+                Conflict::Retry(Lock::Share { expect: SHARED | 3 })
+            );
+            // A writer's word is no share: NO_WAIT aborts; WAIT_DIE by age (below).
+            assert_ne!(
+                conflict(share, locking, Some(5 << 16 | 2), 9 << 16),
+                Conflict::Retry(share)
+            );
+        }
+        // A word being installed (invisible) grants no share either.
+        assert_eq!(
+            conflict(share, NO_WAIT, Some(INVISIBLE | 2), 1),
+            Conflict::Abort
+        );
+    }
+
+    #[test]
+    fn wait_die_waits_only_when_older_than_an_exclusive_holder() {
+        let x = Lock::Exclusive { expect: 0 };
+        let (old, young) = ((5 << 16) | 1, (9 << 16) | 2);
+        assert_eq!(conflict(x, WAIT_DIE, Some(young), old), Conflict::Wait);
+        assert_eq!(
+            conflict(x, WAIT_DIE, Some(young | INVISIBLE), old),
+            Conflict::Wait
+        );
+        assert_eq!(conflict(x, WAIT_DIE, Some(old), young), Conflict::Abort);
+        // A writer meeting read shares dies, whatever its age.
+        assert_eq!(conflict(x, WAIT_DIE, Some(SHARED | 1), 1), Conflict::Abort);
+        // NO_WAIT never waits; neither does OCC's hitchhiked lock.
+        assert_eq!(conflict(x, NO_WAIT, Some(young), old), Conflict::Abort);
+        let occ = Locking::Optimistic { hitchhike: true };
+        assert_eq!(conflict(x, occ, Some(young), old), Conflict::Abort);
+        // A malformed RPC reply: abort.
+        assert_eq!(conflict(x, WAIT_DIE, None, old), Conflict::Abort);
+    }
+
+    #[test]
+    fn a_word_left_with_no_shares_is_free_to_a_writer() {
+        let x = Lock::Exclusive { expect: 0 };
+        assert_eq!(
+            conflict(x, NO_WAIT, Some(SHARED), 1),
+            Conflict::Retry(Lock::Exclusive { expect: SHARED })
+        );
+        let back = Lock::Exclusive { expect: SHARED };
+        assert_eq!(
+            conflict(back, NO_WAIT, Some(0), 1),
+            Conflict::Retry(Lock::Exclusive { expect: 0 })
+        );
     }
 }

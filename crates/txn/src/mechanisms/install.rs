@@ -83,7 +83,7 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
 /// (As RPCs, the WRITEs are the memory node's CPU stores, durable when answered: the FLUSH
 /// then orders nothing more, and stays for the one-sided form's sake.)
 fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install) {
-    let owner = tx.c.owner;
+    let (owner, word) = (tx.c.owner, tx.c.lock_word);
     let flush = tx.c.cfg.ford.flush;
     let via = tx.c.via(Stage::Commit);
     let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
@@ -105,7 +105,7 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
             }
         }
         if mode == Install::Coalescent {
-            SingleVersion::set_lock(record, owner | INVISIBLE);
+            SingleVersion::set_lock(record, word | INVISIBLE);
             rpc::write(&mut tx.c.ep, via, t.primary(), off, record);
         }
     }
@@ -145,7 +145,7 @@ fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, lock: u64) {
 /// every primary has its new record: a recovery agent that finds any of our locks released
 /// then knows the commit is complete everywhere (see recovery.rs).
 fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
-    let owner = tx.c.owner;
+    let word = tx.c.lock_word;
     let via = tx.c.via(Stage::Commit);
     for i in 0..tx.items.len() {
         let it = &tx.items[i];
@@ -155,7 +155,7 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
         let t = table(map, it.table);
         let off = it.offset.expect("written items exist");
         let record = &mut tx.c.mech.record;
-        encode_new(record, t, it, owner | INVISIBLE);
+        encode_new(record, t, it, word | INVISIBLE);
         rpc::write(&mut tx.c.ep, via, t.primary(), off, record);
     }
 }
@@ -163,7 +163,7 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
 /// A replica failed during the commit: put the old images back wherever we can reach.
 async fn roll_back<P: Protocol>(tx: &mut Tx<'_, P>) {
     let map = tx.c.map.clone();
-    let owner = tx.c.owner;
+    let (owner, word) = (tx.c.owner, tx.c.lock_word);
     let via = tx.c.via(Stage::Commit);
     let record = &mut tx.c.mech.record;
     for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
@@ -172,7 +172,7 @@ async fn roll_back<P: Protocol>(tx: &mut Tx<'_, P>) {
         record.clear();
         record.extend_from_slice(&it.image);
         for (rank, &n) in t.replicas.iter().enumerate() {
-            let lock = if rank == 0 { owner } else { 0 };
+            let lock = if rank == 0 { word } else { 0 };
             record[..8].copy_from_slice(&lock.to_le_bytes());
             rpc::write(&mut tx.c.ep, via, n, off, record);
         }

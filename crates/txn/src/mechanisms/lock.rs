@@ -43,7 +43,7 @@ pub(crate) async fn lock_round<P: Protocol>(
     want: impl Fn(&Item<P::Item>) -> Option<Want>,
 ) -> Result<(), Abort> {
     let map = tx.c.map.clone();
-    let owner = tx.c.owner;
+    let (owner, word) = (tx.c.owner, tx.c.lock_word);
     let mut checks = std::mem::take(&mut tx.c.mech.locks);
     checks.clear();
     for (i, it) in tx.items.iter().enumerate() {
@@ -54,7 +54,7 @@ pub(crate) async fn lock_round<P: Protocol>(
         let header = w.header.then_some((off, HEADER_BYTES));
         let probe = if w.lock {
             let via = tx.c.via(Stage::Lock);
-            Probe::Lock(CasRead::post(&mut tx.c.ep, via, p, off, (0, owner), header))
+            Probe::Lock(CasRead::post(&mut tx.c.ep, via, p, off, (0, word), header))
         } else if w.header {
             let via = tx.c.via(Stage::Validate);
             Probe::Header(Read::post(&mut tx.c.ep, via, p, off, HEADER_BYTES))
@@ -118,14 +118,14 @@ pub(crate) async fn lock_round<P: Protocol>(
 
 /// A batch with lock CASes failed (a memory node down): the CASes on the nodes still up may
 /// have succeeded, and the transaction never learned which. Give back every one of those lock
-/// words that still holds our owner id (CAS owner -> 0, which leaves a word another holds
+/// words that still holds our lock word (CAS ours -> 0, which leaves a word another holds
 /// alone), except those we hold through an earlier round (they are released with the rest).
 pub(crate) async fn give_back_after_failure<P: Protocol>(
     tx: &mut Tx<'_, P>,
     addrs: &[(NodeId, u64)],
 ) {
     let map = tx.c.map.clone();
-    let owner = tx.c.owner;
+    let word = tx.c.lock_word;
     let held = |tx: &Tx<'_, P>, (n, a): (NodeId, u64)| {
         tx.items.iter().any(|it| {
             it.chain_lock == Some((n, a))
@@ -136,7 +136,7 @@ pub(crate) async fn give_back_after_failure<P: Protocol>(
     let mut any = false;
     for &(n, a) in addrs {
         if !held(tx, (n, a)) {
-            CasRead::post(&mut tx.c.ep, via, n, a, (owner, 0), None);
+            CasRead::post(&mut tx.c.ep, via, n, a, (word, 0), None);
             any = true;
         }
     }

@@ -30,6 +30,20 @@ use dtxn_store::{PoolMap, TableInfo};
 
 /// Bit 63 of a lock word: the record is being installed by a committing transaction.
 pub(crate) const INVISIBLE: u64 = 1 << 63;
+/// Bit 61 of a lock word: the low bits count read shares (2PL's shared locks), not an owner.
+/// A word of `SHARED` alone (no shares) is free, left for a moment by a last reader's release.
+/// (Bits 62 and 63 are protocols' flags: Motor's committing bit, the invisible bit.)
+pub(crate) const SHARED: u64 = 1 << 61;
+/// The bits of an exclusive lock word that hold its owner's id (coordinator index + 1; a pool
+/// has at most 65,535 log slices, so at most as many coordinators). The bits between it and
+/// the flags are the holder's own (WAIT_DIE's timestamp).
+pub(crate) const OWNER_MASK: u64 = 0xffff;
+
+/// Whether lock word `w` is held exclusively by `owner` (with whatever flags and timestamp).
+#[inline]
+pub(crate) fn holds(w: u64, owner: u64) -> bool {
+    w & SHARED == 0 && w & OWNER_MASK == owner
+}
 
 /// Vectors the mechanisms reuse across rounds and transactions (one set per coordinator), so
 /// that a transaction's hot path allocates nothing once they have grown. A phase takes one with

@@ -1,42 +1,53 @@
 //! The release after a commit or an abort: unlock and make visible, close the log entry;
 //! posted detached, off the critical path.
 
+use super::fetch::unshare;
+use super::rpc;
 use super::table;
 use crate::item::NewValue;
 use crate::protocol::Protocol;
+use crate::stage::Stage;
 use crate::tx::Tx;
 use dtxn_store::log::{LogStatus, STATUS_OFF};
 
-/// Unlock and make visible, and close the log entry: posted detached, nobody waits.
+/// Unlock and make visible, give back read shares, and close the log entry: posted
+/// detached, nobody waits. Unlocking is a WRITE of 0 by the holder (G8): the release stage's
+/// way, one-sided or as RPCs (a memory node's store and a NIC's CAS on a held word never
+/// race: every other CAS on it fails). Read shares go back the lock stage's way, with the
+/// atomics they pair with (G11).
 pub(crate) fn release<P: Protocol>(tx: &mut Tx<'_, P>, status: LogStatus) {
     let map = tx.c.map.clone();
     let zero = 0u64.to_le_bytes();
+    let via = tx.c.via(Stage::Release);
     for i in 0..tx.items.len() {
         let it = &tx.items[i];
         let Some(off) = it.offset else { continue };
         let t = table(&map, it.table);
         if it.new != NewValue::Keep && tx.installed {
             for &n in t.backups() {
-                tx.c.ep.write(n, off, &zero);
+                rpc::write(&mut tx.c.ep, via, n, off, &zero);
             }
         }
         if it.locked {
-            tx.c.ep.write(t.primary(), off, &zero);
+            rpc::write(&mut tx.c.ep, via, t.primary(), off, &zero);
             if let Some(v) = &tx.c.vcache {
                 v.unlock(it.table, it.key, tx.c.owner);
             }
+        } else if it.shared {
+            unshare(tx, t.primary(), off);
         }
     }
     for it in &tx.items {
         if let Some((n, addr)) = it.chain_lock {
-            tx.c.ep.write(n, addr, &zero);
+            rpc::write(&mut tx.c.ep, via, n, addr, &zero);
         }
     }
     if tx.undo.logged > 0 {
         if let Some((slice, _)) = tx.c.log_slice {
+            let log = tx.c.via(Stage::Log);
+            let status = (status as u64).to_le_bytes();
             for &n in &tx.undo.nodes {
-                tx.c.ep
-                    .write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
+                rpc::write(&mut tx.c.ep, log, n, slice + STATUS_OFF, &status);
             }
         }
     }
@@ -44,6 +55,7 @@ pub(crate) fn release<P: Protocol>(tx: &mut Tx<'_, P>, status: LogStatus) {
     let _ = tx.c.ep.post_detached();
     for it in &mut tx.items {
         it.locked = false;
+        it.shared = false;
         it.chain_lock = None;
     }
 }

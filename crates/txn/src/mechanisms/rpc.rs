@@ -17,23 +17,35 @@
 //! Requests (little-endian, 8-byte fields after an 8-byte tag word):
 //!
 //! ```text
-//! LOCK   tag=1 | addr | expect | new | read_addr | read_len
+//! LOCK    tag=1 | addr | expect | new | read_addr | read_len
 //!                                                  -> status | old | the READ (if swapped)
-//! READ   tag=2 | addr | len                        -> status | bytes
-//! WRITE  tag=3 | addr | bytes...                   -> status
+//! READ    tag=2 | addr | len                       -> status | bytes
+//! WRITE   tag=3 | addr | bytes...                  -> status
+//! SHARE   tag=4 | addr | read_addr | read_len      -> status | old | the READ (if granted)
+//! UNSHARE tag=5 | addr                             -> status | old
 //! ```
+//!
+//! SHARE takes a read share of a 2PL lock word (one share more, if no one holds it
+//! exclusively: status [`OK`], else [`NO`]) and UNSHARE gives one back (the word goes to 0
+//! with the last): the memory node's CPU does in one request what one-sided verbs do with a
+//! CAS from a guessed count (tried again when the guess was wrong), and a FAA then a CAS.
 //!
 //! A request that does not fit the region (or a misaligned CAS) is answered with status
 //! [`BAD`], never a panic: a memory node serves whoever reaches it.
 
+use super::{INVISIBLE, SHARED};
 use dtxn_fabric::{Endpoint, LocalMem, NodeId, OpId, RpcHandler};
 
 const LOCK: u64 = 1;
 const READ: u64 = 2;
 const WRITE: u64 = 3;
+const SHARE: u64 = 4;
+const UNSHARE: u64 = 5;
 /// Response statuses (the first response word).
 const OK: u64 = 0;
 const BAD: u64 = 1;
+/// SHARE: not granted (the word is held exclusively).
+const NO: u64 = 2;
 /// Bytes before a response's payload.
 const LOCK_REPLY: usize = 16;
 const READ_REPLY: usize = 8;
@@ -91,10 +103,65 @@ impl MemoryNodeHandlers {
                 mem.write(addr, bytes);
                 resp.extend_from_slice(&OK.to_le_bytes());
             }
+            SHARE => {
+                let (addr, read_addr, len) = (word(req, 1)?, word(req, 2)?, word(req, 3)?);
+                if !addr.is_multiple_of(8) || !fits(mem, addr, 8) || !fits(mem, read_addr, len) {
+                    return None;
+                }
+                let (granted, old) = loop {
+                    let w = mem.read_u64(addr);
+                    let Some(new) = one_share_more(w) else {
+                        break (false, w);
+                    };
+                    if mem.cas(addr, w, new) == w {
+                        break (true, w);
+                    }
+                };
+                resp.extend_from_slice(&(if granted { OK } else { NO }).to_le_bytes());
+                resp.extend_from_slice(&old.to_le_bytes());
+                if granted && len > 0 {
+                    let at = resp.len();
+                    resp.resize(at + len as usize, 0);
+                    mem.read(read_addr, &mut resp[at..]);
+                }
+            }
+            UNSHARE => {
+                let addr = word(req, 1)?;
+                if !addr.is_multiple_of(8) || !fits(mem, addr, 8) {
+                    return None;
+                }
+                let old = loop {
+                    let w = mem.read_u64(addr);
+                    let new = one_share_less(w)?;
+                    if mem.cas(addr, w, new) == w {
+                        break w;
+                    }
+                };
+                resp.extend_from_slice(&OK.to_le_bytes());
+                resp.extend_from_slice(&old.to_le_bytes());
+            }
             _ => return None,
         }
         Some(())
     }
+}
+
+/// A 2PL lock word with one read share more than `w`, if `w` is free or shared (not held
+/// exclusively, not at the most shares a word counts).
+#[inline]
+pub(crate) fn one_share_more(w: u64) -> Option<u64> {
+    let shared = w & SHARED != 0 && w & INVISIBLE == 0 && w & !SHARED < SHARED - 1;
+    (w == 0 || shared).then(|| (w | SHARED) + 1)
+}
+
+/// A 2PL lock word with one read share fewer than `w` (0 with the last); `None` if `w` holds
+/// no share.
+fn one_share_less(w: u64) -> Option<u64> {
+    let count = w & !SHARED;
+    if w & SHARED == 0 || w & INVISIBLE != 0 || count == 0 {
+        return None;
+    }
+    Some(if count == 1 { 0 } else { w - 1 })
 }
 
 impl RpcHandler for MemoryNodeHandlers {
@@ -136,8 +203,18 @@ impl Via {
 /// executed after the CAS: CAS + READ in one batch (G6), or one RPC whose handler does both.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum CasRead {
-    Verbs { cas: OpId, read: Option<OpId> },
-    Rpc { id: OpId, expect: u64 },
+    Verbs {
+        cas: OpId,
+        read: Option<OpId>,
+    },
+    Rpc {
+        id: OpId,
+        expect: u64,
+    },
+    /// A SHARE request: the memory node decided.
+    Share {
+        id: OpId,
+    },
 }
 
 impl CasRead {
@@ -173,12 +250,55 @@ impl CasRead {
         }
     }
 
+    /// A read share of the 2PL lock word at `addr` and, if asked, a READ after it: CAS(the
+    /// `expect`ed word -> one share more) + READ in one batch (tried again by the caller if
+    /// the word was not as expected), or one SHARE request.
+    #[inline]
+    pub(crate) fn share(
+        ep: &mut Endpoint,
+        via: Via,
+        node: NodeId,
+        addr: u64,
+        expect: u64,
+        read: Option<(u64, usize)>,
+    ) -> CasRead {
+        match via {
+            Via::OneSided => {
+                let new = (expect | SHARED) + 1;
+                CasRead::post(ep, via, node, addr, (expect, new), read)
+            }
+            Via::Rpc => {
+                let (at, len) = read.unwrap_or((addr, 0));
+                let mut req = [0u8; 32];
+                for (i, w) in [SHARE, addr, at, len as u64].into_iter().enumerate() {
+                    req[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+                }
+                CasRead::Share {
+                    id: ep.rpc(node, &req),
+                }
+            }
+        }
+    }
+
     /// Whether the CAS swapped (a malformed reply counts as not).
     #[inline]
     pub(crate) fn swapped(&self, ep: &Endpoint) -> bool {
         match *self {
             CasRead::Verbs { cas, .. } => ep.cas_ok(cas),
             CasRead::Rpc { id, expect } => reply_word(ep, id, 1) == Some(expect),
+            CasRead::Share { id } => reply_word(ep, id, 0) == Some(OK),
+        }
+    }
+
+    /// The word the CAS found (`None` for a malformed reply).
+    #[inline]
+    pub(crate) fn old(&self, ep: &Endpoint) -> Option<u64> {
+        match *self {
+            CasRead::Verbs { cas, .. } => Some(ep.old(cas)),
+            CasRead::Rpc { id, .. } | CasRead::Share { id } => match reply_word(ep, id, 0) {
+                Some(OK | NO) => reply_word(ep, id, 1),
+                _ => None,
+            },
         }
     }
 
@@ -187,7 +307,30 @@ impl CasRead {
     pub(crate) fn bytes<'e>(&self, ep: &'e Endpoint) -> &'e [u8] {
         match *self {
             CasRead::Verbs { read, .. } => read.map_or(&[], |r| ep.bytes(r)),
-            CasRead::Rpc { id, .. } => ep.bytes(id).get(LOCK_REPLY..).unwrap_or(&[]),
+            CasRead::Rpc { id, .. } | CasRead::Share { id } => {
+                ep.bytes(id).get(LOCK_REPLY..).unwrap_or(&[])
+            }
+        }
+    }
+}
+
+/// Gives back a read share of the 2PL lock word at `addr`, posted: FAA(-1) then CAS(a word of
+/// no shares -> 0) (so that the last share leaves the word free as writers expect it; if
+/// someone took a share or the lock in between, the CAS fails and changes nothing), or one
+/// UNSHARE request.
+#[inline]
+pub(crate) fn unshare(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64) {
+    match via {
+        Via::OneSided => {
+            ep.faa(node, addr, u64::MAX);
+            ep.cas(node, addr, SHARED, 0);
+        }
+        Via::Rpc => {
+            let mut req = [0u8; 16];
+            for (i, w) in [UNSHARE, addr].into_iter().enumerate() {
+                req[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+            }
+            ep.rpc(node, &req);
         }
     }
 }
@@ -230,15 +373,29 @@ impl Read {
 /// A WRITE of `bytes`, one-sided or by RPC.
 #[inline]
 pub(crate) fn write(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64, bytes: &[u8]) {
+    write_parts(ep, via, node, addr, &[bytes]);
+}
+
+/// A WRITE of the concatenation of `parts`, one-sided or by RPC.
+#[inline]
+pub(crate) fn write_parts(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64, parts: &[&[u8]]) {
     match via {
         Via::OneSided => {
-            ep.write(node, addr, bytes);
+            ep.write_parts(node, addr, parts);
         }
         Via::Rpc => {
             let mut head = [0u8; 16];
             head[..8].copy_from_slice(&WRITE.to_le_bytes());
             head[8..].copy_from_slice(&addr.to_le_bytes());
-            ep.rpc_parts(node, &[&head, bytes]);
+            match parts {
+                [a] => ep.rpc_parts(node, &[&head, a]),
+                [a, b] => ep.rpc_parts(node, &[&head, a, b]),
+                _ => {
+                    let mut all: Vec<&[u8]> = vec![&head];
+                    all.extend_from_slice(parts);
+                    ep.rpc_parts(node, &all)
+                }
+            };
         }
     }
 }
@@ -324,6 +481,46 @@ mod tests {
     }
 
     #[test]
+    fn share_grants_read_shares_until_a_writer_holds_the_word_and_unshare_frees_the_last() {
+        let mut mem = Mem(vec![0; 64]);
+        mem.write_u64(8, 0xabcd);
+        let share = |mem: &mut Mem| serve(mem, &req(&[SHARE, 0, 8, 8], &[]));
+        // Two shares of a free word, each with its READ after it.
+        assert_eq!(share(&mut mem), req(&[OK, 0, 0xabcd], &[]));
+        assert_eq!(share(&mut mem), req(&[OK, SHARED | 1, 0xabcd], &[]));
+        assert_eq!(mem.read_u64(0), SHARED | 2);
+        // Both given back: the word is free (0), not a `SHARED` with no shares.
+        let unshare = |mem: &mut Mem| serve(mem, &req(&[UNSHARE, 0], &[]));
+        assert_eq!(unshare(&mut mem), req(&[OK, SHARED | 2], &[]));
+        assert_eq!(unshare(&mut mem), req(&[OK, SHARED | 1], &[]));
+        assert_eq!(mem.read_u64(0), 0);
+        // A word held exclusively (or being installed) grants no share and reads nothing.
+        for held in [7, 7 | INVISIBLE] {
+            mem.write_u64(0, held);
+            assert_eq!(share(&mut mem), req(&[NO, held], &[]));
+            assert_eq!(mem.read_u64(0), held);
+            // Nor does a word with no share of ours take an UNSHARE.
+            assert_eq!(unshare(&mut mem), req(&[BAD], &[]));
+        }
+    }
+
+    #[test]
+    fn share_counts_stay_below_the_flags() {
+        assert_eq!(one_share_more(0), Some(SHARED | 1));
+        assert_eq!(one_share_more(SHARED), Some(SHARED | 1));
+        assert_eq!(
+            one_share_more(SHARED | (SHARED - 2)),
+            Some(SHARED | (SHARED - 1))
+        );
+        assert_eq!(one_share_more(SHARED | (SHARED - 1)), None);
+        assert_eq!(one_share_more(5), None);
+        assert_eq!(one_share_less(SHARED | 1), Some(0));
+        assert_eq!(one_share_less(SHARED | 3), Some(SHARED | 2));
+        assert_eq!(one_share_less(SHARED), None);
+        assert_eq!(one_share_less(0), None);
+    }
+
+    #[test]
     fn a_malformed_request_is_answered_bad_never_a_panic() {
         let mut mem = Mem(vec![0; 64]);
         for r in [
@@ -336,6 +533,10 @@ mod tests {
             req(&[LOCK, 0, 0, 1, 60, 8], &[]),
             req(&[LOCK, 0, 0], &[]),
             req(&[WRITE, 62], &[1, 2, 3]),
+            req(&[SHARE, 4, 0, 0], &[]),
+            req(&[SHARE, 0, 60, 8], &[]),
+            req(&[UNSHARE, 64], &[]),
+            req(&[UNSHARE, 0], &[]),
         ] {
             assert_eq!(serve(&mut mem, &r), req(&[BAD], &[]), "{r:?}");
         }

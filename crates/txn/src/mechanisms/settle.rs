@@ -2,7 +2,7 @@
 //! commit landed on every replica of everything it locked, else roll back from the old images.
 //! (The recovery driver, `recovery.rs`, finds the entry and releases the locks.)
 
-use crate::mechanisms::INVISIBLE;
+use crate::mechanisms::holds;
 use crate::recovery::Recovered;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
@@ -98,7 +98,7 @@ fn judge_replicas(
             (now.version == old.version + 1 && now.key == old.key).then_some(now.version)
         };
         if n == t.primary() {
-            seen.held[i] = now.lock & !INVISIBLE == owner;
+            seen.held[i] = holds(now.lock, owner);
             seen.keys[i] = now.key;
         }
         match new {

@@ -5,7 +5,9 @@
 use super::{abort, table};
 use crate::abort::{Abort, AbortReason};
 use crate::item::{Item, NewValue};
+use crate::mechanisms::rpc;
 use crate::protocol::Protocol;
+use crate::stage::Stage;
 use crate::tx::Tx;
 use dtxn_fabric::NodeId;
 use dtxn_store::log::{encode_head, LogStatus, HEAD_BYTES};
@@ -74,16 +76,17 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
         tx.undo.crc.clone().finalize(),
     );
     let flush = tx.c.cfg.ford.flush;
+    let via = tx.c.via(Stage::Log);
     let mut nodes = std::mem::take(&mut tx.c.mech.nodes);
     replica_nodes(tx, &mut nodes);
     for &n in &nodes {
+        let ep = &mut tx.c.ep;
         if tx.undo.nodes.contains(&n) {
             let tail = &tx.undo.body[old_len..];
-            tx.c.ep
-                .write(n, slice + (HEAD_BYTES + old_len) as u64, tail);
-            tx.c.ep.write(n, slice, &head);
+            rpc::write(ep, via, n, slice + (HEAD_BYTES + old_len) as u64, tail);
+            rpc::write(ep, via, n, slice, &head);
         } else {
-            tx.c.ep.write_parts(n, slice, &[&head, &tx.undo.body]);
+            rpc::write_parts(ep, via, n, slice, &[&head, &tx.undo.body]);
             tx.undo.nodes.push(n);
         }
         if flush {

@@ -4,12 +4,17 @@
 //! skew (each transaction's READs may run before the other's CAS), so dtxn validates the
 //! read-only items once more in the commit-backups round, when every lock is held, at no
 //! extra round trip (rolling the backups back if that fails). It shares FORD's switches
-//! (`ford.backup_reads`, `ford.flush`) and undo log. RCC's OCC is this protocol.
+//! (`ford.backup_reads`, `ford.flush`) and undo log.
+//!
+//! RCC's OCC is this protocol (RCC built its OCC on DrTM+H's): `--protocol occ` runs this
+//! code, with its stages chosen by RCC's hybrid code (`--set rcc.hybrid=CODE`) instead of
+//! `ford.rpc`; that is the only difference (`RCC`).
 
 use crate::abort::Abort;
 use crate::config::TxnConfig;
 use crate::item::Access;
 use crate::mechanisms::absent::validate_absent;
+use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::validate::validate_reads;
@@ -25,25 +30,28 @@ use dtxn_store::log::LogStatus;
 use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
-/// DrTM+H: `--protocol drtmh`.
-pub(crate) struct Drtmh;
+/// DrTM+H: `--protocol drtmh`; RCC's OCC (`RCC`): `--protocol occ`.
+pub(crate) struct Drtmh<const RCC: bool>;
 
-impl Protocol for Drtmh {
+impl<const RCC: bool> Protocol for Drtmh<RCC> {
     const RECORDS: RecordFormat = RecordFormat::Single;
-    const OPTIONS: Option<&'static str> = Some("ford");
+    const OPTIONS: Option<&'static str> = Some(if RCC { "rcc" } else { "ford" });
     const LOCK_FLAGS: u64 = INVISIBLE;
-    const RPC_FORMS: Stages =
-        Stages::of(&[Stage::Fetch, Stage::Lock, Stage::Validate, Stage::Commit]);
+    const RPC_FORMS: Stages = Stages::of(&Stage::ALL);
     type Item = ();
     type Txn = ();
     type Scratch = ();
 
     fn rpc(cfg: &TxnConfig) -> Stages {
-        cfg.ford.rpc
+        if RCC {
+            cfg.rcc.hybrid.rpc_stages().and(Self::RPC_FORMS)
+        } else {
+            cfg.ford.rpc
+        }
     }
 
     async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
-        fetch::records(tx, accesses, false).await?;
+        fetch::records(tx, accesses, Locking::Optimistic { hitchhike: false }).await?;
         undo::log_undo(tx).await
     }
 

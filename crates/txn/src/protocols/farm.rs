@@ -9,6 +9,7 @@ use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
 use crate::item::{Access, NewValue};
 use crate::mechanisms::absent::validate_absent;
+use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::rpc::Read;
@@ -33,8 +34,7 @@ impl Protocol for Farm {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("ford");
     const LOCK_FLAGS: u64 = INVISIBLE;
-    const RPC_FORMS: Stages =
-        Stages::of(&[Stage::Fetch, Stage::Lock, Stage::Validate, Stage::Commit]);
+    const RPC_FORMS: Stages = Stages::of(&Stage::ALL);
     type Item = ();
     type Txn = ();
     type Scratch = ();
@@ -44,7 +44,7 @@ impl Protocol for Farm {
     }
 
     async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
-        fetch::records(tx, accesses, false).await?;
+        fetch::records(tx, accesses, Locking::Optimistic { hitchhike: false }).await?;
         undo::log_undo(tx).await
     }
 

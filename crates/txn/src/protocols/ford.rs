@@ -53,6 +53,7 @@
 use crate::abort::Abort;
 use crate::config::TxnConfig;
 use crate::item::Access;
+use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::{absent, fetch, insert, lock, release, undo, validate};
 use crate::mechanisms::{settle, INVISIBLE};
@@ -73,8 +74,7 @@ impl Protocol for Ford {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("ford");
     const LOCK_FLAGS: u64 = INVISIBLE;
-    const RPC_FORMS: Stages =
-        Stages::of(&[Stage::Fetch, Stage::Lock, Stage::Validate, Stage::Commit]);
+    const RPC_FORMS: Stages = Stages::of(&Stage::ALL);
     type Item = ();
     type Txn = ();
     type Scratch = ();
@@ -85,7 +85,7 @@ impl Protocol for Ford {
 
     async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
         let hitchhike = tx.c.cfg.ford.hitchhiked_locking;
-        fetch::records(tx, accesses, hitchhike).await?;
+        fetch::records(tx, accesses, Locking::Optimistic { hitchhike }).await?;
         undo::log_undo(tx).await
     }
 

@@ -4,3 +4,4 @@ pub(crate) mod drtmh;
 pub(crate) mod farm;
 pub(crate) mod ford;
 pub(crate) mod motor;
+pub(crate) mod two_pl;
