@@ -56,6 +56,19 @@ fn axes(vary: &[String]) -> Result<Vec<(String, Vec<String>)>> {
         if vals.is_empty() {
             bail!("--vary '{key}': no values");
         }
+        // Every value parsed as bench would, before the first point runs.
+        for x in &vals {
+            if !takes_value(&key) {
+                if x != "true" && x != "false" {
+                    bail!("--vary {v}: --{key} is a switch: its values are true and false");
+                }
+                continue;
+            }
+            let argv = ["bench".to_string(), format!("--{key}"), x.clone()];
+            if let Err(e) = cmd.clone().try_get_matches_from(argv) {
+                bail!("--vary {v}: {}", crate::one_line(&e));
+            }
+        }
         out.push((key, vals));
     }
     Ok(out)
@@ -93,6 +106,17 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
     if a.bench.tally_out.is_some() {
         bail!("--tally-out is an option of a single dtxn bench run, not of a sweep");
     }
+    let single = [
+        ("--csv", a.bench.csv.is_some()),
+        ("--record", a.bench.record.is_some()),
+        ("--json", a.bench.json),
+    ];
+    if let Some((flag, _)) = single.iter().find(|(_, given)| *given) {
+        bail!(
+            "{flag} is an option of a single dtxn bench run, not of a sweep (it writes \
+             sweep.csv, sweep.png and sweep.svg in --out)"
+        );
+    }
     let axes = axes(&a.vary)?;
     let mut grid: Vec<Vec<(String, String)>> = vec![Vec::new()];
     for (k, vals) in &axes {
@@ -114,6 +138,9 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
     let base = base_argv();
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
+    for f in ["sweep.csv", "sweep.png", "sweep.svg"] {
+        crate::bench::check_writable("--out", &a.out.join(f))?;
+    }
     // Every point's options are checked before the first one runs.
     let mut parsed = Vec::with_capacity(grid.len());
     for p in &grid {
@@ -131,8 +158,8 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
                 }
             }
         }
-        let b = parse_bench(argv)?;
-        b.txn_config()?;
+        let b = parse_bench(argv).with_context(|| describe(p))?;
+        b.txn_config().with_context(|| describe(p))?;
         parsed.push(b);
     }
     let mut points = Vec::with_capacity(grid.len());

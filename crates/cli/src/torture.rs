@@ -142,6 +142,16 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
     if a.seeds == 0 || a.txns == 0 {
         bail!("--seeds and --txns must be at least 1");
     }
+    bench::at_most("--seeds", a.seeds, 1_000_000)?;
+    bench::at_most("--txns", a.txns, 100_000_000)?;
+    if a.first_seed.checked_add(a.seeds).is_none() {
+        bail!(
+            "--first-seed {} + --seeds {} is past the last seed ({})",
+            a.first_seed,
+            a.seeds,
+            u64::MAX
+        );
+    }
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let started = Instant::now();
