@@ -6,6 +6,7 @@ mod check;
 mod layout;
 mod memnode;
 mod probe;
+mod progress;
 mod remote;
 mod sweep;
 mod torture;

@@ -163,20 +163,26 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
         parsed.push(b);
     }
     let mut points = Vec::with_capacity(grid.len());
+    let bar = crate::progress::bar(!a.bench.quiet, grid.len() as u64);
     for (i, (values, b)) in grid.into_iter().zip(parsed).enumerate() {
         let label = describe(&values);
+        bar.set_message(label.clone());
         let report = crate::bench::run(&b, false).with_context(|| label.clone())?;
-        eprintln!(
-            "[{}/{}] {label}: {} committed/s, abort rate {:.2}%, p50 {:.1} us ({} time)",
-            i + 1,
-            points.capacity(),
-            crate::bench::report::thousands(report.all.committed_per_s),
-            100.0 * report.all.abort_rate,
-            report.all.latency_us.p50,
-            report.time
-        );
+        bar.inc(1);
+        bar.suspend(|| {
+            eprintln!(
+                "[{}/{}] {label}: {} committed/s, abort rate {:.2}%, p50 {:.1} us ({} time)",
+                i + 1,
+                points.capacity(),
+                crate::bench::report::thousands(report.all.committed_per_s),
+                100.0 * report.all.abort_rate,
+                report.all.latency_us.p50,
+                report.time
+            )
+        });
         points.push(Point { values, report });
     }
+    bar.finish_and_clear();
     let csv = a.out.join("sweep.csv");
     // Varied options come first, as `vary_<option>` columns.
     let columns = |v: &[(String, String)]| -> Vec<(String, String)> {

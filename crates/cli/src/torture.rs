@@ -38,6 +38,9 @@ pub struct TortureArgs {
     /// Where run histories go (default: the system's temporary directory).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// No progress on stderr (it shows only on a terminal anyway).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// The `dtxn bench` arguments of one run: small, contended, hostile, 1 or 2 replicas. Tables
@@ -161,7 +164,9 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
         for w in &workloads {
             let t0 = Instant::now();
             let mut committed = 0;
+            let bar = crate::progress::bar(!a.quiet, a.seeds);
             for seed in a.first_seed..a.first_seed + a.seeds {
+                bar.set_message(format!("{p} / {w}: seed {seed}"));
                 let record = dir.join(format!("dtxn-torture-{p}-{w}-{seed}.jsonl"));
                 let record_s = record.display().to_string();
                 let argv = bench_args(w, p, seed, a.txns, &record_s);
@@ -193,16 +198,19 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                     }
                 };
                 runs += 1;
+                bar.inc(1);
                 match failure {
                     None => {
                         let _ = std::fs::remove_file(&record);
                     }
                     Some(what) => {
-                        eprintln!("FAILED: {p} / {w} / seed {seed}: {what}");
-                        eprintln!(
-                            "replay: dtxn {} && dtxn check {record_s} --real-time",
-                            argv.join(" ")
-                        );
+                        bar.suspend(|| {
+                            eprintln!("FAILED: {p} / {w} / seed {seed}: {what}");
+                            eprintln!(
+                                "replay: dtxn {} && dtxn check {record_s} --real-time",
+                                argv.join(" ")
+                            );
+                        });
                         failures.push(format!("{p}/{w}/seed {seed}"));
                         if !a.keep_going {
                             break 'all;
@@ -210,6 +218,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                     }
                 }
             }
+            bar.finish_and_clear();
             println!(
                 "{p:<11} {w:<10} seeds {}..{}: {committed} transactions committed, {:.1} s",
                 a.first_seed,

@@ -162,6 +162,9 @@ pub struct BenchArgs {
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// No progress on stderr (it shows only on a terminal anyway).
+    #[arg(long, short)]
+    pub quiet: bool,
     /// Also write the result as CSV (one row per transaction type, and `all`).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,

@@ -367,7 +367,7 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     if a.load_only {
         return load_only(&a);
     }
-    let r = run(&a, !a.json)?;
+    let r = run(&a, !a.quiet)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
@@ -488,7 +488,12 @@ fn load_only(a: &BenchArgs) -> Result<ExitCode> {
     let pool = a
         .backend
         .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+    let loading = crate::progress::spinner(
+        !a.quiet,
+        format!("loading {} on the memory nodes", a.workload.workload),
+    );
     load_remote(a, &w, &plan, &pool)?;
+    loading.finish_and_clear();
     println!(
         "dtxn bench: loaded {} on {} memory node(s) ({} bytes each) in {:.2} s",
         a.workload.workload,
@@ -552,7 +557,12 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             .backend
             .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
         let start = Instant::now();
+        let loading = crate::progress::spinner(
+            progress,
+            format!("loading {} on the memory nodes", a.workload.workload),
+        );
         load_remote(a, &w, &plan, &pool)?;
+        loading.finish_and_clear();
         Some((pool, start.elapsed().as_nanos() as u64))
     } else {
         None
@@ -597,6 +607,15 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     let (mut pool, load_ns) = match remote_loaded {
         Some(loaded) => loaded,
         None => {
+            let loading = crate::progress::spinner(
+                progress,
+                format!(
+                    "loading {} ({} MiB on each of {} memory node(s))",
+                    w.name(),
+                    plan.region_bytes >> 20,
+                    a.memory_nodes
+                ),
+            );
             let pool = a
                 .backend
                 .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
@@ -607,6 +626,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
                 plan.format_pool(&pool)?;
                 w.load(&pool, plan, a.backend.seed)?;
             }
+            loading.finish_and_clear();
             (pool, load_start.elapsed().as_nanos() as u64)
         }
     };

@@ -53,6 +53,9 @@ pub struct ConfigReport {
     pub txns: Option<u64>,
     pub warmup_s: f64,
     pub verify: bool,
+    /// `--record FILE`: where the history went.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<std::path::PathBuf>,
     /// `--fabric-time`: verb execution was timed (the reports' `fabric_us`).
     pub fabric_time: bool,
 }
@@ -93,6 +96,7 @@ impl ConfigReport {
             txns,
             warmup_s: warmup_ns as f64 / 1e9,
             verify: a.verify,
+            record: a.record.clone(),
             fabric_time: a.fabric_time,
         }
     }
@@ -456,15 +460,32 @@ impl BenchReport {
                  protocol refuses: a bug)"
             );
         }
-        if let Some(v) = &self.verify {
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "verify: {}",
-                if v.ok { "consistent" } else { "INCONSISTENT" }
-            );
-            for c in &v.checks {
-                let _ = writeln!(s, "  - {c}");
+        let _ = writeln!(s);
+        match (&self.verify, &self.config.record) {
+            (Some(v), _) => {
+                let _ = writeln!(
+                    s,
+                    "verify: {}",
+                    if v.ok { "consistent" } else { "INCONSISTENT" }
+                );
+                for c in &v.checks {
+                    let _ = writeln!(s, "  - {c}");
+                }
+            }
+            (None, Some(h)) => {
+                let _ = writeln!(
+                    s,
+                    "not checked here: the history is in {h} (dtxn check {h}); --verify also \
+                     checks the workload's invariants",
+                    h = h.display()
+                );
+            }
+            (None, None) => {
+                let _ = writeln!(
+                    s,
+                    "not checked: add --verify to check the workload's invariants, or --record \
+                     FILE and dtxn check FILE for the isolation level"
+                );
             }
         }
         s
