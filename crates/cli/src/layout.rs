@@ -29,10 +29,10 @@ pub struct LayoutArgs {
     #[arg(long, default_value_t = 64)]
     pub coordinators: u32,
     /// Undo-log slice per coordinator, in bytes (default: what the workload needs).
-    #[arg(long, value_parser = crate::units::parse_size)]
+    #[arg(long, value_parser = crate::units::parse_size, allow_hyphen_values = true)]
     pub log_slice_bytes: Option<u64>,
     /// Region size of each memory node, to check that the tables fit (e.g. 4G).
-    #[arg(long, value_parser = crate::units::parse_size)]
+    #[arg(long, value_parser = crate::units::parse_size, allow_hyphen_values = true)]
     pub node_memory: Option<u64>,
     /// Transactions a run will attempt (TPC-C sizes its growing tables for them).
     #[arg(long, default_value_t = 1_000_000)]

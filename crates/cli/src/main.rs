@@ -103,7 +103,7 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
     if a.readers == 0 || a.writers == 0 || a.records == 0 {
         bail!("--readers, --writers and --records must be at least 1");
     }
-    if a.readers + a.writers > 1024 {
+    if u64::from(a.readers) + u64::from(a.writers) > 1024 {
         bail!("--readers and --writers: at most 1,024 coordinators in all");
     }
     if a.records > 1 << 20 {

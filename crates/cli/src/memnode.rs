@@ -17,7 +17,7 @@ pub struct MemnodeArgs {
     pub listen: SocketAddr,
     /// Region size in bytes, e.g. 512M, 4GiB (K, M, G, T, with or without `iB`, are powers of
     /// 1024). A multiple of 64.
-    #[arg(long, value_parser = crate::units::parse_size)]
+    #[arg(long, value_parser = crate::units::parse_size, allow_hyphen_values = true)]
     pub size: u64,
     /// Keep the region in this file (created or extended to --size, contents kept; e.g. on a
     /// persistent-memory/DAX mount). Locked while served: a second daemon on it is refused.

@@ -5,7 +5,7 @@
 /// power of 1024 (`K` = `KB` = `KiB` = 1024), as memory sizes are. Parsed by `parse-size`.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    if t.starts_with('-') {
+    if negative(t) {
         return Err(format!("'{s}' is negative: a size is 0 or more bytes"));
     }
     parse_size::Config::new()
@@ -21,7 +21,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 /// A number without a unit is refused (is `5` seconds or milliseconds?), except `0`.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
     let s = s.trim();
-    if s.starts_with('-') {
+    if negative(s) {
         return Err(format!("'{s}' is negative: give a duration of 0 or more"));
     }
     let split = s
@@ -56,6 +56,12 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
     Ok(ns as u64)
 }
 
+/// `-1`, `-0.5s`: a minus and a number (not `--json`, an option where a value should be).
+fn negative(s: &str) -> bool {
+    s.strip_prefix('-')
+        .is_some_and(|r| r.starts_with(|c: char| c.is_ascii_digit() || c == '.'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +79,8 @@ mod tests {
         assert!(parse_duration("5 parsecs").is_err());
         assert!(parse_duration("fast").is_err());
         assert!(parse_duration("1e30s").is_err());
+        let e = parse_duration("--json").unwrap_err();
+        assert!(e.contains("'--json' is not a duration"), "{e}");
     }
 
     #[test]

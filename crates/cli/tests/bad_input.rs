@@ -87,6 +87,14 @@ fn negative_numbers_say_so() {
         ),
         (vec!["bench", "--warmup=-1s"], "'-1s' is negative"),
         (
+            vec!["bench", "--duration", "-1ms"],
+            "invalid value '-1ms' for '--duration <DURATION>': '-1ms' is negative",
+        ),
+        (
+            vec!["bench", "--duration", "--json"],
+            "'--json' is not a duration (e.g. 5s, 200ms)",
+        ),
+        (
             vec!["bench", "--workload", "kv", "--theta", "-1"],
             "kv: --theta must be 0 (uniform) or positive, got -1",
         ),
@@ -157,6 +165,10 @@ fn numbers_out_of_range_are_refused() {
             "--seeds 99999999: at most",
         ),
         (vec!["probe", "--reads", "0"], "--reads 0: 1 to 100,000,000"),
+        (
+            vec!["probe", "--readers", "4294967295", "--writers", "2"],
+            "--readers and --writers: at most 1,024 coordinators in all",
+        ),
         (vec!["probe", "--duration-ms", "0"], "--duration-ms 0: 1 to"),
         (
             vec!["probe", "--records", "9999999999"],

@@ -104,10 +104,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 2)]
     pub replicas: usize,
     /// Region size of each memory node (e.g. 512M, 4G); default: what the tables need.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     pub node_memory: Option<u64>,
     /// Undo-log slice of each coordinator, in bytes.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     pub log_slice_bytes: Option<u64>,
     /// sim: compute nodes; ucx: compute processes of the run (start one per --compute-node).
     #[arg(long, default_value_t = 1)]
@@ -120,14 +120,14 @@ pub struct BenchArgs {
     pub coroutines: Option<u32>,
 
     /// Measured run time, e.g. 5s, 200ms (virtual on sim; default: shm 2s, sim 20ms).
-    #[arg(long, value_parser = parse_duration, conflicts_with = "txns")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "txns")]
     pub duration: Option<u64>,
     /// Run this many measured transactions (attempts) in all instead of a duration.
     #[arg(long)]
     pub txns: Option<u64>,
     /// Unmeasured time before measuring (default: a tenth of the duration, or shm 0.2s and
     /// sim 2ms with --txns).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub warmup: Option<u64>,
 
     /// ford: localized validation (FORD-LV): the coordinators share a version cache, so
