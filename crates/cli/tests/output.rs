@@ -130,3 +130,30 @@ fn an_empty_history_checks_with_a_warning() {
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(text(&o.stderr), "");
 }
+
+#[test]
+fn the_abort_reasons_are_explained_under_the_abort_rate() {
+    let out = text(&bench(&["--threads", "4", "--coroutines", "4"]).stdout);
+    let lines: Vec<&str> = out.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.starts_with("committed/s"))
+        .expect("the throughput line");
+    let rate = lines[at];
+    let (_, reasons) = rate.split_once("abort rate").unwrap();
+    let listed: Vec<&str> = reasons
+        .trim_start_matches(|c: char| c != '(')
+        .trim_matches(|c| c == '(' || c == ')')
+        .split(", ")
+        .filter_map(|r| r.split_whitespace().next())
+        .collect();
+    assert!(!listed.is_empty(), "a contended run aborts: {rate}");
+    let meanings = lines[at + 1];
+    for r in listed {
+        assert!(meanings.contains(&format!("{r}: ")), "{r} in {meanings}");
+    }
+    assert!(
+        meanings.contains("lock-conflict: another transaction held a lock (no waiting)"),
+        "{meanings}"
+    );
+}
