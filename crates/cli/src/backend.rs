@@ -72,6 +72,29 @@ pub struct BackendArgs {
     pub compute_node: u32,
 }
 
+/// A directory dtxn may create (`--shm-dir`, a sweep's `--out`), but not its parents: a typo
+/// must not leave directories (and gigabytes of node files) behind where nobody looks.
+pub fn check_new_dir(flag: &str, dir: &std::path::Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if dir.exists() {
+        bail!("{flag} {}: not a directory", dir.display());
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !parent.is_dir() {
+        bail!(
+            "{flag} {}: {} does not exist (dtxn creates the directory, not its parents)",
+            dir.display(),
+            parent.display()
+        );
+    }
+    Ok(())
+}
+
 /// The sim's hardware profile when `--profile` is not given.
 pub const DEFAULT_PROFILE: &str = "cx5-100g";
 
@@ -283,30 +306,12 @@ impl PoolArgs {
         Ok(())
     }
 
-    /// `--shm-dir DIR`: DIR may be created, but not its parent: a typo must not leave
-    /// directories (and gigabytes of node files) behind where nobody looks.
+    /// `--shm-dir DIR`: DIR may be created, not its parents.
     fn check_shm_dir(&self) -> Result<()> {
-        let Some(dir) = &self.shm_dir else {
-            return Ok(());
-        };
-        if dir.is_dir() {
-            return Ok(());
+        match &self.shm_dir {
+            Some(dir) => check_new_dir("--shm-dir", dir),
+            None => Ok(()),
         }
-        if dir.exists() {
-            bail!("--shm-dir {}: not a directory", dir.display());
-        }
-        let parent = match dir.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => std::path::Path::new("."),
-        };
-        if !parent.is_dir() {
-            bail!(
-                "--shm-dir {}: {} does not exist (dtxn creates the directory, not its parents)",
-                dir.display(),
-                parent.display()
-            );
-        }
-        Ok(())
     }
 
     /// A short description for reports.

@@ -136,6 +136,7 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
         None => Vec::new(),
     };
     let base = base_argv();
+    crate::backend::check_new_dir("--out", &a.out)?;
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
     for f in ["sweep.csv", "sweep.png", "sweep.svg"] {

@@ -156,6 +156,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
         );
     }
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    crate::backend::check_new_dir("--dir", &dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let started = Instant::now();
     let mut runs = 0;

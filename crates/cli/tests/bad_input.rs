@@ -362,16 +362,31 @@ fn options_of_another_backend_are_refused_naming_theirs() {
 #[test]
 fn shm_dir_does_not_create_missing_parents() {
     let d = Dir::new("shmdir");
-    let deep = Path::new(&d.path("missing")).join("x");
-    refused(&[(
-        vec!["bench", "--shm-dir", deep.to_str().unwrap()],
-        "does not exist (dtxn creates the directory, not its parents)",
-    )]);
-    assert!(!Path::new(&d.path("missing")).exists(), "nothing created");
-    refused(&[(
-        vec!["bench", "--shm-dir", "/nonexistent/x"],
-        "--shm-dir /nonexistent/x: /nonexistent does not exist",
-    )]);
+    let missing = d.path("missing");
+    let deep = Path::new(&missing).join("x");
+    let deep = deep.to_str().unwrap();
+    refused(&[
+        (
+            vec!["bench", "--shm-dir", deep],
+            &format!(
+                "--shm-dir {deep}: {missing} does not exist (dtxn creates the directory, not \
+                 its parents)"
+            ),
+        ),
+        (
+            vec![
+                "sweep",
+                "--vary",
+                "threads=1,2",
+                "--out",
+                deep,
+                "--backend",
+                "sim",
+            ],
+            &format!("--out {deep}: {missing} does not exist"),
+        ),
+    ]);
+    assert!(!Path::new(&missing).exists(), "nothing created");
     let file = d.file("a-file", "");
     refused(&[(vec!["bench", "--shm-dir", &file], "not a directory")]);
 }
