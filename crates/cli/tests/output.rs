@@ -157,3 +157,63 @@ fn the_abort_reasons_are_explained_under_the_abort_rate() {
         "{meanings}"
     );
 }
+
+/// The texts of an SVG plotters drew, with their y positions.
+fn svg_texts(svg: &str) -> Vec<(f64, String)> {
+    svg.split("<text")
+        .skip(1)
+        .filter_map(|t| {
+            let y = t.split(" y=\"").nth(1)?.split('"').next()?.parse().ok()?;
+            let body = t.split_once('>')?.1.split("</text>").next()?;
+            Some((y, body.trim().to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn sweep_plots_label_each_value_and_keep_the_legend_off_the_data() {
+    let d = Dir::new("plots");
+    let out = d.path("sweep");
+    let o = dtxn(&[
+        "sweep",
+        "--backend",
+        "sim",
+        "--duration",
+        "1ms",
+        "--accounts",
+        "1000",
+        "--vary",
+        "threads=1,2",
+        "--vary",
+        "protocol=ford,farm",
+        "--out",
+        &out,
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let svg = std::fs::read_to_string(format!("{out}/sweep.svg")).unwrap();
+    let texts = svg_texts(&svg);
+    let count = |want: &str| texts.iter().filter(|(_, t)| t == want).count();
+    // The title names what is fixed, not what varied (protocol).
+    assert_eq!(
+        texts[0].1,
+        "smallbank on sim, coroutines 4, compute-nodes 1 (virtual time)"
+    );
+    // The x axes of throughput and abort rate: one label per value, nothing between.
+    assert_eq!((count("1"), count("2"), count("threads")), (2, 2, 2));
+    for (_, t) in &texts {
+        assert!(!t.contains("0000"), "float noise in a label: {t}");
+    }
+    // The legend: one entry per series, below the axes (its own strip, off the data).
+    let axis_y = texts
+        .iter()
+        .filter(|(_, t)| t == "threads")
+        .map(|(y, _)| *y)
+        .fold(0.0, f64::max);
+    for series in ["protocol=ford", "protocol=farm"] {
+        let (y, _) = texts.iter().find(|(_, t)| t == series).expect(series);
+        assert!(
+            *y > axis_y,
+            "{series} at y {y}, the axes' labels at {axis_y}"
+        );
+    }
+}
