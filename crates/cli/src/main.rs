@@ -83,6 +83,9 @@ struct ProbeArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// No progress on stderr (it shows only on a terminal anyway).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -138,8 +141,10 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
         _ => 1,
     };
     let mut rows = Vec::new();
+    let bar = progress::bar(!a.quiet, (a.record_size.len() * schemes.len()) as u64);
     for &size in &a.record_size {
         for &scheme in &schemes {
+            bar.set_message(format!("{} at {size} bytes", scheme.name()));
             let mut pool = a.backend.pool(nodes, node_size)?;
             let params = ProbeParams {
                 base,
@@ -159,8 +164,10 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
                 correct_scheme: scheme.correct(),
                 counts,
             });
+            bar.inc(1);
         }
     }
+    bar.finish_and_clear();
     if a.json {
         let out = serde_json::json!({
             "backend": a.backend.describe(),
