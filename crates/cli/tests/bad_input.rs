@@ -285,7 +285,7 @@ fn sweep_values_and_protocol_switches_are_checked_before_running() {
         ),
         (
             vec!["sweep", "--vary", "protocol=ford,calvin"],
-            "[possible values: ford, farm, drtmh, motor]",
+            "[possible values: ford, farm, drtmh, motor",
         ),
         (
             vec!["sweep", "--vary", "verify=yes,no"],

@@ -330,7 +330,7 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         ),
         (
             vec!["bench", "--protocol", "calvin"],
-            "invalid value 'calvin' for '--protocol <PROTOCOL>' [possible values: ford, farm, drtmh, motor]",
+            "invalid value 'calvin' for '--protocol <PROTOCOL>' [possible values: ford, farm, drtmh, motor",
         ),
         (
             vec!["bench", "--threads", "0"],

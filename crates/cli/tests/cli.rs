@@ -109,7 +109,7 @@ fn bench_help_lists_the_protocols_and_the_defaults() {
     assert_eq!(o.status.code(), Some(0));
     let help = String::from_utf8_lossy(&o.stdout);
     for want in [
-        "[possible values: ford, farm, drtmh, motor]",
+        "[possible values: ford, farm, drtmh, motor",
         "[possible values: smallbank, kv, tatp, tpcc]",
         "[possible values: serializable, snapshot]",
         "tpcc: warehouses [default: 1]",
