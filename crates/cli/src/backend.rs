@@ -27,9 +27,10 @@ pub struct PoolArgs {
     /// Where the memory pool lives.
     #[arg(long = "backend", id = "backend", value_name = "BACKEND", value_enum, default_value_t = Backend::Sim)]
     pub kind: Backend,
-    /// sim: hardware profile, a preset (cx5-100g, cx5-100g-pm, ideal) or a TOML file.
-    #[arg(long, default_value = "cx5-100g")]
-    pub profile: String,
+    /// sim: hardware profile, a preset (cx5-100g, cx5-100g-pm, ideal) or a TOML file [default:
+    /// cx5-100g].
+    #[arg(long)]
+    pub profile: Option<String>,
     /// sim: turn the adversarial memory model off (READs atomic, ops in arrival order).
     #[arg(long)]
     pub benign: bool,
@@ -37,9 +38,9 @@ pub struct PoolArgs {
     /// anonymous memory.
     #[arg(long)]
     pub shm_dir: Option<PathBuf>,
-    /// shm: emulated network latency per round trip, in nanoseconds.
-    #[arg(long, default_value_t = 0)]
-    pub delay_ns: u64,
+    /// shm: emulated network latency per round trip, in nanoseconds (at most 1 s) [default: 0].
+    #[arg(long)]
+    pub delay_ns: Option<u64>,
     /// ucx: the memory nodes' bootstrap addresses, HOST:PORT,... (node i is the i-th; each
     /// is a `dtxn memnode --listen` address).
     #[arg(long, value_delimiter = ',', value_name = "HOST:PORT,...")]
@@ -71,6 +72,46 @@ pub struct BackendArgs {
     pub compute_node: u32,
 }
 
+/// A directory dtxn may create (`--shm-dir`, a sweep's `--out`), but not its parents: a typo
+/// must not leave directories (and gigabytes of node files) behind where nobody looks.
+pub fn check_new_dir(flag: &str, dir: &std::path::Path) -> Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if dir.exists() {
+        bail!("{flag} {}: not a directory", dir.display());
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if !parent.is_dir() {
+        bail!(
+            "{flag} {}: {} does not exist (dtxn creates the directory, not its parents)",
+            dir.display(),
+            parent.display()
+        );
+    }
+    Ok(())
+}
+
+/// The sim's hardware profile when `--profile` is not given.
+pub const DEFAULT_PROFILE: &str = "cx5-100g";
+
+/// The most `--delay-ns` takes: a second per round trip.
+const MAX_DELAY_NS: u64 = 1_000_000_000;
+
+impl Backend {
+    /// The name `--backend` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sim => "sim",
+            Backend::Shm => "shm",
+            Backend::Ucx => "ucx",
+        }
+    }
+}
+
 impl BackendArgs {
     /// The backend.
     pub fn kind(&self) -> Backend {
@@ -86,7 +127,7 @@ impl BackendArgs {
         match p.kind {
             Backend::Sim => {
                 let mut cfg = SimConfig::new(self.seed, nodes, node_size);
-                cfg.profile = Profile::load(&p.profile)?;
+                cfg.profile = Profile::load(p.profile())?;
                 cfg.persistent = cfg.profile.pm_write_gbps > 0.0;
                 if p.benign {
                     cfg.adversary = Adversary::off();
@@ -95,13 +136,14 @@ impl BackendArgs {
             }
             Backend::Shm => {
                 if let Some(dir) = &p.shm_dir {
+                    p.check_shm_dir()?;
                     std::fs::create_dir_all(dir)
                         .with_context(|| format!("cannot create {}", dir.display()))?;
                 }
                 let cfg = ShmConfig {
                     node_sizes: vec![node_size; nodes],
                     dir: p.shm_dir.clone(),
-                    delay_ns: p.delay_ns,
+                    delay_ns: p.delay_ns(),
                 };
                 Ok(Pool::Shm(ShmPool::create(cfg)?))
             }
@@ -133,7 +175,7 @@ impl BackendArgs {
         match p.kind {
             Backend::Sim => format!(
                 "sim (profile {}, {}, seed {}; times are virtual)",
-                p.profile,
+                p.profile(),
                 if p.benign { "benign" } else { "adversarial" },
                 self.seed
             ),
@@ -218,32 +260,70 @@ impl PoolArgs {
         Ok(())
     }
 
-    /// Refuses options of another backend, which would silently do nothing.
+    /// The sim's hardware profile (`--profile`, or the default).
+    pub fn profile(&self) -> &str {
+        self.profile.as_deref().unwrap_or(DEFAULT_PROFILE)
+    }
+
+    /// shm's emulated latency per round trip (`--delay-ns`, or 0).
+    pub fn delay_ns(&self) -> u64 {
+        self.delay_ns.unwrap_or(0)
+    }
+
+    /// Refuses options of another backend, which would silently do nothing, and values out
+    /// of range.
     pub fn check_options(&self) -> Result<()> {
-        if self.kind != Backend::Ucx {
-            let given = [
-                ("--memnodes", !self.memnodes.is_empty()),
-                ("--token", self.token.is_some()),
-                ("--ucx-tls", self.ucx_tls.is_some()),
-                ("--ucx-devices", self.ucx_devices.is_some()),
-            ];
-            if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
-                bail!("{flag} is an option of --backend ucx");
-            }
+        // (flag, given, the backend it belongs to)
+        let given = [
+            ("--memnodes", !self.memnodes.is_empty(), Backend::Ucx),
+            ("--token", self.token.is_some(), Backend::Ucx),
+            ("--ucx-tls", self.ucx_tls.is_some(), Backend::Ucx),
+            ("--ucx-devices", self.ucx_devices.is_some(), Backend::Ucx),
+            ("--profile", self.profile.is_some(), Backend::Sim),
+            ("--benign", self.benign, Backend::Sim),
+            ("--shm-dir", self.shm_dir.is_some(), Backend::Shm),
+            ("--delay-ns", self.delay_ns.is_some(), Backend::Shm),
+        ];
+        if let Some((flag, _, owner)) = given
+            .iter()
+            .find(|(_, set, owner)| *set && *owner != self.kind)
+        {
+            bail!(
+                "{flag} is an option of --backend {}, not of {}",
+                owner.name(),
+                self.kind.name()
+            );
+        }
+        if self.delay_ns() > MAX_DELAY_NS {
+            bail!(
+                "--delay-ns {}: at most {MAX_DELAY_NS} (1 s per round trip)",
+                self.delay_ns()
+            );
+        }
+        if self.shm_dir.is_some() {
+            self.check_shm_dir()?;
         }
         Ok(())
+    }
+
+    /// `--shm-dir DIR`: DIR may be created, not its parents.
+    fn check_shm_dir(&self) -> Result<()> {
+        match &self.shm_dir {
+            Some(dir) => check_new_dir("--shm-dir", dir),
+            None => Ok(()),
+        }
     }
 
     /// A short description for reports.
     pub fn describe(&self) -> String {
         match self.kind {
-            Backend::Sim => format!("sim (profile {})", self.profile),
+            Backend::Sim => format!("sim (profile {})", self.profile()),
             Backend::Shm => format!(
                 "shm ({}, delay {} ns)",
                 self.shm_dir
                     .as_ref()
                     .map_or("anonymous memory".to_string(), |d| d.display().to_string()),
-                self.delay_ns
+                self.delay_ns()
             ),
             Backend::Ucx => format!("ucx ({})", self.ucx_detail()),
         }

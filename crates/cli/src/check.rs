@@ -40,6 +40,15 @@ pub fn run(a: CheckArgs) -> Result<ExitCode> {
         real_time: a.real_time,
     };
     let report = check_file(&a.file, options)?;
+    if report.committed == 0 {
+        // Nothing to find an anomaly in: say so, or "no anomalies" would read as a result.
+        eprintln!(
+            "dtxn: warning: {} holds no committed transaction ({} aborted): there was nothing \
+             to check",
+            a.file.display(),
+            report.aborted
+        );
+    }
     let text = if a.json {
         serde_json::to_string_pretty(&report)? + "\n"
     } else {

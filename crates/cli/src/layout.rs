@@ -14,7 +14,7 @@ pub struct LayoutArgs {
     pub workload: WorkloadArgs,
     /// The protocol whose layout to show: a multi-version one (motor) lays tables out as
     /// CVTs, and the output compares them with the single-version layout.
-    #[arg(long, default_value = "ford")]
+    #[arg(long, default_value = "ford", value_parser = clap::builder::PossibleValuesParser::new(Protocol::NAMES))]
     pub protocol: String,
     /// motor: versions per record (default per workload).
     #[arg(long)]
@@ -29,10 +29,10 @@ pub struct LayoutArgs {
     #[arg(long, default_value_t = 64)]
     pub coordinators: u32,
     /// Undo-log slice per coordinator, in bytes (default: what the workload needs).
-    #[arg(long, value_parser = bench::args::parse_size)]
+    #[arg(long, value_parser = crate::units::parse_size, allow_hyphen_values = true)]
     pub log_slice_bytes: Option<u64>,
     /// Region size of each memory node, to check that the tables fit (e.g. 4G).
-    #[arg(long, value_parser = bench::args::parse_size)]
+    #[arg(long, value_parser = crate::units::parse_size, allow_hyphen_values = true)]
     pub node_memory: Option<u64>,
     /// Transactions a run will attempt (TPC-C sizes its growing tables for them).
     #[arg(long, default_value_t = 1_000_000)]
@@ -107,6 +107,14 @@ pub fn run(a: LayoutArgs) -> Result<ExitCode> {
     if a.coordinators == 0 {
         bail!("--coordinators must be at least 1");
     }
+    bench::at_most("--txns", a.txns, bench::MAX_TXNS)?;
+    bench::at_most("--memory-nodes", u64::from(a.memory_nodes), 256)?;
+    bench::at_most(
+        "--coordinators",
+        u64::from(a.coordinators),
+        bench::MAX_COORDINATORS,
+    )?;
+    bench::check_log_slice(a.log_slice_bytes)?;
     let w = bench::choose(&a.workload, a.txns)?;
     if a.memory_nodes == 0 {
         bail!("--memory-nodes must be at least 1");

@@ -6,14 +6,17 @@ mod check;
 mod layout;
 mod memnode;
 mod probe;
+mod progress;
 mod remote;
 mod sweep;
 mod torture;
+mod units;
 mod verify;
 
 use anyhow::{bail, Result};
 use backend::{Backend, BackendArgs};
-use clap::{Parser, Subcommand};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use probe::{ProbeCounts, ProbeParams, Scheme};
 use std::process::ExitCode;
 
@@ -70,15 +73,19 @@ struct ProbeArgs {
     /// Writer coordinators.
     #[arg(long, default_value_t = 1)]
     writers: u32,
-    /// Reads per reader.
-    #[arg(long, default_value_t = 20_000)]
-    reads: u64,
-    /// Read for this many milliseconds (virtual on sim) instead of a fixed count.
+    /// Reads per reader [default: 20000].
+    #[arg(long, conflicts_with = "duration_ms")]
+    reads: Option<u64>,
+    /// Read for this many milliseconds (virtual on sim) instead of a fixed count (1 to
+    /// 3,600,000).
     #[arg(long)]
     duration_ms: Option<u64>,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// No progress on stderr (it shows only on a terminal anyway).
+    #[arg(long, short)]
+    quiet: bool,
 }
 
 #[derive(serde::Serialize)]
@@ -99,8 +106,23 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
     if a.readers == 0 || a.writers == 0 || a.records == 0 {
         bail!("--readers, --writers and --records must be at least 1");
     }
-    if a.duration_ms.is_none() && a.reads == 0 {
-        bail!("--reads must be at least 1");
+    if u64::from(a.readers) + u64::from(a.writers) > 1024 {
+        bail!("--readers and --writers: at most 1,024 coordinators in all");
+    }
+    if a.records > 1 << 20 {
+        bail!("--records {}: at most 1,048,576", a.records);
+    }
+    if a.record_size.iter().any(|&s| s > 1 << 20) {
+        bail!("--record-size: at most 1 MiB (1048576 bytes)");
+    }
+    let reads = a.reads.unwrap_or(20_000);
+    if !(1..=100_000_000).contains(&reads) {
+        bail!("--reads {reads}: 1 to 100,000,000 per reader");
+    }
+    if let Some(ms) = a.duration_ms {
+        if !(1..=3_600_000).contains(&ms) {
+            bail!("--duration-ms {ms}: 1 to 3,600,000 (an hour)");
+        }
     }
     let schemes = if a.schemes.is_empty() {
         Scheme::ALL.to_vec()
@@ -119,8 +141,10 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
         _ => 1,
     };
     let mut rows = Vec::new();
+    let bar = progress::bar(!a.quiet, (a.record_size.len() * schemes.len()) as u64);
     for &size in &a.record_size {
         for &scheme in &schemes {
+            bar.set_message(format!("{} at {size} bytes", scheme.name()));
             let mut pool = a.backend.pool(nodes, node_size)?;
             let params = ProbeParams {
                 base,
@@ -130,7 +154,7 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
                 records: a.records,
                 readers: a.readers,
                 writers: a.writers,
-                reads_per_reader: a.reads,
+                reads_per_reader: reads,
                 duration_ns: a.duration_ms.map(|ms| ms * 1_000_000),
             };
             let counts = probe::run_probe(&mut pool, &params)?;
@@ -140,8 +164,10 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
                 correct_scheme: scheme.correct(),
                 counts,
             });
+            bar.inc(1);
         }
     }
+    bar.finish_and_clear();
     if a.json {
         let out = serde_json::json!({
             "backend": a.backend.describe(),
@@ -196,21 +222,69 @@ fn probe(a: ProbeArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// clap's multi-line usage errors, folded into the one line a script can grep.
+/// clap's multi-line usage errors, folded into the one line a script can grep (without
+/// clap's own `error: ` in front: the caller adds it).
 pub(crate) fn one_line(e: &clap::Error) -> String {
-    e.to_string()
+    if let Some(line) = negative_value(e) {
+        return line;
+    }
+    let text = e
+        .to_string()
         .lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("For more information") && !l.starts_with("Usage:")
+        })
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(" ");
+    // Rust's words for a bad integer, in a user's.
+    let text = text.replace("invalid digit found in string", "not a whole number");
+    text.strip_prefix("error: ").unwrap_or(&text).to_string()
+}
+
+/// `--threads -1`: a negative number where only 0 or more make sense, said as such (clap
+/// says "invalid digit found in string" or "-1 is not in 0..=4294967295").
+fn negative_value(e: &clap::Error) -> Option<String> {
+    if e.kind() != ErrorKind::ValueValidation {
+        return None;
+    }
+    let text = |k| match e.get(k) {
+        Some(ContextValue::String(s)) => Some(s.as_str()),
+        _ => None,
+    };
+    let value = text(ContextKind::InvalidValue)?;
+    let arg = text(ContextKind::InvalidArg)?;
+    let negative = value.strip_prefix('-')?;
+    if negative.parse::<f64>().is_err() {
+        return None;
+    }
+    let flag = arg.split_whitespace().next().unwrap_or(arg);
+    Some(format!(
+        "invalid value '{value}' for '{arg}': {flag} cannot be negative"
+    ))
+}
+
+/// Lets every option that takes a value take a negative number (`--threads -1`), so that the
+/// error says the number is out of range, not that `-1` is an unknown flag.
+pub(crate) fn negatives_as_values(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| {
+        if a.get_action().takes_values() && !a.is_positional() {
+            a.allow_negative_numbers(true)
+        } else {
+            a
+        }
+    })
+    .mut_subcommands(negatives_as_values)
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = negatives_as_values(Cli::command())
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) if e.use_stderr() => {
-            eprintln!("dtxn: {}", one_line(&e));
+            eprintln!("dtxn: error: {}", one_line(&e));
             return ExitCode::from(2);
         }
         Err(e) => {
@@ -232,7 +306,9 @@ fn main() -> ExitCode {
     match r {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("dtxn: error: {e:#}");
+            // One line, whatever the causes' messages hold.
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("dtxn: error: {msg}");
             ExitCode::from(2)
         }
     }
@@ -255,6 +331,6 @@ mod tests {
             panic!("not probe")
         };
         assert_eq!(a.backend.kind(), Backend::Shm);
-        assert_eq!(a.backend.pool.delay_ns, 5);
+        assert_eq!(a.backend.pool.delay_ns(), 5);
     }
 }

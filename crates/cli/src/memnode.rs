@@ -15,8 +15,9 @@ pub struct MemnodeArgs {
     /// port; the address is printed).
     #[arg(long)]
     pub listen: SocketAddr,
-    /// Region size in bytes; K, M, G suffixes are powers of 1024. A multiple of 64.
-    #[arg(long, value_parser = parse_size)]
+    /// Region size in bytes, e.g. 512M, 4GiB (K, M, G, T, with or without `iB`, are powers of
+    /// 1024). A multiple of 64.
+    #[arg(long, value_parser = crate::units::parse_size, allow_hyphen_values = true)]
     pub size: u64,
     /// Keep the region in this file (created or extended to --size, contents kept; e.g. on a
     /// persistent-memory/DAX mount). Locked while served: a second daemon on it is refused.
@@ -43,29 +44,6 @@ pub struct MemnodeArgs {
     /// memory nodes share a few cores with other busy processes (they would starve each other).
     #[arg(long, default_value_t = 200)]
     pub spin_us: u64,
-}
-
-/// `4096`, `64K`, `256M`, `2G`.
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mul) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => {
-            let mul: u64 = match c.to_ascii_uppercase() {
-                'K' => 1 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                'T' => 1 << 40,
-                _ => return Err(format!("unknown size suffix in {s:?} (K, M, G or T)")),
-            };
-            (&t[..i], mul)
-        }
-        _ => (t, 1),
-    };
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size in bytes"))?;
-    n.checked_mul(mul)
-        .ok_or_else(|| format!("{s:?} is too large"))
 }
 
 pub fn run(a: MemnodeArgs) -> Result<ExitCode> {
@@ -118,19 +96,4 @@ pub fn run(a: MemnodeArgs) -> Result<ExitCode> {
         sig.map_or(String::new(), |s| format!(" (signal {s})"))
     );
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert_eq!(parse_size("64K"), Ok(65536));
-        assert_eq!(parse_size("2g"), Ok(2 << 30));
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("99999999999T").is_err());
-    }
 }

@@ -67,6 +67,20 @@ fn axes(vary: &[String]) -> Result<Vec<(String, Vec<String>)>> {
         if vals.is_empty() {
             bail!("--vary '{key}': no values");
         }
+        // Every value parsed as bench would, before the first point runs (a switch's values
+        // are checked with each point's protocol configuration, below).
+        for x in vals.iter().filter(|_| !switch) {
+            if !takes_value(&key) {
+                if x != "true" && x != "false" {
+                    bail!("--vary {v}: --{key} is a switch: its values are true and false");
+                }
+                continue;
+            }
+            let argv = ["bench".to_string(), format!("--{key}"), x.clone()];
+            if let Err(e) = cmd.clone().try_get_matches_from(argv) {
+                bail!("--vary {v}: {}", crate::one_line(&e));
+            }
+        }
         out.push((key, vals));
     }
     Ok(out)
@@ -104,6 +118,17 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
     if a.bench.tally_out.is_some() {
         bail!("--tally-out is an option of a single dtxn bench run, not of a sweep");
     }
+    let single = [
+        ("--csv", a.bench.csv.is_some()),
+        ("--record", a.bench.record.is_some()),
+        ("--json", a.bench.json),
+    ];
+    if let Some((flag, _)) = single.iter().find(|(_, given)| *given) {
+        bail!(
+            "{flag} is an option of a single dtxn bench run, not of a sweep (it writes \
+             sweep.csv, sweep.png and sweep.svg in --out)"
+        );
+    }
     let axes = axes(&a.vary)?;
     let mut grid: Vec<Vec<(String, String)>> = vec![Vec::new()];
     for (k, vals) in &axes {
@@ -123,8 +148,12 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
         None => Vec::new(),
     };
     let base = base_argv();
+    crate::backend::check_new_dir("--out", &a.out)?;
     std::fs::create_dir_all(&a.out)
         .with_context(|| format!("cannot create {}", a.out.display()))?;
+    for f in ["sweep.csv", "sweep.png", "sweep.svg"] {
+        crate::bench::check_writable("--out", &a.out.join(f))?;
+    }
     // Every point's options are checked before the first one runs.
     let mut parsed = Vec::with_capacity(grid.len());
     for p in &grid {
@@ -147,25 +176,33 @@ pub fn run(a: SweepArgs) -> Result<ExitCode> {
                 }
             }
         }
-        let b = parse_bench(argv)?;
-        b.txn_config()?;
+        let b = parse_bench(argv).with_context(|| describe(p))?;
+        b.txn_config().with_context(|| describe(p))?;
         parsed.push(b);
     }
     let mut points = Vec::with_capacity(grid.len());
+    let bar = crate::progress::bar(!a.bench.quiet, grid.len() as u64);
     for (i, (values, b)) in grid.into_iter().zip(parsed).enumerate() {
         let label = describe(&values);
+        bar.set_message(label.clone());
         let report = crate::bench::run(&b, false).with_context(|| label.clone())?;
-        eprintln!(
-            "[{}/{}] {label}: {} committed/s, abort rate {:.2}%, p50 {:.1} us ({} time)",
-            i + 1,
-            points.capacity(),
-            crate::bench::report::thousands(report.all.committed_per_s),
-            100.0 * report.all.abort_rate,
-            report.all.latency_us.p50,
-            report.time
-        );
+        bar.inc(1);
+        if !a.bench.quiet {
+            bar.suspend(|| {
+                eprintln!(
+                    "[{}/{}] {label}: {} committed/s, abort rate {:.2}%, p50 {:.1} us ({} time)",
+                    i + 1,
+                    points.capacity(),
+                    crate::bench::report::thousands(report.all.committed_per_s),
+                    100.0 * report.all.abort_rate,
+                    report.all.latency_us.p50,
+                    report.time
+                )
+            });
+        }
         points.push(Point { values, report });
     }
+    bar.finish_and_clear();
     let csv = a.out.join("sweep.csv");
     // Varied options come first, as `vary_<option>` columns.
     let columns = |v: &[(String, String)]| -> Vec<(String, String)> {
@@ -235,22 +272,16 @@ fn ensure_font() -> Result<()> {
     .map_err(|e| anyhow!(e))
 }
 
-/// The x position of each point: the first varied option's value if every value is a number,
-/// else its index among the values.
-fn xs(points: &[Point], axes: &[(String, Vec<String>)]) -> (Vec<f64>, Option<Vec<String>>) {
+/// The x position of each point: the index of its value of the first varied option among
+/// that option's values. The axis is categorical, labelled with the values themselves: a
+/// few numbers (`coroutines=1,2,4,8`, powers of two) read better evenly spaced than on a
+/// linear axis, and no tick falls between two values (`0.6000000000000001`).
+fn xs(points: &[Point], axes: &[(String, Vec<String>)]) -> Vec<u32> {
     let vals = &axes[0].1;
-    let numeric: Option<Vec<f64>> = vals.iter().map(|v| v.parse::<f64>().ok()).collect();
-    let x = |p: &Point| {
-        let v = &p.values[0].1;
-        match &numeric {
-            Some(_) => v.parse::<f64>().unwrap_or(0.0),
-            None => vals.iter().position(|x| x == v).unwrap_or(0) as f64,
-        }
-    };
-    (
-        points.iter().map(x).collect(),
-        numeric.is_none().then(|| vals.clone()),
-    )
+    points
+        .iter()
+        .map(|p| vals.iter().position(|x| *x == p.values[0].1).unwrap_or(0) as u32)
+        .collect()
 }
 
 /// Series: one per combination of the options varied after the first.
@@ -289,28 +320,31 @@ where
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow!("{e:?}");
     root.fill(&WHITE).map_err(err)?;
-    let c = &points[0].report.config;
-    let clock = if points[0].report.time == "virtual" {
-        "virtual time"
-    } else {
-        "wall time"
-    };
-    let title = format!(
-        "{} on {}, {} ({clock})",
-        c.workload,
-        format!("{:?}", c.backend).to_lowercase(),
-        describe_fixed(points, axes)
-    );
-    let root = root.titled(&title, ("sans-serif", 20)).map_err(err)?;
-    let panels = root.split_evenly((1, 3));
-    let (x, categories) = xs(points, axes);
+    let root = root
+        .titled(&title(points, axes), ("sans-serif", 20))
+        .map_err(err)?;
     let series = series(points);
+    // The legend has a strip of its own under the panels: it never covers data.
+    let legend = series.len() > 1;
+    let (panels_area, legend_area) = if legend {
+        let (_, h) = root.dim_in_pixel();
+        let rows = series.len().div_ceil(4) as u32;
+        root.split_vertically(h.saturating_sub(10 + 22 * rows))
+    } else {
+        let (_, h) = root.dim_in_pixel();
+        root.split_vertically(h)
+    };
+    let panels = panels_area.split_evenly((1, 3));
+    let x = xs(points, axes);
+    let labels = &axes[0].1;
     let xname = &axes[0].0;
-    let (xmin, xmax) = x
-        .iter()
-        .fold((f64::MAX, f64::MIN), |(a, b), &v| (a.min(v), b.max(v)));
-    let pad = ((xmax - xmin) * 0.05).max(0.5);
-    let xr = (xmin - pad)..(xmax + pad);
+    // One segment per value (an integer range includes its end; one value gets an empty
+    // segment after it, a range of one integer draws oddly).
+    let xr = (0..labels.len().saturating_sub(1).max(1) as u32).into_segmented();
+    let label_x = |v: &SegmentValue<u32>| match v {
+        SegmentValue::CenterOf(i) => labels.get(*i as usize).cloned().unwrap_or_default(),
+        _ => String::new(),
+    };
     let tput: Vec<f64> = points
         .iter()
         .map(|p| p.report.all.committed_per_s)
@@ -322,14 +356,6 @@ where
     let p50: Vec<f64> = points.iter().map(|p| p.report.all.latency_us.p50).collect();
     let p99: Vec<f64> = points.iter().map(|p| p.report.all.latency_us.p99).collect();
     let top = |v: &[f64]| v.iter().cloned().fold(0.0, f64::max) * 1.1 + 1e-9;
-    let label_x = |v: &f64| match &categories {
-        Some(c) => c
-            .get(v.round().max(0.0) as usize)
-            .filter(|_| (v - v.round()).abs() < 1e-6)
-            .cloned()
-            .unwrap_or_default(),
-        None => format!("{v}"),
-    };
     // Panel 1: committed/s against the first varied option.
     // Panel 3: abort rate against it.
     for (panel, ys, yname) in [
@@ -344,34 +370,28 @@ where
             .map_err(err)?;
         chart
             .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(labels.len() + 1)
             .x_desc(xname.as_str())
             .y_desc(yname)
             .x_label_formatter(&label_x)
             .y_label_formatter(&|v| short(*v))
             .draw()
             .map_err(err)?;
-        for (si, (name, idx)) in series.iter().enumerate() {
-            let color = Palette99::pick(si).to_rgba();
-            let pts: Vec<(f64, f64)> = idx.iter().map(|&i| (x[i], ys[i])).collect();
-            let s = chart
+        for (si, (_, idx)) in series.iter().enumerate() {
+            let color = color(si);
+            let pts: Vec<(SegmentValue<u32>, f64)> = idx
+                .iter()
+                .map(|&i| (SegmentValue::CenterOf(x[i]), ys[i]))
+                .collect();
+            chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
                 .map_err(err)?;
-            if !name.is_empty() {
-                s.label(name.as_str()).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-            }
             chart
-                .draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-                .map_err(err)?;
-        }
-        if series.len() > 1 {
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
-                .background_style(WHITE.mix(0.8))
-                .border_style(BLACK)
-                .draw()
+                .draw_series(
+                    pts.iter()
+                        .map(|p| Circle::new(p.clone(), 4, color.filled())),
+                )
                 .map_err(err)?;
         }
     }
@@ -384,26 +404,23 @@ where
         .map_err(err)?;
     chart
         .configure_mesh()
+        .x_labels(5)
         .x_desc("committed/s")
         .y_desc("latency us (p50 filled, p99 hollow)")
         .x_label_formatter(&|v| short(*v))
+        .y_label_formatter(&|v| short(*v))
         .draw()
         .map_err(err)?;
-    for (si, (name, idx)) in series.iter().enumerate() {
-        let color = Palette99::pick(si).to_rgba();
+    for (si, (_, idx)) in series.iter().enumerate() {
+        let color = color(si);
         for (ys, filled) in [(&p50, true), (&p99, false)] {
             let pts: Vec<(f64, f64)> = idx.iter().map(|&i| (tput[i], ys[i])).collect();
-            let s = chart
+            chart
                 .draw_series(LineSeries::new(
                     pts.clone(),
                     color.stroke_width(if filled { 2 } else { 1 }),
                 ))
                 .map_err(err)?;
-            if filled && !name.is_empty() {
-                s.label(name.as_str()).legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-                });
-            }
             let style = if filled {
                 color.filled()
             } else {
@@ -414,17 +431,80 @@ where
                 .map_err(err)?;
         }
     }
-    if series.len() > 1 {
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+    if legend {
+        draw_legend(&legend_area, &series).map_err(err)?;
     }
     root.present().map_err(err)?;
     Ok(())
+}
+
+/// One entry per series (a colored line and its name), four to a row, in their own strip.
+/// The colors of the series (matplotlib's tab10: distinct, none too pale on white).
+const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+fn color(series: usize) -> RGBAColor {
+    COLORS[series % COLORS.len()].to_rgba()
+}
+
+fn draw_legend<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    series: &[(String, Vec<usize>)],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let (w, _) = area.dim_in_pixel();
+    let cell = (w as i32 - 80) / 4;
+    for (si, (name, _)) in series.iter().enumerate() {
+        let color = color(si);
+        let (col, row) = ((si % 4) as i32, (si / 4) as i32);
+        let (x, y) = (80 + col * cell, 8 + row * 22);
+        area.draw(&PathElement::new(
+            vec![(x, y + 8), (x + 24, y + 8)],
+            color.stroke_width(3),
+        ))?;
+        area.draw(&Text::new(
+            name.clone(),
+            (x + 32, y),
+            ("sans-serif", 15).into_font(),
+        ))?;
+    }
+    Ok(())
+}
+
+/// The title: what every point shares (the workload and backend unless varied, the other
+/// fixed options), and the clock.
+fn title(points: &[Point], axes: &[(String, Vec<String>)]) -> String {
+    let c = &points[0].report.config;
+    let varied = |k: &str| axes.iter().any(|(a, _)| a == k);
+    let clock = if points[0].report.time == "virtual" {
+        "virtual time"
+    } else {
+        "wall time"
+    };
+    let backend = format!("{:?}", c.backend).to_lowercase();
+    let mut t = match (varied("workload"), varied("backend")) {
+        (false, false) => format!("{} on {backend}", c.workload),
+        (false, true) => c.workload.clone(),
+        (true, false) => backend,
+        (true, true) => String::new(),
+    };
+    let fixed = describe_fixed(points, axes);
+    if !fixed.is_empty() {
+        if !t.is_empty() {
+            t.push_str(", ");
+        }
+        t.push_str(&fixed);
+    }
+    format!("{t} ({clock})")
 }
 
 /// What did not vary, for the title.

@@ -39,6 +39,9 @@ pub struct TortureArgs {
     /// Where run histories go (default: the system's temporary directory).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// No progress on stderr (it shows only on a terminal anyway).
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// The `dtxn bench` arguments of one run: small, contended, hostile, 1 or 2 replicas. Tables
@@ -160,7 +163,18 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
     if a.seeds == 0 || a.txns == 0 {
         bail!("--seeds and --txns must be at least 1");
     }
+    bench::at_most("--seeds", a.seeds, 1_000_000)?;
+    bench::at_most("--txns", a.txns, 100_000_000)?;
+    if a.first_seed.checked_add(a.seeds).is_none() {
+        bail!(
+            "--first-seed {} + --seeds {} is past the last seed ({})",
+            a.first_seed,
+            a.seeds,
+            u64::MAX
+        );
+    }
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    crate::backend::check_new_dir("--dir", &dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let started = Instant::now();
     let mut runs = 0;
@@ -169,7 +183,9 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
         for w in &workloads {
             let t0 = Instant::now();
             let mut committed = 0;
+            let bar = crate::progress::bar(!a.quiet, a.seeds);
             for seed in a.first_seed..a.first_seed + a.seeds {
+                bar.set_message(format!("{p} / {w}: seed {seed}"));
                 let record = dir.join(format!("dtxn-torture-{p}-{w}-{seed}.jsonl"));
                 let record_s = record.display().to_string();
                 let argv = bench_args(w, p, seed, a.txns, &record_s);
@@ -201,16 +217,19 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                     }
                 };
                 runs += 1;
+                bar.inc(1);
                 match failure {
                     None => {
                         let _ = std::fs::remove_file(&record);
                     }
                     Some(what) => {
-                        eprintln!("FAILED: {p} / {w} / seed {seed}: {what}");
-                        eprintln!(
-                            "replay: dtxn {} && dtxn check {record_s} --real-time",
-                            argv.join(" ")
-                        );
+                        bar.suspend(|| {
+                            eprintln!("FAILED: {p} / {w} / seed {seed}: {what}");
+                            eprintln!(
+                                "replay: dtxn {} && dtxn check {record_s} --real-time",
+                                argv.join(" ")
+                            );
+                        });
                         failures.push(format!("{p}/{w}/seed {seed}"));
                         if !a.keep_going {
                             break 'all;
@@ -218,6 +237,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                     }
                 }
             }
+            bar.finish_and_clear();
             println!(
                 "{p:<11} {w:<10} seeds {}..{}: {committed} transactions committed, {:.1} s",
                 a.first_seed,

@@ -254,7 +254,7 @@ fn attach(a: &PoolArgs, run: &RunId, plan: &Plan) -> Result<(Pool, Vec<String>)>
             let dir = a.shm_dir.as_ref().ok_or_else(|| {
                 anyhow!("--backend shm needs --shm-dir DIR (the run's --shm-dir)")
             })?;
-            let pool = ShmPool::open(dir, a.delay_ns)?;
+            let pool = ShmPool::open(dir, a.delay_ns())?;
             let names = (0..pool.node_sizes().len())
                 .map(|i| node_file(dir, i).display().to_string())
                 .collect();
@@ -294,6 +294,24 @@ fn attach(a: &PoolArgs, run: &RunId, plan: &Plan) -> Result<(Pool, Vec<String>)>
         "dtxn verify needs the pool of the run that wrote the tally files",
     )?;
     Ok((pool, names))
+}
+
+/// Refuses, before any file is read, options that do not say where the run's pool is.
+fn where_the_pool_is(a: &PoolArgs) -> Result<()> {
+    a.check_options()?;
+    match a.kind {
+        Backend::Ucx if a.memnodes.is_empty() && a.token.is_none() && a.shm_dir.is_none() => bail!(
+            "dtxn verify needs the run's pool: --memnodes HOST:PORT,... and --token (the \
+             default, --backend ucx), or --backend shm --shm-dir DIR"
+        ),
+        Backend::Ucx if a.shm_dir.is_some() => {
+            bail!("--shm-dir is an option of --backend shm (here the backend is ucx)")
+        }
+        Backend::Shm if a.shm_dir.is_none() => {
+            bail!("--backend shm needs --shm-dir DIR (the run's --shm-dir)")
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Takes the pool alone for the check: refused while any compute process is attached.
@@ -369,6 +387,7 @@ fn check<W: Workload>(
 
 /// Runs `dtxn verify`: exit 0 consistent, 1 a check failed, 2 the files or pool are wrong.
 pub fn main(a: VerifyArgs) -> Result<ExitCode> {
+    where_the_pool_is(&a.pool)?;
     let mut files = Vec::with_capacity(a.tallies.len());
     for p in &a.tallies {
         files.push((p.clone(), TallyFile::read(p)?));

@@ -326,11 +326,11 @@ fn bad_input_is_one_clear_line_and_exit_2() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
             vec!["bench", "--workload", "ycsb"],
-            "unknown workload 'ycsb' (valid: smallbank, kv, tatp, tpcc)",
+            "invalid value 'ycsb' for '--workload <WORKLOAD>' [possible values: smallbank, kv, tatp, tpcc]",
         ),
         (
             vec!["bench", "--protocol", "calvin"],
-            "unknown protocol 'calvin' (valid: ford, farm, drtmh, motor, nowait, waitdie, occ)",
+            "invalid value 'calvin' for '--protocol <PROTOCOL>' [possible values: ford, farm, drtmh, motor",
         ),
         (
             vec!["bench", "--threads", "0"],
@@ -406,7 +406,7 @@ fn bad_input_is_one_clear_line_and_exit_2() {
                 "--isolation",
                 "repeatable-read",
             ],
-            "unknown isolation 'repeatable-read' (valid: serializable, snapshot)",
+            "invalid value 'repeatable-read' for '--isolation <ISOLATION>' [possible values: serializable, snapshot]",
         ),
         (
             vec!["bench", "--protocol", "ford", "--isolation", "snapshot"],

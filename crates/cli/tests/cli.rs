@@ -102,3 +102,21 @@ fn help_documents_every_command() {
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).contains("probe"));
 }
+
+#[test]
+fn bench_help_lists_the_protocols_and_the_defaults() {
+    let o = dtxn(&["bench", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&o.stdout);
+    for want in [
+        "[possible values: ford, farm, drtmh, motor",
+        "[possible values: smallbank, kv, tatp, tpcc]",
+        "[possible values: serializable, snapshot]",
+        "tpcc: warehouses [default: 1]",
+        "kv: zipf theta, 0 (uniform) or more [default: 0.99, YCSB's]",
+        "kv: keys per transaction [default: 4]",
+        "[default: cx5-100g]",
+    ] {
+        assert!(help.contains(want), "{want} not in bench --help");
+    }
+}

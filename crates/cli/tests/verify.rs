@@ -188,7 +188,7 @@ fn files_that_are_not_one_whole_run_and_bad_options_are_refused() {
         ),
         (
             vec!["verify", "--tallies", &t],
-            "--backend ucx needs --token",
+            "dtxn verify needs the run's pool: --memnodes HOST:PORT,... and --token",
         ),
         (
             vec!["bench", "--backend", "sim", "--tally-out", &t],

@@ -3,6 +3,7 @@
 
 use crate::backend::{Backend, BackendArgs};
 use anyhow::{anyhow, bail, Context, Result};
+use clap::builder::PossibleValuesParser;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use dtxn_txn::{Isolation, Protocol, TxnConfig};
 use std::ffi::OsString;
@@ -11,46 +12,47 @@ use std::path::{Path, PathBuf};
 /// Which workload, with which options.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct WorkloadArgs {
-    /// Benchmark: smallbank, kv, tatp or tpcc.
-    #[arg(long, default_value = "smallbank")]
+    /// Benchmark.
+    #[arg(long, default_value = "smallbank", value_parser = PossibleValuesParser::new(dtxn_workloads::NAMES))]
     pub workload: String,
 
-    /// smallbank: accounts (FORD: 100,000).
+    /// smallbank: accounts, 2 to 2^40 [default: 100000, FORD's].
     #[arg(long, help_heading = "SmallBank")]
     pub accounts: Option<u64>,
-    /// smallbank: hot accounts (FORD: 4,000).
+    /// smallbank: hot accounts, 2 to --accounts [default: 4% of --accounts, FORD's 4000 of
+    /// 100000].
     #[arg(long, help_heading = "SmallBank")]
     pub hot_accounts: Option<u64>,
-    /// smallbank: percentage of transactions on hot accounts (FORD: 90).
+    /// smallbank: percentage of transactions on hot accounts [default: 90, FORD's].
     #[arg(long, help_heading = "SmallBank")]
     pub hot_pct: Option<u32>,
     /// smallbank: `standard` (all six) or `transfer` (money-conserving only). tpcc:
     /// `standard` (45,43,4,4,4) or five weights for NewOrder, Payment, OrderStatus, Delivery
-    /// and StockLevel, e.g. `0,0,0,0,1` for StockLevel alone.
+    /// and StockLevel, e.g. `0,0,0,0,1` for StockLevel alone [default: standard].
     #[arg(long, help_heading = "SmallBank and TPC-C")]
     pub mix: Option<String>,
 
-    /// kv: keys (FORD: 1,000,000).
+    /// kv: keys, at least --items [default: 1000000, FORD's].
     #[arg(long, help_heading = "kv")]
     pub keys: Option<u64>,
-    /// kv: value size in bytes (FORD: 40).
+    /// kv: value size in bytes [default: 40, FORD's].
     #[arg(long, help_heading = "kv")]
     pub value_size: Option<usize>,
-    /// kv: zipf theta (0: uniform; YCSB: 0.99).
+    /// kv: zipf theta, 0 (uniform) or more [default: 0.99, YCSB's].
     #[arg(long, help_heading = "kv")]
     pub theta: Option<f64>,
-    /// kv: percentage of read-only transactions.
+    /// kv: percentage of read-only transactions [default: 75].
     #[arg(long, help_heading = "kv")]
     pub read_only_pct: Option<u32>,
-    /// kv: keys per transaction.
+    /// kv: keys per transaction [default: 4].
     #[arg(long, help_heading = "kv")]
     pub items: Option<usize>,
 
-    /// tatp: subscribers (FORD: 100,000).
+    /// tatp: subscribers, 1 to 2^40 [default: 100000, FORD's].
     #[arg(long, help_heading = "TATP")]
     pub subscribers: Option<u64>,
 
-    /// tpcc: warehouses.
+    /// tpcc: warehouses [default: 1].
     #[arg(long, help_heading = "TPC-C")]
     pub warehouses: Option<u32>,
     /// tpcc: the spec's sizes (3,000 customers per district, 100,000 items and stock per
@@ -73,10 +75,10 @@ pub struct BenchArgs {
     pub workload: WorkloadArgs,
 
     /// Concurrency-control protocol.
-    #[arg(long, default_value = "ford")]
+    #[arg(long, default_value = "ford", value_parser = PossibleValuesParser::new(Protocol::NAMES))]
     pub protocol: String,
-    /// motor: serializable or snapshot (default serializable).
-    #[arg(long)]
+    /// motor: isolation level [default: serializable].
+    #[arg(long, value_parser = PossibleValuesParser::new(Isolation::NAMES))]
     pub isolation: Option<String>,
     /// motor: versions per record (1 to 15; default per workload: TPC-C 4, TATP 2,
     /// SmallBank 3, kv 4).
@@ -102,10 +104,10 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 2)]
     pub replicas: usize,
     /// Region size of each memory node (e.g. 512M, 4G); default: what the tables need.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     pub node_memory: Option<u64>,
     /// Undo-log slice of each coordinator, in bytes.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, allow_hyphen_values = true)]
     pub log_slice_bytes: Option<u64>,
     /// sim: compute nodes; ucx: compute processes of the run (start one per --compute-node).
     #[arg(long, default_value_t = 1)]
@@ -118,14 +120,14 @@ pub struct BenchArgs {
     pub coroutines: Option<u32>,
 
     /// Measured run time, e.g. 5s, 200ms (virtual on sim; default: shm 2s, sim 20ms).
-    #[arg(long, value_parser = parse_duration, conflicts_with = "txns")]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true, conflicts_with = "txns")]
     pub duration: Option<u64>,
     /// Run this many measured transactions (attempts) in all instead of a duration.
     #[arg(long)]
     pub txns: Option<u64>,
     /// Unmeasured time before measuring (default: a tenth of the duration, or shm 0.2s and
     /// sim 2ms with --txns).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = parse_duration, allow_hyphen_values = true)]
     pub warmup: Option<u64>,
 
     /// ford: localized validation (FORD-LV): the coordinators share a version cache, so
@@ -160,6 +162,9 @@ pub struct BenchArgs {
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// No progress on stderr (it shows only on a terminal anyway).
+    #[arg(long, short)]
+    pub quiet: bool,
     /// Also write the result as CSV (one row per transaction type, and `all`).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
@@ -217,6 +222,14 @@ impl BenchArgs {
         };
         for s in &self.set {
             apply_set(&mut cfg, s)?;
+            let key = s.split_once('=').map_or(s.as_str(), |(k, _)| k.trim());
+            if key.starts_with("motor.") && !protocol.multi_version() {
+                bail!(
+                    "--set {}: a switch of motor (--protocol motor); this run's protocol is {}",
+                    s.trim(),
+                    protocol.name()
+                );
+            }
         }
         if let Some(i) = &self.isolation {
             if !protocol.multi_version() {
@@ -243,10 +256,19 @@ impl BenchArgs {
                 );
             }
         }
+        if cfg.addr_cache_entries > MAX_ADDR_CACHE {
+            bail!(
+                "--set addr_cache_entries={}: at most {MAX_ADDR_CACHE} per coordinator",
+                cfg.addr_cache_entries
+            );
+        }
         cfg.validate().map_err(|e| anyhow!(e))?;
         Ok(cfg)
     }
 }
+
+/// The most address-cache entries a coordinator takes (`--set addr_cache_entries`).
+const MAX_ADDR_CACHE: usize = 1 << 24;
 
 /// `dtxn bench` parsed alone, to re-parse it with a config file's options in front.
 #[derive(Debug, Parser)]
@@ -258,7 +280,7 @@ struct BenchOnly {
 
 /// The `dtxn bench` command, for its list of options.
 pub fn bench_command() -> clap::Command {
-    BenchOnly::command()
+    crate::negatives_as_values(BenchOnly::command())
 }
 
 /// If `--config` was given, parses the command again with the file's options first, so that
@@ -281,7 +303,7 @@ pub fn with_config(a: BenchArgs, subcommand: &str) -> Result<BenchArgs> {
 
 /// Parses `dtxn bench` options from `argv` (its first element is the command name).
 pub fn parse_bench(argv: Vec<OsString>) -> Result<BenchArgs> {
-    let m = BenchOnly::command()
+    let m = bench_command()
         .try_get_matches_from(argv)
         .map_err(|e| anyhow!("{}", crate::one_line(&e)))?;
     let b = BenchOnly::from_arg_matches(&m).map_err(|e| anyhow!("{}", crate::one_line(&e)))?;
@@ -326,8 +348,24 @@ pub fn config_argv(path: &Path) -> Result<Vec<String>> {
             let mut leaves = Vec::new();
             flatten("", t, &mut leaves);
             for (k, v) in leaves {
+                let set = format!("{k}={v}");
+                // Checked here, to name the file and line (the key's, else the table's).
+                if let Err(e) = apply_set(&mut TxnConfig::default(), &set) {
+                    let last = k.rsplit('.').next().unwrap_or(&k);
+                    let line = text.lines().position(|l| {
+                        let l = l.trim_start();
+                        [k.as_str(), last].iter().any(|key| {
+                            l.strip_prefix(key)
+                                .is_some_and(|r| r.trim_start().starts_with('='))
+                        })
+                    });
+                    return Err(match line {
+                        Some(i) => anyhow!("{}: line {}: [txn] {e}", path.display(), i + 1),
+                        None => at(format!("[txn] {e}")),
+                    });
+                }
                 argv.push("--set".into());
-                argv.push(format!("{k}={v}"));
+                argv.push(set);
             }
             continue;
         }
@@ -348,26 +386,33 @@ pub fn config_argv(path: &Path) -> Result<Vec<String>> {
         };
         let flag = format!("--{long}");
         let takes_value = arg.get_action().takes_values();
+        let mut mine = Vec::new();
         match value {
             toml::Value::Boolean(b) if !takes_value => {
                 if *b {
-                    argv.push(flag);
+                    mine.push(flag);
                 }
             }
             toml::Value::Array(items) => {
                 for v in items {
-                    argv.push(flag.clone());
-                    argv.push(scalar(v).map_err(|w| at(format!("'{key}': {w}")))?);
+                    mine.push(flag.clone());
+                    mine.push(scalar(v).map_err(|w| at(format!("'{key}': {w}")))?);
                 }
             }
             v => {
                 if !takes_value {
                     return Err(at(format!("'{key}' is a switch: true or false")));
                 }
-                argv.push(flag);
-                argv.push(scalar(v).map_err(|w| at(format!("'{key}': {w}")))?);
+                mine.push(flag);
+                mine.push(scalar(v).map_err(|w| at(format!("'{key}': {w}")))?);
             }
         }
+        // Each option's value parsed here, alone, so that a bad one names the file and line.
+        let alone = std::iter::once("bench".to_string()).chain(mine.iter().cloned());
+        if let Err(e) = bench_command().try_get_matches_from(alone) {
+            return Err(at(format!("'{key}': {}", crate::one_line(&e))));
+        }
+        argv.extend(mine);
     }
     Ok(argv)
 }
@@ -460,72 +505,11 @@ fn apply_set(cfg: &mut TxnConfig, kv: &str) -> Result<()> {
     Ok(())
 }
 
-/// `5s`, `200ms`, `100us`, `2m`, or plain seconds; to nanoseconds.
-pub fn parse_duration(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration (e.g. 5s, 200ms)"))?;
-    let scale = match unit.trim() {
-        "" | "s" => 1e9,
-        "ms" => 1e6,
-        "us" => 1e3,
-        "ns" => 1.0,
-        "m" | "min" => 60e9,
-        other => {
-            return Err(format!(
-                "unknown unit '{other}' in '{s}' (ns, us, ms, s, m)"
-            ))
-        }
-    };
-    let ns = n * scale;
-    if !(0.0..1e18).contains(&ns) {
-        return Err(format!("'{s}' is out of range"));
-    }
-    Ok(ns as u64)
-}
-
-/// `512M`, `4G`, `64K`, or plain bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (e.g. 512M, 4G)"))?;
-    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB") {
-        "" | "B" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        other => return Err(format!("unknown unit '{other}' in '{s}' (K, M, G, T)")),
-    };
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("'{s}' is too large"))
-}
+pub use crate::units::{parse_duration, parse_size};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_and_sizes_parse() {
-        assert_eq!(parse_duration("5s"), Ok(5_000_000_000));
-        assert_eq!(parse_duration("200ms"), Ok(200_000_000));
-        assert_eq!(parse_duration("1.5"), Ok(1_500_000_000));
-        assert_eq!(parse_duration("2m"), Ok(120_000_000_000));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("fast").is_err());
-        assert_eq!(parse_size("4G"), Ok(4 << 30));
-        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_size("100"), Ok(100));
-        assert!(parse_size("3Q").is_err());
-    }
 
     #[test]
     fn the_backend_options_parse_into_one_struct_with_bench_defaults() {
@@ -534,7 +518,7 @@ mod tests {
         assert_eq!(a.kind(), Backend::Shm, "bench's default backend is shm");
         assert_eq!(a.backend.seed, 1);
         assert_eq!(a.backend.compute_node, 0);
-        assert_eq!(a.backend.pool.profile, "cx5-100g");
+        assert_eq!(a.backend.pool.profile(), "cx5-100g");
         let a = parse_bench(argv(&[
             "bench",
             "--backend",

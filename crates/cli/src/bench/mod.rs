@@ -10,7 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 pub use args::{BenchArgs, WorkloadArgs};
 use dtxn_fabric::Topology;
 use dtxn_store::{Plan, PoolShape, TableSpec};
-use dtxn_txn::{Protocol, Vcache};
+use dtxn_txn::{Protocol, TxnConfig, Vcache};
 use dtxn_workloads::{kv, smallbank, tatp, tpcc, Workload};
 use engine::{Shared, Stop};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -82,6 +82,13 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             &["tpcc"],
         ),
     ];
+    for (flag, v) in [
+        ("--accounts", a.accounts),
+        ("--hot-accounts", a.hot_accounts),
+        ("--keys", a.keys),
+    ] {
+        at_most(flag, v.unwrap_or(0), MAX_ROWS)?;
+    }
     if !dtxn_workloads::NAMES.contains(&a.workload.as_str()) {
         bail!(
             "unknown workload '{}' (valid: {})",
@@ -157,6 +164,85 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             Chosen::Tpcc(tpcc::Tpcc::new(o)?)
         }
     })
+}
+
+/// The most rows a table option (`--accounts`, `--keys`) takes: far more than any machine's
+/// memory holds, and little enough that the layout's arithmetic cannot overflow.
+pub const MAX_ROWS: u64 = 1 << 40;
+/// The most `--txns` takes.
+pub const MAX_TXNS: u64 = 1_000_000_000_000;
+/// The most coordinators a run has (compute nodes x threads x coroutines).
+pub const MAX_COORDINATORS: u64 = 4096;
+/// `--log-slice-bytes`' range: a page to a GiB.
+pub const LOG_SLICE_BYTES: std::ops::RangeInclusive<u64> = 4096..=1 << 30;
+/// The most `--duration` and `--warmup` take: a day.
+const MAX_DURATION_NS: u64 = 86_400_000_000_000;
+
+/// Refuses `value` above `max`, in one line naming the option.
+pub fn at_most(flag: &str, value: u64, max: u64) -> Result<()> {
+    if value > max {
+        bail!("{flag} {value}: at most {}", report::thousands(max as f64));
+    }
+    Ok(())
+}
+
+/// `--log-slice-bytes`, if given, in its range.
+pub fn check_log_slice(bytes: Option<u64>) -> Result<()> {
+    match bytes {
+        Some(b) if !LOG_SLICE_BYTES.contains(&b) => bail!(
+            "--log-slice-bytes {b}: {} to {} bytes (4K to 1G)",
+            LOG_SLICE_BYTES.start(),
+            LOG_SLICE_BYTES.end()
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The machine's memory in bytes (Linux: /proc/meminfo), if it can be read.
+fn machine_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Refuses a run on this machine (sim, or shm in anonymous memory) whose pool and address
+/// caches would not fit in its memory: it would be killed, or swap, long after it started.
+pub fn check_fits(a: &BenchArgs, plan: &Plan, coordinators: u32, cfg: &TxnConfig) -> Result<()> {
+    let local = match a.kind() {
+        Backend::Sim => true,
+        Backend::Shm => a.backend.pool.shm_dir.is_none(),
+        Backend::Ucx => false,
+    };
+    let Some(have) = machine_memory().filter(|_| local) else {
+        return Ok(());
+    };
+    let pool = plan.region_bytes.saturating_mul(u64::from(a.memory_nodes));
+    // An address-cache entry is a few words; 32 bytes is generous.
+    let caches = (cfg.addr_cache_entries as u64)
+        .saturating_mul(32)
+        .saturating_mul(u64::from(coordinators));
+    let need = pool.saturating_add(caches);
+    if need > have {
+        bail!(
+            "this run needs {} of memory ({} memory node(s) x {} of pool{}); this machine has \
+             {}: use smaller tables, fewer memory nodes or a smaller --node-memory",
+            gib(need),
+            a.memory_nodes,
+            gib(plan.region_bytes),
+            if caches > have / 4 {
+                format!(", and {} of address caches", gib(caches))
+            } else {
+                String::new()
+            },
+            gib(have)
+        );
+    }
+    Ok(())
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30))
 }
 
 /// `--mix` for TPC-C: `standard`, or one weight per transaction type, separated by commas
@@ -242,6 +328,16 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
     if topo.compute_nodes == 0 {
         bail!("--compute-nodes must be at least 1");
     }
+    let all = u64::from(topo.compute_nodes) * u64::from(topo.threads) * u64::from(topo.coroutines);
+    if all > MAX_COORDINATORS {
+        bail!(
+            "--compute-nodes {} x --threads {} x --coroutines {} make {all} coordinators; at \
+             most {MAX_COORDINATORS}",
+            topo.compute_nodes,
+            topo.threads,
+            topo.coroutines
+        );
+    }
     if a.kind() == Backend::Ucx && a.backend.compute_node >= topo.compute_nodes {
         bail!(
             "--compute-node {} must be less than --compute-nodes {}",
@@ -259,10 +355,19 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
 pub fn main(a: BenchArgs) -> Result<ExitCode> {
     let a = args::with_config(a, "bench")?;
     check_tally_out(&a)?;
+    for (flag, path) in [
+        ("--csv", &a.csv),
+        ("--record", &a.record),
+        ("--tally-out", &a.tally_out),
+    ] {
+        if let Some(p) = path {
+            check_writable(flag, p)?;
+        }
+    }
     if a.load_only {
         return load_only(&a);
     }
-    let r = run(&a, !a.json)?;
+    let r = run(&a, !a.quiet)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
@@ -275,6 +380,36 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
         Some(v) if !v.ok => Ok(ExitCode::from(1)),
         _ => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// Refuses an output file that cannot be written, before the run rather than after it: a
+/// directory, a file without write permission, a directory that does not exist. Leaves no
+/// file behind that was not there.
+pub fn check_writable(flag: &str, path: &std::path::Path) -> Result<()> {
+    let p = path.display();
+    if path.is_dir() {
+        bail!("{flag} {p}: a directory, not a file");
+    }
+    if path.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .with_context(|| format!("{flag} {p}: cannot write"))?;
+        return Ok(());
+    }
+    let parent = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !parent.is_dir() {
+        bail!("{flag} {p}: directory {} does not exist", parent.display());
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .with_context(|| format!("{flag} {p}: cannot write"))?;
+    std::fs::remove_file(path).with_context(|| format!("{flag} {p}: cannot remove the probe"))
 }
 
 /// Refuses options that the backend would ignore, and runs that cannot be right.
@@ -344,6 +479,7 @@ fn load_remote(a: &BenchArgs, w: &Chosen, plan: &Plan, pool: &dtxn_fabric::Pool)
 fn load_only(a: &BenchArgs) -> Result<ExitCode> {
     let topo = topology(a)?;
     check_backend_options(a, topo)?;
+    check_numbers(a)?;
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let cfg = a.txn_config()?;
@@ -352,7 +488,12 @@ fn load_only(a: &BenchArgs) -> Result<ExitCode> {
     let pool = a
         .backend
         .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+    let loading = crate::progress::spinner(
+        !a.quiet,
+        format!("loading {} on the memory nodes", a.workload.workload),
+    );
     load_remote(a, &w, &plan, &pool)?;
+    loading.finish_and_clear();
     println!(
         "dtxn bench: loaded {} on {} memory node(s) ({} bytes each) in {:.2} s",
         a.workload.workload,
@@ -361,6 +502,19 @@ fn load_only(a: &BenchArgs) -> Result<ExitCode> {
         start.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// The numeric options without a check of their own elsewhere, in their ranges.
+fn check_numbers(a: &BenchArgs) -> Result<()> {
+    at_most("--txns", a.txns.unwrap_or(0), MAX_TXNS)?;
+    for (flag, ns) in [("--duration", a.duration), ("--warmup", a.warmup)] {
+        if ns.is_some_and(|ns| ns > MAX_DURATION_NS) {
+            bail!("{flag}: at most a day (24h)");
+        }
+    }
+    at_most("--memory-nodes", u64::from(a.memory_nodes), 256)?;
+    check_log_slice(a.log_slice_bytes)?;
+    Ok(())
 }
 
 /// Builds the pool, loads it, runs, verifies: everything but the printing.
@@ -374,6 +528,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     if a.txns == Some(0) {
         bail!("--txns must be at least 1");
     }
+    check_numbers(a)?;
     let local_oracle = cfg.motor.oracle == "local";
     if !["pool", "local"].contains(&cfg.motor.oracle.as_str()) {
         bail!(
@@ -396,12 +551,18 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let plan = Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
+    check_fits(a, &plan, topo.coordinators(), &cfg)?;
     let remote_loaded = if a.kind() == Backend::Ucx && a.load {
         let pool = a
             .backend
             .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
         let start = Instant::now();
+        let loading = crate::progress::spinner(
+            progress,
+            format!("loading {} on the memory nodes", a.workload.workload),
+        );
         load_remote(a, &w, &plan, &pool)?;
+        loading.finish_and_clear();
         Some((pool, start.elapsed().as_nanos() as u64))
     } else {
         None
@@ -446,6 +607,15 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     let (mut pool, load_ns) = match remote_loaded {
         Some(loaded) => loaded,
         None => {
+            let loading = crate::progress::spinner(
+                progress,
+                format!(
+                    "loading {} ({} MiB on each of {} memory node(s))",
+                    w.name(),
+                    plan.region_bytes >> 20,
+                    a.memory_nodes
+                ),
+            );
             let pool = a
                 .backend
                 .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
@@ -456,6 +626,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
                 plan.format_pool(&pool)?;
                 w.load(&pool, plan, a.backend.seed)?;
             }
+            loading.finish_and_clear();
             (pool, load_start.elapsed().as_nanos() as u64)
         }
     };

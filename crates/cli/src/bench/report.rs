@@ -53,6 +53,9 @@ pub struct ConfigReport {
     pub txns: Option<u64>,
     pub warmup_s: f64,
     pub verify: bool,
+    /// `--record FILE`: where the history went.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub record: Option<std::path::PathBuf>,
     /// `--fabric-time`: verb execution was timed (the reports' `fabric_us`).
     pub fabric_time: bool,
 }
@@ -93,6 +96,7 @@ impl ConfigReport {
             txns,
             warmup_s: warmup_ns as f64 / 1e9,
             verify: a.verify,
+            record: a.record.clone(),
             fabric_time: a.fabric_time,
         }
     }
@@ -326,6 +330,14 @@ impl BenchReport {
             100.0 * a.abort_rate,
             reasons(&a.aborts, a.attempts)
         );
+        let meanings: Vec<String> = a
+            .aborts
+            .keys()
+            .filter_map(|r| meaning(r).map(|m| format!("{r}: {m}")))
+            .collect();
+        if !meanings.is_empty() {
+            let _ = writeln!(s, "  ({})", meanings.join("; "));
+        }
         let _ = writeln!(
             s,
             "latency of committed (us): p50 {}   p99 {}   p99.9 {}",
@@ -456,15 +468,32 @@ impl BenchReport {
                  protocol refuses: a bug)"
             );
         }
-        if let Some(v) = &self.verify {
-            let _ = writeln!(s);
-            let _ = writeln!(
-                s,
-                "verify: {}",
-                if v.ok { "consistent" } else { "INCONSISTENT" }
-            );
-            for c in &v.checks {
-                let _ = writeln!(s, "  - {c}");
+        let _ = writeln!(s);
+        match (&self.verify, &self.config.record) {
+            (Some(v), _) => {
+                let _ = writeln!(
+                    s,
+                    "verify: {}",
+                    if v.ok { "consistent" } else { "INCONSISTENT" }
+                );
+                for c in &v.checks {
+                    let _ = writeln!(s, "  - {c}");
+                }
+            }
+            (None, Some(h)) => {
+                let _ = writeln!(
+                    s,
+                    "not checked here: the history is in {h} (dtxn check {h}); --verify also \
+                     checks the workload's invariants",
+                    h = h.display()
+                );
+            }
+            (None, None) => {
+                let _ = writeln!(
+                    s,
+                    "not checked: add --verify to check the workload's invariants, or --record \
+                     FILE and dtxn check FILE for the isolation level"
+                );
             }
         }
         s
@@ -579,6 +608,29 @@ fn csv_field(s: &str) -> String {
     } else {
         s.to_string()
     }
+}
+
+/// What an abort reason means, in a few words, for the line under the abort rate.
+fn meaning(reason: &str) -> Option<&'static str> {
+    Some(match reason {
+        "lock-conflict" => "another transaction held a lock (no waiting)",
+        "validation" => "an item read changed before commit",
+        "invisible" => "a record stayed locked for commit or kept reading torn",
+        "replica-failure" => "a memory node failed",
+        "exists" => "insert of a key that exists",
+        "missing" => "update or delete of a key that does not exist",
+        "user" => {
+            "the workload rolled back by its own rules (TPC-C's 1% of NewOrders, SmallBank's \
+             overdrafts, TATP's missing rows)"
+        }
+        "log-full" => "an undo log did not fit its slice",
+        "table-full" => "a table had no room for an insert",
+        "newer-version" => "a record had a version newer than the transaction's start",
+        "version-gone" => "the version a snapshot needs was overwritten (raise --vnum)",
+        "bad-request" => "the workload asked for something the protocol refuses (a bug)",
+        "corrupt-chain" => "a hash chain in memory was corrupt (a bug)",
+        _ => return None,
+    })
 }
 
 fn reasons(aborts: &BTreeMap<&'static str, u64>, attempts: u64) -> String {
