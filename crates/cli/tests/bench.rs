@@ -549,3 +549,49 @@ fn localized_validation_verifies_and_its_history_is_strictly_serializable() {
     let c = dtxn(&["check", hist.to_str().unwrap(), "--real-time"]);
     assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stdout));
 }
+
+/// `--breakdown`: every protocol's time per phase, per transaction type, adds up to its mean
+/// latency with `other`; reads and commits take time, and a protocol's phases are where its
+/// stage list says they are (NO_WAIT validates nothing; FORD does).
+#[test]
+fn breakdown_adds_up_to_the_latency_for_every_protocol() {
+    for p in ["ford", "farm", "drtmh", "motor", "nowait", "waitdie", "occ"] {
+        let o = dtxn(&[
+            "bench",
+            "--backend",
+            "sim",
+            "--protocol",
+            p,
+            "--workload",
+            "smallbank",
+            "--duration",
+            "2ms",
+            "--breakdown",
+            "--json",
+        ]);
+        assert!(o.status.success(), "{p}: {}", stderr(&o));
+        let j = json(&o);
+        let all = &j["all"];
+        let b = all["breakdown_us"].as_object().expect("breakdown_us");
+        let sum: f64 = b.values().map(|v| v.as_f64().unwrap()).sum();
+        let mean = all["latency_us"]["mean"].as_f64().unwrap();
+        assert!(
+            (sum - mean).abs() < 0.01 * mean,
+            "{p}: {sum} against {mean}"
+        );
+        assert!(b["read"].as_f64().unwrap() > 0.0, "{p}: {b:?}");
+        assert!(b["commit"].as_f64().unwrap() > 0.0, "{p}: {b:?}");
+        let validate = b["validate"].as_f64().unwrap();
+        match p {
+            "nowait" | "waitdie" => assert_eq!(validate, 0.0, "{p}: {b:?}"),
+            "ford" | "farm" => assert!(validate > 0.0, "{p}: {b:?}"),
+            _ => {}
+        }
+        for t in j["per_type"].as_array().unwrap() {
+            assert!(t["breakdown_us"].is_object(), "{p}: {t}");
+        }
+    }
+    // Without the flag, no breakdown (and no clock reads for it).
+    let o = dtxn(&["bench", "--backend", "sim", "--duration", "1ms", "--json"]);
+    assert!(json(&o)["all"].get("breakdown_us").is_none());
+}

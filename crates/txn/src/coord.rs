@@ -53,6 +53,8 @@ pub struct TxnOutcome {
     pub oracle_round_trips: u64,
     pub start_ns: u64,
     pub end_ns: u64,
+    /// Time per phase (all 0 unless [`Coordinator::set_breakdown`] turned it on).
+    pub breakdown: crate::Breakdown,
 }
 
 /// One coroutine's coordinator: runs one transaction at a time against the pool.
@@ -92,6 +94,8 @@ pub(crate) struct Core {
     pub start_clock: Option<Arc<crate::StartClock>>,
     /// The compute process's own timestamp oracle.
     pub local_oracle: Option<Arc<crate::LocalOracle>>,
+    /// Measure each transaction's time per phase.
+    pub breakdown: bool,
 }
 
 impl Core {
@@ -124,6 +128,7 @@ impl Coordinator {
                 vcache: None,
                 start_clock: None,
                 local_oracle: None,
+                breakdown: false,
             },
             stats: CoordStats::default(),
             next_seq: 0,
@@ -152,6 +157,12 @@ impl Coordinator {
     /// the pool must use this same Vcache (see [`Vcache`]).
     pub fn set_vcache(&mut self, v: Arc<Vcache>) {
         self.core.vcache = Some(v);
+    }
+
+    /// Measures each transaction's time per phase ([`TxnOutcome::breakdown`]): two clock
+    /// reads per phase, so off unless asked.
+    pub fn set_breakdown(&mut self, on: bool) {
+        self.core.breakdown = on;
     }
 
     pub fn set_recorder(&mut self, r: Box<dyn Recorder>) {

@@ -10,6 +10,7 @@
 
 mod abort;
 pub mod attach;
+mod breakdown;
 mod clock;
 mod config;
 mod coord;
@@ -26,6 +27,7 @@ pub mod vcache;
 
 pub use abort::{Abort, AbortReason};
 pub use attach::{attach, detach, AttachError, Attachment};
+pub use breakdown::{Breakdown, Phase};
 pub use clock::{LocalOracle, StartClock, LOCAL_ORACLE_BLOCK};
 pub use config::{
     FordOptions, HybridCode, Isolation, MotorOptions, Protocol, RccOptions, TxnConfig,

@@ -3,6 +3,7 @@
 //! protocol is `P`, and the public [`crate::Txn`] dispatches to the one chosen at run time.
 
 use crate::abort::{Abort, AbortReason};
+use crate::breakdown::{Breakdown, Phase};
 use crate::coord::{CoordStats, Core, TxnOutcome};
 use crate::item::{Access, Item, ItemIndex, NewValue};
 use crate::mechanisms::undo::UndoLog;
@@ -36,6 +37,8 @@ pub(crate) struct Tx<'c, P: Protocol> {
     finished: bool,
     /// Round trips spent on a timestamp oracle.
     pub oracle_round_trips: u64,
+    /// Time per phase, when the coordinator measures it.
+    breakdown: Breakdown,
 }
 
 impl<'c, P: Protocol> Tx<'c, P> {
@@ -70,6 +73,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             installed: false,
             finished: false,
             oracle_round_trips: 0,
+            breakdown: Breakdown::default(),
         };
         P::begin(&mut tx);
         tx
@@ -147,9 +151,31 @@ impl<'c, P: Protocol> Tx<'c, P> {
         }
     }
 
+    /// The clock, if the coordinator measures phases (else 0, without reading it).
+    #[inline]
+    fn clock(&self) -> u64 {
+        if self.c.breakdown {
+            self.c.ep.now_ns()
+        } else {
+            0
+        }
+    }
+
+    /// Charges the time since `since` (from [`Tx::clock`]) to phase `p`.
+    #[inline]
+    fn charge(&mut self, p: Phase, since: u64) {
+        if self.c.breakdown {
+            let now = self.c.ep.now_ns();
+            self.breakdown.add(p, now.saturating_sub(since));
+        }
+    }
+
     pub(crate) async fn fetch(&mut self, accesses: &[Access]) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
-        if let Err(a) = P::fetch(self, accesses).await {
+        let t = self.clock();
+        let r = P::fetch(self, accesses).await;
+        self.charge(Phase::Read, t);
+        if let Err(a) = r {
             self.abort_with(a).await;
             return Err(a);
         }
@@ -226,7 +252,10 @@ impl<'c, P: Protocol> Tx<'c, P> {
 
     pub(crate) async fn insert_many(&mut self, rows: &[Row<'_>]) -> Result<(), Abort> {
         assert!(!self.finished, "the transaction is over");
-        if let Err(a) = P::insert(self, rows).await {
+        let t = self.clock();
+        let r = P::insert(self, rows).await;
+        self.charge(Phase::Insert, t);
+        if let Err(a) = r {
             self.abort_with(a).await;
             return Err(a);
         }
@@ -241,7 +270,9 @@ impl<'c, P: Protocol> Tx<'c, P> {
         let r = self.commit_phases().await;
         match r {
             Ok(()) => {
+                let t = self.clock();
                 P::release(self);
+                self.charge(Phase::Release, t);
                 self.cache_inserted_slots();
                 self.finish(Ok(()));
             }
@@ -251,10 +282,22 @@ impl<'c, P: Protocol> Tx<'c, P> {
     }
 
     async fn commit_phases(&mut self) -> Result<(), Abort> {
-        P::lock(self).await?;
-        P::validate(self).await?;
-        P::log(self).await?;
-        P::install(self).await
+        let t = self.clock();
+        let r = P::lock(self).await;
+        self.charge(Phase::Lock, t);
+        r?;
+        let t = self.clock();
+        let r = P::validate(self).await;
+        self.charge(Phase::Validate, t);
+        r?;
+        let t = self.clock();
+        let r = P::log(self).await;
+        self.charge(Phase::Log, t);
+        r?;
+        let t = self.clock();
+        let r = P::install(self).await;
+        self.charge(Phase::Commit, t);
+        r
     }
 
     pub(crate) async fn rollback(&mut self) {
@@ -286,7 +329,9 @@ impl<'c, P: Protocol> Tx<'c, P> {
         if self.finished {
             return;
         }
+        let t = self.clock();
         P::abort(self).await;
+        self.charge(Phase::Abort, t);
         self.finish(Err(a));
     }
 
@@ -303,6 +348,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             oracle_round_trips: self.oracle_round_trips,
             start_ns: self.start_ns,
             end_ns,
+            breakdown: self.breakdown,
         });
         if self.c.recorder.is_some() {
             let h = self.history(result.is_ok(), end_ns);

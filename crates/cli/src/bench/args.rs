@@ -159,6 +159,12 @@ pub struct BenchArgs {
     /// work and what the protocol's own CPU. Costs two clock reads per batch.
     #[arg(long)]
     pub fabric_time: bool,
+    /// Measure where each transaction's time goes, phase by phase (read, insert, lock,
+    /// validate, log, commit, release, abort; RCC's latency breakdown), and print it per
+    /// transaction type: virtual time on sim, wall time on shm and ucx. Costs two clock reads
+    /// per phase.
+    #[arg(long)]
+    pub breakdown: bool,
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -10,6 +10,7 @@
 use dtxn_check::HistoryWriter;
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::PoolMap;
+use dtxn_txn::Breakdown;
 use dtxn_txn::{
     AbortReason, Coordinator, LocalOracle, Recorder, StartClock, TxnConfig, TxnOutcome, Vcache,
 };
@@ -63,6 +64,8 @@ pub struct TypeStats {
     pub rpcs: u64,
     pub rpc_messages: u64,
     pub mn_cpu_ns: u64,
+    /// Time per phase, summed over committed attempts (`--breakdown`, else 0).
+    pub breakdown: Breakdown,
 }
 
 /// An hour in ns: latencies above are clamped (a run that long is not a benchmark).
@@ -84,6 +87,7 @@ impl TypeStats {
             rpcs: 0,
             rpc_messages: 0,
             mn_cpu_ns: 0,
+            breakdown: Breakdown::default(),
         }
     }
 
@@ -102,6 +106,7 @@ impl TypeStats {
                 self.rpcs += o.fabric.verb(dtxn_fabric::OpKind::Rpc);
                 self.rpc_messages += o.fabric.rpc_messages;
                 self.mn_cpu_ns += o.fabric.mn_cpu_ns;
+                self.breakdown.merge(&o.breakdown);
             }
             Err(a) => {
                 let i = AbortReason::ALL
@@ -129,6 +134,7 @@ impl TypeStats {
         self.rpcs += o.rpcs;
         self.rpc_messages += o.rpc_messages;
         self.mn_cpu_ns += o.mn_cpu_ns;
+        self.breakdown.merge(&o.breakdown);
     }
 }
 
@@ -188,6 +194,8 @@ pub struct Shared {
     pub verify: bool,
     /// `--fabric-time`: every endpoint times its batches' execution.
     pub fabric_time: bool,
+    /// `--breakdown`: every coordinator times its transactions' phases.
+    pub breakdown: bool,
     pub coordinators: u32,
     pub progress: ProgressBar,
     record: Option<Arc<Mutex<HistoryWriter<File>>>>,
@@ -237,6 +245,7 @@ async fn coordinator<W: Workload>(
         .await
         .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?;
     let mut c = Coordinator::new(ep, Rc::new(map), cfg);
+    c.set_breakdown(sh.breakdown);
     if let Some(v) = &sh.vcache {
         c.set_vcache(v.clone());
     }
@@ -326,6 +335,7 @@ impl Shared {
             seed,
             verify,
             fabric_time: false,
+            breakdown: false,
             coordinators,
             progress,
             record,

@@ -659,6 +659,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         a.record.as_deref(),
     )?;
     sh.fabric_time = a.fabric_time;
+    sh.breakdown = a.breakdown;
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));

@@ -6,7 +6,7 @@ use super::engine::{Collector, RunOutput, Stop, TypeStats};
 use crate::backend::Backend;
 use dtxn_fabric::Topology;
 use dtxn_store::Plan;
-use dtxn_txn::{AbortReason, TxnConfig};
+use dtxn_txn::{AbortReason, Phase, TxnConfig};
 use dtxn_workloads::{kv, smallbank, tatp, tpcc, Workload};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -58,6 +58,8 @@ pub struct ConfigReport {
     pub record: Option<std::path::PathBuf>,
     /// `--fabric-time`: verb execution was timed (the reports' `fabric_us`).
     pub fabric_time: bool,
+    /// `--breakdown`: phases timed.
+    pub breakdown: bool,
 }
 
 impl ConfigReport {
@@ -98,6 +100,7 @@ impl ConfigReport {
             verify: a.verify,
             record: a.record.clone(),
             fabric_time: a.fabric_time,
+            breakdown: a.breakdown,
         }
     }
 }
@@ -141,10 +144,14 @@ pub struct TypeReport {
     pub rpcs: f64,
     pub rpc_messages: f64,
     pub mn_cpu_us: f64,
+    /// `--breakdown`: microseconds per committed transaction in each phase, and `other`: the
+    /// rest of its latency (the application's logic, waiting for the coroutine's turn).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub breakdown_us: Option<BTreeMap<&'static str, f64>>,
 }
 
 impl TypeReport {
-    fn new(name: &str, s: &TypeStats, secs: f64, timed: bool) -> TypeReport {
+    fn new(name: &str, s: &TypeStats, secs: f64, timed: bool, phases: bool) -> TypeReport {
         let per_s = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
         let mean = |n: u64| {
             if s.committed > 0 {
@@ -166,6 +173,7 @@ impl TypeReport {
                 max: us(h.max()),
             }
         };
+        let lat_mean = latency_us.mean;
         TypeReport {
             name: name.to_string(),
             attempts: s.attempts,
@@ -192,8 +200,27 @@ impl TypeReport {
             rpcs: mean(s.rpcs),
             rpc_messages: mean(s.rpc_messages),
             mn_cpu_us: mean(s.mn_cpu_ns) / 1e3,
+            breakdown_us: phases.then(|| breakdown_us(s, lat_mean)),
         }
     }
+}
+
+/// Microseconds per committed transaction in each phase, and `other` (up to `latency_us`).
+fn breakdown_us(s: &TypeStats, latency_us: f64) -> BTreeMap<&'static str, f64> {
+    let per = |ns: u64| {
+        if s.committed > 0 {
+            ns as f64 / s.committed as f64 / 1e3
+        } else {
+            0.0
+        }
+    };
+    let mut m: BTreeMap<&'static str, f64> = Phase::ALL
+        .iter()
+        .map(|&p| (p.name(), per(s.breakdown.get(p))))
+        .collect();
+    let other = latency_us - per(s.breakdown.total());
+    m.insert("other", other.max(0.0));
+    m
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -239,7 +266,7 @@ impl BenchReport {
         load_ns: u64,
     ) -> BenchReport {
         let c: &Collector = &out.collector;
-        let timed = config.fabric_time;
+        let (timed, phases) = (config.fabric_time, config.breakdown);
         let secs = c.window_ns() as f64 / 1e9;
         let mut all = TypeStats::clone(&c.types[0]);
         for t in &c.types[1..] {
@@ -249,14 +276,14 @@ impl BenchReport {
             .txn_types()
             .iter()
             .zip(&c.types)
-            .map(|(n, s)| TypeReport::new(n, s, secs, timed))
+            .map(|(n, s)| TypeReport::new(n, s, secs, timed, phases))
             .collect();
         let wall_s = out.wall_ns as f64 / 1e9;
         BenchReport {
             config,
             time: if out.virtual_time { "virtual" } else { "wall" },
             measured_s: secs,
-            all: TypeReport::new("all", &all, secs, timed),
+            all: TypeReport::new("all", &all, secs, timed, phases),
             per_type,
             verify,
             load_s: load_ns as f64 / 1e9,
@@ -438,6 +465,7 @@ impl BenchReport {
                 per.join(", ")
             );
         }
+        self.write_breakdown(&mut s);
         if let Some(n) = a.aborts.get("log-full") {
             let _ = writeln!(
                 s,
@@ -501,6 +529,45 @@ impl BenchReport {
 
     /// TPC-C with more coordinators than warehouses, aborting most attempts on conflicts:
     /// the warehouses, for a note that says why.
+    /// `--breakdown`: a table of microseconds per committed transaction in each phase.
+    fn write_breakdown(&self, s: &mut String) {
+        let Some(all) = &self.all.breakdown_us else {
+            return;
+        };
+        let cols: Vec<&str> = all.keys().copied().collect();
+        // Committed transactions spend nothing in `abort`: the column is left out.
+        let order: Vec<&str> = Phase::ALL
+            .iter()
+            .map(|p| p.name())
+            .chain(["other"])
+            .filter(|c| cols.contains(c) && *c != "abort")
+            .collect();
+        let _ = writeln!(
+            s,
+            "\nwhere the time goes (--breakdown), us per committed transaction ({} time):",
+            self.time
+        );
+        let _ = write!(s, "{:<20}", "type");
+        for c in &order {
+            let _ = write!(s, " {c:>9}");
+        }
+        let _ = writeln!(s, " {:>9}", "latency");
+        for t in self.per_type.iter().chain(std::iter::once(&self.all)) {
+            let Some(b) = t.breakdown_us.as_ref().filter(|_| t.committed > 0) else {
+                continue;
+            };
+            let _ = write!(s, "{:<20}", t.name);
+            for c in &order {
+                let _ = write!(s, " {:>9.2}", b[c]);
+            }
+            let _ = writeln!(s, " {:>9.2}", t.latency_us.mean);
+        }
+        let _ = writeln!(
+            s,
+            "(other: the application's logic between phases, and waiting for the coroutine's turn)"
+        );
+    }
+
     fn crowded_warehouses(&self) -> Option<u64> {
         let w = self.config.workload_options["warehouses"].as_u64()?;
         let a = &self.all;

@@ -212,6 +212,15 @@ struct Outcome<'a> {
     give_back: Vec<(NodeId, u64, bool)>,
 }
 
+impl Outcome<'_> {
+    /// Item `i`'s record at `off` is to be read again (torn or invisible), without a lock.
+    fn reread(&mut self, i: usize, off: u64, expect: Option<u64>) {
+        let lock = Lock::None;
+        self.next.push((i, Stage::Record { off, lock }, expect));
+        self.again = true;
+    }
+}
+
 /// The first round's work: each access's item added (or an item already read, upgraded for
 /// update) with how it is to be read.
 fn plan<P: Protocol>(
@@ -399,15 +408,7 @@ fn on_record<P: Protocol>(
     let bytes = done.bytes(&tx.c.ep);
     let decoded = decode(codec, bytes, &mut it.value, trust_inv);
     let Ok(h) = decoded else {
-        out.next.push((
-            i,
-            Stage::Record {
-                off,
-                lock: Lock::None,
-            },
-            expect,
-        ));
-        out.again = true;
+        out.reread(i, off, expect);
         return;
     };
     if check_slot(&h, table_id, key) == SlotCheck::Stale {
@@ -428,15 +429,7 @@ fn on_record<P: Protocol>(
         return;
     }
     if !it.locked && !it.shared && h.lock & INVISIBLE != 0 {
-        out.next.push((
-            i,
-            Stage::Record {
-                off,
-                lock: Lock::None,
-            },
-            expect,
-        ));
-        out.again = true;
+        out.reread(i, off, expect);
         return;
     }
     if expect.is_some_and(|v| v != h.version) {
