@@ -595,3 +595,42 @@ fn breakdown_adds_up_to_the_latency_for_every_protocol() {
     let o = dtxn(&["bench", "--backend", "sim", "--duration", "1ms", "--json"]);
     assert!(json(&o)["all"].get("breakdown_us").is_none());
 }
+
+/// kv's `--compute` adds its CPU time to every committed transaction's latency on sim, and
+/// is refused elsewhere (nothing would charge it).
+#[test]
+fn kv_compute_time_is_charged_on_sim_and_refused_elsewhere() {
+    let run = |compute: &str| {
+        let o = dtxn(&[
+            "bench",
+            "--backend",
+            "sim",
+            "--workload",
+            "kv",
+            "--duration",
+            "1ms",
+            "--threads",
+            "1",
+            "--coroutines",
+            "1",
+            "--compute",
+            compute,
+            "--json",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        json(&o)["all"]["latency_us"]["p50"].as_f64().unwrap()
+    };
+    let (none, five) = (run("0us"), run("5us"));
+    assert!((five - none - 5.0).abs() < 0.5, "{none} then {five}");
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "shm",
+        "--workload",
+        "kv",
+        "--compute",
+        "5us",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("--compute is for the sim backend"));
+}

@@ -47,6 +47,10 @@ pub struct WorkloadArgs {
     /// kv: keys per transaction [default: 4].
     #[arg(long, help_heading = "kv")]
     pub items: Option<usize>,
+    /// kv, sim only: CPU time each transaction spends between its reads and its commit, in
+    /// virtual time, e.g. `5us` (RCC's YCSB) [default: 0].
+    #[arg(long, help_heading = "kv", value_name = "DURATION", value_parser = parse_duration)]
+    pub compute: Option<u64>,
 
     /// tatp: subscribers, 1 to 2^40 [default: 100000, FORD's].
     #[arg(long, help_heading = "TATP")]

@@ -73,6 +73,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
         ("--theta", a.theta.is_some(), &["kv"]),
         ("--read-only-pct", a.read_only_pct.is_some(), &["kv"]),
         ("--items", a.items.is_some(), &["kv"]),
+        ("--compute", a.compute.is_some(), &["kv"]),
         ("--subscribers", a.subscribers.is_some(), &["tatp"]),
         ("--warehouses", a.warehouses.is_some(), &["tpcc"]),
         ("--spec-sizes", a.spec_sizes, &["tpcc"]),
@@ -137,6 +138,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
                 theta: a.theta.unwrap_or(d.theta),
                 read_only_pct: a.read_only_pct.unwrap_or(d.read_only_pct),
                 items: a.items.unwrap_or(d.items),
+                compute_ns: a.compute.unwrap_or(d.compute_ns),
             })?)
         }
         "tatp" => {
@@ -538,6 +540,12 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     }
     if local_oracle && (cfg.protocol != Protocol::Motor || topo.compute_nodes != 1) {
         bail!("motor.oracle=local is Motor's, with one compute node (it holds the pool alone)");
+    }
+    if a.workload.compute.is_some_and(|ns| ns > 0) && a.kind() != Backend::Sim {
+        bail!(
+            "--compute is for the sim backend, which charges it in virtual time (elsewhere the \
+             transaction logic takes what it takes)"
+        );
     }
     if a.fabric_time && a.kind() != Backend::Shm {
         bail!(
