@@ -120,6 +120,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             cold: false,
             value,
             image,
+            seen: None,
             new: NewValue::Keep,
             chain_lock: None,
             install: None,
@@ -152,7 +153,27 @@ impl<'c, P: Protocol> Tx<'c, P> {
             self.abort_with(a).await;
             return Err(a);
         }
+        if self.c.recorder.is_some() {
+            self.note_seen(accesses);
+        }
         Ok(())
+    }
+
+    /// For the history: the hash of each fetched item's value as the application now sees
+    /// it (not of one it has written already: a fetch of it again changes nothing).
+    fn note_seen(&mut self, accesses: &[Access]) {
+        for a in accesses {
+            if let Some(i) = self.find(a.table, a.key) {
+                let it = &mut self.items[i];
+                if it.new == NewValue::Keep {
+                    it.seen = Some(if it.exists {
+                        history::value_hash(&it.value)
+                    } else {
+                        history::ABSENT
+                    });
+                }
+            }
+        }
     }
 
     pub(crate) fn get(&self, table: u32, key: u64) -> Option<&[u8]> {
@@ -313,7 +334,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
     }
 
     /// This transaction as the history checker sees it: the version of every item it read,
-    /// and the version of every item it installed.
+    /// and the version of every item it installed, each with the hash of its value.
     fn history(&self, committed: bool, end_ns: u64) -> history::Txn {
         let reads = self
             .items
@@ -323,6 +344,13 @@ impl<'c, P: Protocol> Tx<'c, P> {
                 key: i.key,
                 // For an absent key, the tombstone's version (0 if it never existed).
                 version: i.version,
+                // An item never fetched was looked up by an insert, which found the key
+                // absent (else it aborted).
+                hash: match i.seen {
+                    Some(h) => Some(h),
+                    None if !i.exists => Some(history::ABSENT),
+                    None => None,
+                },
             })
             .collect();
         let writes = if committed || self.installed {
@@ -334,6 +362,11 @@ impl<'c, P: Protocol> Tx<'c, P> {
                     key: i.key,
                     version: i.new_version(),
                     deleted: i.new == NewValue::Delete,
+                    hash: Some(if i.new == NewValue::Delete {
+                        history::ABSENT
+                    } else {
+                        history::value_hash(&i.value)
+                    }),
                 })
                 .collect()
         } else {
