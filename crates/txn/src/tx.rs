@@ -344,13 +344,12 @@ impl<'c, P: Protocol> Tx<'c, P> {
                 key: i.key,
                 // For an absent key, the tombstone's version (0 if it never existed).
                 version: i.version,
-                // An item never fetched was looked up by an insert, which found the key
-                // absent (else it aborted).
-                hash: match i.seen {
-                    Some(h) => Some(h),
-                    None if !i.exists => Some(history::ABSENT),
-                    None => None,
-                },
+                // In a committed transaction, an item never fetched was looked up by an
+                // insert, which found the key absent (else it aborted). In an aborted one it
+                // may be an item whose fetch failed: unknown.
+                hash: i
+                    .seen
+                    .or((committed && !i.exists).then_some(history::ABSENT)),
             })
             .collect();
         let writes = if committed || self.installed {
