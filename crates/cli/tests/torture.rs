@@ -15,7 +15,7 @@ fn a_small_matrix_passes_and_says_so() {
     let o = dtxn(&[
         "torture",
         "--workloads",
-        "smallbank,tpcc",
+        "smallbank,tpcc,skew",
         "--seeds",
         "2",
         "--txns",
@@ -29,13 +29,13 @@ fn a_small_matrix_passes_and_says_so() {
         "{out}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    // 7 protocols (ford, farm, drtmh, motor, motor-si, motor-local, ford-rpc) x 2 workloads x
-    // 2 seeds.
+    // 7 protocols (ford, farm, drtmh, motor, motor-si, motor-local, ford-rpc) x 3 workloads x
+    // 2 seeds (the second with tiny tables).
     assert!(
         out.lines()
             .last()
             .unwrap()
-            .starts_with("28 passed, 0 failed"),
+            .starts_with("42 passed, 0 failed"),
         "{out}"
     );
     // Passing runs leave no history behind.

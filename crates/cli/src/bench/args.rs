@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 /// Which workload, with which options.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct WorkloadArgs {
-    /// Benchmark: smallbank, kv, tatp or tpcc.
+    /// Benchmark: smallbank, kv, tatp, tpcc or skew (pairs of accounts under 0 <= x + y <= 8,
+    /// built to expose write skew and read skew).
     #[arg(long, default_value = "smallbank")]
     pub workload: String,
 
@@ -49,6 +50,14 @@ pub struct WorkloadArgs {
     /// tatp: subscribers (FORD: 100,000).
     #[arg(long, help_heading = "TATP")]
     pub subscribers: Option<u64>,
+
+    /// skew: pairs of accounts (default 4).
+    #[arg(long, help_heading = "Skew")]
+    pub pairs: Option<u64>,
+    /// skew: withdrawals and deposits also write the account they only read, unchanged
+    /// (snapshot isolation, which admits write skew, then keeps the invariant too).
+    #[arg(long, help_heading = "Skew")]
+    pub promote: bool,
 
     /// tpcc: warehouses.
     #[arg(long, help_heading = "TPC-C")]
