@@ -252,33 +252,7 @@ impl fmt::Display for Anomaly {
                     (None, _) => write!(f, ", which no transaction committed"),
                 }
             }
-            Anomaly::Value {
-                kind,
-                reader,
-                table,
-                key,
-                version,
-                hash,
-                expected,
-                writer,
-                first_reader,
-            } => {
-                write!(
-                    f,
-                    "{kind}: {reader} read ({table}, {key}) v{version} as value {}, ",
-                    Hash(*hash)
-                )?;
-                match (writer, first_reader) {
-                    (Some(w), _) => write!(f, "but {w} installed {}", Hash(*expected)),
-                    (None, Some(r)) => write!(
-                        f,
-                        "but {r} read it as {} (a version no transaction in the history \
-                         installed)",
-                        Hash(*expected)
-                    ),
-                    (None, None) => write!(f, "not {}", Hash(*expected)),
-                }
-            }
+            Anomaly::Value { .. } => self.fmt_value(f),
             Anomaly::Version {
                 kind,
                 table,
@@ -294,6 +268,40 @@ impl fmt::Display for Anomaly {
                     write!(f, " each installed ({table}, {key}) v{version}")
                 }
             }
+        }
+    }
+}
+
+impl Anomaly {
+    /// A torn value, for people.
+    fn fmt_value(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Anomaly::Value {
+            kind,
+            reader,
+            table,
+            key,
+            version,
+            hash,
+            expected,
+            writer,
+            first_reader,
+        } = self
+        else {
+            unreachable!("only for Anomaly::Value")
+        };
+        write!(
+            f,
+            "{kind}: {reader} read ({table}, {key}) v{version} as value {}, ",
+            Hash(*hash)
+        )?;
+        match (writer, first_reader) {
+            (Some(w), _) => write!(f, "but {w} installed {}", Hash(*expected)),
+            (None, Some(r)) => write!(
+                f,
+                "but {r} read it as {} (a version no transaction in the history installed)",
+                Hash(*expected)
+            ),
+            (None, None) => write!(f, "not {}", Hash(*expected)),
         }
     }
 }

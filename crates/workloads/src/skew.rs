@@ -296,38 +296,7 @@ impl Workload for Skew {
         for t in tallies {
             crate::Merge::merge(&mut all, round_trip(t));
         }
-        let t = plan.table(ACCOUNTS).ok_or(WorkloadError::Store(
-            dtxn_store::StoreError::NoSuchTable(ACCOUNTS),
-        ))?;
-        let records = crate::scan_table(pool, t);
-        if records.len() as u64 != 2 * self.o.pairs {
-            return bad(format!(
-                "accounts: {} records, {} loaded",
-                records.len(),
-                2 * self.o.pairs
-            ));
-        }
-        let mut balances = HashMap::new();
-        for LocalRecord {
-            key, lock, value, ..
-        } in &records
-        {
-            if *lock != 0 {
-                return bad(format!("account {key}: lock word {lock:#x} left behind"));
-            }
-            let Some(got) = balance(value) else {
-                return bad(format!("account {key}: its two balances differ (torn)"));
-            };
-            let want = INITIAL + all.deltas.get(key).copied().unwrap_or(0);
-            if got != want {
-                return bad(format!(
-                    "account {key}: balance {got}, but loaded {INITIAL} plus committed changes \
-                     {} make {want}",
-                    want - INITIAL
-                ));
-            }
-            balances.insert(*key, got);
-        }
+        let balances = self.balances(pool, plan, &all)?;
         for p in 0..self.o.pairs {
             let (x, y) = (balances[&(2 * p)], balances[&(2 * p + 1)]);
             if !in_bounds(x + y) {
@@ -360,7 +329,7 @@ impl Workload for Skew {
         Ok(vec![
             format!(
                 "every one of {} balances equals its initial value plus the committed changes",
-                records.len()
+                balances.len()
             ),
             format!(
                 "every one of {} pairs holds 0 <= x + y <= {MAX_SUM}, and so did every pair a \
@@ -368,6 +337,52 @@ impl Workload for Skew {
                 self.o.pairs
             ),
         ])
+    }
+}
+
+impl Skew {
+    /// Every account's balance on the pool, each checked against its initial value plus the
+    /// committed changes `all` tallied (and for a lock left behind or a torn value).
+    fn balances(
+        &self,
+        pool: &Pool,
+        plan: &Plan,
+        all: &Tally,
+    ) -> Result<HashMap<u64, i64>, WorkloadError> {
+        let bad = |m: String| Err(WorkloadError::Inconsistent(m));
+        let t = plan.table(ACCOUNTS).ok_or(WorkloadError::Store(
+            dtxn_store::StoreError::NoSuchTable(ACCOUNTS),
+        ))?;
+        let records = crate::scan_table(pool, t);
+        if records.len() as u64 != 2 * self.o.pairs {
+            return bad(format!(
+                "accounts: {} records, {} loaded",
+                records.len(),
+                2 * self.o.pairs
+            ));
+        }
+        let mut balances = HashMap::new();
+        for LocalRecord {
+            key, lock, value, ..
+        } in &records
+        {
+            if *lock != 0 {
+                return bad(format!("account {key}: lock word {lock:#x} left behind"));
+            }
+            let Some(got) = balance(value) else {
+                return bad(format!("account {key}: its two balances differ (torn)"));
+            };
+            let want = INITIAL + all.deltas.get(key).copied().unwrap_or(0);
+            if got != want {
+                return bad(format!(
+                    "account {key}: balance {got}, but loaded {INITIAL} plus committed changes \
+                     {} make {want}",
+                    want - INITIAL
+                ));
+            }
+            balances.insert(*key, got);
+        }
+        Ok(balances)
     }
 }
 
