@@ -94,6 +94,9 @@ struct Op {
     txn: u32,
     key: u64,
     version: u64,
+    /// The value's hash, if recorded.
+    hash: u64,
+    hashed: bool,
     /// Writes: this is the version its writer installs (its greatest of this key); otherwise
     /// the version is intermediate.
     last: bool,
@@ -111,7 +114,7 @@ impl Op {
 
 /// Collects a history one transaction at a time, then checks it.
 ///
-/// It keeps about 70 bytes per transaction and 32 per read or write of a committed one, no
+/// It keeps about 70 bytes per transaction and 40 per read or write of a committed one, no
 /// more of a transaction than the graph needs; building the graph takes about as much again.
 pub struct Checker {
     options: Options,
@@ -198,6 +201,8 @@ impl Checker {
                 txn,
                 key: x.key,
                 version: x.version,
+                hash: x.hash.unwrap_or(0),
+                hashed: x.hash.is_some(),
                 last: w[after - 1].2 == x.version,
             });
         }
@@ -207,6 +212,8 @@ impl Checker {
                 txn,
                 key: r.key,
                 version: r.version,
+                hash: r.hash.unwrap_or(0),
+                hashed: r.hash.is_some(),
                 last: false,
             }));
         }
@@ -268,8 +275,8 @@ fn runs_by<T: PartialEq>(ops: &[Op], f: impl Fn(&Op) -> T) -> impl Iterator<Item
     ops.chunk_by(move |a, b| f(a) == f(b))
 }
 
-/// The edges of the graph, and the anomalies visible item by item (G1a, G1b, lost update,
-/// duplicate version).
+/// The edges of the graph, and the anomalies visible item by item (G1a, G1b, torn value, lost
+/// update, duplicate version).
 struct Builder<'a> {
     h: &'a Checker,
     edges: Vec<(u32, u32, Dep)>,
@@ -363,6 +370,8 @@ impl Builder<'_> {
                 }
             };
             let own = |x: u32| group.is_some_and(|g| members(&g).any(|o| o.txn == x));
+            let writer = group.and_then(|g| members(&g).next().copied());
+            self.values(run, writer, &own);
             // Readers of v that also wrote the item (runs are sorted by txn).
             let mut lost: Vec<u32> = run
                 .iter()
@@ -400,6 +409,35 @@ impl Builder<'_> {
                     }
                 }
             }
+        }
+    }
+
+    /// The reads `run` of one installed version (or of version 0), against the value its
+    /// `writer` installed. A version whose writer recorded no hash (version 0, the initial
+    /// load, has no writer) is held to the value its first reader (in history order) saw.
+    /// Reads of one's own version, and reads without a hash, are not judged.
+    fn values(&mut self, run: &[Op], writer: Option<Op>, own: &dyn Fn(u32) -> bool) {
+        let h = self.h;
+        let mut judged = run.iter().filter(|o| o.hashed && !own(o.txn));
+        let (expected, by_writer, source) = match writer.filter(|w| w.hashed) {
+            Some(w) => (w.hash, true, w.txn),
+            None => match judged.next() {
+                Some(first) => (first.hash, false, first.txn),
+                None => return,
+            },
+        };
+        for rd in judged.filter(|o| o.hash != expected) {
+            self.anomalies.push(Anomaly::Value {
+                kind: Kind::TornValue,
+                reader: h.txn_ref(rd.txn),
+                table: rd.table,
+                key: rd.key,
+                version: rd.version,
+                hash: rd.hash,
+                expected,
+                writer: by_writer.then(|| h.txn_ref(source)),
+                first_reader: (!by_writer).then(|| h.txn_ref(source)),
+            });
         }
     }
 
@@ -958,6 +996,7 @@ mod tests {
             table: 1,
             key,
             version,
+            hash: None,
         }
     }
 
@@ -967,7 +1006,20 @@ mod tests {
             key,
             version,
             deleted: false,
+            hash: None,
         }
+    }
+
+    /// `t` with the hashes of its reads and writes, in their order.
+    fn hashed(mut t: Txn, reads: &[u64], writes: &[u64]) -> Txn {
+        assert_eq!((reads.len(), writes.len()), (t.reads.len(), t.writes.len()));
+        for (r, &h) in t.reads.iter_mut().zip(reads) {
+            r.hash = Some(h);
+        }
+        for (w, &h) in t.writes.iter_mut().zip(writes) {
+            w.hash = Some(h);
+        }
+        t
     }
 
     fn aborted(mut t: Txn) -> Txn {
@@ -1005,6 +1057,107 @@ mod tests {
             r.anomalies[0].to_string(),
             "G1a: txn 1 (session 1) read (1, 2) v5, which no transaction committed"
         );
+    }
+
+    #[test]
+    fn a_read_whose_value_is_not_its_writers_is_a_torn_value() {
+        use crate::history::ABSENT;
+        // 2 reads v1 with the bytes 1 installed; 3 reads v1 with other bytes: torn.
+        let h = [
+            hashed(txn(1, &[(1, 0)], &[(1, 1)]), &[0xa], &[0xb]),
+            hashed(txn(2, &[(1, 1)], &[]), &[0xb], &[]),
+            hashed(txn(3, &[(1, 1)], &[]), &[0xc], &[]),
+        ];
+        let r = report(&h, Isolation::Serializable, false);
+        assert_eq!(
+            r.to_string(),
+            "NOT serializable: 1 anomaly (torn-value x1)\n\
+             torn-value: txn 3 (session 0) read (1, 1) v1 as value 000000000000000c, but txn 1 \
+             (session 1) installed 000000000000000b\n"
+        );
+        match &r.anomalies[0] {
+            Anomaly::Value {
+                reader,
+                version,
+                hash,
+                expected,
+                writer,
+                first_reader,
+                ..
+            } => {
+                assert_eq!((reader.txn, *version, *hash, *expected), (3, 1, 0xc, 0xb));
+                assert_eq!((writer.map(|w| w.txn), *first_reader), (Some(1), None));
+            }
+            other => panic!("{other}"),
+        }
+        // The versions alone make this history serializable: only the value gives it away.
+        let mut bare = h.to_vec();
+        for t in &mut bare {
+            t.reads.iter_mut().for_each(|r| r.hash = None);
+            t.writes.iter_mut().for_each(|w| w.hash = None);
+        }
+        assert!(kinds(&bare).is_empty());
+        // It is an anomaly under snapshot isolation too.
+        let si = report(&h, Isolation::Snapshot, false);
+        assert_eq!(
+            si.verdict(),
+            "NOT snapshot isolation: 1 anomaly (torn-value x1)"
+        );
+        // A delete installs the absent value: reading the key as present at that version is
+        // a phantom.
+        let mut del = h[..2].to_vec();
+        del[0].writes[0].deleted = true;
+        del[0].writes[0].hash = Some(ABSENT);
+        assert_eq!(kinds(&del), ["torn-value"]);
+        assert!(report(&del, Isolation::Serializable, false).anomalies[0]
+            .to_string()
+            .ends_with("installed absent"));
+        del[1].reads[0].hash = Some(ABSENT);
+        assert!(kinds(&del).is_empty());
+    }
+
+    #[test]
+    fn readers_of_a_version_nobody_installed_must_agree_with_the_first() {
+        // Version 0 (the load): 1 and 2 saw the same bytes, 3 other ones; 4 recorded none.
+        let h = [
+            hashed(txn(1, &[(1, 0)], &[]), &[0xa], &[]),
+            hashed(txn(2, &[(1, 0)], &[]), &[0xa], &[]),
+            hashed(txn(3, &[(1, 0), (2, 0)], &[]), &[0xd, 0xe], &[]),
+            txn(4, &[(1, 0)], &[]),
+        ];
+        let r = report(&h, Isolation::Serializable, false);
+        assert_eq!(
+            r.to_string(),
+            "NOT serializable: 1 anomaly (torn-value x1)\n\
+             torn-value: txn 3 (session 0) read (1, 1) v0 as value 000000000000000d, but txn 1 \
+             (session 1) read it as 000000000000000a (a version no transaction in the history \
+             installed)\n"
+        );
+        // A writer without a hash (an old file, a recovered transaction) is no reference
+        // either: its readers are held to the first of them.
+        let h = [
+            txn(1, &[], &[(1, 1)]),
+            hashed(txn(2, &[(1, 1)], &[]), &[0xa], &[]),
+            hashed(txn(3, &[(1, 1)], &[]), &[0xa], &[]),
+        ];
+        assert!(kinds(&h).is_empty());
+        let mut torn = h.to_vec();
+        torn[2].reads[0].hash = Some(0xf);
+        assert_eq!(kinds(&torn), ["torn-value"]);
+    }
+
+    #[test]
+    fn reads_already_anomalous_or_of_ones_own_writes_are_not_judged_by_value() {
+        // 2 reads 1's intermediate v1 (G1b) with a value 1 never installed: G1b alone.
+        let h = [
+            hashed(txn(1, &[], &[(1, 1), (1, 2)]), &[], &[0xa, 0xb]),
+            hashed(txn(2, &[(1, 1)], &[]), &[0xc], &[]),
+        ];
+        assert_eq!(kinds(&h), ["G1b"]);
+        // 1 reads its own installed version with another hash (not how dtxn records, but
+        // legal): not judged against itself.
+        let h = [hashed(txn(1, &[(1, 1)], &[(1, 1)]), &[0xc], &[0xb])];
+        assert!(kinds(&h).is_empty());
     }
 
     #[test]

@@ -1,14 +1,15 @@
 //! The history format: JSON Lines, one transaction per line.
 //!
 //! ```text
-//! {"format": "dtxn-history", "version": 1}
+//! {"format": "dtxn-history", "version": 2}
 //! {"txn": 17, "session": 3, "status": "committed", "start": 1234, "end": 1250,
-//!  "reads": [{"table": 1, "key": 42, "version": 7}],
-//!  "writes": [{"table": 1, "key": 42, "version": 8, "deleted": false}]}
+//!  "reads": [{"table": 1, "key": 42, "version": 7, "hash": 4890212785466781811}],
+//!  "writes": [{"table": 1, "key": 42, "version": 8, "deleted": false, "hash": 77810234}]}
 //! ```
 //!
 //! (each transaction on one line). The header is optional: a file whose first line is a
-//! transaction is read as version 1. Blank lines are skipped; unknown fields are errors, so a
+//! transaction is read as version 1. Version 2 adds `hash` to reads and writes; a version 1
+//! file (or a read or write without it) still loads, its values unknown. Blank lines are skipped; unknown fields are errors, so a
 //! misspelt field is caught instead of read as absent.
 //!
 //! Versions are per `(table, key)` and totally ordered by value. Version 0 is the initial load,
@@ -17,6 +18,10 @@
 //! transaction that writes a key twice lists both writes; the greater version is the one it
 //! installs, the other is intermediate. `start` and `end` are the times the client saw the
 //! transaction begin and learn its outcome, in nanoseconds (virtual on sim).
+//!
+//! `hash` is [`value_hash`] of the value's bytes: for a read, the bytes the transaction saw;
+//! for a write, the bytes it installed. An absent key (a read of a never-inserted or deleted
+//! key, a delete's write) has the fixed hash [`ABSENT`].
 
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -25,8 +30,22 @@ use std::path::Path;
 
 /// The `format` field of the header line.
 pub const FORMAT: &str = "dtxn-history";
-/// The format version this crate writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this crate writes; it reads this one and every earlier one.
+pub const VERSION: u32 = 2;
+
+/// The hash of an absent value: a read of a key that does not exist (never inserted, or
+/// deleted), or a delete's write. [`value_hash`] never returns it.
+pub const ABSENT: u64 = 0;
+
+/// The hash a history records of a value's bytes: XXH3 (64 bits, seed 0), the same on every
+/// run, process and platform. Never [`ABSENT`].
+#[inline]
+pub fn value_hash(bytes: &[u8]) -> u64 {
+    match xxhash_rust::xxh3::xxh3_64(bytes) {
+        ABSENT => 1,
+        h => h,
+    }
+}
 
 /// One transaction as its client saw it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +82,9 @@ pub struct Read {
     pub table: u32,
     pub key: u64,
     pub version: u64,
+    /// [`value_hash`] of the bytes read ([`ABSENT`] for an absent key); `None`: not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<u64>,
 }
 
 /// A write: the version of `(table, key)` the transaction installed. A delete installs a
@@ -75,6 +97,9 @@ pub struct Write {
     pub version: u64,
     #[serde(default)]
     pub deleted: bool,
+    /// [`value_hash`] of the bytes installed ([`ABSENT`] for a delete); `None`: not recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hash: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -220,10 +245,10 @@ impl<R: BufRead> HistoryReader<R> {
                             self.error_here(format!("format {:?} is not {FORMAT:?}", h.format))
                         );
                     }
-                    Ok(h) if h.version != VERSION => {
+                    Ok(h) if h.version == 0 || h.version > VERSION => {
                         return Err(self.error_here(format!(
                             "history format version {} is not supported (this dtxn reads \
-                             version {VERSION})",
+                             versions 1 to {VERSION})",
                             h.version
                         )));
                     }
@@ -269,12 +294,14 @@ mod tests {
                 table: 1,
                 key: 42,
                 version: 7,
+                hash: Some(value_hash(b"old")),
             }],
             writes: vec![Write {
                 table: 1,
                 key: 42,
                 version: 8,
                 deleted: false,
+                hash: Some(value_hash(b"new")),
             }],
         }
     }
@@ -297,12 +324,16 @@ mod tests {
         let mut lines = text.lines();
         assert_eq!(
             lines.next(),
-            Some(r#"{"format":"dtxn-history","version":1}"#)
+            Some(r#"{"format":"dtxn-history","version":2}"#)
         );
+        let (old, new) = (value_hash(b"old"), value_hash(b"new"));
         assert_eq!(
             lines.next(),
             Some(
-                r#"{"txn":17,"session":3,"status":"committed","start":1234,"end":1250,"reads":[{"table":1,"key":42,"version":7}],"writes":[{"table":1,"key":42,"version":8,"deleted":false}]}"#
+                format!(
+                    r#"{{"txn":17,"session":3,"status":"committed","start":1234,"end":1250,"reads":[{{"table":1,"key":42,"version":7,"hash":{old}}}],"writes":[{{"table":1,"key":42,"version":8,"deleted":false,"hash":{new}}}]}}"#
+                )
+                .as_str()
             )
         );
         let got = read_all(&text).unwrap();
@@ -336,14 +367,37 @@ mod tests {
 
     #[test]
     fn header_is_checked() {
-        let e = error("{\"format\":\"dtxn-history\",\"version\":2}\n");
-        assert!(e.starts_with("h.jsonl:1: history format version 2"), "{e}");
+        let e = error("{\"format\":\"dtxn-history\",\"version\":3}\n");
+        assert!(e.starts_with("h.jsonl:1: history format version 3"), "{e}");
+        let e = error("{\"format\":\"dtxn-history\",\"version\":0}\n");
+        assert!(e.starts_with("h.jsonl:1: history format version 0"), "{e}");
         let e = error("{\"format\":\"elle\",\"version\":1}\n");
         assert!(e.starts_with("h.jsonl:1: format \"elle\""), "{e}");
         let e = error(
             "{\"format\":\"dtxn-history\",\"version\":1}\n{\"format\":\"dtxn-history\",\"version\":1}\n",
         );
         assert_eq!(e, "h.jsonl:2: a header is allowed only on the first line");
+    }
+
+    #[test]
+    fn version_1_files_load_without_hashes() {
+        let text = "{\"format\":\"dtxn-history\",\"version\":1}\n\
+            {\"txn\":1,\"session\":0,\"status\":\"committed\",\"start\":0,\"end\":1,\
+            \"reads\":[{\"table\":1,\"key\":2,\"version\":0}],\
+            \"writes\":[{\"table\":1,\"key\":2,\"version\":1}]}\n";
+        let got = read_all(text).unwrap();
+        assert_eq!(got[0].1.reads[0].hash, None);
+        assert_eq!(got[0].1.writes[0].hash, None);
+        assert_eq!(got[0].1.writes[0].version, 1);
+    }
+
+    #[test]
+    fn value_hashes_are_fixed_and_never_absent() {
+        // XXH3-64 with seed 0: the same in every process (a history checked elsewhere).
+        assert_eq!(value_hash(b""), 0x2d06_8005_38d3_94c2);
+        assert_eq!(value_hash(b"abc"), 0x78af_5f94_892f_3950);
+        assert_ne!(value_hash(&[0; 8]), value_hash(&[0; 9]));
+        assert_ne!(value_hash(&[]), ABSENT);
     }
 
     #[test]

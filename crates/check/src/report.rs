@@ -18,6 +18,10 @@ pub enum Kind {
     G1b,
     /// Circular information flow: a cycle of ww and wr edges.
     G1c,
+    /// Torn or phantom value: a committed transaction read a version's value with other bytes
+    /// than its writer installed (or, for a version no transaction in the history installed,
+    /// than its first reader saw). Found from the values' hashes.
+    TornValue,
     /// Two committed transactions read the same version of a key and both wrote the key.
     LostUpdate,
     /// A cycle with exactly one anti-dependency (read skew is the two-transaction case).
@@ -40,6 +44,7 @@ impl Kind {
             Kind::G1a => "G1a",
             Kind::G1b => "G1b",
             Kind::G1c => "G1c",
+            Kind::TornValue => "torn-value",
             Kind::LostUpdate => "lost-update",
             Kind::GSingle => "G-single",
             Kind::G2 => "G2",
@@ -123,6 +128,26 @@ pub enum Anomaly {
         #[serde(skip_serializing_if = "Option::is_none")]
         installed: Option<u64>,
     },
+    /// Torn value: what the reader saw, and what it should have.
+    Value {
+        kind: Kind,
+        reader: TxnRef,
+        table: u32,
+        key: u64,
+        version: u64,
+        /// The hash of the value the reader saw (0: absent).
+        hash: u64,
+        /// The hash of the version's value: as its writer installed it, or as its first reader
+        /// saw it.
+        expected: u64,
+        /// The transaction that installed the version.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        writer: Option<TxnRef>,
+        /// For a version no transaction in the history installed (the initial load): the
+        /// first transaction that read it, whose value it is held to.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        first_reader: Option<TxnRef>,
+    },
     /// Lost update, duplicate version.
     Version {
         kind: Kind,
@@ -138,6 +163,7 @@ impl Anomaly {
         match self {
             Anomaly::Cycle { kind, .. }
             | Anomaly::Read { kind, .. }
+            | Anomaly::Value { kind, .. }
             | Anomaly::Version { kind, .. } => *kind,
         }
     }
@@ -149,7 +175,29 @@ impl Anomaly {
             Anomaly::Read { reader, writer, .. } => {
                 std::iter::once(*reader).chain(*writer).collect()
             }
+            Anomaly::Value {
+                reader,
+                writer,
+                first_reader,
+                ..
+            } => std::iter::once(*reader)
+                .chain(*writer)
+                .chain(*first_reader)
+                .collect(),
             Anomaly::Version { txns, .. } => txns.clone(),
+        }
+    }
+}
+
+/// A value's hash as the report shows it: 16 hex digits, or `absent`.
+struct Hash(u64);
+
+impl fmt::Display for Hash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == crate::history::ABSENT {
+            f.write_str("absent")
+        } else {
+            write!(f, "{:016x}", self.0)
         }
     }
 }
@@ -204,6 +252,7 @@ impl fmt::Display for Anomaly {
                     (None, _) => write!(f, ", which no transaction committed"),
                 }
             }
+            Anomaly::Value { .. } => self.fmt_value(f),
             Anomaly::Version {
                 kind,
                 table,
@@ -219,6 +268,40 @@ impl fmt::Display for Anomaly {
                     write!(f, " each installed ({table}, {key}) v{version}")
                 }
             }
+        }
+    }
+}
+
+impl Anomaly {
+    /// A torn value, for people.
+    fn fmt_value(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Anomaly::Value {
+            kind,
+            reader,
+            table,
+            key,
+            version,
+            hash,
+            expected,
+            writer,
+            first_reader,
+        } = self
+        else {
+            unreachable!("only for Anomaly::Value")
+        };
+        write!(
+            f,
+            "{kind}: {reader} read ({table}, {key}) v{version} as value {}, ",
+            Hash(*hash)
+        )?;
+        match (writer, first_reader) {
+            (Some(w), _) => write!(f, "but {w} installed {}", Hash(*expected)),
+            (None, Some(r)) => write!(
+                f,
+                "but {r} read it as {} (a version no transaction in the history installed)",
+                Hash(*expected)
+            ),
+            (None, None) => write!(f, "not {}", Hash(*expected)),
         }
     }
 }

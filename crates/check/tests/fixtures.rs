@@ -66,7 +66,7 @@ fn verdict_line_counts_committed_and_aborted() {
 }
 
 /// (file, anomalies when serializable is asked, anomalies when snapshot isolation is asked).
-const ANOMALIES: [(&str, &[&str], &[&str]); 11] = [
+const ANOMALIES: [(&str, &[&str], &[&str]); 12] = [
     ("g0.jsonl", &["G0"], &["G0"]),
     ("g1a.jsonl", &["G1a"], &["G1a"]),
     ("g1b.jsonl", &["G1b"], &["G1b"]),
@@ -77,6 +77,7 @@ const ANOMALIES: [(&str, &[&str], &[&str]); 11] = [
     ("g2_read_only.jsonl", &["G2"], &[]),
     ("g2_nonadjacent.jsonl", &["G2"], &["G2"]),
     ("real_time.jsonl", &[], &[]),
+    ("torn_value.jsonl", &["torn-value"], &["torn-value"]),
     (
         "duplicate_version.jsonl",
         &["duplicate-version"],
@@ -144,6 +145,12 @@ fn reports_name_the_transactions_keys_and_versions() {
         r.anomalies[0].to_string(),
         "lost-update: txn 2 (session 2), txn 3 (session 3) each read (1, 1) v1 and wrote it"
     );
+    let r = run("torn_value.jsonl", Isolation::Serializable, false);
+    assert_eq!(
+        r.anomalies[0].to_string(),
+        "torn-value: txn 3 (session 3) read (1, 1) v1 as value 0000000000000013, but txn 1 \
+         (session 1) installed 0000000000000012"
+    );
     let r = run("real_time.jsonl", Isolation::Serializable, true);
     assert_eq!(
         r.to_string(),
@@ -169,6 +176,19 @@ fn json_report_is_machine_readable() {
     assert_eq!(v["anomalies"][0]["kind"], "duplicate-version");
     assert_eq!(v["anomalies"][0]["txns"][1]["txn"], 2);
     assert_eq!(v["anomalies"][0]["version"], 1);
+    let r = run("torn_value.jsonl", Isolation::Serializable, false);
+    let v = serde_json::to_value(&r).unwrap();
+    let a = &v["anomalies"][0];
+    assert_eq!(a["kind"], "torn-value");
+    assert_eq!(
+        (&a["reader"]["txn"], &a["key"], &a["version"]),
+        (&3.into(), &1.into(), &1.into())
+    );
+    assert_eq!(
+        (&a["hash"], &a["expected"], &a["writer"]["txn"]),
+        (&19.into(), &18.into(), &1.into())
+    );
+    assert!(a.get("first_reader").is_none());
 }
 
 #[test]

@@ -58,3 +58,38 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    /// Any one committed read of another transaction's version, given other bytes, is that
+    /// read's torn value and nothing else: the versions still order everything.
+    #[test]
+    fn one_changed_read_is_one_torn_value(
+        (txns, _) in plan(),
+        pick in any::<prop::sample::Index>(),
+    ) {
+        let mut store = SerialStore::new();
+        let mut history: Vec<Txn> = txns
+            .iter()
+            .map(|(session, ops, commit)| store.run(*session, ops, *commit))
+            .collect();
+        let mut reads = Vec::new();
+        for (i, t) in history.iter().enumerate() {
+            for (j, r) in t.reads.iter().enumerate() {
+                let own = t.writes.iter().any(|w| (w.table, w.key) == (r.table, r.key)
+                    && w.version == r.version);
+                if t.status == Status::Committed && r.version > 0 && !own {
+                    reads.push((i, j));
+                }
+            }
+        }
+        prop_assume!(!reads.is_empty());
+        let (i, j) = reads[pick.index(reads.len())];
+        let r = &mut history[i].reads[j];
+        r.hash = r.hash.map(|h| h.wrapping_add(1));
+        let report = dtxn_check::check(&history, Options::default()).unwrap();
+        prop_assert_eq!(report.anomalies.len(), 1, "{}", report);
+        let a = &report.anomalies[0];
+        prop_assert_eq!(a.kind().name(), "torn-value");
+        prop_assert_eq!(a.txns()[0].txn, history[i].txn);
+    }
+}

@@ -35,7 +35,7 @@ struct Cli {
 enum Cmd {
     /// Torn-read probe: which read schemes a fabric lets accept torn records.
     Probe(ProbeArgs),
-    /// Run a benchmark (SmallBank, kv, TATP, TPC-C) and report throughput, aborts, latency
+    /// Run a benchmark (SmallBank, kv, TATP, TPC-C, skew) and report throughput, aborts, latency
     /// and per-transaction costs.
     Bench(Box<bench::BenchArgs>),
     /// Run `bench` over a grid of options; write one CSV and plots (PNG, SVG).

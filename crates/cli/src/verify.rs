@@ -18,7 +18,7 @@ use dtxn_fabric::shm::{node_file, ShmPool};
 use dtxn_fabric::Pool;
 use dtxn_store::{Plan, PoolShape};
 use dtxn_txn::AttachError;
-use dtxn_workloads::{kv, merge_all, smallbank, tatp, tpcc, Workload, WorkloadError};
+use dtxn_workloads::{kv, merge_all, skew, smallbank, tatp, tpcc, Workload, WorkloadError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -233,6 +233,9 @@ fn rebuild(run: &RunId) -> Result<Chosen> {
         "tpcc" => Chosen::Tpcc(tpcc::Tpcc::new(
             serde_json::from_value(opts()).map_err(bad)?,
         )?),
+        "skew" => Chosen::Skew(skew::Skew::new(
+            serde_json::from_value(opts()).map_err(bad)?,
+        )?),
         other => bail!(
             "the tally files name workload '{other}' (valid: {})",
             dtxn_workloads::NAMES.join(", ")
@@ -403,6 +406,7 @@ pub fn main(a: VerifyArgs) -> Result<ExitCode> {
         Chosen::Kv(x) => check(x, &a.pool, &run, &plan, &files)?,
         Chosen::Tatp(x) => check(x, &a.pool, &run, &plan, &files)?,
         Chosen::Tpcc(x) => check(x, &a.pool, &run, &plan, &files)?,
+        Chosen::Skew(x) => check(x, &a.pool, &run, &plan, &files)?,
     };
     let ok = outcome.is_ok();
     let v = Verdict {

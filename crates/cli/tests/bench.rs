@@ -32,13 +32,14 @@ fn small(workload: &str) -> Vec<&'static str> {
         "smallbank" => vec!["--accounts", "2000"],
         "kv" => vec!["--keys", "2000"],
         "tatp" => vec!["--subscribers", "1000"],
+        "skew" => vec!["--pairs", "3"],
         _ => vec!["--warehouses", "2"],
     }
 }
 
 #[test]
 fn every_workload_verifies_under_every_protocol_on_sim_and_shm() {
-    for (workload, backend, protocol) in ["smallbank", "kv", "tatp", "tpcc"]
+    for (workload, backend, protocol) in ["smallbank", "kv", "tatp", "tpcc", "skew"]
         .into_iter()
         .flat_map(|w| ["sim", "shm"].map(move |b| (w, b)))
         .flat_map(|(w, b)| ["ford", "farm", "drtmh"].map(move |p| (w, b, p)))
@@ -326,7 +327,15 @@ fn bad_input_is_one_clear_line_and_exit_2() {
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
             vec!["bench", "--workload", "ycsb"],
-            "invalid value 'ycsb' for '--workload <WORKLOAD>' [possible values: smallbank, kv, tatp, tpcc]",
+            "invalid value 'ycsb' for '--workload <WORKLOAD>' [possible values: smallbank, kv, tatp, tpcc, skew]",
+        ),
+        (
+            vec!["bench", "--pairs", "2"],
+            "--pairs is an option of skew, not of smallbank",
+        ),
+        (
+            vec!["bench", "--workload", "skew", "--pairs", "0"],
+            "skew needs at least 1 pair of accounts (--pairs)",
         ),
         (
             vec!["bench", "--protocol", "calvin"],
@@ -548,6 +557,31 @@ fn localized_validation_verifies_and_its_history_is_strictly_serializable() {
     assert_eq!(v["config"]["localized_validation"], true);
     let c = dtxn(&["check", hist.to_str().unwrap(), "--real-time"]);
     assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stdout));
+    // The history carries the values' hashes: every read and write of a committed
+    // transaction has one.
+    let text = std::fs::read_to_string(&hist).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some(r#"{"format":"dtxn-history","version":2}"#)
+    );
+    let (mut ops, mut hashed) = (0, 0);
+    for l in lines {
+        let t: serde_json::Value = serde_json::from_str(l).unwrap();
+        if t["status"] != "committed" {
+            continue;
+        }
+        for op in ["reads", "writes"]
+            .iter()
+            .flat_map(|k| t[k].as_array())
+            .flatten()
+        {
+            ops += 1;
+            hashed += usize::from(op["hash"].is_u64());
+        }
+    }
+    assert!(ops > 3000, "{ops}");
+    assert_eq!(hashed, ops);
 }
 
 /// `--breakdown`: every protocol's time per phase, per transaction type, adds up to its mean

@@ -104,3 +104,27 @@ fn an_unreadable_file_is_one_line_with_its_line_number_and_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
 }
+
+#[test]
+fn a_torn_value_exits_1_under_both_levels() {
+    for level in ["serializable", "snapshot"] {
+        let o = check(&[&fixture("torn_value.jsonl"), "--isolation", level]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let out = stdout(&o);
+        let mut lines = out.lines();
+        assert!(
+            lines
+                .next()
+                .unwrap()
+                .ends_with(": 1 anomaly (torn-value x1)"),
+            "{out}"
+        );
+        assert_eq!(
+            lines.next(),
+            Some(
+                "torn-value: txn 3 (session 3) read (1, 1) v1 as value 0000000000000013, but \
+                 txn 1 (session 1) installed 0000000000000012"
+            )
+        );
+    }
+}

@@ -62,6 +62,9 @@ pub(crate) struct Item<X> {
     pub value: Vec<u8>,
     /// The record's bytes as read: the undo image.
     pub image: Vec<u8>,
+    /// The hash of the value as the application was given it (`history::value_hash`, or
+    /// `history::ABSENT`), taken after each fetch while a history is recorded.
+    pub seen: Option<u64>,
     pub new: NewValue,
     /// Inserts: the chain's insert lock we hold, as (node, address).
     pub chain_lock: Option<(dtxn_fabric::NodeId, u64)>,

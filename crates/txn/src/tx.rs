@@ -125,6 +125,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             cold: false,
             value,
             image,
+            seen: None,
             new: NewValue::Keep,
             chain_lock: None,
             install: None,
@@ -179,7 +180,27 @@ impl<'c, P: Protocol> Tx<'c, P> {
             self.abort_with(a).await;
             return Err(a);
         }
+        if self.c.recorder.is_some() {
+            self.note_seen(accesses);
+        }
         Ok(())
+    }
+
+    /// For the history: the hash of each fetched item's value as the application now sees
+    /// it (not of one it has written already: a fetch of it again changes nothing).
+    fn note_seen(&mut self, accesses: &[Access]) {
+        for a in accesses {
+            if let Some(i) = self.find(a.table, a.key) {
+                let it = &mut self.items[i];
+                if it.new == NewValue::Keep {
+                    it.seen = Some(if it.exists {
+                        history::value_hash(&it.value)
+                    } else {
+                        history::ABSENT
+                    });
+                }
+            }
+        }
     }
 
     pub(crate) fn get(&self, table: u32, key: u64) -> Option<&[u8]> {
@@ -360,7 +381,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
     }
 
     /// This transaction as the history checker sees it: the version of every item it read,
-    /// and the version of every item it installed.
+    /// and the version of every item it installed, each with the hash of its value.
     fn history(&self, committed: bool, end_ns: u64) -> history::Txn {
         let reads = self
             .items
@@ -370,6 +391,12 @@ impl<'c, P: Protocol> Tx<'c, P> {
                 key: i.key,
                 // For an absent key, the tombstone's version (0 if it never existed).
                 version: i.version,
+                // In a committed transaction, an item never fetched was looked up by an
+                // insert, which found the key absent (else it aborted). In an aborted one it
+                // may be an item whose fetch failed: unknown.
+                hash: i
+                    .seen
+                    .or((committed && !i.exists).then_some(history::ABSENT)),
             })
             .collect();
         let writes = if committed || self.installed {
@@ -381,6 +408,11 @@ impl<'c, P: Protocol> Tx<'c, P> {
                     key: i.key,
                     version: i.new_version(),
                     deleted: i.new == NewValue::Delete,
+                    hash: Some(if i.new == NewValue::Delete {
+                        history::ABSENT
+                    } else {
+                        history::value_hash(&i.value)
+                    }),
                 })
                 .collect()
         } else {

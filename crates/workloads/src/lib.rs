@@ -7,6 +7,7 @@
 //! | [`kv`] | one key-value table | read-only or read-write, zipf or uniform keys | YCSB, FORD and Motor micro |
 //! | [`tatp`] | SUBSCRIBER (+ its secondary index), ACCESS_INFO, SPECIAL_FACILITY, CALL_FORWARDING | 7 (80% read-only) | TATP 1.0, FORD/FaSST |
 //! | [`tpcc`] | the 9 of the spec (+ 2 index tables) | all 5 | TPC-C 5.11, reduced as FORD/Motor |
+//! | [`skew`] | ACCOUNTS, in pairs under `x + y >= 0` | 4 (25% read-only audits) | dtxn's own: exposes write skew and read skew |
 //!
 //! Each workload implements [`Workload`]: its tables ([`TableSpec`]s sized from its options), a
 //! loader that fills a formatted pool with the memory nodes' own CPUs (as the papers' loaders
@@ -18,6 +19,7 @@
 pub mod kv;
 mod local;
 pub mod rng;
+pub mod skew;
 pub mod smallbank;
 pub mod tatp;
 pub mod tpcc;
@@ -37,7 +39,7 @@ use std::hash::Hash;
 pub type WlRng = rand_pcg::Pcg64Mcg;
 
 /// The workloads, by the names `dtxn bench --workload` takes.
-pub const NAMES: [&str; 4] = ["smallbank", "kv", "tatp", "tpcc"];
+pub const NAMES: [&str; 5] = ["smallbank", "kv", "tatp", "tpcc", "skew"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {

@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 /// Which workload, with which options.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct WorkloadArgs {
-    /// Benchmark.
+    /// Benchmark (skew: pairs of accounts under 0 <= x + y <= 8, built to expose write skew
+    /// and read skew).
     #[arg(long, default_value = "smallbank", value_parser = PossibleValuesParser::new(dtxn_workloads::NAMES))]
     pub workload: String,
 
@@ -55,6 +56,14 @@ pub struct WorkloadArgs {
     /// tatp: subscribers, 1 to 2^40 [default: 100000, FORD's].
     #[arg(long, help_heading = "TATP")]
     pub subscribers: Option<u64>,
+
+    /// skew: pairs of accounts (default 4).
+    #[arg(long, help_heading = "Skew")]
+    pub pairs: Option<u64>,
+    /// skew: withdrawals and deposits also write the account they only read, unchanged
+    /// (snapshot isolation, which admits write skew, then keeps the invariant too).
+    #[arg(long, help_heading = "Skew")]
+    pub promote: bool,
 
     /// tpcc: warehouses [default: 1].
     #[arg(long, help_heading = "TPC-C")]

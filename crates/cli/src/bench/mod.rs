@@ -11,7 +11,7 @@ pub use args::{BenchArgs, WorkloadArgs};
 use dtxn_fabric::Topology;
 use dtxn_store::{Plan, PoolShape, TableSpec};
 use dtxn_txn::{Protocol, TxnConfig, Vcache};
-use dtxn_workloads::{kv, smallbank, tatp, tpcc, Workload};
+use dtxn_workloads::{kv, skew, smallbank, tatp, tpcc, Workload};
 use engine::{Shared, Stop};
 use indicatif::{ProgressBar, ProgressStyle};
 use report::{BenchReport, ConfigReport};
@@ -25,6 +25,7 @@ pub enum Chosen {
     Kv(kv::Kv),
     Tatp(tatp::Tatp),
     Tpcc(tpcc::Tpcc),
+    Skew(skew::Skew),
 }
 
 impl Chosen {
@@ -35,6 +36,7 @@ impl Chosen {
             Chosen::Kv(w) => w.tables_for(protocol, vnum),
             Chosen::Tatp(w) => w.tables_for(protocol, vnum),
             Chosen::Tpcc(w) => w.tables_for(protocol, vnum),
+            Chosen::Skew(w) => w.tables_for(protocol, vnum),
         }
     }
 
@@ -45,6 +47,7 @@ impl Chosen {
             Chosen::Kv(w) => w.options_json(),
             Chosen::Tatp(w) => w.options_json(),
             Chosen::Tpcc(w) => w.options_json(),
+            Chosen::Skew(w) => w.options_json(),
         }
     }
 
@@ -54,6 +57,7 @@ impl Chosen {
             Chosen::Kv(w) => w.log_slice_bytes(),
             Chosen::Tatp(w) => w.log_slice_bytes(),
             Chosen::Tpcc(w) => w.log_slice_bytes(),
+            Chosen::Skew(w) => w.log_slice_bytes(),
         }
     }
 }
@@ -75,6 +79,8 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
         ("--items", a.items.is_some(), &["kv"]),
         ("--compute", a.compute.is_some(), &["kv"]),
         ("--subscribers", a.subscribers.is_some(), &["tatp"]),
+        ("--pairs", a.pairs.is_some(), &["skew"]),
+        ("--promote", a.promote, &["skew"]),
         ("--warehouses", a.warehouses.is_some(), &["tpcc"]),
         ("--spec-sizes", a.spec_sizes, &["tpcc"]),
         (
@@ -141,6 +147,10 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
                 compute_ns: a.compute.unwrap_or(d.compute_ns),
             })?)
         }
+        "skew" => Chosen::Skew(skew::Skew::new(skew::Options {
+            pairs: a.pairs.unwrap_or(skew::Options::default().pairs),
+            promote: a.promote,
+        })?),
         "tatp" => {
             let d = tatp::Options::default();
             Chosen::Tatp(tatp::Tatp::new(tatp::Options {
@@ -471,6 +481,7 @@ fn load_remote(a: &BenchArgs, w: &Chosen, plan: &Plan, pool: &dtxn_fabric::Pool)
             Chosen::Kv(x) => x.load(p, plan, a.backend.seed)?,
             Chosen::Tatp(x) => x.load(p, plan, a.backend.seed)?,
             Chosen::Tpcc(x) => x.load(p, plan, a.backend.seed)?,
+            Chosen::Skew(x) => x.load(p, plan, a.backend.seed)?,
         }
         Ok(())
     };
@@ -588,6 +599,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
         Chosen::Kv(x) => go(ctx, x),
         Chosen::Tatp(x) => go(ctx, x),
         Chosen::Tpcc(x) => go(ctx, x),
+        Chosen::Skew(x) => go(ctx, x),
     }
 }
 

@@ -7,7 +7,7 @@ use crate::backend::Backend;
 use dtxn_fabric::Topology;
 use dtxn_store::Plan;
 use dtxn_txn::{AbortReason, Phase, TxnConfig};
-use dtxn_workloads::{kv, smallbank, tatp, tpcc, Workload};
+use dtxn_workloads::{kv, skew, smallbank, tatp, tpcc, Workload};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -26,7 +26,13 @@ macro_rules! described {
         }
     )*};
 }
-described!(smallbank::SmallBank, kv::Kv, tatp::Tatp, tpcc::Tpcc);
+described!(
+    smallbank::SmallBank,
+    kv::Kv,
+    tatp::Tatp,
+    tpcc::Tpcc,
+    skew::Skew
+);
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ConfigReport {

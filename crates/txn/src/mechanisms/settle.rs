@@ -120,6 +120,8 @@ fn rolled_forward(ep: &Endpoint, e: &LogEntry, ours: &[usize], seen: &Seen) -> R
                 key: seen.keys[i],
                 version: seen.installed[i],
                 deleted: false,
+                // Not read back: its readers are held to the first of them.
+                hash: None,
             }
         })
         .collect();

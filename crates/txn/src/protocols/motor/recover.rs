@@ -161,6 +161,11 @@ fn redone(
                 key: cvt.header.key,
                 version: newest.version,
                 deleted: newest.tombstone(),
+                hash: Some(if newest.tombstone() {
+                    history::ABSENT
+                } else {
+                    history::value_hash(&v)
+                }),
             })
         })
         .collect()
