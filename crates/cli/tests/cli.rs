@@ -110,7 +110,7 @@ fn bench_help_lists_the_protocols_and_the_defaults() {
     let help = String::from_utf8_lossy(&o.stdout);
     for want in [
         "[possible values: ford, farm, drtmh, motor",
-        "[possible values: smallbank, kv, tatp, tpcc]",
+        "[possible values: smallbank, kv, tatp, tpcc, skew]",
         "[possible values: serializable, snapshot]",
         "tpcc: warehouses [default: 1]",
         "kv: zipf theta, 0 (uniform) or more [default: 0.99, YCSB's]",
