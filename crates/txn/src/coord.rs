@@ -53,8 +53,6 @@ pub struct TxnOutcome {
     pub oracle_round_trips: u64,
     pub start_ns: u64,
     pub end_ns: u64,
-    /// Time per phase (all 0 unless [`Coordinator::set_breakdown`] turned it on).
-    pub breakdown: crate::Breakdown,
 }
 
 /// One coroutine's coordinator: runs one transaction at a time against the pool.
@@ -96,6 +94,9 @@ pub(crate) struct Core {
     pub local_oracle: Option<Arc<crate::LocalOracle>>,
     /// Measure each transaction's time per phase.
     pub breakdown: bool,
+    /// The last finished transaction's time per phase (kept apart from [`TxnOutcome`], which
+    /// is copied per transaction and stays small).
+    pub last_breakdown: crate::Breakdown,
 }
 
 impl Core {
@@ -129,6 +130,7 @@ impl Coordinator {
                 start_clock: None,
                 local_oracle: None,
                 breakdown: false,
+                last_breakdown: Default::default(),
             },
             stats: CoordStats::default(),
             next_seq: 0,
@@ -159,8 +161,8 @@ impl Coordinator {
         self.core.vcache = Some(v);
     }
 
-    /// Measures each transaction's time per phase ([`TxnOutcome::breakdown`]): two clock
-    /// reads per phase, so off unless asked.
+    /// Measures each transaction's time per phase ([`Coordinator::last_breakdown`]): two
+    /// clock reads per phase, so off unless asked.
     pub fn set_breakdown(&mut self, on: bool) {
         self.core.breakdown = on;
     }
@@ -179,6 +181,12 @@ impl Coordinator {
 
     pub fn config(&self) -> &TxnConfig {
         &self.core.cfg
+    }
+
+    /// The last finished transaction's time per phase (zeros unless
+    /// [`Coordinator::set_breakdown`] turned the measuring on).
+    pub fn last_breakdown(&self) -> &crate::Breakdown {
+        &self.core.last_breakdown
     }
 
     /// The outcome of the last finished transaction.

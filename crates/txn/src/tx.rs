@@ -37,8 +37,6 @@ pub(crate) struct Tx<'c, P: Protocol> {
     finished: bool,
     /// Round trips spent on a timestamp oracle.
     pub oracle_round_trips: u64,
-    /// Time per phase, when the coordinator measures it.
-    breakdown: Breakdown,
 }
 
 impl<'c, P: Protocol> Tx<'c, P> {
@@ -73,8 +71,9 @@ impl<'c, P: Protocol> Tx<'c, P> {
             installed: false,
             finished: false,
             oracle_round_trips: 0,
-            breakdown: Breakdown::default(),
         };
+        // The phases' times accumulate in the coordinator (the transaction stays small).
+        tx.c.last_breakdown = Breakdown::default();
         P::begin(&mut tx);
         tx
     }
@@ -167,7 +166,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
     fn charge(&mut self, p: Phase, since: u64) {
         if self.c.breakdown {
             let now = self.c.ep.now_ns();
-            self.breakdown.add(p, now.saturating_sub(since));
+            self.c.last_breakdown.add(p, now.saturating_sub(since));
         }
     }
 
@@ -369,7 +368,6 @@ impl<'c, P: Protocol> Tx<'c, P> {
             oracle_round_trips: self.oracle_round_trips,
             start_ns: self.start_ns,
             end_ns,
-            breakdown: self.breakdown,
         });
         if self.c.recorder.is_some() {
             let h = self.history(result.is_ok(), end_ns);

@@ -106,7 +106,6 @@ impl TypeStats {
                 self.rpcs += o.fabric.verb(dtxn_fabric::OpKind::Rpc);
                 self.rpc_messages += o.fabric.rpc_messages;
                 self.mn_cpu_ns += o.fabric.mn_cpu_ns;
-                self.breakdown.merge(&o.breakdown);
             }
             Err(a) => {
                 let i = AbortReason::ALL
@@ -297,6 +296,9 @@ async fn coordinator<W: Workload>(
                 measured += 1;
                 let mut s = sink.borrow_mut();
                 s.types[ty].add(&o);
+                if sh.breakdown && o.result.is_ok() {
+                    s.types[ty].breakdown.merge(c.last_breakdown());
+                }
                 s.window_end = s.window_end.max(o.end_ns);
             }
         }

@@ -401,7 +401,8 @@ fn on_record<P: Protocol>(
     let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
     let t = table(map, table_id);
     let codec = t.codec();
-    if !locked_and_read(tx, (i, expect), (off, lock, locking), done, out) {
+    let len = t.record_bytes as usize;
+    if !locked_and_read(tx, (i, expect, len), (off, lock, locking), done, out) {
         return;
     }
     let it = &mut tx.items[i];
@@ -477,7 +478,7 @@ fn decode(
 /// if they are short: only a malformed RPC reply is).
 fn locked_and_read<P: Protocol>(
     tx: &mut Tx<'_, P>,
-    (i, expect): (usize, Option<u64>),
+    (i, expect, len): (usize, Option<u64>, usize),
     (off, lock, locking): (u64, Lock, Locking),
     done: Fetched,
     out: &mut Outcome<'_>,
@@ -512,7 +513,6 @@ fn locked_and_read<P: Protocol>(
         }
         it.offset = Some(off);
     }
-    let len = table(&tx.c.map, tx.items[i].table).record_bytes as usize;
     if done.bytes(&tx.c.ep).len() < len {
         out.failed
             .get_or_insert(abort(AbortReason::ReplicaFailure, &tx.items[i]));
