@@ -88,6 +88,12 @@ pub struct FordOptions {
     #[serde(skip)]
     #[doc(hidden)]
     pub trust_invisible_bit: bool,
+    /// NEGATIVE CONTROL, never for real use: DrTM+H (and RCC's OCC) without its re-validation
+    /// of the read-only items in the commit-backups round, which admits write skew. Tests turn
+    /// it on to prove that the skew workload and the checker catch it.
+    #[serde(skip)]
+    #[doc(hidden)]
+    pub skip_revalidation: bool,
 }
 
 impl Default for FordOptions {
@@ -99,6 +105,7 @@ impl Default for FordOptions {
             flush: false,
             rpc: Stages::NONE,
             trust_invisible_bit: false,
+            skip_revalidation: false,
         }
     }
 }

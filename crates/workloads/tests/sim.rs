@@ -478,6 +478,23 @@ fn drtmh_admits_no_write_skew_on_one_contended_pair() {
     }
 }
 
+/// Negative control: DrTM+H without its commit-round re-validation admits write skew, and the
+/// skew workload's invariant or the history checker catches it within a few seeds.
+#[test]
+fn drtmh_without_its_revalidation_is_caught_by_the_skew_workload() {
+    let mut txn = TxnConfig {
+        protocol: Protocol::Drtmh,
+        ..TxnConfig::default()
+    };
+    txn.ford.skip_revalidation = true;
+    let w = skew_workload(1, false);
+    let caught = (1..=4).any(|seed| {
+        let (_, verified, report) = run_unchecked(&w, seed, topo(2, 4), 100, txn.clone());
+        verified.is_err() || !report.ok()
+    });
+    assert!(caught, "write skew went unnoticed");
+}
+
 /// Negative control for the pool check: a pair whose sum is below 0 (as write skew leaves it)
 /// fails verify even when the committed changes account for it.
 #[test]

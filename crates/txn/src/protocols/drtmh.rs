@@ -96,7 +96,8 @@ impl<const RCC: bool> Protocol for Drtmh<RCC> {
         if !tx.writes() {
             return Ok(());
         }
-        install(tx, Install::TwoPhase { revalidate: true }).await
+        let revalidate = !tx.c.cfg.ford.skip_revalidation;
+        install(tx, Install::TwoPhase { revalidate }).await
     }
 
     fn release(tx: &mut Tx<'_, Self>) {
