@@ -29,13 +29,14 @@ fn a_small_matrix_passes_and_says_so() {
         "{out}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    // 12 protocols (ford, farm, drtmh, motor, nowait, waitdie, occ, motor-si, motor-local,
-    // ford-rpc, nowait-rpc, waitdie-hybrid) x 2 workloads x 2 seeds.
+    // 14 protocols (ford, farm, drtmh, motor, nowait, waitdie, occ, sundial, motor-si,
+    // motor-local, ford-rpc, nowait-rpc, waitdie-hybrid, sundial-hybrid) x 2 workloads x 2
+    // seeds.
     assert!(
         out.lines()
             .last()
             .unwrap()
-            .starts_with("48 passed, 0 failed"),
+            .starts_with("56 passed, 0 failed"),
         "{out}"
     );
     // Passing runs leave no history behind.

@@ -22,6 +22,7 @@ use crate::tx::Tx;
 use crate::txn::TxKind;
 use dtxn_fabric::{Endpoint, NodeId};
 use dtxn_store::cache::{check_slot, SlotCheck};
+use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::record::{RecordHeader, SingleVersion, Torn};
 use dtxn_store::PoolMap;
 
@@ -446,6 +447,10 @@ fn on_record<P: Protocol>(
     it.exists = true;
     it.version = h.version;
     it.offset = Some(off);
+    // Line 0 is read atomically (G3): the word is the one that went with this version.
+    if codec.meta_words() > 0 {
+        it.meta = codec.meta_word(bytes, 0);
+    }
     // The undo image, for items that may be written (a read-only item that
     // is upgraded later is read again, under its lock).
     it.image.clear();
@@ -595,6 +600,8 @@ fn on_bucket<P: Protocol>(
     let it = &mut tx.items[i];
     if b == t.home_bucket(key) {
         it.version = 0;
+        // The chain's metadata word, for a key that turns out absent (SUNDIAL's chain lease).
+        it.meta = chain_meta(bytes);
     }
     // The key's tombstone may be in any bucket of the chain: the greatest seen
     // is the version a read of the absent key observes.
@@ -619,6 +626,9 @@ fn on_bucket<P: Protocol>(
                 it.exists = true;
                 it.version = h.version;
                 it.offset = Some(off);
+                if codec.meta_words() > 0 {
+                    it.meta = codec.meta_word(rec, 0);
+                }
                 it.image.clear();
                 if rw {
                     it.image.extend_from_slice(rec);
@@ -641,6 +651,13 @@ fn on_bucket<P: Protocol>(
             }
         }
     }
+}
+
+/// A home bucket's metadata word (at [`CHAIN_META_OFF`]), from the bucket's bytes.
+#[inline]
+pub(crate) fn chain_meta(bucket: &[u8]) -> u64 {
+    let at = CHAIN_META_OFF as usize;
+    u64::from_le_bytes(bucket[at..at + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]
