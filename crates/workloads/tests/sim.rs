@@ -50,6 +50,7 @@ fn run<W: Workload + Clone>(
     w.load(&pool, &plan, seed).unwrap();
     let history = Rc::new(RefCell::new(Vec::new()));
     let protocol = txn.protocol.name();
+    let sundial = txn.protocol == Protocol::Sundial;
     let snapshot =
         txn.protocol == Protocol::Motor && txn.motor.isolation == dtxn_txn::Isolation::Snapshot;
     let txn_cfg = Rc::new(txn);
@@ -137,7 +138,7 @@ fn run<W: Workload + Clone>(
             },
             // SUNDIAL's timestamps may order a transaction before one that ended before it
             // began: serializable, not strictly.
-            real_time: txn.protocol != Protocol::Sundial,
+            real_time: !sundial,
         },
     )
     .unwrap();
