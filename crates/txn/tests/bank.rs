@@ -665,7 +665,11 @@ fn rccs_protocols_conserve_money_and_are_serializable_one_sided_as_rpcs_and_mixe
 #[test]
 fn a_crashed_compute_node_is_recovered_from_its_logs() {
     for seed in 1..=40 {
-        for protocol in [dtxn_txn::Protocol::Ford, dtxn_txn::Protocol::Farm] {
+        for protocol in [
+            dtxn_txn::Protocol::Ford,
+            dtxn_txn::Protocol::Farm,
+            dtxn_txn::Protocol::Sundial,
+        ] {
             PROTOCOL.with(|p| p.set(protocol));
             CRASH_AT.with(|c| c.set(Some(20_000 + seed * 7_919)));
             let r = run(seed, 2, 200, FordOptions::default(), Profile::cx5_100g());
