@@ -6,7 +6,9 @@
 //!
 //! bucket         0 next u64 (0 = end of chain, else overflow bucket index + 1)
 //!                8 insert lock u64 (home buckets: CAS-only; serializes inserts into the chain)
-//!                16..64 reserved
+//!                16 chain metadata u64 (home buckets: a protocol's word for the whole chain,
+//!                   SUNDIAL's chain lease; 0 until a protocol writes it)
+//!                24..64 reserved
 //!                64 + i*slot_stride: slot i, one record (see crate::record)
 //! ```
 //!
@@ -16,6 +18,10 @@
 
 use crate::record::{RecordFormat, SingleVersion, KEY_OFF, TABLE_OFF, VALID_OFF};
 use dtxn_fabric::NodeId;
+
+/// Where a home bucket's metadata word is: a protocol's word for the whole chain (SUNDIAL's
+/// chain lease, which orders inserts after the reads that saw their keys absent).
+pub const CHAIN_META_OFF: u64 = 16;
 
 /// The stable hash of a record's identity.
 pub fn hash(table: u32, key: u64) -> u64 {

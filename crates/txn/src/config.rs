@@ -123,13 +123,14 @@ impl HybridCode {
     /// Every stage one-sided.
     pub const ONE_SIDED: HybridCode = HybridCode(511);
     /// The stages by their bit, in RCC's order.
-    const BITS: [(u16, Stage); 6] = [
+    const BITS: [(u16, Stage); 7] = [
         (1, Stage::Lock),
         (2, Stage::Fetch),
         (4, Stage::Log),
         (8, Stage::Release),
         (16, Stage::Commit),
         (32, Stage::Validate),
+        (64, Stage::Renew),
     ];
 
     pub fn new(code: u64) -> Result<HybridCode, String> {
@@ -171,7 +172,7 @@ impl From<HybridCode> for u64 {
     }
 }
 
-/// The switches of RCC's protocols (`nowait`, `waitdie`, `occ`).
+/// The switches of RCC's protocols (`nowait`, `waitdie`, `occ`, `sundial`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RccOptions {
@@ -225,7 +226,7 @@ impl TxnConfig {
         }
         if self.rcc != RccOptions::default() && p.options_key() != Some("rcc") {
             return Err(format!(
-                "--set rcc.hybrid={}: a switch of RCC's protocols (nowait, waitdie, occ); {} \
+                "--set rcc.hybrid={}: a switch of RCC's protocols (nowait, waitdie, occ, sundial); {} \
                  takes its stages from {}",
                 u64::from(self.rcc.hybrid),
                 p.name(),

@@ -74,6 +74,11 @@ pub(crate) struct Item<X> {
     /// slot's old stamps and the key's tombstone, so that neither ever repeats; a
     /// multi-version commit's: its commit timestamp).
     pub install: Option<u64>,
+    /// Metadata word 0 (a protocol's with [`crate::protocol::Protocol::META_WORDS`]): as
+    /// read with the record, or for a key read absent (or inserted) its home bucket's word at
+    /// [`dtxn_store::index::CHAIN_META_OFF`]; then, before the install, what the commit writes
+    /// into the new record's word 0.
+    pub meta: u64,
     /// The protocol's own state of this item.
     pub ext: X,
 }

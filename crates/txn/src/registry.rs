@@ -7,7 +7,8 @@
 use crate::config::TxnConfig;
 use crate::coord::{CoordStats, Core};
 use crate::protocol::{Protocol as _, Slot};
-use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor, two_pl::TwoPl};
+use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
+use crate::protocols::{sundial::Sundial, two_pl::TwoPl};
 use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
@@ -155,6 +156,8 @@ registry! { $
         "RCC's WAIT_DIE: two-phase locking where an older transaction waits for a younger holder and a younger one dies.";
     Occ: "occ" => Drtmh<true>,
         "RCC's OCC: DrTM+H's protocol (the same code), its stages chosen by RCC's hybrid code.";
+    Sundial: "sundial" => Sundial,
+        "RCC's SUNDIAL: OCC with logical leases (a record's [wts, rts] renewed by CAS on one word with a freeze bit); serializable, not strictly.";
 }
 
 impl Protocol {

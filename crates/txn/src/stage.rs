@@ -19,10 +19,24 @@ pub enum Stage {
     Commit,
     /// Unlocking.
     Release,
+    /// SUNDIAL's lease renewals (and every other atomic on its lease words: freezes,
+    /// unfreezes), RCC's RENEW stage.
+    Renew,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 6] = [
+    pub const ALL: [Stage; 7] = [
+        Stage::Fetch,
+        Stage::Lock,
+        Stage::Validate,
+        Stage::Log,
+        Stage::Commit,
+        Stage::Release,
+        Stage::Renew,
+    ];
+
+    /// The stages every protocol has (all but SUNDIAL's renew).
+    pub const COMMON: [Stage; 6] = [
         Stage::Fetch,
         Stage::Lock,
         Stage::Validate,
@@ -39,6 +53,7 @@ impl Stage {
             Stage::Log => "log",
             Stage::Commit => "commit",
             Stage::Release => "release",
+            Stage::Renew => "renew",
         }
     }
 
@@ -150,6 +165,6 @@ mod tests {
         );
         let all = Stages::of(&Stage::ALL);
         assert_eq!(Stages::parse(&all.names()).unwrap(), all);
-        assert_eq!(all.minus(s).iter().count(), 4);
+        assert_eq!(all.minus(s).iter().count(), 5);
     }
 }

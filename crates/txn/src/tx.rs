@@ -129,6 +129,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             chain_lock: None,
             install: None,
             in_log: false,
+            meta: 0,
             ext: Default::default(),
         })
     }

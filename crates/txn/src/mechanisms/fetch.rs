@@ -15,13 +15,14 @@ use super::lock::give_back_after_failure;
 use super::rpc::{CasRead, Read};
 use super::{abort, next_bucket, table, INVISIBLE, SHARED};
 use crate::abort::{Abort, AbortReason};
-use crate::item::Access;
+use crate::item::{Access, Item};
 use crate::protocol::Protocol;
 use crate::stage::Stage as Step;
 use crate::tx::Tx;
 use crate::txn::TxKind;
 use dtxn_fabric::{Endpoint, NodeId};
 use dtxn_store::cache::{check_slot, SlotCheck};
+use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::record::{RecordHeader, SingleVersion, Torn};
 use dtxn_store::PoolMap;
 
@@ -437,15 +438,7 @@ fn on_record<P: Protocol>(
         out.failed.get_or_insert(abort(AbortReason::Validation, it));
         return;
     }
-    it.exists = true;
-    it.version = h.version;
-    it.offset = Some(off);
-    // The undo image, for items that may be written (a read-only item that
-    // is upgraded later is read again, under its lock).
-    it.image.clear();
-    if rw {
-        it.image.extend_from_slice(bytes);
-    }
+    fill(it, codec, &h, off, bytes);
     // An item read for update without its lock (hitchhiking off) is locked at
     // validation.
     it.cold = rw && !it.locked;
@@ -453,6 +446,23 @@ fn on_record<P: Protocol>(
         if let Some(v) = &tx.c.vcache {
             v.lock(table_id, key, h.version, tx.c.owner);
         }
+    }
+}
+
+/// An item found: present at `off`, with the version and metadata word 0 of the record read
+/// (`rec`: line 0 is read atomically, G3, so the word is the one that went with the version),
+/// and, for an item that may be written, the record as its undo image (a read-only item that
+/// is upgraded later is read again, under its lock).
+fn fill<X>(it: &mut Item<X>, codec: SingleVersion, h: &RecordHeader, off: u64, rec: &[u8]) {
+    it.exists = true;
+    it.version = h.version;
+    it.offset = Some(off);
+    if codec.meta_words() > 0 {
+        it.meta = codec.meta_word(rec, 0);
+    }
+    it.image.clear();
+    if it.rw {
+        it.image.extend_from_slice(rec);
     }
 }
 
@@ -588,6 +598,8 @@ fn on_bucket<P: Protocol>(
     let it = &mut tx.items[i];
     if b == t.home_bucket(key) {
         it.version = 0;
+        // The chain's metadata word, for a key that turns out absent (SUNDIAL's chain lease).
+        it.meta = chain_meta(bytes);
     }
     // The key's tombstone may be in any bucket of the chain: the greatest seen
     // is the version a read of the absent key observes.
@@ -609,13 +621,7 @@ fn on_bucket<P: Protocol>(
         let decoded = decode(codec, rec, &mut it.value, trust_inv);
         match decoded {
             Ok(h) if h.lock & INVISIBLE == 0 => {
-                it.exists = true;
-                it.version = h.version;
-                it.offset = Some(off);
-                it.image.clear();
-                if rw {
-                    it.image.extend_from_slice(rec);
-                }
+                fill(it, codec, &h, off, rec);
                 it.cold = rw;
             }
             _ => {
@@ -634,6 +640,13 @@ fn on_bucket<P: Protocol>(
             }
         }
     }
+}
+
+/// A home bucket's metadata word (at [`CHAIN_META_OFF`]), from the bucket's bytes.
+#[inline]
+pub(crate) fn chain_meta(bucket: &[u8]) -> u64 {
+    let at = CHAIN_META_OFF as usize;
+    u64::from_le_bytes(bucket[at..at + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]

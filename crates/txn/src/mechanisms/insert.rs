@@ -301,6 +301,9 @@ fn on_bucket<P: Protocol>(
     if scan.found.is_some() {
         return Err(abort(AbortReason::Exists, it));
     }
+    // The home bucket, read under the chain lock: its metadata word as a protocol will
+    // update it (SUNDIAL freezes its chain lease).
+    let home = (w.hops == 0).then(|| super::fetch::chain_meta(bytes));
     if let Some((slot, _)) = scan.tombstone {
         let v = codec.header(t.slot_bytes(bytes, slot)).version;
         w.tombstone = w.tombstone.max(v);
@@ -324,6 +327,10 @@ fn on_bucket<P: Protocol>(
             free.push((k, off, tx.c.spare.take_copy(rec)));
         }
     }
+    if let Some(m) = home {
+        tx.items[w.item].meta = m;
+    }
+    let it = &tx.items[w.item];
     match next_bucket(t, scan.next, &mut w.hops) {
         Err(()) => Err(abort(AbortReason::CorruptChain, it)),
         Ok(Some(n)) => {

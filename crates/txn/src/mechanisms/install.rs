@@ -136,7 +136,13 @@ fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, lock: u64) {
         valid: it.new != NewValue::Delete,
     };
     record.resize(t.record_bytes as usize, 0);
-    t.codec().encode(&h, &it.value, record);
+    let codec = t.codec();
+    codec.encode(&h, &it.value, record);
+    // The buffer is reused across records, and encoding leaves metadata words as they were:
+    // word 0 is the item's, as the protocol set it for the commit.
+    if codec.meta_words() > 0 {
+        codec.set_meta_word(record, 0, it.meta);
+    }
 }
 
 /// Two-phase commit's second phase: the primaries' WRITEs.

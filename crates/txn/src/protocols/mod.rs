@@ -4,4 +4,5 @@ pub(crate) mod drtmh;
 pub(crate) mod farm;
 pub(crate) mod ford;
 pub(crate) mod motor;
+pub(crate) mod sundial;
 pub(crate) mod two_pl;

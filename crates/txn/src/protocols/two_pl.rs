@@ -60,7 +60,7 @@ impl<const WAIT: bool> Protocol for TwoPl<WAIT> {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("rcc");
     const LOCK_FLAGS: u64 = INVISIBLE;
-    const RPC_FORMS: Stages = Stages::of(&Stage::ALL);
+    const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = ();
     type Txn = ();
     /// WAIT_DIE: the coordinator's last timestamp.
