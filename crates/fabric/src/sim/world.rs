@@ -287,6 +287,12 @@ impl World {
         })
     }
 
+    /// The fault plan's op delays, for the next runs.
+    pub fn set_delays(&mut self, faults: &super::config::Faults) {
+        self.delay_prob = faults.delay_prob;
+        self.delay_max_ns = faults.delay_max_ns;
+    }
+
     fn push(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
         self.heap.push(Reverse((at, self.seq, ev)));
