@@ -34,6 +34,12 @@ pub struct PoolArgs {
     /// sim: turn the adversarial memory model off (READs atomic, ops in arrival order).
     #[arg(long)]
     pub benign: bool,
+    /// sim: how hostile the simulated fabric is: a preset (`default`, or `harsh`: 10-30 us
+    /// windows, overtaking, coordinator stalls, late completions), then knobs overriding it,
+    /// comma-separated, e.g. `harsh,stall=100us` or `window=20us,stall_prob=0.05` (see the
+    /// book's correctness chapter for every knob).
+    #[arg(long, value_name = "PRESET,KNOB=VALUE,...")]
+    pub adversary: Option<String>,
     /// shm: keep each memory node in a file in this directory (e.g. /dev/shm/dtxn) instead of
     /// anonymous memory.
     #[arg(long)]
@@ -132,6 +138,9 @@ impl BackendArgs {
                 if p.benign {
                     cfg.adversary = Adversary::off();
                 }
+                if let Some(spec) = &p.adversary {
+                    cfg.adversary = adversary(spec, self.seed)?;
+                }
                 Ok(Pool::Sim(SimPool::new(cfg)?))
             }
             Backend::Shm => {
@@ -176,7 +185,11 @@ impl BackendArgs {
             Backend::Sim => format!(
                 "sim (profile {}, {}, seed {}; times are virtual)",
                 p.profile(),
-                if p.benign { "benign" } else { "adversarial" },
+                match (&p.adversary, p.benign) {
+                    (Some(spec), _) => format!("adversary {spec}"),
+                    (None, true) => "benign".to_string(),
+                    (None, false) => "adversarial".to_string(),
+                },
                 self.seed
             ),
             Backend::Shm => p.describe(),
@@ -281,6 +294,7 @@ impl PoolArgs {
             ("--ucx-devices", self.ucx_devices.is_some(), Backend::Ucx),
             ("--profile", self.profile.is_some(), Backend::Sim),
             ("--benign", self.benign, Backend::Sim),
+            ("--adversary", self.adversary.is_some(), Backend::Sim),
             ("--shm-dir", self.shm_dir.is_some(), Backend::Shm),
             ("--delay-ns", self.delay_ns.is_some(), Backend::Shm),
         ];
@@ -293,6 +307,12 @@ impl PoolArgs {
                 owner.name(),
                 self.kind.name()
             );
+        }
+        if let Some(spec) = &self.adversary {
+            if self.benign {
+                bail!("--benign and --adversary: give one (--benign is --adversary off)");
+            }
+            adversary(spec, 0)?;
         }
         if self.delay_ns() > MAX_DELAY_NS {
             bail!(
@@ -341,5 +361,132 @@ impl PoolArgs {
                 .as_ref()
                 .map_or(String::new(), |d| format!(", UCX_NET_DEVICES={d}")),
         )
+    }
+}
+
+/// The presets `--adversary` takes.
+pub const ADVERSARY_PRESETS: [&str; 3] = ["default", "harsh", "off"];
+
+/// `--adversary SPEC`: a preset (`default`: today's hostile fabric; `harsh`; `off`: benign),
+/// then `KNOB=VALUE` items applied over it, left to right. The harsh preset's window is drawn
+/// from `seed` in 10-30 us, so seeds cover the range and each run replays from its seed.
+pub fn adversary(spec: &str, seed: u64) -> Result<Adversary> {
+    let mut adv = Adversary::hostile();
+    let items: Vec<&str> = spec.split(',').map(str::trim).collect();
+    if items.iter().any(|i| i.is_empty()) {
+        bail!("--adversary {spec}: an empty item (give PRESET,KNOB=VALUE,...)");
+    }
+    for (i, item) in items.iter().enumerate() {
+        let Some((knob, value)) = item.split_once('=') else {
+            if i > 0 {
+                bail!("--adversary {spec}: the preset '{item}' comes first, knobs after it");
+            }
+            adv = match *item {
+                "default" => Adversary::hostile(),
+                "harsh" => Adversary::harsh(10_000 + dtxn_workloads::rng::mix(seed, 0xad) % 20_001),
+                "off" => Adversary::off(),
+                other => bail!(
+                    "--adversary: unknown preset '{other}' (presets: {}; knobs: {})",
+                    ADVERSARY_PRESETS.join(", "),
+                    ADVERSARY_KNOBS.join(", ")
+                ),
+            };
+            continue;
+        };
+        let bad = |what: &str| anyhow::anyhow!("--adversary {knob}={value}: {what}");
+        let duration = || -> Result<u64> {
+            let ns = crate::units::parse_duration(value).map_err(|e| bad(&e))?;
+            if ns > MAX_ADVERSARY_NS {
+                return Err(bad("at most 1s"));
+            }
+            Ok(ns)
+        };
+        let prob = || -> Result<f64> {
+            match value.parse::<f64>() {
+                Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+                _ => Err(bad("a probability from 0 to 1")),
+            }
+        };
+        let flag = || -> Result<bool> {
+            match value {
+                "true" | "on" | "1" => Ok(true),
+                "false" | "off" | "0" => Ok(false),
+                _ => Err(bad("true or false")),
+            }
+        };
+        match knob {
+            "window" => adv.window_ns = duration()?,
+            "tear_reads" => adv.tear_reads = flag()?,
+            "reorder" => adv.reorder = flag()?,
+            "lose_write_under_faa" => adv.lose_write_under_faa = flag()?,
+            "overtake_prob" => adv.overtake_prob = prob()?,
+            "stall_prob" => adv.stall_prob = prob()?,
+            "stall" => adv.stall_max_ns = duration()?,
+            "completion_delay_prob" => adv.completion_delay_prob = prob()?,
+            "completion_delay" => adv.completion_delay_max_ns = duration()?,
+            _ => bail!(
+                "--adversary: unknown knob '{knob}' (knobs: {})",
+                ADVERSARY_KNOBS.join(", ")
+            ),
+        }
+    }
+    Ok(adv)
+}
+
+/// The knobs `--adversary` takes, as `KNOB=VALUE`.
+pub const ADVERSARY_KNOBS: [&str; 9] = [
+    "window",
+    "tear_reads",
+    "reorder",
+    "lose_write_under_faa",
+    "overtake_prob",
+    "stall_prob",
+    "stall",
+    "completion_delay_prob",
+    "completion_delay",
+];
+
+/// The longest window, stall or delay `--adversary` takes.
+const MAX_ADVERSARY_NS: u64 = 1_000_000_000;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adversary_specs_parse_into_presets_and_knobs() {
+        assert_eq!(adversary("default", 1).unwrap(), Adversary::hostile());
+        assert_eq!(adversary("off", 1).unwrap(), Adversary::off());
+        let h = adversary("harsh", 1).unwrap();
+        assert!((10_000..=30_000).contains(&h.window_ns), "{h:?}");
+        assert_eq!(h, adversary("harsh", 1).unwrap());
+        assert_eq!(h, Adversary::harsh(h.window_ns));
+        let windows: std::collections::HashSet<u64> = (0..20)
+            .map(|s| adversary("harsh", s).unwrap().window_ns)
+            .collect();
+        assert!(windows.len() > 10, "the window varies with the seed");
+        let k = adversary(
+            "harsh,window=5us,stall_prob=0.5,stall=1ms,tear_reads=false",
+            1,
+        )
+        .unwrap();
+        assert_eq!(
+            (k.window_ns, k.stall_prob, k.stall_max_ns, k.tear_reads),
+            (5_000, 0.5, 1_000_000, false)
+        );
+        assert_eq!(adversary("window=20us", 3).unwrap().window_ns, 20_000);
+        for (bad, says) in [
+            ("brutal", "unknown preset 'brutal'"),
+            ("window=20us,harsh", "comes first"),
+            ("stall_prob=2", "a probability from 0 to 1"),
+            ("window=20", "no unit"),
+            ("window=2s", "at most 1s"),
+            ("speed=3", "unknown knob 'speed'"),
+            ("harsh,", "an empty item"),
+            ("reorder=maybe", "true or false"),
+        ] {
+            let e = adversary(bad, 1).unwrap_err().to_string();
+            assert!(e.contains(says) && !e.contains('\n'), "{bad}: {e}");
+        }
     }
 }

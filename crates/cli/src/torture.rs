@@ -37,6 +37,15 @@ pub struct TortureArgs {
     /// Transactions per run (attempts, all coordinators together).
     #[arg(long, default_value_t = 2000)]
     pub txns: u64,
+    /// The simulated fabric's hostility, as `dtxn bench --adversary` takes it: a preset
+    /// (`default`, `harsh`) and knobs, e.g. `harsh` or `harsh,stall_prob=0.1`.
+    #[arg(long, value_name = "PRESET,KNOB=VALUE,...")]
+    pub adversary: Option<String>,
+    /// Crash a compute node in every run at an instant drawn from the seed, recover its
+    /// coordinators, and check the run all the same (`dtxn bench --faults`; default
+    /// `compute=1`). Not for `motor-local`, which runs one compute node.
+    #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
+    pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
     #[arg(long)]
     pub keep_going: bool,
@@ -52,7 +61,8 @@ pub struct TortureArgs {
 /// are kept small (loading dominates a short run), which also makes conflicts frequent; on
 /// even seeds they are tiny (a few accounts or keys), which makes them the rule: write skew
 /// and read skew need two transactions on the same few rows at once.
-fn bench_args(w: &str, p: &str, seed: u64, txns: u64, record: &str) -> Vec<String> {
+fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec<String> {
+    let txns = a.txns;
     let (seed, txns) = (seed.to_string(), txns.to_string());
     let mut v = vec![
         "bench",
@@ -110,6 +120,12 @@ fn bench_args(w: &str, p: &str, seed: u64, txns: u64, record: &str) -> Vec<Strin
         // The local oracle needs the pool alone: one compute node, as many coordinators.
         v.extend_from_slice(&["--set", "motor.oracle=local", "--compute-nodes", "1"]);
         v.extend_from_slice(&["--threads", "4"]);
+    }
+    if let Some(adv) = &a.adversary {
+        v.extend_from_slice(&["--adversary", adv]);
+    }
+    if let Some(f) = a.faults.as_deref().filter(|_| p != LOCAL_MOTOR) {
+        v.extend_from_slice(&["--faults", f]);
     }
     let tiny = seed.parse::<u64>().is_ok_and(|s| s % 2 == 0);
     v.extend_from_slice(match (w, tiny) {
@@ -197,6 +213,9 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             u64::MAX
         );
     }
+    if let Some(spec) = &a.adversary {
+        crate::backend::adversary(spec, 0)?;
+    }
     let dir = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     crate::backend::check_new_dir("--dir", &dir)?;
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -207,17 +226,24 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
         for w in &workloads {
             let t0 = Instant::now();
             let mut committed = 0;
+            // With --faults: coordinators crashed and recovered, transactions rolled forward.
+            let (mut crashed, mut recovered, mut forward) = (0, 0, 0);
             let bar = crate::progress::bar(!a.quiet, a.seeds);
             for seed in a.first_seed..a.first_seed + a.seeds {
                 bar.set_message(format!("{p} / {w}: seed {seed}"));
                 let record = dir.join(format!("dtxn-torture-{p}-{w}-{seed}.jsonl"));
                 let record_s = record.display().to_string();
-                let argv = bench_args(w, p, seed, a.txns, &record_s);
+                let argv = bench_args(w, p, seed, &a, &record_s);
                 let args = bench::args::parse_bench(argv.iter().map(Into::into).collect())?;
                 let failure = match bench::run(&args, false) {
                     Err(e) => Some(format!("the run failed: {e:#}")),
                     Ok(r) => {
                         committed += r.all.committed;
+                        if let Some(f) = &r.faults {
+                            crashed += f.coordinators_crashed;
+                            recovered += f.coordinators_recovered;
+                            forward += f.rolled_forward;
+                        }
                         let verify = r
                             .verify
                             .as_ref()
@@ -269,8 +295,16 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                 }
             }
             bar.finish_and_clear();
+            let faults = if a.faults.is_some() {
+                format!(
+                    ", {crashed} coordinators crashed, {recovered} recovered ({forward} \
+                     transactions rolled forward)"
+                )
+            } else {
+                String::new()
+            };
             println!(
-                "{p:<11} {w:<10} seeds {}..{}: {committed} transactions committed, {:.1} s",
+                "{p:<11} {w:<10} seeds {}..{}: {committed} transactions committed{faults}, {:.1} s",
                 a.first_seed,
                 a.first_seed + a.seeds - 1,
                 t0.elapsed().as_secs_f64()

@@ -334,3 +334,55 @@ fn a_round_trip_on_cx5_takes_about_two_microseconds() {
     let per = r.outputs[0].unwrap() / 100;
     assert!((2000..2900).contains(&per), "{per} ns per round trip");
 }
+
+/// The harsh knobs (overtaking, coordinator stalls, late completions) stretch a run in virtual
+/// time, stay deterministic, and leave the default adversary's runs as they were.
+#[test]
+fn the_harsh_adversary_stalls_overtakes_and_delays_deterministically() {
+    let cfg = SimConfig::new(7, 2, 1 << 16);
+    let base = run_mixed(cfg.clone());
+    let mut harsh = cfg.clone();
+    harsh.adversary = Adversary::harsh(20_000);
+    let a = run_mixed(harsh.clone());
+    let b = run_mixed(harsh.clone());
+    assert_eq!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.elapsed_ns, b.elapsed_ns);
+    assert_ne!(a.trace_hash, base.trace_hash);
+    // Each knob alone slows the run down against the same window without it.
+    let wide = Adversary {
+        window_ns: 20_000,
+        ..Adversary::hostile()
+    };
+    let mut plain = cfg.clone();
+    plain.adversary = wide.clone();
+    let plain = run_mixed(plain).elapsed_ns;
+    for knob in [
+        Adversary {
+            stall_prob: 0.05,
+            stall_max_ns: 100_000,
+            ..wide.clone()
+        },
+        Adversary {
+            overtake_prob: 0.5,
+            ..wide.clone()
+        },
+        Adversary {
+            completion_delay_prob: 0.5,
+            completion_delay_max_ns: 100_000,
+            ..wide.clone()
+        },
+    ] {
+        let mut c = cfg.clone();
+        c.adversary = knob.clone();
+        let slow = run_mixed(c).elapsed_ns;
+        assert!(slow > plain, "{knob:?}: {slow} ns, {plain} ns without it");
+    }
+    // Knobs at zero draw nothing: the default adversary's run is unchanged.
+    let mut zero = cfg.clone();
+    zero.adversary = Adversary {
+        stall_max_ns: 100_000,
+        completion_delay_max_ns: 100_000,
+        ..Adversary::hostile()
+    };
+    assert_eq!(run_mixed(zero).trace_hash, base.trace_hash);
+}

@@ -168,6 +168,24 @@ pub struct Tally {
     #[serde(with = "crate::counts_serde")]
     writes: HashMap<u64, u64>,
     bad_reads: u64,
+    /// The bad reads and written keys of the transaction committing now, counted once its
+    /// commit returns (or recovery rolls it forward).
+    #[serde(skip)]
+    pending: Option<(u64, Vec<u64>)>,
+}
+
+impl Tally {
+    /// Its commit returned: what it staged counts.
+    fn confirm(&mut self) {
+        if let Some((bad, keys)) = self.pending.take() {
+            self.bad_reads += bad;
+            if self.on {
+                for k in keys {
+                    *self.writes.entry(k).or_default() += 1;
+                }
+            }
+        }
+    }
 }
 
 impl crate::Merge for Tally {
@@ -221,6 +239,14 @@ impl Workload for Kv {
             l.insert(pool, k, &v).map_err(loader_error("kv"))?;
         }
         Ok(())
+    }
+
+    fn forget_in_flight(&self, tally: &mut Tally) {
+        tally.pending = None;
+    }
+
+    fn count_in_flight(&self, tally: &mut Tally) {
+        tally.confirm();
     }
 
     fn tally(&self, verify: bool) -> Tally {
@@ -377,13 +403,9 @@ impl Kv {
             self.value(k, writes + 1, v);
             tx.update(KV, k, v).await?;
         }
+        tally.pending = Some((bad, if tally.on { keys.to_vec() } else { Vec::new() }));
         tx.commit().await?;
-        tally.bad_reads += bad;
-        if tally.on {
-            for &k in keys {
-                *tally.writes.entry(k).or_default() += 1;
-            }
-        }
+        tally.confirm();
         Ok(())
     }
 }
@@ -475,6 +497,7 @@ mod tests {
             on: true,
             writes: writes.iter().copied().collect(),
             bad_reads,
+            ..Tally::default()
         };
         let mut a = t(&[(1, 2), (5, 1)], 0);
         a.merge(t(&[(1, 3), (7, 1)], 2));

@@ -116,6 +116,16 @@ pub trait Workload: Send + Sync + 'static {
         tally: &mut Self::Tally,
     ) -> (usize, Result<(), Abort>);
 
+    /// Forgets what the transaction in flight staged in `tally` (see
+    /// [`count_in_flight`](Self::count_in_flight)): called before each transaction.
+    fn forget_in_flight(&self, _tally: &mut Self::Tally) {}
+
+    /// The coordinator of `tally` crashed in its transaction's commit, and recovery rolled
+    /// that transaction forward: counts what it staged before committing, as if its commit
+    /// had returned. (A workload whose tally counts committed changes stages them just before
+    /// `commit`, and confirms them after.)
+    fn count_in_flight(&self, _tally: &mut Self::Tally) {}
+
     /// Checks the pool after a run against the workload's invariants and what the
     /// coordinators committed. `Ok` lists the checks that passed.
     fn verify(

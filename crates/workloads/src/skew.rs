@@ -123,6 +123,10 @@ pub struct Tally {
     torn: u64,
     lowest: Option<i64>,
     highest: Option<i64>,
+    /// What the transaction committing now saw and changes, counted once its commit returns
+    /// (or recovery rolls it forward).
+    #[serde(skip)]
+    pending: Option<(Seen, Vec<(u64, i64)>)>,
 }
 
 impl crate::Merge for Tally {
@@ -137,6 +141,19 @@ impl crate::Merge for Tally {
 }
 
 impl Tally {
+    /// What the transaction about to commit saw and changes.
+    fn stage(&mut self, seen: Seen, changes: &[(u64, i64)]) {
+        self.pending = Some((seen, changes.to_vec()));
+    }
+
+    /// Its commit returned: what it staged counts.
+    fn confirm(&mut self) {
+        if let Some((seen, changes)) = self.pending.take() {
+            self.saw(seen);
+            self.add(&changes);
+        }
+    }
+
     fn add(&mut self, changes: &[(u64, i64)]) {
         if self.on {
             for &(k, d) in changes {
@@ -252,6 +269,14 @@ impl Workload for Skew {
                 .map_err(loader_error("accounts"))?;
         }
         Ok(())
+    }
+
+    fn forget_in_flight(&self, tally: &mut Tally) {
+        tally.pending = None;
+    }
+
+    fn count_in_flight(&self, tally: &mut Tally) {
+        tally.confirm();
     }
 
     fn tally(&self, verify: bool) -> Tally {
@@ -404,8 +429,9 @@ async fn commit_unchanged(
     seen: Seen,
     tally: &mut Tally,
 ) -> Result<(), Abort> {
+    tally.stage(seen, &[]);
     tx.commit().await?;
-    tally.saw(seen);
+    tally.confirm();
     Ok(())
 }
 
@@ -434,9 +460,9 @@ async fn withdraw(
     if promote {
         tx.update(ACCOUNTS, other, &value(o)).await?;
     }
+    tally.stage(seen, &[(mine, -n)]);
     tx.commit().await?;
-    tally.saw(seen);
-    tally.add(&[(mine, -n)]);
+    tally.confirm();
     Ok(())
 }
 
@@ -464,9 +490,9 @@ async fn deposit(
     if promote {
         tx.update(ACCOUNTS, other, &value(o)).await?;
     }
+    tally.stage(seen, &[(mine, n)]);
     tx.commit().await?;
-    tally.saw(seen);
-    tally.add(&[(mine, n)]);
+    tally.confirm();
     Ok(())
 }
 
@@ -487,9 +513,9 @@ async fn transfer(
     }
     tx.update(ACCOUNTS, from, &value(f - n)).await?;
     tx.update(ACCOUNTS, to, &value(t + n)).await?;
+    tally.stage(seen, &[(from, -n), (to, n)]);
     tx.commit().await?;
-    tally.saw(seen);
-    tally.add(&[(from, -n), (to, n)]);
+    tally.confirm();
     Ok(())
 }
 

@@ -173,6 +173,10 @@ pub struct Tally {
     on: bool,
     #[serde(with = "crate::counts_serde")]
     deltas: HashMap<(u32, u64), i64>,
+    /// The changes of the transaction committing now, counted once its commit returns (or
+    /// recovery rolls it forward).
+    #[serde(skip)]
+    pending: Vec<(u32, u64, i64)>,
 }
 
 impl crate::Merge for Tally {
@@ -184,6 +188,18 @@ impl crate::Merge for Tally {
 }
 
 impl Tally {
+    /// The changes the transaction about to commit makes.
+    fn stage(&mut self, changes: &[(u32, u64, i64)]) {
+        self.pending.clear();
+        self.pending.extend_from_slice(changes);
+    }
+
+    /// Its commit returned: the staged changes count.
+    fn confirm(&mut self) {
+        let p = std::mem::take(&mut self.pending);
+        self.add(&p);
+    }
+
     fn add(&mut self, changes: &[(u32, u64, i64)]) {
         if self.on {
             for &(t, a, d) in changes {
@@ -231,10 +247,18 @@ impl Workload for SmallBank {
         Ok(())
     }
 
+    fn forget_in_flight(&self, tally: &mut Tally) {
+        tally.pending.clear();
+    }
+
+    fn count_in_flight(&self, tally: &mut Tally) {
+        tally.confirm();
+    }
+
     fn tally(&self, verify: bool) -> Tally {
         Tally {
             on: verify,
-            deltas: HashMap::new(),
+            ..Tally::default()
         }
     }
 
@@ -372,12 +396,13 @@ async fn amalgamate(c: &mut Coordinator, a: u64, b: u64, tally: &mut Tally) -> R
     tx.update(CHECKING, a, &0i64.to_le_bytes()).await?;
     tx.update(CHECKING, b, &(cb + sa + ca).to_le_bytes())
         .await?;
-    tx.commit().await?;
-    tally.add(&[
+    tally.stage(&[
         (SAVINGS, a, -sa),
         (CHECKING, a, -ca),
         (CHECKING, b, sa + ca),
     ]);
+    tx.commit().await?;
+    tally.confirm();
     Ok(())
 }
 
@@ -401,8 +426,9 @@ async fn add_to(
     tx.fetch(&[Access::update(table, a)]).await?;
     let v = bal(tx.get(table, a));
     tx.update(table, a, &(v + amount).to_le_bytes()).await?;
+    tally.stage(&[(table, a, amount)]);
     tx.commit().await?;
-    tally.add(&[(table, a, amount)]);
+    tally.confirm();
     Ok(())
 }
 
@@ -419,8 +445,9 @@ async fn send_payment(c: &mut Coordinator, a: u64, b: u64, tally: &mut Tally) ->
         .await?;
     tx.update(CHECKING, b, &(cb + PAYMENT).to_le_bytes())
         .await?;
+    tally.stage(&[(CHECKING, a, -PAYMENT), (CHECKING, b, PAYMENT)]);
     tx.commit().await?;
-    tally.add(&[(CHECKING, a, -PAYMENT), (CHECKING, b, PAYMENT)]);
+    tally.confirm();
     Ok(())
 }
 
@@ -435,8 +462,9 @@ async fn write_check(c: &mut Coordinator, a: u64, tally: &mut Tally) -> Result<(
         CHECK
     };
     tx.update(CHECKING, a, &(ca - debit).to_le_bytes()).await?;
+    tally.stage(&[(CHECKING, a, -debit)]);
     tx.commit().await?;
-    tally.add(&[(CHECKING, a, -debit)]);
+    tally.confirm();
     Ok(())
 }
 

@@ -170,6 +170,19 @@ impl Tatp {
 pub struct Tally {
     inserted: u64,
     deleted: u64,
+    /// The inserts and deletes of the transaction committing now, counted once its commit
+    /// returns (or recovery rolls it forward).
+    #[serde(skip)]
+    pending: (u64, u64),
+}
+
+impl Tally {
+    /// Its commit returned: what it staged counts.
+    fn confirm(&mut self) {
+        let (i, d) = std::mem::take(&mut self.pending);
+        self.inserted += i;
+        self.deleted += d;
+    }
 }
 
 impl crate::Merge for Tally {
@@ -283,6 +296,14 @@ impl Workload for Tatp {
             }
         }
         Ok(())
+    }
+
+    fn forget_in_flight(&self, tally: &mut Tally) {
+        tally.pending = (0, 0);
+    }
+
+    fn count_in_flight(&self, tally: &mut Tally) {
+        tally.confirm();
     }
 
     fn tally(&self, _verify: bool) -> Tally {
@@ -536,8 +557,9 @@ async fn insert_call_forwarding(
     v[1..16].copy_from_slice(number);
     tx.insert(CALL_FORWARDING, cf_key(s_id, sf_type, start), &v)
         .await?;
+    tally.pending = (1, 0);
     tx.commit().await?;
-    tally.inserted += 1;
+    tally.confirm();
     Ok(())
 }
 
@@ -560,8 +582,9 @@ async fn delete_call_forwarding(
         return Err(rollback_abort(CALL_FORWARDING, cf));
     }
     tx.delete(CALL_FORWARDING, cf).await?;
+    tally.pending = (0, 1);
     tx.commit().await?;
-    tally.deleted += 1;
+    tally.confirm();
     Ok(())
 }
 
@@ -607,10 +630,12 @@ mod tests {
         let mut a = Tally {
             inserted: 3,
             deleted: 1,
+            ..Tally::default()
         };
         a.merge(Tally {
             inserted: 2,
             deleted: 4,
+            ..Tally::default()
         });
         assert_eq!((a.inserted, a.deleted), (5, 5));
         let json = serde_json::to_string(&a).unwrap();
@@ -623,7 +648,11 @@ mod tests {
     fn verify_reads_merged_tallies_as_it_reads_separate_ones() {
         let w = Tatp::new(Options { subscribers: 40 }).unwrap();
         let (pool, plan) = crate::loaded_pool(&w, 2);
-        let t = |inserted, deleted| Tally { inserted, deleted };
+        let t = |inserted, deleted| Tally {
+            inserted,
+            deleted,
+            ..Tally::default()
+        };
         assert!(w.verify(&pool, &plan, 2, &[t(2, 0), t(0, 2)]).is_ok());
         let merged = crate::merge_all([t(2, 0), t(0, 2)]).unwrap();
         assert!(w.verify(&pool, &plan, 2, &[merged]).is_ok());

@@ -164,6 +164,13 @@ pub struct BenchArgs {
     /// with --shm-dir).
     #[arg(long, value_name = "FILE")]
     pub tally_out: Option<PathBuf>,
+    /// sim: crash compute nodes at instants drawn from the seed, recover their coordinators'
+    /// transactions from the logs, then check the history (with recovery's rolled-forward
+    /// transactions) and the workload's invariants (implies --verify). Knobs: `compute=N`
+    /// nodes crash (default 1; never all), `within=DURATION` of the start (default: about the
+    /// run's length), `delay_prob=P` and `delay=DURATION` (ops delayed on the way).
+    #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
+    pub faults: Option<String>,
     /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`).
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,

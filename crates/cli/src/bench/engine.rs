@@ -168,20 +168,30 @@ impl Collector {
     }
 }
 
-/// Writes every transaction's history to one file, shared by the coordinators.
+/// Writes every transaction's history to one file shared by the coordinators, and keeps it
+/// in memory too with `--faults` (the run's own check reads it).
 struct FileRecorder {
-    out: Arc<Mutex<HistoryWriter<File>>>,
+    out: Option<Arc<Mutex<HistoryWriter<File>>>>,
+    kept: Option<Arc<Mutex<Vec<dtxn_check::Txn>>>>,
     failed: Arc<AtomicBool>,
 }
 
 impl Recorder for FileRecorder {
     fn record(&mut self, txn: &dtxn_check::Txn) {
-        let mut w = match self.out.lock() {
-            Ok(w) => w,
-            Err(p) => p.into_inner(),
-        };
-        if w.write(txn).is_err() {
-            self.failed.store(true, Ordering::Relaxed);
+        if let Some(out) = &self.out {
+            let mut w = match out.lock() {
+                Ok(w) => w,
+                Err(p) => p.into_inner(),
+            };
+            if w.write(txn).is_err() {
+                self.failed.store(true, Ordering::Relaxed);
+            }
+        }
+        if let Some(kept) = &self.kept {
+            match kept.lock() {
+                Ok(mut k) => k.push(txn.clone()),
+                Err(p) => p.into_inner().push(txn.clone()),
+            }
         }
     }
 }
@@ -198,6 +208,8 @@ pub struct Shared {
     pub coordinators: u32,
     pub progress: ProgressBar,
     record: Option<Arc<Mutex<HistoryWriter<File>>>>,
+    /// `--faults`: the history, kept in memory for the run's own check.
+    kept: Option<Arc<Mutex<Vec<dtxn_check::Txn>>>>,
     record_failed: Arc<AtomicBool>,
     /// FORD-LV: the version cache every coordinator of the (one) compute node shares.
     pub vcache: Option<Arc<Vcache>>,
@@ -218,11 +230,15 @@ pub struct RunOutput<T> {
     pub attempts_all: u64,
     /// `sim`: the hash of every executed op (same seed and configuration, same hash).
     pub trace_hash: Option<u64>,
+    /// `sim` with faults: the coordinators whose compute node crashed (their tallies, up to
+    /// the crash, are in `tallies` all the same).
+    pub crashed: Vec<u32>,
 }
 
 /// What a coordinator hands back.
 struct CoordOut<T> {
-    tally: T,
+    /// `shm`: its tally (on sim, tallies live outside the coordinators, to outlive a crash).
+    tally: Option<T>,
     attempts_all: u64,
     /// `shm`: its own collector.
     collector: Option<Collector>,
@@ -231,13 +247,16 @@ struct CoordOut<T> {
 /// Attempts between two progress-bar updates (a shared atomic: not every transaction).
 const PROGRESS_EVERY: u64 = 256;
 
+// The tally's borrow is held across awaits on purpose: see the comment where it is taken.
+#[allow(clippy::await_holding_refcell_ref)]
 async fn coordinator<W: Workload>(
     mut ep: Endpoint,
     w: &W,
     cfg: Rc<TxnConfig>,
     sh: &Shared,
     sink: Rc<RefCell<Collector>>,
-) -> Result<(W::Tally, u64), String> {
+    tally: Rc<RefCell<W::Tally>>,
+) -> Result<u64, String> {
     let index = ep.id().index;
     ep.time_fabric(sh.fabric_time);
     let map = PoolMap::bootstrap(&mut ep)
@@ -258,14 +277,18 @@ async fn coordinator<W: Workload>(
             ));
         }
     }
-    if let Some(out) = &sh.record {
+    if sh.record.is_some() || sh.kept.is_some() {
         c.set_recorder(Box::new(FileRecorder {
-            out: out.clone(),
+            out: sh.record.clone(),
+            kept: sh.kept.clone(),
             failed: sh.record_failed.clone(),
         }));
     }
     let mut rng = WlRng::seed_from_u64(mix(sh.seed, u64::from(index)));
-    let mut tally = w.tally(sh.verify);
+    // Held for the coordinator's whole life: the cell is its alone until the run is over, and
+    // if its compute node crashes, dropping the coordinator releases it with what it
+    // committed so far.
+    let mut tally = tally.borrow_mut();
     let t0 = c.endpoint().now_ns();
     let warm_end = t0 + sh.stop.warmup_ns();
     {
@@ -288,6 +311,7 @@ async fn coordinator<W: Workload>(
         if now >= end || measured >= quota {
             break;
         }
+        w.forget_in_flight(&mut tally);
         let (ty, _) = w.run_one(&mut c, &mut rng, &mut tally).await;
         all += 1;
         since_progress += 1;
@@ -314,7 +338,7 @@ async fn coordinator<W: Workload>(
             }
         }
     }
-    Ok((tally, all))
+    Ok(all)
 }
 
 impl Shared {
@@ -341,11 +365,35 @@ impl Shared {
             coordinators,
             progress,
             record,
+            kept: None,
             record_failed: Arc::default(),
             vcache: None,
             start_clocks: Vec::new(),
             local_oracle: None,
         })
+    }
+
+    /// `--faults`: keep the history in memory too.
+    pub fn keep_history(&mut self) {
+        self.kept = Some(Arc::default());
+    }
+
+    /// The history kept in memory (`--faults`), so far.
+    pub fn kept_history(&self) -> Vec<dtxn_check::Txn> {
+        self.kept.as_ref().map_or(Vec::new(), |k| match k.lock() {
+            Ok(k) => k.clone(),
+            Err(p) => p.into_inner().clone(),
+        })
+    }
+
+    /// Records a transaction no coordinator did: one that recovery rolled forward.
+    pub fn record_recovered(&self, txn: &dtxn_check::Txn) {
+        FileRecorder {
+            out: self.record.clone(),
+            kept: self.kept.clone(),
+            failed: self.record_failed.clone(),
+        }
+        .record(txn);
     }
 
     /// Flushes the history file, if any.
@@ -374,24 +422,52 @@ pub fn run<W: Workload>(
 ) -> anyhow::Result<RunOutput<W::Tally>> {
     let types = w.txn_types().len();
     let started = Instant::now();
+    let mut crashed = Vec::new();
     let (outs, virtual_time, trace_hash) = match pool {
         Pool::Sim(sim) => {
             // One OS thread: coordinators share the collector and the configuration.
             let sink = Rc::new(RefCell::new(Collector::new(types)));
             let cfg = Rc::new(cfg.clone());
+            let faults = !sim.config().faults.compute_crashes.is_empty();
+            let cells: Vec<Rc<RefCell<W::Tally>>> = (0..topo.coordinators())
+                .map(|_| Rc::new(RefCell::new(w.tally(sh.verify))))
+                .collect();
             let r = sim.run(topo, None, |ep| {
                 let (w, sh, cfg, sink) = (w.clone(), sh.clone(), cfg.clone(), sink.clone());
+                let tally = cells[ep.id().index as usize].clone();
                 async move {
-                    coordinator(ep, &*w, cfg, &sh, sink)
+                    coordinator(ep, &*w, cfg, &sh, sink, tally)
                         .await
-                        .map(|(tally, all)| CoordOut {
-                            tally,
+                        .map(|all| CoordOut {
+                            tally: None,
                             attempts_all: all,
                             collector: None,
                         })
                 }
             })?;
-            let mut outs = collect(r.outputs)?;
+            let mut outputs = r.outputs;
+            if faults {
+                // A coordinator whose compute node crashed has no output: what it committed
+                // is in its tally cell, what it was committing is recovery's to settle.
+                for (i, o) in outputs.iter_mut().enumerate() {
+                    if o.is_none() {
+                        crashed.push(i as u32);
+                        *o = Some(Ok(CoordOut {
+                            tally: None,
+                            attempts_all: 0,
+                            collector: None,
+                        }));
+                    }
+                }
+            }
+            let mut outs = collect(outputs)?;
+            for (o, cell) in outs.iter_mut().zip(cells) {
+                o.tally = Some(
+                    Rc::try_unwrap(cell)
+                        .map_err(|_| anyhow::anyhow!("a coordinator outlived the run"))?
+                        .into_inner(),
+                );
+            }
             if let Some(first) = outs.first_mut() {
                 first.collector = Some(sink.borrow().clone());
             }
@@ -403,10 +479,14 @@ pub fn run<W: Workload>(
                 let (w, sh, cfg) = (w.clone(), sh.clone(), Rc::new(cfg.clone()));
                 async move {
                     let sink = Rc::new(RefCell::new(Collector::new(w.txn_types().len())));
-                    let out = coordinator(ep, &*w, cfg, &sh, sink.clone()).await;
+                    let tally = Rc::new(RefCell::new(w.tally(sh.verify)));
+                    let out = coordinator(ep, &*w, cfg, &sh, sink.clone(), tally.clone()).await;
                     let collector = sink.borrow().clone();
-                    out.map(|(tally, all)| CoordOut {
-                        tally,
+                    let tally = Rc::try_unwrap(tally)
+                        .map_err(|_| "a coordinator's tally outlived it".to_string())?
+                        .into_inner();
+                    out.map(|all| CoordOut {
+                        tally: Some(tally),
                         attempts_all: all,
                         collector: Some(collector),
                     })
@@ -425,7 +505,10 @@ pub fn run<W: Workload>(
             collector.merge(c);
         }
         attempts_all += o.attempts_all;
-        tallies.push(o.tally);
+        tallies.push(
+            o.tally
+                .ok_or_else(|| anyhow::anyhow!("a coordinator lost its tally"))?,
+        );
     }
     Ok(RunOutput {
         collector,
@@ -434,6 +517,7 @@ pub fn run<W: Workload>(
         wall_ns,
         attempts_all,
         trace_hash,
+        crashed,
     })
 }
 

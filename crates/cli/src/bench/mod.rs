@@ -8,6 +8,7 @@ pub mod report;
 use crate::backend::Backend;
 use anyhow::{anyhow, bail, Context, Result};
 pub use args::{BenchArgs, WorkloadArgs};
+use dtxn_fabric::sim::{FaultRates, Faults};
 use dtxn_fabric::Topology;
 use dtxn_store::{Plan, PoolShape, TableSpec};
 use dtxn_txn::{Protocol, TxnConfig, Vcache};
@@ -388,8 +389,9 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     if let Some(p) = &a.csv {
         std::fs::write(p, r.csv(&[])).with_context(|| format!("cannot write {}", p.display()))?;
     }
-    match &r.verify {
-        Some(v) if !v.ok => Ok(ExitCode::from(1)),
+    match (&r.verify, &r.faults) {
+        (Some(v), _) if !v.ok => Ok(ExitCode::from(1)),
+        (_, Some(f)) if !f.history_ok => Ok(ExitCode::from(1)),
         _ => Ok(ExitCode::SUCCESS),
     }
 }
@@ -542,6 +544,15 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
         bail!("--txns must be at least 1");
     }
     check_numbers(a)?;
+    let faults = match &a.faults {
+        Some(spec) => {
+            if a.kind() != Backend::Sim {
+                bail!("--faults is for --backend sim (crashes are simulated, and replay from the seed)");
+            }
+            Some(faults(spec, a, topo)?)
+        }
+        None => None,
+    };
     let local_oracle = cfg.motor.oracle == "local";
     if !["pool", "local"].contains(&cfg.motor.oracle.as_str()) {
         bail!(
@@ -593,6 +604,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
         cfg,
         progress,
         remote_loaded,
+        faults,
     };
     match w {
         Chosen::SmallBank(x) => go(ctx, x),
@@ -612,6 +624,8 @@ struct Go<'a> {
     progress: bool,
     /// ucx with --load: the pool, loaded, and the time that took.
     remote_loaded: Option<(dtxn_fabric::Pool, u64)>,
+    /// `--faults`: the plan drawn from the seed.
+    faults: Option<Faults>,
 }
 
 fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport> {
@@ -622,7 +636,10 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         cfg,
         progress,
         remote_loaded,
+        faults,
     } = ctx;
+    // Crashes are checked, not refused: the workload's invariants always.
+    let verify = a.verify || faults.is_some();
     let load_start = Instant::now();
     let (mut pool, load_ns) = match remote_loaded {
         Some(loaded) => loaded,
@@ -673,12 +690,15 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     let mut sh = Shared::new(
         stop,
         a.backend.seed,
-        a.verify || a.tally_out.is_some(),
+        verify || a.tally_out.is_some(),
         topo.coordinators(),
         bar.clone(),
         a.record.as_deref(),
     )?;
     sh.fabric_time = a.fabric_time;
+    if faults.is_some() {
+        sh.keep_history();
+    }
     sh.breakdown = a.breakdown;
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.
@@ -705,9 +725,34 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     // Alone also for a local timestamp oracle: another process's timestamps would collide.
     let alone = a.localized_validation || cfg.motor.oracle == "local";
     let attachment = claim(&mut pool, alone, claim_nodes)?;
+    // The faults strike the run only: not the claim, nor recovery after it.
+    set_faults(&mut pool, faults.clone().unwrap_or_default());
     let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
+    set_faults(&mut pool, Faults::default());
+    let recovered = match (&out, &faults) {
+        (Ok(out), Some(_)) => Some(recover(&mut pool, cfg.protocol, &out.crashed)),
+        _ => None,
+    };
     release_claim(&mut pool, attachment, claim_nodes)?;
     let mut out = out?;
+    let recovered = recovered.transpose()?;
+    let mut unrecorded = 0;
+    if let Some(r) = &recovered {
+        // Recovery's rolled-forward transactions that no coordinator recorded (it crashed
+        // before its commit returned) join the history, and what they changed the tallies.
+        let seen: std::collections::HashSet<u64> =
+            sh.kept_history().iter().map(|t| t.txn).collect();
+        for (&dead, (outcome, _)) in out.crashed.iter().zip(r) {
+            if let dtxn_txn::recovery::Recovered::RolledForward(t) = outcome {
+                if !seen.contains(&t.txn) {
+                    sh.record_recovered(t);
+                    unrecorded += 1;
+                    w.count_in_flight(&mut out.tallies[dead as usize]);
+                }
+            }
+        }
+    }
+    let history = sh.kept_history();
     bar.finish_and_clear();
     Arc::try_unwrap(sh)
         .map_err(|_| anyhow!("a coordinator outlived the run"))?
@@ -731,7 +776,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         crate::verify::TallyFile::new::<W>(run, a.backend.compute_node, &merged)?.write(path)?;
         tallies = vec![merged];
     }
-    let verify = if a.verify {
+    let verify = if verify {
         Some(match w.verify(&pool, plan, a.backend.seed, &tallies) {
             Ok(checks) => report::Verdict { ok: true, checks },
             Err(e) => report::Verdict {
@@ -743,7 +788,162 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         None
     };
     let config = ConfigReport::new(a, &*w, &cfg, topo, plan, stop);
-    Ok(BenchReport::new(config, &*w, &out, verify, load_ns))
+    let mut report = BenchReport::new(config, &*w, &out, verify, load_ns);
+    if let (Some(plan), Some(r)) = (&faults, &recovered) {
+        report.faults = Some(fault_report(
+            plan,
+            &out.crashed,
+            (r, unrecorded),
+            &history,
+            &cfg,
+        )?);
+    }
+    Ok(report)
+}
+
+/// The fault plan `--faults SPEC` draws from the seed.
+fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<Faults> {
+    let mut rates = FaultRates {
+        compute_crashes: 1,
+        ..FaultRates::default()
+    };
+    // About the run's length in virtual time (at the rate `expected_txns` assumes).
+    let mut within = a.warmup_ns()
+        + match a.txns {
+            Some(t) => t / u64::from(topo.coordinators()).max(1) * 10_000,
+            None => a.duration_ns(),
+        };
+    for item in spec.split(',').map(str::trim) {
+        let Some((knob, value)) = item.split_once('=') else {
+            bail!(
+                "--faults {spec}: '{item}' is not KNOB=VALUE (knobs: {})",
+                FAULT_KNOBS.join(", ")
+            );
+        };
+        let bad = |what: &str| anyhow!("--faults {knob}={value}: {what}");
+        let duration = || -> Result<u64> {
+            let ns = crate::units::parse_duration(value).map_err(|e| bad(&e))?;
+            if ns > MAX_DURATION_NS {
+                return Err(bad("at most a day (24h)"));
+            }
+            Ok(ns)
+        };
+        match knob {
+            "compute" => {
+                let n: u32 = value
+                    .parse()
+                    .map_err(|_| bad("a number of compute nodes"))?;
+                if n >= topo.compute_nodes {
+                    return Err(bad(&format!(
+                        "at most {} (--compute-nodes {}: one must survive to recover the others)",
+                        topo.compute_nodes - 1,
+                        topo.compute_nodes
+                    )));
+                }
+                rates.compute_crashes = n;
+            }
+            "within" => within = duration()?.max(1),
+            "delay_prob" => {
+                rates.delay_prob = match value.parse::<f64>() {
+                    Ok(p) if (0.0..=1.0).contains(&p) => p,
+                    _ => return Err(bad("a probability from 0 to 1")),
+                }
+            }
+            "delay" => rates.delay_max_ns = duration()?,
+            _ => bail!(
+                "--faults: unknown knob '{knob}' (knobs: {})",
+                FAULT_KNOBS.join(", ")
+            ),
+        }
+    }
+    Ok(Faults::draw(
+        a.backend.seed,
+        within,
+        topo.compute_nodes,
+        a.memory_nodes,
+        rates,
+    ))
+}
+
+/// The knobs `--faults` takes.
+const FAULT_KNOBS: [&str; 4] = ["compute", "within", "delay_prob", "delay"];
+
+fn set_faults(pool: &mut dtxn_fabric::Pool, f: Faults) {
+    if let dtxn_fabric::Pool::Sim(sim) = pool {
+        sim.set_faults(f);
+    }
+}
+
+/// Recovers every crashed coordinator from its log, as one survivor would once their leases
+/// expired: settles its pending transaction and releases its locks.
+fn recover(
+    pool: &mut dtxn_fabric::Pool,
+    protocol: Protocol,
+    dead: &[u32],
+) -> Result<Vec<(dtxn_txn::recovery::Recovered, u32)>> {
+    let dead = dead.to_vec();
+    let r = pool.run(one_coordinator(1), None, move |mut ep| {
+        let dead = dead.clone();
+        async move {
+            let map = dtxn_store::PoolMap::bootstrap(&mut ep)
+                .await
+                .map_err(|e| format!("recovery: bootstrap: {e}"))?;
+            let mut out = Vec::new();
+            for d in dead {
+                out.push(
+                    dtxn_txn::recovery::recover(&mut ep, &map, protocol, d)
+                        .await
+                        .map_err(|e| format!("recovering coordinator {d}: {e}"))?,
+                );
+            }
+            Ok::<_, String>(out)
+        }
+    })?;
+    r.outputs
+        .into_iter()
+        .next()
+        .flatten()
+        .ok_or_else(|| anyhow!("the recovering coordinator did not finish"))?
+        .map_err(|e| anyhow!("{e}"))
+}
+
+/// The faults' part of the report: the plan, recovery's work, the history's verdict.
+fn fault_report(
+    plan: &Faults,
+    crashed: &[u32],
+    (recovered, unrecorded): (&[(dtxn_txn::recovery::Recovered, u32)], u32),
+    history: &[dtxn_check::Txn],
+    cfg: &TxnConfig,
+) -> Result<report::FaultReport> {
+    use dtxn_txn::recovery::Recovered;
+    let snapshot =
+        cfg.protocol == Protocol::Motor && cfg.motor.isolation == dtxn_txn::Isolation::Snapshot;
+    let opts = dtxn_check::Options {
+        isolation: if snapshot {
+            dtxn_check::Isolation::Snapshot
+        } else {
+            dtxn_check::Isolation::Serializable
+        },
+        real_time: true,
+    };
+    let checked = dtxn_check::check(history, opts).map_err(|e| anyhow!("the history: {e}"))?;
+    let count =
+        |f: &dyn Fn(&Recovered) -> bool| recovered.iter().filter(|(o, _)| f(o)).count() as u32;
+    Ok(report::FaultReport {
+        planned_crashes: plan
+            .compute_crashes
+            .iter()
+            .map(|c| (c.compute_node, c.at_ns))
+            .collect(),
+        coordinators_crashed: crashed.len() as u32,
+        coordinators_recovered: recovered.len() as u32,
+        rolled_forward: count(&|o| matches!(o, Recovered::RolledForward(_))),
+        rolled_forward_unrecorded: unrecorded,
+        rolled_back: count(&|o| matches!(o, Recovered::RolledBack(_))),
+        locks_released: recovered.iter().map(|(_, n)| u64::from(*n)).sum(),
+        history_ok: checked.ok(),
+        history: checked.verdict(),
+    })
 }
 
 fn progress_bar(stop: Stop, backend: Backend) -> ProgressBar {

@@ -261,6 +261,27 @@ pub struct BenchReport {
     pub verify: Option<Verdict>,
     pub load_s: f64,
     pub sim: Option<SimCost>,
+    /// `--faults`: what crashed, what recovery did, and the check of the history.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<FaultReport>,
+}
+
+/// What `--faults` injected and what came of it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FaultReport {
+    /// The plan drawn from the seed: (compute node, virtual instant from the start in ns).
+    pub planned_crashes: Vec<(u32, u64)>,
+    pub coordinators_crashed: u32,
+    pub coordinators_recovered: u32,
+    /// Pending transactions recovery rolled forward (of which the coordinator never learnt
+    /// of its commit, so that recovery recorded them) and rolled back.
+    pub rolled_forward: u32,
+    pub rolled_forward_unrecorded: u32,
+    pub rolled_back: u32,
+    pub locks_released: u64,
+    /// The history (with recovery's transactions) checked: its verdict.
+    pub history_ok: bool,
+    pub history: String,
 }
 
 impl BenchReport {
@@ -292,6 +313,7 @@ impl BenchReport {
             all: TypeReport::new("all", &all, secs, timed, phases),
             per_type,
             verify,
+            faults: None,
             load_s: load_ns as f64 / 1e9,
             sim: out.virtual_time.then(|| SimCost {
                 txns: out.attempts_all,
@@ -503,6 +525,30 @@ impl BenchReport {
             );
         }
         let _ = writeln!(s);
+        if let Some(f) = &self.faults {
+            let plan: Vec<String> = f
+                .planned_crashes
+                .iter()
+                .map(|&(cn, at)| format!("compute node {cn} at {:.1} us", at as f64 / 1e3))
+                .collect();
+            let _ = writeln!(
+                s,
+                "faults: {} (virtual); {} coordinators crashed, {} recovered ({} rolled \
+                 forward, {} of them unrecorded; {} rolled back; {} locks released)",
+                if plan.is_empty() {
+                    "no crash planned".to_string()
+                } else {
+                    plan.join(", ")
+                },
+                f.coordinators_crashed,
+                f.coordinators_recovered,
+                f.rolled_forward,
+                f.rolled_forward_unrecorded,
+                f.rolled_back,
+                f.locks_released
+            );
+            let _ = writeln!(s, "history (with recovery's transactions): {}", f.history);
+        }
         match (&self.verify, &self.config.record) {
             (Some(v), _) => {
                 let _ = writeln!(

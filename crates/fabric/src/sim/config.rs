@@ -17,6 +17,25 @@ pub struct Adversary {
     pub lose_write_under_faa: bool,
     /// Width of the random windows above, in nanoseconds.
     pub window_ns: u64,
+    /// G5/G7, harder: the probability that an op is held back a further `window_ns` at its
+    /// memory node, so that ops posted after it (on other QPs, or unordered on its own) overtake
+    /// it by a whole window. Only with `reorder`.
+    #[serde(default)]
+    pub overtake_prob: f64,
+    /// The probability that a coordinator, when it resumes, finds its thread descheduled (a
+    /// preempted thread, a GC pause, a slow core) for a uniformly drawn time up to
+    /// `stall_max_ns`: everything on that thread waits, ops already posted go on.
+    #[serde(default)]
+    pub stall_prob: f64,
+    #[serde(default)]
+    pub stall_max_ns: u64,
+    /// The probability that a batch's completion reaches its coordinator up to
+    /// `completion_delay_max_ns` late (a slow completion queue, a lost interrupt): its ops
+    /// have executed, the coordinator does not know yet.
+    #[serde(default)]
+    pub completion_delay_prob: f64,
+    #[serde(default)]
+    pub completion_delay_max_ns: u64,
 }
 
 impl Adversary {
@@ -27,6 +46,28 @@ impl Adversary {
             reorder: true,
             lose_write_under_faa: true,
             window_ns: 400,
+            overtake_prob: 0.0,
+            stall_prob: 0.0,
+            stall_max_ns: 0,
+            completion_delay_prob: 0.0,
+            completion_delay_max_ns: 0,
+        }
+    }
+
+    /// Every freedom exercised, at the time scales where one-sided protocols break: a READ's
+    /// lines and an op's execution spread over `window_ns` (10 to 30 us: longer than a
+    /// writer's install-to-release gap), one op in five overtaken by a whole window, one
+    /// resumption in fifty stalled for up to 50 us (some 20 round trips), one completion in
+    /// twenty up to 20 us late.
+    pub fn harsh(window_ns: u64) -> Adversary {
+        Adversary {
+            window_ns,
+            overtake_prob: 0.2,
+            stall_prob: 0.02,
+            stall_max_ns: 50_000,
+            completion_delay_prob: 0.05,
+            completion_delay_max_ns: 20_000,
+            ..Adversary::hostile()
         }
     }
 
@@ -37,6 +78,11 @@ impl Adversary {
             reorder: false,
             lose_write_under_faa: false,
             window_ns: 0,
+            overtake_prob: 0.0,
+            stall_prob: 0.0,
+            stall_max_ns: 0,
+            completion_delay_prob: 0.0,
+            completion_delay_max_ns: 0,
         }
     }
 }

@@ -58,6 +58,13 @@ impl SimPool {
         f(&mut mem)
     }
 
+    /// Replaces the faults injected into the next runs (each run schedules them afresh,
+    /// relative to its own start).
+    pub fn set_faults(&mut self, faults: Faults) {
+        self.world.borrow_mut().set_delays(&faults);
+        self.cfg.faults = faults;
+    }
+
     pub fn set_rpc_handler(&mut self, handler: Arc<dyn RpcHandler>) {
         self.world.borrow_mut().rpc = Some(handler);
     }

@@ -287,6 +287,12 @@ impl World {
         })
     }
 
+    /// The fault plan's op delays, for the next runs.
+    pub fn set_delays(&mut self, faults: &super::config::Faults) {
+        self.delay_prob = faults.delay_prob;
+        self.delay_max_ns = faults.delay_max_ns;
+    }
+
     fn push(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
         self.heap.push(Reverse((at, self.seq, ev)));
@@ -371,6 +377,14 @@ impl World {
             if self.threads_cpu_free_at[t] > self.now {
                 let at = self.threads_cpu_free_at[t];
                 self.push(at, Ev::Wake { coord: c });
+                continue;
+            }
+            if self.adv.stall_prob > 0.0 && self.rng.random_bool(self.adv.stall_prob.min(1.0)) {
+                // The thread is descheduled: this coordinator, and every other one of its
+                // thread, resumes only after the stall.
+                let stall = 1 + self.rand_below(self.adv.stall_max_ns);
+                self.threads_cpu_free_at[t] = self.now + stall;
+                self.push(self.now + stall, Ev::Wake { coord: c });
                 continue;
             }
             self.threads_cpu_free_at[t] = self.now + self.profile.cpu_per_step_ns;
@@ -492,6 +506,12 @@ impl World {
             }
             if self.adv.reorder {
                 exec += self.rand_below(spread);
+                // Drawn only when enabled: runs without it stay as they were, bit for bit.
+                if self.adv.overtake_prob > 0.0
+                    && self.rng.random_bool(self.adv.overtake_prob.min(1.0))
+                {
+                    exec += spread;
+                }
             }
             if op.kind.is_atomic() {
                 let slot = ((op.addr % 4096) / 8) as usize;
@@ -582,6 +602,13 @@ impl World {
                     msg: k as u32,
                 },
             );
+        }
+        if self.adv.completion_delay_prob > 0.0
+            && self
+                .rng
+                .random_bool(self.adv.completion_delay_prob.min(1.0))
+        {
+            done_at += self.rand_below(self.adv.completion_delay_max_ns);
         }
         self.push(done_at, Ev::BatchDone { rec: r });
         match mode {

@@ -1,0 +1,273 @@
+//! `--adversary` and `--faults` end to end: a harsher fabric and compute-node crashes from the
+//! command line, runs checked (not refused), bad presets and knobs refused in one line.
+
+use std::process::{Command, Output};
+
+fn dtxn(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dtxn"))
+        .args(args)
+        .output()
+        .expect("dtxn runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A directory of this test's own, removed when dropped.
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let d = std::env::temp_dir().join(format!("dtxn-adv-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        std::fs::remove_dir_all(&self.0).ok();
+    }
+}
+
+#[test]
+fn the_harsh_adversary_runs_and_checks_clean_for_ford_and_motor() {
+    let dir = Dir::new("harsh");
+    let o = dtxn(&[
+        "torture",
+        "--protocols",
+        "ford,motor",
+        "--workloads",
+        "smallbank",
+        "--seeds",
+        "2",
+        "--txns",
+        "300",
+        "--adversary",
+        "harsh",
+        "--quiet",
+        "--dir",
+        dir.0.to_str().unwrap(),
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("4 passed, 0 failed"), "{out}");
+    // The preset reaches the simulator: the same run under it takes far longer in virtual
+    // time (its windows are 10-30 us, against 400 ns).
+    let measured = |adversary: &str| -> f64 {
+        let o = dtxn(&[
+            "bench",
+            "--backend",
+            "sim",
+            "--workload",
+            "smallbank",
+            "--accounts",
+            "200",
+            "--txns",
+            "300",
+            "--json",
+            "--quiet",
+            "--adversary",
+            adversary,
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["measured_s"].as_f64().unwrap()
+    };
+    let (default, harsh) = (measured("default"), measured("harsh"));
+    assert!(
+        harsh > 5.0 * default,
+        "harsh {harsh} s, default {default} s"
+    );
+}
+
+#[test]
+fn bad_presets_and_knobs_are_one_line_and_exit_2() {
+    for (args, want) in [
+        (
+            vec!["bench", "--backend", "sim", "--adversary", "brutal"],
+            "unknown preset 'brutal'",
+        ),
+        (
+            vec!["bench", "--backend", "sim", "--adversary", "window=20"],
+            "has no unit",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "sim",
+                "--adversary",
+                "harsh,stall_prob=1.5",
+            ],
+            "a probability from 0 to 1",
+        ),
+        (
+            vec!["bench", "--backend", "sim", "--adversary", "harsh,speed=9"],
+            "unknown knob 'speed'",
+        ),
+        (
+            vec!["bench", "--backend", "shm", "--adversary", "harsh"],
+            "--adversary is an option of --backend sim, not of shm",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "sim",
+                "--benign",
+                "--adversary",
+                "harsh",
+            ],
+            "--benign and --adversary",
+        ),
+        (
+            vec!["bench", "--backend", "shm", "--faults"],
+            "--faults is for --backend sim",
+        ),
+        (
+            vec!["bench", "--backend", "sim", "--faults"],
+            "one must survive",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "sim",
+                "--compute-nodes",
+                "2",
+                "--faults",
+                "memory=1",
+            ],
+            "unknown knob 'memory'",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "sim",
+                "--compute-nodes",
+                "2",
+                "--faults",
+                "within=soon",
+            ],
+            "not a duration",
+        ),
+        (
+            vec!["torture", "--adversary", "gentle"],
+            "unknown preset 'gentle'",
+        ),
+    ] {
+        let o = dtxn(&args);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want {want:?} in {err}");
+    }
+}
+
+/// The bench options of a short, contended run with a compute-node crash.
+fn crash_run<'a>(protocol: &'a str, seed: &'a str) -> Vec<&'a str> {
+    vec![
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "smallbank",
+        "--accounts",
+        "20",
+        "--protocol",
+        protocol,
+        "--txns",
+        "2000",
+        "--compute-nodes",
+        "2",
+        "--threads",
+        "2",
+        "--coroutines",
+        "3",
+        "--seed",
+        seed,
+        "--faults",
+        "--quiet",
+    ]
+}
+
+#[test]
+fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
+    // Seed 1 crashes compute node 1 in the warm-up: all 6 of its coordinators.
+    let mut args = crash_run("farm", "1");
+    args.push("--json");
+    let o = dtxn(&args);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let f = &v["faults"];
+    assert_eq!(f["planned_crashes"][0][0], 1, "{f}");
+    assert_eq!(f["coordinators_crashed"], 6, "{f}");
+    assert_eq!(f["coordinators_recovered"], 6, "{f}");
+    // One crashed in its commit after the commit had landed: recovery rolled it forward, and
+    // the history and the tallies count it though its coordinator never learnt it committed.
+    assert_eq!(f["rolled_forward"], 1, "{f}");
+    assert_eq!(f["rolled_forward_unrecorded"], 1, "{f}");
+    assert_eq!(f["history_ok"], true, "{f}");
+    assert!(
+        f["history"]
+            .as_str()
+            .unwrap()
+            .starts_with("strict serializable"),
+        "{f}"
+    );
+    assert_eq!(v["verify"]["ok"], true, "{v}");
+    // Replayable: the same seed, the same run.
+    let again = dtxn(&args);
+    let w: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(v["sim"]["trace_hash"], w["sim"]["trace_hash"]);
+    assert_eq!(v["faults"], w["faults"]);
+    // The table says it too.
+    let o = dtxn(&crash_run("ford", "1"));
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("6 coordinators crashed, 6 recovered"), "{out}");
+    assert!(out.contains("verify: consistent"), "{out}");
+}
+
+#[test]
+fn torture_with_faults_recovers_and_passes() {
+    let dir = Dir::new("faults");
+    let o = dtxn(&[
+        "torture",
+        "--protocols",
+        "ford,motor",
+        "--workloads",
+        "smallbank",
+        "--seeds",
+        "2",
+        "--txns",
+        "300",
+        "--faults",
+        "--quiet",
+        "--dir",
+        dir.0.to_str().unwrap(),
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("4 passed, 0 failed"), "{out}");
+    // Every line counts its crashes, and some runs had them.
+    let crashed: u64 = out
+        .lines()
+        .filter_map(|l| {
+            l.split(" coordinators crashed")
+                .next()?
+                .rsplit(' ')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum();
+    assert!(crashed > 0, "{out}");
+}
