@@ -271,3 +271,44 @@ fn torture_with_faults_recovers_and_passes() {
         .sum();
     assert!(crashed > 0, "{out}");
 }
+
+/// Regression: a transaction read key 7 cold (unlocked) and logged that image; another
+/// committed over it; the first won its commit-time lock, saw the change and aborted, and the
+/// crash cut off its release. Recovery used to roll the key back to the stale image, undoing
+/// the other's acknowledged commit (the kv check: "written 4 times, committed transactions
+/// wrote it 5 times"). A primary newer than the image and not invisible was never written by
+/// the dead coordinator: recovery leaves it.
+#[test]
+fn recovery_never_rolls_back_over_another_transactions_commit() {
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "kv",
+        "--protocol",
+        "ford",
+        "--seed",
+        "25",
+        "--txns",
+        "2000",
+        "--compute-nodes",
+        "2",
+        "--threads",
+        "2",
+        "--coroutines",
+        "3",
+        "--verify",
+        "--replicas",
+        "1",
+        "--faults",
+        "compute=1",
+        "--keys",
+        "5000",
+        "-q",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("1 rolled back"), "{out}");
+    assert!(out.contains("verify: consistent"), "{out}");
+}

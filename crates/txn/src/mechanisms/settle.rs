@@ -2,7 +2,7 @@
 //! commit landed on every replica of everything it locked, else roll back from the old images.
 //! (The recovery driver, `recovery.rs`, finds the entry and releases the locks.)
 
-use crate::mechanisms::holds;
+use crate::mechanisms::{holds, INVISIBLE};
 use crate::recovery::Recovered;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
@@ -22,6 +22,8 @@ pub(crate) async fn settle(
     let seen = judge_replicas(ep, map, owner, e, &reads);
     // Items it never locked were never written (the commit waits for every lock).
     let ours: Vec<usize> = (0..e.items.len()).filter(|&i| seen.held[i]).collect();
+    // What it holds but never wrote, newer than its image: not its to roll back.
+    let ours_to_undo: Vec<usize> = ours.iter().copied().filter(|&i| !seen.foreign[i]).collect();
     if ours.is_empty() {
         // It holds nothing it logged: it never wrote, or it released everything already.
         return Ok(Recovered::Nothing);
@@ -30,7 +32,7 @@ pub(crate) async fn settle(
     if committed {
         return Ok(rolled_forward(ep, e, &ours, &seen));
     }
-    roll_back(ep, map, owner, e, &ours, &seen.installed);
+    roll_back(ep, map, owner, e, &ours_to_undo, &seen.installed);
     ep.post().await?;
     Ok(Recovered::RolledBack(e.txn))
 }
@@ -45,6 +47,11 @@ struct Seen {
     installed: Vec<u64>,
     /// The primary record's key.
     keys: Vec<u64>,
+    /// Locked by the dead coordinator but newer than its undo image, and never written by it:
+    /// an image logged before its lock (a cold item, locked at commit) that another
+    /// transaction committed over in between, which the dead one's lock round then saw and
+    /// aborted on. Rolling it back would undo that other, acknowledged, commit.
+    foreign: Vec<bool>,
 }
 
 /// Queues a READ of every replica of every logged item, as it is now.
@@ -79,6 +86,7 @@ fn judge_replicas(
         everywhere: vec![true; n_items],
         installed: vec![0u64; n_items],
         keys: vec![0u64; n_items],
+        foreign: vec![false; n_items],
     };
     for &(i, n, r) in reads {
         let it = &e.items[i];
@@ -100,6 +108,12 @@ fn judge_replicas(
         if n == t.primary() {
             seen.held[i] = holds(now.lock, owner);
             seen.keys[i] = now.key;
+            // Every install leaves the primary invisible until the release: a whole, newer
+            // primary without the bit under our plain lock was installed by someone else.
+            if !it.insert && new.is_some() && now.lock & INVISIBLE == 0 {
+                seen.foreign[i] = true;
+                seen.everywhere[i] = false;
+            }
         }
         match new {
             Some(v) => seen.installed[i] = v,
