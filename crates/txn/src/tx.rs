@@ -73,7 +73,9 @@ impl<'c, P: Protocol> Tx<'c, P> {
             oracle_round_trips: 0,
         };
         // The phases' times accumulate in the coordinator (the transaction stays small).
-        tx.c.last_breakdown = Breakdown::default();
+        if tx.c.breakdown {
+            tx.c.last_breakdown = Breakdown::default();
+        }
         P::begin(&mut tx);
         tx
     }

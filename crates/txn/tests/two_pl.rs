@@ -3,82 +3,20 @@
 //! aborts on a conflict; WAIT_DIE's older transaction waits for the younger holder, and the
 //! younger one dies.
 
-use dtxn_fabric::sim::{Adversary, SimConfig, SimPool};
-use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
-use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
-use dtxn_txn::{AbortReason, Access, Coordinator, HybridCode, Protocol, RccOptions};
-use dtxn_txn::{TxKind, TxnConfig};
-use std::rc::Rc;
+use dtxn_txn::TxKind;
+use dtxn_txn::{AbortReason, Access, Coordinator, Protocol};
 
-const T: u32 = 1;
+mod scripted;
+use scripted::{res, Steps, T};
 
-/// What each coordinator saw, step by step: `Ok` or the abort's reason.
-type Steps = Vec<(&'static str, Result<(), AbortReason>)>;
-
-/// Runs coordinator 0's and coordinator 1's scripts together under `protocol` with RCC's
-/// hybrid `code`; returns their steps.
+/// [`scripted::script`], without the history.
 fn script<F0, F1>(protocol: Protocol, code: u64, s0: F0, s1: F1) -> (Steps, Steps)
 where
     F0: AsyncFn(&mut Coordinator) -> Steps + 'static,
     F1: AsyncFn(&mut Coordinator) -> Steps + 'static,
 {
-    let shape = PoolShape {
-        memory_nodes: 2,
-        replicas: 2,
-        log_slices: 4,
-        log_slice_bytes: 4096,
-        region_bytes: None,
-    };
-    let plan = Plan::new(&[TableSpec::new(T, "t", 8, 16)], &shape).unwrap();
-    let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
-    cfg.profile = Profile::ideal();
-    cfg.adversary = Adversary::off();
-    let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
-    pool.set_rpc_handler(std::sync::Arc::new(dtxn_txn::MemoryNodeHandlers));
-    plan.format_pool(&pool).unwrap();
-    let mut l = Loader::new(plan.table(T).unwrap());
-    for k in 0..16u64 {
-        l.insert(&pool, k, &k.to_le_bytes()).unwrap();
-    }
-    let cfg = Rc::new(TxnConfig {
-        protocol,
-        rcc: RccOptions {
-            hybrid: HybridCode::new(code).unwrap(),
-        },
-        ..TxnConfig::default()
-    });
-    let (s0, s1) = (Rc::new(s0), Rc::new(s1));
-    let Pool::Sim(sim) = &mut pool else {
-        unreachable!()
-    };
-    let two = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 2,
-    };
-    let r = sim
-        .run(two, None, |mut ep: Endpoint| {
-            let (cfg, s0, s1) = (cfg.clone(), s0.clone(), s1.clone());
-            async move {
-                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                let first = ep.id().index == 0;
-                let mut c = Coordinator::new(ep, map, cfg);
-                // Both start their scripts at the same virtual instant.
-                c.endpoint().sleep(100_000).await;
-                if first {
-                    s0(&mut c).await
-                } else {
-                    s1(&mut c).await
-                }
-            }
-        })
-        .unwrap();
-    let mut out = r.outputs.into_iter().map(|o| o.unwrap());
-    (out.next().unwrap(), out.next().unwrap())
-}
-
-fn res<T>(r: Result<T, dtxn_txn::Abort>) -> Result<(), AbortReason> {
-    r.map(|_| ()).map_err(|a| a.reason)
+    let (a, b, _) = scripted::script(protocol, code, s0, s1);
+    (a, b)
 }
 
 /// Coordinator 0 holds a read share of key 1 for a while; coordinator 1 reads key 1 meanwhile

@@ -11,7 +11,7 @@
 //! transaction older than the exclusive holder, waits with back-off and tries again
 //! (WAIT_DIE); a younger one, or a writer meeting read shares, dies.
 
-use super::lock::give_back_after_failure;
+use super::lock::{give_back_after_failure, unshare};
 use super::rpc::{CasRead, Read};
 use super::{abort, next_bucket, table, INVISIBLE, SHARED};
 use crate::abort::{Abort, AbortReason};
@@ -190,13 +190,6 @@ async fn rounds<P: Protocol>(
         std::mem::swap(work, next);
     }
     Ok(())
-}
-
-/// Gives back a read share of the lock word at `off` on `node` (posted, not waited for):
-/// the lock stage's way, since its atomics must all go one way (G11).
-pub(crate) fn unshare<P: Protocol>(tx: &mut Tx<'_, P>, node: NodeId, off: u64) {
-    let via = tx.c.via(Step::Lock);
-    super::rpc::unshare(&mut tx.c.ep, via, node, off);
 }
 
 /// What one round's completions leave for the next round.

@@ -1,5 +1,6 @@
 //! Lock words: CAS(0 -> owner) on a record's primary, in rounds of their own (the commit's
-//! locks of items read without one), and what a failed batch may have left locked.
+//! locks of items read without one), what a failed batch may have left locked, and giving
+//! back a 2PL read share.
 
 use super::{abort, table};
 use crate::abort::{Abort, AbortReason};
@@ -156,4 +157,11 @@ pub(crate) async fn lock_cold<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abo
         })
     })
     .await
+}
+
+/// Gives back a read share of the lock word at `off` on `node` (posted, not waited for):
+/// the lock stage's way, since its atomics must all go one way (G11).
+pub(crate) fn unshare<P: Protocol>(tx: &mut Tx<'_, P>, node: NodeId, off: u64) {
+    let via = tx.c.via(Stage::Lock);
+    super::rpc::unshare(&mut tx.c.ep, via, node, off);
 }

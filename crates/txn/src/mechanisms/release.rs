@@ -1,7 +1,7 @@
 //! The release after a commit or an abort: unlock and make visible, close the log entry;
 //! posted detached, off the critical path.
 
-use super::fetch::unshare;
+use super::lock::unshare;
 use super::rpc;
 use super::table;
 use crate::item::NewValue;
