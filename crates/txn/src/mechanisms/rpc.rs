@@ -23,7 +23,10 @@
 //! WRITE   tag=3 | addr | bytes...                  -> status
 //! SHARE   tag=4 | addr | read_addr | read_len      -> status | old | the READ (if granted)
 //! UNSHARE tag=5 | addr                             -> status | old
+//! TICKET  tag=6 | grant addr | ts | limit          -> status | GRANT before | UPPER
 //! ```
+//!
+//! TICKET is Scythe's takeout-lock grant ([`super::takeout`]).
 //!
 //! SHARE takes a read share of a 2PL lock word (one share more, if no one holds it
 //! exclusively: status [`OK`], else [`NO`]) and UNSHARE gives one back (the word goes to 0
@@ -140,6 +143,7 @@ impl MemoryNodeHandlers {
                 resp.extend_from_slice(&OK.to_le_bytes());
                 resp.extend_from_slice(&old.to_le_bytes());
             }
+            super::takeout::TICKET => super::takeout::serve(mem, req, resp)?,
             _ => return None,
         }
         Some(())
