@@ -180,6 +180,21 @@ pub struct RccOptions {
     pub hybrid: HybridCode,
 }
 
+/// Scythe's switches (its ablations).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScytheOptions {
+    /// TOCC waits in the takeout lock's FIFO queues; off: it takes only the header CAS lock
+    /// in timestamp order (the paper's CAS-lock ablation).
+    pub takeout_lock: bool,
+}
+
+impl Default for ScytheOptions {
+    fn default() -> ScytheOptions {
+        ScytheOptions { takeout_lock: true }
+    }
+}
+
 /// Everything a coordinator needs to know about how to run transactions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -188,6 +203,7 @@ pub struct TxnConfig {
     pub ford: FordOptions,
     pub motor: MotorOptions,
     pub rcc: RccOptions,
+    pub scythe: ScytheOptions,
     /// Entries of each coordinator's address cache.
     pub addr_cache_entries: usize,
     /// How often a torn or invisible record is re-read before the transaction aborts.
@@ -201,6 +217,7 @@ impl Default for TxnConfig {
             ford: FordOptions::default(),
             motor: MotorOptions::default(),
             rcc: RccOptions::default(),
+            scythe: ScytheOptions::default(),
             addr_cache_entries: 1 << 16,
             reread_limit: 16,
         }
@@ -234,6 +251,12 @@ impl TxnConfig {
                     Some("ford") => "--set ford.rpc=STAGES",
                     _ => "nowhere (it has no RPC forms)",
                 }
+            ));
+        }
+        if self.scythe != ScytheOptions::default() && p != Protocol::Scythe {
+            return Err(format!(
+                "--set scythe.takeout_lock=false: a switch of scythe, not of {}",
+                p.name()
             ));
         }
         let asked = p.rpc_stages(self);

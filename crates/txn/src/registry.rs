@@ -8,7 +8,7 @@ use crate::config::TxnConfig;
 use crate::coord::{CoordStats, Core};
 use crate::protocol::{Protocol as _, Slot};
 use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
-use crate::protocols::{sundial::Sundial, two_pl::TwoPl};
+use crate::protocols::{scythe::Scythe, sundial::Sundial, two_pl::TwoPl};
 use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
@@ -91,6 +91,16 @@ macro_rules! registry {
                 }
             }
 
+            /// Whether a run with `cfg` needs the memory nodes to serve RPCs
+            /// ([`crate::MemoryNodeHandlers`]): some stage runs as RPCs, or the protocol
+            /// always sends some (Scythe's tickets).
+            pub fn needs_handlers(self, cfg: &TxnConfig) -> bool {
+                let always = match self {
+                    $( Protocol::$variant => <$ty>::NEEDS_HANDLERS, )*
+                };
+                always || !self.rpc_stages(cfg).is_empty()
+            }
+
             /// The stages `cfg` asks this protocol to run as RPCs.
             pub fn rpc_stages(self, cfg: &TxnConfig) -> Stages {
                 match self {
@@ -158,6 +168,8 @@ registry! { $
         "RCC's OCC: DrTM+H's protocol (the same code), its stages chosen by RCC's hybrid code.";
     Sundial: "sundial" => Sundial,
         "RCC's SUNDIAL: OCC with logical leases (a record's [wts, rts] renewed by CAS on one word with a freeze bit); serializable, not strictly.";
+    Scythe: "scythe" => Scythe,
+        "Scythe (TACO'24): OCC, whose retries after meeting a hot record run timestamp-ordered (TOCC) in FIFO takeout-lock queues.";
 }
 
 impl Protocol {

@@ -667,7 +667,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             (pool, load_start.elapsed().as_nanos() as u64)
         }
     };
-    if !cfg.protocol.rpc_stages(&cfg).is_empty() {
+    if cfg.protocol.needs_handlers(&cfg) {
         // Stages that run as RPCs need the memory nodes to serve them (on ucx, the `dtxn
         // memnode` daemons always do).
         pool.set_rpc_handler(std::sync::Arc::new(dtxn_txn::MemoryNodeHandlers));

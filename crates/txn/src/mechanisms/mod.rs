@@ -19,7 +19,6 @@ pub(crate) mod lock;
 pub(crate) mod release;
 pub(crate) mod rpc;
 pub(crate) mod settle;
-#[allow(dead_code)] // used by protocols/scythe.rs, next
 pub(crate) mod takeout;
 pub(crate) mod timestamp;
 pub(crate) mod undo;
