@@ -26,7 +26,9 @@ pub struct TortureArgs {
     /// timestamp oracle, one compute node; `ford-rpc`: FORD with its lock, validate and
     /// commit stages as RPCs served by the memory nodes; `nowait-rpc`: NO_WAIT with every
     /// stage as RPCs; `waitdie-hybrid`: WAIT_DIE with RCC's hybrid code 28; `sundial-hybrid`:
-    /// SUNDIAL with RCC's hybrid code 21; sundial is checked for serializability, not strict).
+    /// SUNDIAL with RCC's hybrid code 21; sundial is checked for serializability, not strict;
+    /// `scythe-tocc`: Scythe with every read-write attempt in TOCC; `scythe-cas`: the same with
+    /// the CAS lock instead of the takeout lock).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc,skew). Every even seed runs
@@ -116,6 +118,17 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if p == HYBRID_SUNDIAL {
         v.extend_from_slice(&["--set", "rcc.hybrid=21"]);
     }
+    if p == TOCC_SCYTHE {
+        v.extend_from_slice(&["--set", "scythe.mode=tocc"]);
+    }
+    if p == CAS_SCYTHE {
+        v.extend_from_slice(&[
+            "--set",
+            "scythe.mode=tocc",
+            "--set",
+            "scythe.takeout_lock=false",
+        ]);
+    }
     if p == LOCAL_MOTOR {
         // The local oracle needs the pool alone: one compute node, as many coordinators.
         v.extend_from_slice(&["--set", "motor.oracle=local", "--compute-nodes", "1"]);
@@ -156,8 +169,14 @@ const HYBRID_WAITDIE: &str = "waitdie-hybrid";
 /// release as RPCs, lock, log and commit one-sided.
 const HYBRID_SUNDIAL: &str = "sundial-hybrid";
 
+/// Scythe with every read-write attempt in TOCC (its takeout queues always in use).
+const TOCC_SCYTHE: &str = "scythe-tocc";
+/// Scythe's TOCC with the CAS lock instead of the takeout lock (the paper's ablation).
+const CAS_SCYTHE: &str = "scythe-cas";
+
 fn protocol_of(p: &str) -> &str {
     match p {
+        TOCC_SCYTHE | CAS_SCYTHE => "scythe",
         SNAPSHOT_MOTOR | LOCAL_MOTOR => "motor",
         RPC_FORD => "ford",
         RPC_NOWAIT => "nowait",
@@ -178,6 +197,8 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             RPC_NOWAIT,
             HYBRID_WAITDIE,
             HYBRID_SUNDIAL,
+            TOCC_SCYTHE,
+            CAS_SCYTHE,
         ])
         .collect();
     let protocols: Vec<String> = if a.protocols.is_empty() {

@@ -180,6 +180,18 @@ pub struct RccOptions {
     pub hybrid: HybridCode,
 }
 
+/// Which mode Scythe's attempts run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScytheMode {
+    /// The paper's: OCC, and TOCC for the retries of an attempt that met a hot record.
+    HotAware,
+    /// Always OCC (DrTM+H's protocol with the heat signal ignored).
+    Occ,
+    /// Always TOCC (read-write transactions; read-only ones run OCC).
+    Tocc,
+}
+
 /// Scythe's switches (its ablations).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -187,11 +199,16 @@ pub struct ScytheOptions {
     /// TOCC waits in the takeout lock's FIFO queues; off: it takes only the header CAS lock
     /// in timestamp order (the paper's CAS-lock ablation).
     pub takeout_lock: bool,
+    /// `hot-aware` (the paper's policy), `occ` or `tocc` (one mode always).
+    pub mode: ScytheMode,
 }
 
 impl Default for ScytheOptions {
     fn default() -> ScytheOptions {
-        ScytheOptions { takeout_lock: true }
+        ScytheOptions {
+            takeout_lock: true,
+            mode: ScytheMode::HotAware,
+        }
     }
 }
 
@@ -255,7 +272,7 @@ impl TxnConfig {
         }
         if self.scythe != ScytheOptions::default() && p != Protocol::Scythe {
             return Err(format!(
-                "--set scythe.takeout_lock=false: a switch of scythe, not of {}",
+                "--set scythe.*: the switches of scythe, not of {}",
                 p.name()
             ));
         }

@@ -396,3 +396,46 @@ fn rccs_protocols_cost_what_their_stage_lists_say() {
         );
     }
 }
+
+/// Scythe's round trips per transaction kind, in each mode, with empty queues (one
+/// coordinator). OCC is DrTM+H's protocol: its round trips are DrTM+H's (execution, lock and
+/// validate, backups, primaries). TOCC: the oracle's FAA, the tickets (one RPC round for every
+/// record whose address is cached), CAS + READ of every item, reads included, and the
+/// coalescent commit; no validation round. An item whose address is not cached takes no
+/// ticket: its bucket READ, then its CAS + READ. Read-only transactions always run OCC.
+#[test]
+fn scythe_round_trips_in_occ_and_tocc() {
+    use dtxn_txn::{Protocol, ScytheMode, ScytheOptions};
+    let measure = |mode, takeout_lock| {
+        measure_config(TxnConfig {
+            protocol: Protocol::Scythe,
+            scythe: ScytheOptions { takeout_lock, mode },
+            ..TxnConfig::default()
+        })
+    };
+    let drtmh = measure_protocol(Protocol::Drtmh, FordOptions::default(), false);
+    assert_eq!(measure(ScytheMode::Occ, true), drtmh);
+    assert_eq!(
+        measure(ScytheMode::HotAware, true),
+        drtmh,
+        "no queue: OCC throughout"
+    );
+    assert_eq!(
+        measure(ScytheMode::Tocc, true),
+        [
+            // Oracle, bucket READs, CAS + READs, commit.
+            ("cold read-write", 4),
+            ("cold read-write + read-only", 4),
+            // Oracle, tickets, CAS + READs, commit.
+            ("read-write", 4),
+            ("read-write + read-only", 4),
+            ("read-only", 2),
+            ("read-only, one item", 2),
+        ]
+    );
+    // The CAS-lock ablation: no ticket round.
+    assert_eq!(
+        measure(ScytheMode::Tocc, false)[2..4],
+        [("read-write", 3), ("read-write + read-only", 3)]
+    );
+}

@@ -67,7 +67,7 @@
 //! RPC; no RRPC batching beyond the fabric's per-node message packing.
 
 use crate::abort::{Abort, AbortReason};
-use crate::config::TxnConfig;
+use crate::config::{ScytheMode, TxnConfig};
 use crate::item::Access;
 use crate::mechanisms::absent::validate_absent;
 use crate::mechanisms::fetch::Locking;
@@ -137,7 +137,12 @@ impl Protocol for Scythe {
     }
 
     fn begin(tx: &mut Tx<'_, Self>) {
-        tx.st.tocc = tx.s.next_tocc && tx.kind != TxKind::ReadOnly;
+        let tocc = match tx.c.cfg.scythe.mode {
+            ScytheMode::HotAware => tx.s.next_tocc,
+            ScytheMode::Occ => false,
+            ScytheMode::Tocc => true,
+        };
+        tx.st.tocc = tocc && tx.kind != TxKind::ReadOnly;
         tx.st.ts = 0;
         tx.st.tickets.clear();
         tx.st.keys.clear();
