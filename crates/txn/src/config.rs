@@ -201,6 +201,10 @@ pub struct ScytheOptions {
     pub takeout_lock: bool,
     /// `hot-aware` (the paper's policy), `occ` or `tocc` (one mode always).
     pub mode: ScytheMode,
+    /// TOCC's timestamps through a TSO group per compute node (one FAA per batch of
+    /// concurrent requests, [`crate::TsoGroup`]); off: one FAA on the pool's oracle word per
+    /// timestamp. (Taken by `dtxn bench`, which makes the groups.)
+    pub batched_tso: bool,
 }
 
 impl Default for ScytheOptions {
@@ -208,6 +212,7 @@ impl Default for ScytheOptions {
         ScytheOptions {
             takeout_lock: true,
             mode: ScytheMode::HotAware,
+            batched_tso: true,
         }
     }
 }

@@ -126,6 +126,7 @@ fn run_with(
         },
         scythe: dtxn_txn::ScytheOptions {
             takeout_lock: TAKEOUT.with(|t| t.get()),
+            ..Default::default()
         },
         ..TxnConfig::default()
     });
@@ -140,17 +141,27 @@ fn run_with(
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
     };
+    // Scythe: a TSO group per compute node (its batched oracle), as `dtxn bench` makes them.
+    let groups: Vec<std::sync::Arc<dtxn_txn::TsoGroup>> = (0..topo.compute_nodes)
+        .map(|_| std::sync::Arc::new(dtxn_txn::TsoGroup::new()))
+        .collect();
     let r = sim
         .run(topo, None, |ep: Endpoint| {
             let history = history.clone();
             let txn_cfg = txn_cfg.clone();
             let vcache = vcache.clone();
+            let group = groups[ep.id().compute_node as usize].clone();
             async move {
                 let mut ep = ep;
                 let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                let batched =
+                    txn_cfg.protocol == dtxn_txn::Protocol::Scythe && txn_cfg.scythe.batched_tso;
                 let mut c = Coordinator::new(ep, map, txn_cfg);
                 if localized_validation {
                     c.set_vcache(vcache);
+                }
+                if batched {
+                    c.set_tso_group(group);
                 }
                 c.set_recorder(Box::new(Collect(history)));
                 let mut audits = 0;

@@ -409,7 +409,11 @@ fn scythe_round_trips_in_occ_and_tocc() {
     let measure = |mode, takeout_lock| {
         measure_config(TxnConfig {
             protocol: Protocol::Scythe,
-            scythe: ScytheOptions { takeout_lock, mode },
+            scythe: ScytheOptions {
+                takeout_lock,
+                mode,
+                ..Default::default()
+            },
             ..TxnConfig::default()
         })
     };

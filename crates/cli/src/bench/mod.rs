@@ -712,6 +712,11 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             .map(|_| Arc::new(dtxn_txn::StartClock::new(cfg.motor.start_clock_ns)))
             .collect();
     }
+    if cfg.protocol == Protocol::Scythe && cfg.scythe.batched_tso {
+        sh.tso_groups = (0..topo.compute_nodes)
+            .map(|_| Arc::new(dtxn_txn::TsoGroup::new()))
+            .collect();
+    }
     let sh = Arc::new(sh);
     let w = Arc::new(w);
     // Register with the pool: alone for localized validation (every writer must share this
