@@ -19,6 +19,9 @@ thread_local! {
         const { std::cell::Cell::new(dtxn_txn::Protocol::Ford) };
     /// Scythe's takeout lock on (its CAS-lock ablation off).
     static TAKEOUT: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    /// Scythe's mode.
+    static SCYTHE_MODE: std::cell::Cell<dtxn_txn::ScytheMode> =
+        const { std::cell::Cell::new(dtxn_txn::ScytheMode::HotAware) };
 }
 const START: u64 = 1000;
 const CHECKING: u32 = 1;
@@ -126,6 +129,7 @@ fn run_with(
         },
         scythe: dtxn_txn::ScytheOptions {
             takeout_lock: TAKEOUT.with(|t| t.get()),
+            mode: SCYTHE_MODE.with(|m| m.get()),
             ..Default::default()
         },
         ..TxnConfig::default()
@@ -744,8 +748,13 @@ thread_local! {
 #[test]
 fn scythe_conserves_money_and_is_serializable_and_drains_its_queues() {
     PROTOCOL.with(|p| p.set(dtxn_txn::Protocol::Scythe));
-    for takeout in [true, false] {
+    for (takeout, mode) in [
+        (true, dtxn_txn::ScytheMode::HotAware),
+        (false, dtxn_txn::ScytheMode::HotAware),
+        (true, dtxn_txn::ScytheMode::Tocc),
+    ] {
         TAKEOUT.with(|t| t.set(takeout));
+        SCYTHE_MODE.with(|m| m.set(mode));
         let mut tickets = 0;
         for seed in 1..=4 {
             let replicas = 1 + seed as usize % 2;
@@ -757,7 +766,7 @@ fn scythe_conserves_money_and_is_serializable_and_drains_its_queues() {
                 FordOptions::default(),
                 Profile::cx5_100g(),
             );
-            let what = format!("scythe (takeout lock {takeout}): seed {seed}");
+            let what = format!("scythe ({mode:?}, takeout lock {takeout}): seed {seed}");
             assert_eq!(
                 r.total,
                 ACCOUNTS * START,
@@ -775,6 +784,7 @@ fn scythe_conserves_money_and_is_serializable_and_drains_its_queues() {
         );
     }
     TAKEOUT.with(|t| t.set(true));
+    SCYTHE_MODE.with(|m| m.set(dtxn_txn::ScytheMode::HotAware));
 }
 
 /// A compute node crashes mid-run: its coordinators stop at whatever await point they were

@@ -190,9 +190,12 @@ pub(crate) fn release(ep: &mut Endpoint, node: NodeId, at: u64) -> OpId {
     ep.faa(node, at + 8, 1)
 }
 
-/// Polls of one wait before it gives up (a holder that crashed never releases: issue #23),
-/// and the back-off bounds.
-const WAIT_LIMIT: u32 = 4096;
+/// Polls of one wait before it gives up, and the back-off bounds. Long: a wait that gives up
+/// leaves its ticket unreleased (it may not be passed on before its turn), which stalls its
+/// queue for good, and every later ticket's wait with it; a queue ahead of us always drains
+/// unless a holder crashed (issue #23: leases), since every wait points to an older
+/// transaction. A short limit turned a long convoy into dead queues under zipf 0.99.
+const WAIT_LIMIT: u32 = 1 << 20;
 const MIN_BACKOFF_NS: u64 = 500;
 const MAX_BACKOFF_NS: u64 = 50_000;
 

@@ -327,7 +327,12 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(), Abo
     let mut requests = std::mem::take(&mut tx.s.requests);
     requests.clear();
     for (j, a) in accesses.iter().enumerate() {
-        if tx.st.keys.contains(&(a.table, a.key)) {
+        // One ticket per record and attempt: a second would wait behind the first, which
+        // only this attempt can release (TPC-C's NewOrder may order one item twice).
+        let asked = accesses[..j]
+            .iter()
+            .any(|b| (b.table, b.key) == (a.table, a.key));
+        if asked || tx.st.keys.contains(&(a.table, a.key)) {
             continue;
         }
         let Ok(t) = map.table(a.table) else { continue };
