@@ -263,6 +263,47 @@ impl Protocol for Scythe {
     }
 }
 
+/// The ticket requests' replies: each granted ticket recorded (so that it is released, even
+/// if another was rejected); the first failure, if any.
+fn on_replies(
+    tx: &mut Tx<'_, Scythe>,
+    map: &PoolMap,
+    accesses: &[Access],
+    requests: &[(usize, u64, OpId)],
+    posted: bool,
+) -> Option<Abort> {
+    let mut failed = None;
+    for &(j, at, id) in requests {
+        let a = accesses[j];
+        let bad = |reason| Abort {
+            reason,
+            table: a.table,
+            key: a.key,
+        };
+        if !posted {
+            return Some(bad(AbortReason::ReplicaFailure));
+        }
+        match takeout::reply(&tx.c.ep, id) {
+            Some(r) if r.granted => {
+                let ticket = Ticket {
+                    node: table(map, a.table).primary(),
+                    at,
+                    ticket: r.ticket(),
+                };
+                tx.st.tickets.push((ticket, r.queue()));
+                tx.st.keys.push((a.table, a.key));
+            }
+            Some(_) => {
+                failed.get_or_insert(bad(AbortReason::LockConflict));
+            }
+            None => {
+                failed.get_or_insert(bad(AbortReason::ReplicaFailure));
+            }
+        }
+    }
+    failed
+}
+
 /// OCC: an attempt that lost a conflict (a lock held, a read overwritten) has met a record
 /// hot enough: its retries run TOCC. Queues form only from TOCC's tickets here (OCC takes
 /// none: its commit locks are DrTM+H's CAS), so without this signal a queue above the cold
@@ -350,38 +391,8 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(), Abo
         tx.s.requests = requests;
         return Ok(());
     }
-    let posted = tx.c.ep.post().await;
-    let mut failed = None;
-    for &(j, at, id) in &requests {
-        let a = accesses[j];
-        let bad = |reason| Abort {
-            reason,
-            table: a.table,
-            key: a.key,
-        };
-        if posted.is_err() {
-            failed = Some(bad(AbortReason::ReplicaFailure));
-            break;
-        }
-        let t = table(&map, a.table);
-        match takeout::reply(&tx.c.ep, id) {
-            Some(r) if r.granted => {
-                let ticket = Ticket {
-                    node: t.primary(),
-                    at,
-                    ticket: r.ticket(),
-                };
-                tx.st.tickets.push((ticket, r.queue()));
-                tx.st.keys.push((a.table, a.key));
-            }
-            Some(_) => {
-                failed.get_or_insert(bad(AbortReason::LockConflict));
-            }
-            None => {
-                failed.get_or_insert(bad(AbortReason::ReplicaFailure));
-            }
-        }
-    }
+    let posted = tx.c.ep.post().await.is_ok();
+    let failed = on_replies(tx, &map, accesses, &requests, posted);
     tx.s.requests = requests;
     if let Some(a) = failed {
         return Err(a);
