@@ -23,7 +23,7 @@
 //! WRITE   tag=3 | addr | bytes...                  -> status
 //! SHARE   tag=4 | addr | read_addr | read_len      -> status | old | the READ (if granted)
 //! UNSHARE tag=5 | addr                             -> status | old
-//! TICKET  tag=6 | grant addr | ts | limit          -> status | GRANT before | UPPER
+//! TICKET  tag=7 | grant addr | ts | limit          -> status | GRANT before | UPPER
 //! ```
 //!
 //! TICKET is Scythe's takeout-lock grant ([`super::takeout`]).

@@ -39,8 +39,9 @@
 
 use dtxn_fabric::{Endpoint, LocalMem, NodeId, OpId};
 
-/// The `TICKET` request's tag (beside `mechanisms::rpc`'s tags 1 to 5).
-pub(crate) const TICKET: u64 = 6;
+/// The `TICKET` request's tag (beside `mechanisms::rpc`'s tags 1 to 5, and 6, MVCC's RAISE on
+/// main).
+pub(crate) const TICKET: u64 = 7;
 /// Reply statuses (`mechanisms::rpc`'s `OK` and `BAD` keep their meaning).
 pub(crate) const GRANTED: u64 = 0;
 pub(crate) const REJECTED: u64 = 2;
