@@ -337,6 +337,16 @@ fn options_of_another_backend_are_refused_naming_theirs() {
             "--record-warmup is an option of --record FILE",
         ),
         (
+            vec![
+                "bench",
+                "--protocol",
+                "drtmh",
+                "--set",
+                "ford.backup_reads=true",
+            ],
+            "--set ford.backup_reads=true: a switch of ford and farm; drtmh reads the primary",
+        ),
+        (
             vec!["probe", "--delay-ns", "100"],
             "--delay-ns is an option of --backend shm, not of sim",
         ),
