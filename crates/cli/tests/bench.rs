@@ -596,6 +596,7 @@ fn localized_validation_verifies_and_its_history_is_strictly_serializable() {
         "--verify",
         "--record",
         hist.to_str().unwrap(),
+        "--record-warmup",
         "--json",
     ]));
     assert_eq!(v["verify"]["ok"], true, "{}", v["verify"]);

@@ -294,14 +294,15 @@ impl<'c, P: Protocol> Tx<'c, P> {
         match r {
             Ok(()) => {
                 // The outcome is known before any lock is given back, and that is when the
-                // transaction ends: of two writers of a key, the one that ended first then
-                // installed the older version (a history without its warm-up relies on it).
-                let end_ns = self.c.ep.now_ns();
+                // history says the transaction ended: of two writers of a key, the one that
+                // ended first then installed the older version (a history without its
+                // warm-up relies on it). Its latency includes the release's posting.
+                let decided_ns = self.c.ep.now_ns();
                 let t = self.clock();
                 P::release(self);
                 self.charge(Phase::Release, t);
                 self.cache_inserted_slots();
-                self.finish(Ok(()), end_ns);
+                self.finish(Ok(()), decided_ns);
             }
             Err(a) => self.abort_with(a).await,
         }
@@ -359,12 +360,14 @@ impl<'c, P: Protocol> Tx<'c, P> {
         let t = self.clock();
         P::abort(self).await;
         self.charge(Phase::Abort, t);
-        let end_ns = self.c.ep.now_ns();
-        self.finish(Err(a), end_ns);
+        let decided_ns = self.c.ep.now_ns();
+        self.finish(Err(a), decided_ns);
     }
 
-    fn finish(&mut self, result: Result<(), Abort>, end_ns: u64) {
+    /// `decided_ns`: when the outcome was known (the history's end).
+    fn finish(&mut self, result: Result<(), Abort>, decided_ns: u64) {
         self.finished = true;
+        let end_ns = self.c.ep.now_ns();
         match result {
             Ok(()) => self.stats.committed += 1,
             Err(a) => self.stats.count_abort(a.reason),
@@ -377,7 +380,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             end_ns,
         });
         if self.c.recorder.is_some() {
-            let h = self.history(result.is_ok(), end_ns);
+            let h = self.history(result.is_ok(), decided_ns);
             if let Some(r) = &mut self.c.recorder {
                 r.record(&h);
             }
