@@ -29,34 +29,47 @@
 //! Phases, with their critical-path round trips (addresses cached):
 //!
 //! 1. **Fetch** (1 RT per batch of reads): read-write items CAS(lock: 0 -> ctts) + READ (W2,
-//!    RCC's lock; W1 is checked on this READ, taken after the lock, so the "double check" is
-//!    one READ), read-only items READ. Per-line stamps make a torn READ exact: it is read
-//!    again. The undo log in the background.
+//!    RCC's lock, hitchhiked on the fetch; the READ after the CAS is RCC's second READ, and W1
+//!    is checked atomically by the freeze below), read-only items READ. Per-line stamps make
+//!    a torn READ exact: it is read again. The undo log in the background.
 //! 2. **Lock** (only inserts' free slots and cold items): CAS + READ(header).
-//! 3. **Bump + freeze** (1 RT when anything needs it; RCC's rts CAS and W1 re-check). R1:
+//! 3. **Raise + freeze** (1 RT when anything needs it; RCC's rts CAS and W1 re-check). R1:
 //!    every item's `wts < ctts` (for a key read absent: its tombstone's), else abort. Each
-//!    written record's rts word is frozen, CAS(rts -> rts | FROZEN), and W1 checked on the
-//!    word the CAS found (`rts < ctts`). Each read record's word is raised,
-//!    CAS(rts -> ctts) (no atomic max: a CAS that finds another reader's rts below `ctts`
-//!    tries again from what it found), **and its line 0 is READ after the CAS** in the same
-//!    batch (G6): R2 (`tts == 0` or `tts > ctts`) and an unchanged `wts` are checked on that
-//!    READ, after the raise (the rts-bump ordering race, below). Keys read absent raise their
-//!    home bucket's chain word the same way; inserts freeze it.
+//!    written record's rts word is frozen, CAS(rts -> rts | FROZEN): W1 (`rts < ctts`) holds
+//!    on the word the CAS swapped, atomically; a CAS that finds the word raised by a reader
+//!    checks W1 on what it found and tries again. Each read record's word is raised to `ctts`
+//!    unless it is there already: CAS(rts -> ctts) with a READ of the header after it in the
+//!    same batch (G6). No atomic max: a CAS that fails tries again from the word it found,
+//!    and then the READ after it must show the version read unchanged (the word also changes
+//!    when a version is installed). A word found frozen below `ctts` aborts the reader: a
+//!    writer that passed W1 below us holds the record. Keys read absent raise their home
+//!    bucket's chain word the same way; inserts freeze it.
 //! 4. **Validate absence** (only for keys read absent): FORD's chain re-read.
 //! 5. **Commit** (1 RT): FORD's coalescent install, each written record with version `ctts`
 //!    and an unfrozen rts word `ctts`.
 //! 6. **Release** (detached): frozen chain words written back unfrozen, then the locks.
 //!
-//! So a read-only transaction costs 2 RTs (fetch, raise), a read-write one 3 (fetch, freeze,
-//! commit). Every stage follows RCC's hybrid code (`--set rcc.hybrid=CODE`); every atomic on
-//! an rts word (raise, freeze, unfreeze) goes the fetch stage's way (G11).
+//! So a read-only transaction costs 2 RTs (fetch, raise; 1 if every rts is high enough), a
+//! read-write one 3 (fetch, freeze, commit). Every stage follows RCC's hybrid code (`--set
+//! rcc.hybrid=CODE`); every atomic on an rts word (raise, freeze, unfreeze) goes the fetch
+//! stage's way (G11). As RPCs, a raise or a freeze is the same CAS + READ done by the memory
+//! node's CPU in one request.
 //!
-//! **The rts-bump ordering race** (digest 3.4, note 1): a reader that checks R2 on its READ and
-//! raises `rts` afterwards lets a writer with `tts < ctts` lock, see the old `rts` (W1 passes),
-//! and commit a version the reader should have read. Here R2 is checked only on a READ executed
-//! after the raise: a writer whose lock came first is seen (or its version is), one whose lock
-//! came later sees `rts >= ctts`. (`Mvcc::BUMP_FIRST` false checks R2 on the fetch's READ, for
-//! the test that shows the race.)
+//! **The rts-bump ordering race** (digest 3.4, note 1): in RCC, a reader checks its READ and
+//! raises `rts` afterwards, and a writer checks W1 on a READ after its lock; a writer below the
+//! reader can lock and read the old `rts` before the raise, and commit a version the reader
+//! should have read. Here the writer's W1 check *is* its freeze CAS on the rts word, and a
+//! reader's raise is a CAS on the same word, so the two are ordered: raise first and the
+//! freeze fails (W1 fails on the raised word, the writer aborts); freeze first and the raise
+//! fails (the reader aborts). No R2 check of `tts` is needed: a lock alone promises nothing
+//! until its holder's freeze. The reader's half: a raise that finds the word changed may have
+//! been overtaken by a whole install (lock, freeze, new version, new word) below it, so the
+//! READ after that CAS must show the version read (RCC's retry loop, which only CASes up from
+//! what it finds, would commit the stale read). Tests: `crates/txn/tests/mvcc.rs`.
+//!
+//! **Torn reads** are exact, not the two equal READs' heuristic: every line of a record
+//! carries its version (the writer's `ctts`, unique), and a READ whose lines disagree is read
+//! again (the shared fetch).
 //!
 //! **Phantoms.** A key read absent raises its home bucket's chain word (at
 //! [`CHAIN_META_OFF`]) to `ctts`; an insert (under the chain's insert lock) freezes that word
