@@ -52,8 +52,9 @@
 //! So a read-only transaction costs 2 RTs (fetch, raise; 1 if every rts is high enough), a
 //! read-write one 3 (fetch, freeze, commit). Every stage follows RCC's hybrid code (`--set
 //! rcc.hybrid=CODE`); every atomic on an rts word (raise, freeze, unfreeze) goes the fetch
-//! stage's way (G11). As RPCs, a raise or a freeze is the same CAS + READ done by the memory
-//! node's CPU in one request.
+//! stage's way (G11). As RPCs, a raise is one RAISE request (the memory node raises whatever
+//! the word holds, unless frozen, and READs the header after it: no retry), a freeze a LOCK
+//! request (CAS + READ).
 //!
 //! **The rts-bump ordering race** (digest 3.4, note 1): in RCC, a reader checks its READ and
 //! raises `rts` afterwards, and a writer checks W1 on a READ after its lock; a writer below the
@@ -105,8 +106,8 @@ use dtxn_store::record::{RecordHeader, HEADER_BYTES, META_OFF};
 use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
-/// The rts word's freeze bit.
-pub(crate) const FROZEN: u64 = 1 << 63;
+// The rts word's freeze bit (the memory nodes' RAISE requests know it).
+use crate::mechanisms::rpc::FROZEN;
 
 /// RCC's MVCC: `--protocol mvcc`, its stages by RCC's hybrid code (`rcc.hybrid`).
 pub(crate) struct Mvcc;
@@ -387,7 +388,11 @@ async fn rounds(tx: &mut Tx<'_, Mvcc>, s: &mut Scratch) -> Result<(), Abort> {
             });
             match cas {
                 Some(c) => {
-                    let posted = CasRead::post(&mut tx.c.ep, via, n, at, c, reread);
+                    let posted = if w.job == Job::Raise {
+                        CasRead::raise(&mut tx.c.ep, via, n, at, c, reread)
+                    } else {
+                        CasRead::post(&mut tx.c.ep, via, n, at, c, reread)
+                    };
                     s.cas.push((i, posted, c.1));
                     if w.job == Job::Freeze {
                         tx.items[i].ext.frozen = Some(c.1);
@@ -458,8 +463,13 @@ fn on_cas(tx: &mut Tx<'_, Mvcc>, i: usize, c: CasRead, new: u64) -> Result<(), A
         Job::Raise if swapped => it.ext.raised = true,
         Job::Raise => {
             // Changed since we saw it: by another reader, or by a writer's freeze or install.
-            // The READ after this CAS tells whether a version was installed.
-            it.ext.seen = w;
+            // The READ after this CAS tells whether a version was installed. (A RAISE
+            // request raised whatever it found, unless frozen.)
+            it.ext.seen = if c.is_rpc() && w & FROZEN == 0 {
+                w.max(ts)
+            } else {
+                w
+            };
             if record_word(it.offset, it.ext.at.expect("planned").1) {
                 it.ext.check = true;
                 let bytes = c.bytes(&tx.c.ep);
