@@ -244,7 +244,8 @@ impl Protocol for Mvcc {
     }
 
     /// Every word we froze is unfrozen (CAS frozen -> as it was), and that is waited for
-    /// before the locks are given back.
+    /// before the locks are given back. Raises stay: an `rts` too high only costs a writer an
+    /// abort, and lowering one could undo another reader's raise.
     async fn abort(tx: &mut Tx<'_, Self>) {
         let via = tx.c.via(Stage::Fetch);
         let mut any = false;
