@@ -85,6 +85,7 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
         "3",
         "--record",
         record,
+        "--record-warmup",
         "--verify",
     ];
     // Alternate the replication degree, and give SmallBank's transfer-only mix (whose verify

@@ -333,6 +333,20 @@ fn options_of_another_backend_are_refused_naming_theirs() {
             "--shm-dir is an option of --backend shm, not of sim",
         ),
         (
+            vec!["bench", "--backend", "sim", "--record-warmup"],
+            "--record-warmup is an option of --record FILE",
+        ),
+        (
+            vec![
+                "bench",
+                "--protocol",
+                "drtmh",
+                "--set",
+                "ford.backup_reads=true",
+            ],
+            "--set ford.backup_reads=true: a switch of ford and farm; drtmh reads the primary",
+        ),
+        (
             vec!["probe", "--delay-ns", "100"],
             "--delay-ns is an option of --backend shm, not of sim",
         ),

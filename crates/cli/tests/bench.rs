@@ -297,6 +297,51 @@ fn the_recorded_history_checks_serializable_and_csv_has_a_row_per_type() {
 }
 
 #[test]
+fn the_recorded_history_leaves_out_the_warm_up_and_still_checks() {
+    let hist = tmp("suffix.jsonl");
+    let v = json(&dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "kv",
+        "--keys",
+        "500",
+        "--duration",
+        "4ms",
+        "--warmup",
+        "2ms",
+        "--record",
+        hist.to_str().unwrap(),
+        "--json",
+    ]));
+    let text = std::fs::read_to_string(&hist).unwrap();
+    let mut lines = text.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let from = header["from_ns"]
+        .as_u64()
+        .expect("the header says where the recording began");
+    assert!(from >= 2_000_000, "{header}");
+    let txns: Vec<serde_json::Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(txns.iter().all(|t| t["end"].as_u64().unwrap() >= from));
+    // Every measured transaction is in it (and those that straddle the warm-up's end), not
+    // the warm-up's.
+    let committed = txns.iter().filter(|t| t["status"] == "committed").count() as u64;
+    assert!(
+        committed >= v["all"]["committed"].as_u64().unwrap(),
+        "{committed}"
+    );
+    assert!((txns.len() as u64) < v["sim"]["txns"].as_u64().unwrap());
+    let c = dtxn(&["check", hist.to_str().unwrap(), "--real-time"]);
+    assert!(
+        c.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&c.stdout),
+        stderr(&c)
+    );
+}
+
+#[test]
 fn a_config_file_gives_options_and_the_command_line_wins() {
     let cfg = tmp("bench.toml");
     std::fs::write(

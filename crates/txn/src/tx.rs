@@ -293,11 +293,15 @@ impl<'c, P: Protocol> Tx<'c, P> {
         let r = self.commit_phases().await;
         match r {
             Ok(()) => {
+                // The outcome is known before any lock is given back, and that is when the
+                // transaction ends: of two writers of a key, the one that ended first then
+                // installed the older version (a history without its warm-up relies on it).
+                let end_ns = self.c.ep.now_ns();
                 let t = self.clock();
                 P::release(self);
                 self.charge(Phase::Release, t);
                 self.cache_inserted_slots();
-                self.finish(Ok(()));
+                self.finish(Ok(()), end_ns);
             }
             Err(a) => self.abort_with(a).await,
         }
@@ -355,12 +359,12 @@ impl<'c, P: Protocol> Tx<'c, P> {
         let t = self.clock();
         P::abort(self).await;
         self.charge(Phase::Abort, t);
-        self.finish(Err(a));
+        let end_ns = self.c.ep.now_ns();
+        self.finish(Err(a), end_ns);
     }
 
-    fn finish(&mut self, result: Result<(), Abort>) {
+    fn finish(&mut self, result: Result<(), Abort>, end_ns: u64) {
         self.finished = true;
-        let end_ns = self.c.ep.now_ns();
         match result {
             Ok(()) => self.stats.committed += 1,
             Err(a) => self.stats.count_abort(a.reason),
