@@ -1,7 +1,7 @@
 //! `dtxn torture`: every protocol x workload x seed on the adversarial simulator, each run's
 //! history checked for strict serializability (snapshot isolation for `motor-si`, Motor under
-//! `--isolation snapshot`; serializability without real time for SUNDIAL, whose timestamp
-//! order is not real-time order) and the workload's invariants verified. Stops at the first
+//! `--isolation snapshot`; serializability without real time for SUNDIAL and MVCC, whose
+//! timestamp order is not real-time order) and the workload's invariants verified. Stops at the first
 //! failure and prints the commands that replay it.
 
 use crate::bench;
@@ -26,7 +26,8 @@ pub struct TortureArgs {
     /// timestamp oracle, one compute node; `ford-rpc`: FORD with its lock, validate and
     /// commit stages as RPCs served by the memory nodes; `nowait-rpc`: NO_WAIT with every
     /// stage as RPCs; `waitdie-hybrid`: WAIT_DIE with RCC's hybrid code 28; `sundial-hybrid`:
-    /// SUNDIAL with RCC's hybrid code 21; sundial is checked for serializability, not strict).
+    /// SUNDIAL with RCC's hybrid code 21; `mvcc-hybrid`: MVCC with code 28; sundial and mvcc
+    /// are checked for serializability, not strict).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc,skew). Every even seed runs
@@ -117,6 +118,9 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if p == HYBRID_SUNDIAL {
         v.extend_from_slice(&["--set", "rcc.hybrid=21"]);
     }
+    if p == HYBRID_MVCC {
+        v.extend_from_slice(&["--set", "rcc.hybrid=28"]);
+    }
     if p == LOCAL_MOTOR {
         // The local oracle needs the pool alone: one compute node, as many coordinators.
         v.extend_from_slice(&["--set", "motor.oracle=local", "--compute-nodes", "1"]);
@@ -156,6 +160,16 @@ const HYBRID_WAITDIE: &str = "waitdie-hybrid";
 /// SUNDIAL as RCC's best hybrid on SmallBank ran it (code 21): fetch, validate, renew and
 /// release as RPCs, lock, log and commit one-sided.
 const HYBRID_SUNDIAL: &str = "sundial-hybrid";
+/// MVCC as RCC's best hybrid on SmallBank ran it (code 28): fetch and lock as RPCs, log,
+/// release and commit one-sided.
+const HYBRID_MVCC: &str = "mvcc-hybrid";
+
+/// Whether runs of `p` are checked in real-time order too (SUNDIAL and MVCC order by
+/// timestamps, not real time: a transaction may be ordered before one that ended before it
+/// began).
+fn strict(p: &str) -> bool {
+    !matches!(protocol_of(p), "sundial" | "mvcc")
+}
 
 fn protocol_of(p: &str) -> &str {
     match p {
@@ -164,6 +178,7 @@ fn protocol_of(p: &str) -> &str {
         RPC_NOWAIT => "nowait",
         HYBRID_WAITDIE => "waitdie",
         HYBRID_SUNDIAL => "sundial",
+        HYBRID_MVCC => "mvcc",
         _ => p,
     }
 }
@@ -179,6 +194,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             RPC_NOWAIT,
             HYBRID_WAITDIE,
             HYBRID_SUNDIAL,
+            HYBRID_MVCC,
         ])
         .collect();
     let protocols: Vec<String> = if a.protocols.is_empty() {
@@ -256,9 +272,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                             } else {
                                 Isolation::Serializable
                             },
-                            // SUNDIAL orders by logical timestamps, not real time: a
-                            // transaction may be ordered before one that ended before it began.
-                            real_time: protocol_of(p) != "sundial",
+                            real_time: strict(p),
                         };
                         let report = check_file(&record, opts)
                             .with_context(|| format!("cannot read {record_s}"))?;
@@ -281,11 +295,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                             eprintln!(
                                 "replay: dtxn {} && dtxn check {record_s}{}",
                                 argv.join(" "),
-                                if protocol_of(p) == "sundial" {
-                                    ""
-                                } else {
-                                    " --real-time"
-                                }
+                                if !strict(p) { "" } else { " --real-time" }
                             );
                         });
                         failures.push(format!("{p}/{w}/seed {seed}"));
@@ -316,7 +326,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
     if failures.is_empty() {
         println!(
             "{runs} passed, 0 failed ({secs:.1} s): every history strict serializable (motor-si: \
-             strong snapshot isolation; sundial: serializable), every invariant held"
+             strong snapshot isolation; sundial, mvcc: serializable), every invariant held"
         );
         Ok(ExitCode::SUCCESS)
     } else {

@@ -480,7 +480,7 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         ),
         (
             vec!["bench", "--set", "rcc.hybrid=28"],
-            "a switch of RCC's protocols (nowait, waitdie, occ, sundial); ford takes its stages from --set ford.rpc",
+            "a switch of RCC's protocols (nowait, waitdie, occ, sundial, mvcc); ford takes its stages from --set ford.rpc",
         ),
         (
             vec!["bench", "--protocol", "nowait", "--set", "rcc.hybrid=512"],

@@ -226,7 +226,7 @@ impl TxnConfig {
         }
         if self.rcc != RccOptions::default() && p.options_key() != Some("rcc") {
             return Err(format!(
-                "--set rcc.hybrid={}: a switch of RCC's protocols (nowait, waitdie, occ, sundial); {} \
+                "--set rcc.hybrid={}: a switch of RCC's protocols (nowait, waitdie, occ, sundial, mvcc); {} \
                  takes its stages from {}",
                 u64::from(self.rcc.hybrid),
                 p.name(),

@@ -8,7 +8,7 @@ use crate::config::TxnConfig;
 use crate::coord::{CoordStats, Core};
 use crate::protocol::{Protocol as _, Slot};
 use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
-use crate::protocols::{sundial::Sundial, two_pl::TwoPl};
+use crate::protocols::{mvcc::Mvcc, sundial::Sundial, two_pl::TwoPl};
 use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
@@ -158,6 +158,8 @@ registry! { $
         "RCC's OCC: DrTM+H's protocol (the same code), its stages chosen by RCC's hybrid code.";
     Sundial: "sundial" => Sundial,
         "RCC's SUNDIAL: OCC with logical leases (a record's [wts, rts] renewed by CAS on one word with a freeze bit); serializable, not strictly.";
+    Mvcc: "mvcc" => Mvcc,
+        "RCC's MVCC: timestamp ordering with read timestamps raised by CAS and a freeze bit (one version slot); serializable, not strictly.";
 }
 
 impl Protocol {

@@ -368,7 +368,8 @@ fn c_peek(from: u64, to: u64) -> u64 {
 /// Serializable, and in real-time order too except under SUNDIAL (whose timestamps may order
 /// a transaction before one that ended before it began).
 fn assert_serializable(h: &[HTxn], what: &str) {
-    let sundial = PROTOCOL.with(|p| p.get()) == dtxn_txn::Protocol::Sundial;
+    use dtxn_txn::Protocol::{Mvcc, Sundial};
+    let sundial = matches!(PROTOCOL.with(|p| p.get()), Sundial | Mvcc);
     let report = check(
         h,
         Options {
@@ -677,6 +678,7 @@ fn rccs_protocols_conserve_money_and_are_serializable_one_sided_as_rpcs_and_mixe
         Protocol::WaitDie,
         Protocol::Occ,
         Protocol::Sundial,
+        Protocol::Mvcc,
     ] {
         PROTOCOL.with(|p| p.set(protocol));
         for (k, code) in [511, 0, 28, 21, 9].into_iter().enumerate() {
@@ -716,6 +718,7 @@ fn a_crashed_compute_node_is_recovered_from_its_logs() {
             dtxn_txn::Protocol::Ford,
             dtxn_txn::Protocol::Farm,
             dtxn_txn::Protocol::Sundial,
+            dtxn_txn::Protocol::Mvcc,
         ] {
             PROTOCOL.with(|p| p.set(protocol));
             CRASH_AT.with(|c| c.set(Some(20_000 + seed * 7_919)));

@@ -52,7 +52,7 @@ impl Recorder for Collect {
     }
 }
 
-/// Runs a scenario under FORD, FaRM, DrTM+H, serializable Motor and RCC's OCC and SUNDIAL:
+/// Runs a scenario under FORD, FaRM, DrTM+H, serializable Motor and RCC's OCC, SUNDIAL and MVCC:
 /// all claim serializability (the scripts expect reads that never wait or abort on a lock, so
 /// RCC's two-phase locking is not among them: `tests/two_pl.rs` scripts its conflicts); then under snapshot-isolated Motor, checked against SI.
 fn every_protocol(scenario: fn()) {
@@ -63,6 +63,7 @@ fn every_protocol(scenario: fn()) {
         dtxn_txn::Protocol::Motor,
         dtxn_txn::Protocol::Occ,
         dtxn_txn::Protocol::Sundial,
+        dtxn_txn::Protocol::Mvcc,
     ] {
         PROTOCOL.with(|c| c.set(p));
         scenario();
@@ -73,10 +74,13 @@ fn every_protocol(scenario: fn()) {
     PROTOCOL.with(|c| c.set(dtxn_txn::Protocol::Ford));
 }
 
-/// Whether the protocol promises strict serializability (SUNDIAL orders by its logical
+/// Whether the protocol promises strict serializability (SUNDIAL and MVCC order by
 /// timestamps, which need not follow real time: serializable only).
 fn strict() -> bool {
-    PROTOCOL.with(Cell::get) != dtxn_txn::Protocol::Sundial
+    !matches!(
+        PROTOCOL.with(Cell::get),
+        dtxn_txn::Protocol::Sundial | dtxn_txn::Protocol::Mvcc
+    )
 }
 
 fn multi_version() -> bool {
@@ -531,6 +535,7 @@ fn g2_item_write_skew() {
         dtxn_txn::Protocol::Motor,
         dtxn_txn::Protocol::Occ,
         dtxn_txn::Protocol::Sundial,
+        dtxn_txn::Protocol::Mvcc,
     ] {
         PROTOCOL.with(|c| c.set(p));
         // Seeds vary the adversary's timing inside the rounds that race.
@@ -604,6 +609,7 @@ fn g2_anti_dependency_cycles() {
         dtxn_txn::Protocol::Motor,
         dtxn_txn::Protocol::Occ,
         dtxn_txn::Protocol::Sundial,
+        dtxn_txn::Protocol::Mvcc,
     ] {
         PROTOCOL.with(|c| c.set(p));
         let fin = g2_anti_dependency_cycles_once();

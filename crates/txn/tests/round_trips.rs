@@ -383,6 +383,22 @@ fn rccs_protocols_cost_what_their_stage_lists_say() {
             ],
             "sundial hybrid {code}"
         );
+        // MVCC: FORD's fetch (read-write items locked as they are read), one raise + freeze
+        // round (every rts word's CAS in one batch, the word having come with the record's
+        // READ), the coalescent commit. Read-only transactions raise their records' rts to
+        // their timestamp (a later timestamp each time here): fetch, raise.
+        assert_eq!(
+            measure(Protocol::Mvcc),
+            [
+                ("cold read-write", 4),
+                ("cold read-write + read-only", 4),
+                ("read-write", 3),
+                ("read-write + read-only", 3),
+                ("read-only", 2),
+                ("read-only, one item", 2),
+            ],
+            "mvcc hybrid {code}"
+        );
         // OCC is DrTM+H's protocol: its round trips are DrTM+H's.
         assert_eq!(
             measure(Protocol::Occ)[2..],

@@ -82,7 +82,7 @@ fn run_unchecked<W: Workload + Clone>(
     w.load(&pool, &plan, seed).unwrap();
     let history = Rc::new(RefCell::new(Vec::new()));
     let protocol = txn.protocol.name();
-    let sundial = txn.protocol == Protocol::Sundial;
+    let sundial = matches!(txn.protocol, Protocol::Sundial | Protocol::Mvcc);
     let snapshot =
         txn.protocol == Protocol::Motor && txn.motor.isolation == dtxn_txn::Isolation::Snapshot;
     let txn_cfg = Rc::new(txn);
