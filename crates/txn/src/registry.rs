@@ -7,8 +7,8 @@
 use crate::config::TxnConfig;
 use crate::coord::{CoordStats, Core};
 use crate::protocol::{Protocol as _, Slot};
+use crate::protocols::{calvin::Calvin, sundial::Sundial, two_pl::TwoPl};
 use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
-use crate::protocols::{sundial::Sundial, two_pl::TwoPl};
 use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
@@ -111,6 +111,12 @@ macro_rules! registry {
                 }
             }
 
+            pub(crate) async fn retire(&mut self, core: &mut Core) {
+                match self {
+                    $( Slots::$variant(s) => <$ty>::retire(core, &mut s.scratch).await, )*
+                }
+            }
+
             pub(crate) fn begin<'c>(
                 &'c mut self,
                 core: &'c mut Core,
@@ -158,6 +164,8 @@ registry! { $
         "RCC's OCC: DrTM+H's protocol (the same code), its stages chosen by RCC's hybrid code.";
     Sundial: "sundial" => Sundial,
         "RCC's SUNDIAL: OCC with logical leases (a record's [wts, rts] renewed by CAS on one word with a freeze bit); serializable, not strictly.";
+    Calvin: "calvin" => Calvin,
+        "RCC's CALVIN: epochs of dispatched key sets, scheduled deterministically (no locks, no aborts from concurrency control).";
 }
 
 impl Protocol {
