@@ -56,7 +56,8 @@
 //! Where the words live: the top of each coordinator's log slice on memory node 0 (a layout
 //! every compute node knows: the slices are in the superblock); the undo log (inserts only)
 //! keeps the rest of the slice. Per coordinator: a line with its epoch word (CAS only) and
-//! its done word (WRITE only), then two batch buffers of 16 lines (48 keys).
+//! its done word (WRITE only), then two batch buffers; the area takes the top half of the
+//! slice (16 KB slices: 63 lines, 189 keys per batch), the undo log the rest.
 //!
 //! Membership: a coordinator joins at its first transaction (CAS 0 -> JOINING, READ every
 //! epoch word, start at the newest epoch + 1) and leaves with [`Calvin::retire`] (its words
@@ -66,7 +67,7 @@
 //! Limits: a crashed coordinator stalls the epoch (CALVIN replicates and replays its input
 //! log; dtxn cannot replay a transaction without its logic): the others give up after
 //! [`WAIT_LIMIT_NS`] and abort (`lock-conflict`), again and again, until recovery; a declared
-//! set above 48 keys aborts (`log-full`); inserts of different keys into one chain still take
+//! set larger than a buffer aborts (`log-full`: bigger slices help); inserts of different keys into one chain still take
 //! the chain's lock (a physical conflict, which aborts the later one).
 
 use crate::abort::{Abort, AbortReason};
@@ -98,17 +99,22 @@ const JOINING: u64 = u64::MAX - 1;
 /// An epoch word and a done word: left for good.
 const RETIRED: u64 = u64::MAX;
 
-/// Lines per batch buffer, keys per line.
-const BUF_LINES: usize = 16;
+/// Keys per batch line.
 const PER_LINE: usize = 3;
-const CAPACITY: usize = BUF_LINES * PER_LINE;
-const BUF_BYTES: u64 = (BUF_LINES * 64) as u64;
 /// The lines of a batch read with the epoch words (the rest only if it has more keys).
 const HEAD_LINES: usize = 4;
-/// A coordinator's area: its words' line, then two buffers.
-pub(crate) const AREA_BYTES: u64 = 64 + 2 * BUF_BYTES;
-/// The smallest log slice that leaves the undo log room beside the area.
-const MIN_SLICE: u64 = AREA_BYTES + 1024;
+/// The smallest log slice: room for an undo log beside two buffers of 8 lines.
+const MIN_SLICE: u64 = 2 * (64 + 2 * 8 * 64);
+
+/// Lines per batch buffer in a pool whose log slices have `len` bytes: the area (a line of
+/// words and two buffers) takes the top half of the slice, the undo log keeps the rest.
+fn buf_lines(len: u64) -> usize {
+    ((len / 2 - 64) / 2 / 64) as usize
+}
+
+fn area_bytes(len: u64) -> u64 {
+    64 + 2 * 64 * buf_lines(len) as u64
+}
 
 /// How long a transaction waits for an epoch to close or a predecessor to finish before it
 /// gives up (a crashed coordinator would otherwise stall it forever), and the longest
@@ -132,6 +138,8 @@ pub(crate) struct Scratch {
     /// Coordinators (log slices) of the pool, and this one's index; 0 until it joined.
     members: u32,
     me: u32,
+    /// Lines of every coordinator's batch buffers (the pool's log slices fix them).
+    buf_lines: usize,
     /// What this coordinator's epoch word holds (what its next CAS expects), and the epoch
     /// its last dispatch went to (the next goes to the one after).
     word: u64,
@@ -224,12 +232,12 @@ impl Protocol for Calvin {
 /// Where coordinator `k`'s words and batches are, on memory node 0.
 fn area(map: &PoolMap, k: u32) -> u64 {
     let (off, len) = map.log_slice(k).expect("a member has a slice");
-    off + len - AREA_BYTES
+    off + len - area_bytes(len)
 }
 
-/// The buffer of epoch `e` in an area.
-fn buffer(base: u64, e: u64) -> u64 {
-    base + 64 + (e % 2) * BUF_BYTES
+/// The buffer of epoch `e` in an area whose buffers have `lines` lines.
+fn buffer(base: u64, lines: usize, e: u64) -> u64 {
+    base + 64 + (e % 2) * 64 * lines as u64
 }
 
 /// Declares `keys`: the first declaration dispatches the transaction into an epoch and waits
@@ -284,11 +292,11 @@ async fn schedule(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
         table: first.0,
         key: first.1,
     };
-    if tx.st.keys.len() > CAPACITY {
-        return Err(fail(AbortReason::LogFull));
-    }
     if tx.s.members == 0 {
         join(tx).await.map_err(fail)?;
+    }
+    if tx.st.keys.len() > tx.s.buf_lines * PER_LINE {
+        return Err(fail(AbortReason::LogFull));
     }
     let e = tx.s.epoch + 1;
     let map = tx.c.map.clone();
@@ -297,7 +305,13 @@ async fn schedule(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
     encode_batch(&mut tx.s.batch, e, &tx.st.keys);
     let log = tx.c.via(Stage::Log);
     let poll = tx.c.via(Stage::Fetch);
-    rpc::write(&mut tx.c.ep, log, 0, buffer(base, e), &tx.s.batch);
+    rpc::write(
+        &mut tx.c.ep,
+        log,
+        0,
+        buffer(base, tx.s.buf_lines, e),
+        &tx.s.batch,
+    );
     let cas = CasRead::post(&mut tx.c.ep, log, 0, base, (tx.s.word, e), None);
     // One-sided, the CAS executes before the READs posted after it on the QP (G6); an RPC
     // and a READ are not ordered, so then the dispatch is waited for first.
@@ -354,7 +368,8 @@ async fn join(tx: &mut Tx<'_, Calvin>) -> Result<(), AbortReason> {
     }
     // The undo log (inserts) keeps the slice below the area.
     if let Some((off, len)) = map.log_slice(me) {
-        tx.c.log_slice = Some((off, len - AREA_BYTES));
+        tx.c.log_slice = Some((off, len - area_bytes(len)));
+        tx.s.buf_lines = buf_lines(len);
     }
     let via = tx.c.via(Stage::Log);
     let poll = tx.c.via(Stage::Fetch);
@@ -418,12 +433,13 @@ async fn barrier(
             let base = area(map, k);
             let words = Read::post(&mut tx.c.ep, via, 0, base, 16);
             let batch = (k < me).then(|| {
+                let all = tx.s.buf_lines;
                 let lines = if whole.contains(&k) {
-                    BUF_LINES
+                    all
                 } else {
-                    HEAD_LINES
+                    HEAD_LINES.min(all)
                 };
-                Read::post(&mut tx.c.ep, via, 0, buffer(base, e), lines * 64)
+                Read::post(&mut tx.c.ep, via, 0, buffer(base, all, e), lines * 64)
             });
             reads.push((k, words, batch));
         }
@@ -454,7 +470,7 @@ async fn barrier(
                 progress = true;
                 continue;
             };
-            match decode_batch(batch.bytes(&tx.c.ep), e) {
+            match decode_batch(batch.bytes(&tx.c.ep), e, tx.s.buf_lines) {
                 Batch::Absent if w > e => progress = true,
                 // Dispatched, its batch not (all) seen yet: read again.
                 Batch::Absent | Batch::Torn => next.push(k),
@@ -573,13 +589,13 @@ enum Batch<'a> {
     Keys(&'a [u8]),
 }
 
-fn decode_batch(b: &[u8], e: u64) -> Batch<'_> {
+fn decode_batch(b: &[u8], e: u64, buf_lines: usize) -> Batch<'_> {
     if word(b, 0) != e {
         return Batch::Absent;
     }
     let n = word(b, 8) as usize;
     let lines = lines_for(n);
-    if n > CAPACITY {
+    if n > buf_lines * PER_LINE {
         // Not a batch this code writes: read again rather than trust it.
         return Batch::Torn;
     }
