@@ -407,7 +407,9 @@ fn rccs_protocols_cost_what_their_stage_lists_say() {
 #[test]
 fn calvin_costs_dispatch_reads_and_install() {
     use dtxn_txn::{HybridCode, Protocol, RccOptions};
-    for (code, extra) in [(511, 0), (0, 1)] {
+    // 383: only the dispatch as RPCs (CALVIN's bit 128), which costs the same round trip
+    // more; 255: only the done word (bit 256, forwarding), posted detached: nothing more.
+    for (code, extra) in [(511, 0), (0, 1), (383, 1), (255, 0)] {
         let cfg = TxnConfig {
             protocol: Protocol::Calvin,
             rcc: RccOptions {

@@ -99,6 +99,11 @@ const JOINING: u64 = u64::MAX - 1;
 /// An epoch word and a done word: left for good.
 const RETIRED: u64 = u64::MAX;
 
+/// RCC's hybrid-code bits of CALVIN's dispatch (TxnBroadcastInput) and forwarding
+/// (ValueForwarding): set, the stage runs one-sided.
+const DISPATCH_BIT: u64 = 128;
+const FORWARD_BIT: u64 = 256;
+
 /// Keys per batch line.
 const PER_LINE: usize = 3;
 /// The lines of a batch read with the epoch words (the rest only if it has more keys).
@@ -159,8 +164,25 @@ impl Protocol for Calvin {
     type Txn = CalvinTxn;
     type Scratch = Scratch;
 
+    /// RCC's hybrid code, with CALVIN's own bits: dispatch (128) is the log stage here (the
+    /// batch, the epoch word; an insert's undo log with them), forwarding (256) the release
+    /// stage (the done word that replaces it; an insert's chain unlocks with it). Bits 4 and
+    /// 8 (log, release) mean nothing to CALVIN, as RCC's CALVIN has no such stages.
     fn rpc(cfg: &TxnConfig) -> Stages {
-        cfg.rcc.hybrid.rpc_stages().and(Self::RPC_FORMS)
+        let code = u64::from(cfg.rcc.hybrid);
+        let mut s = cfg
+            .rcc
+            .hybrid
+            .rpc_stages()
+            .and(Self::RPC_FORMS)
+            .minus(Stages::of(&[Stage::Log, Stage::Release]));
+        if code & DISPATCH_BIT == 0 {
+            s = s.with(Stage::Log);
+        }
+        if code & FORWARD_BIT == 0 {
+            s = s.with(Stage::Release);
+        }
+        s
     }
 
     fn begin(tx: &mut Tx<'_, Self>) {
