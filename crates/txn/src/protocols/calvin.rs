@@ -26,10 +26,12 @@
 //!    doorbell batch the epoch words of the others (and the batches of those ordered before
 //!    it) are READ. The CAS executes before the READs on the QP (G6), which is what lets a
 //!    coordinator join a running system (see [`join`]). An epoch is closed for us once every
-//!    member's epoch word has reached it; until then the laggards are read again, with
-//!    back-off (the coroutine yields meanwhile). A batch line carries its epoch in every
-//!    cache line (a READ is atomic only per line, and the batch's WRITE may be applied after
-//!    the CAS): a torn batch is read again.
+//!    member's epoch word has reached it. The first to see that CASes a **closed-epoch
+//!    word** (e - 1 -> e); the others meanwhile poll that one word, with back-off (the
+//!    coroutine yields), not every laggard's (every 8th poll reads the laggards anyway: the
+//!    CAS fails if the previous epoch's closer has not set it yet). A batch carries its
+//!    epoch in every cache line (a READ is atomic only per line, and the batch's WRITE may be
+//!    applied after the CAS): a torn batch is read again.
 //! 2. **Deterministic scheduling** (local, plus a round per poll of a conflicting
 //!    predecessor): each coordinator compares its key set with the batches ordered before it
 //!    in the epoch, and waits until each conflicting one has published **done** (a word it
@@ -53,11 +55,13 @@
 //! once scheduled; the **done** word replaces the forwarding's notification (its value is
 //! the memory itself, which the predecessor's install has updated before its done).
 //!
-//! Where the words live: the top of each coordinator's log slice on memory node 0 (a layout
-//! every compute node knows: the slices are in the superblock); the undo log (inserts only)
-//! keeps the rest of the slice. Per coordinator: a line with its epoch word (CAS only) and
-//! its done word (WRITE only), then two batch buffers; the area takes the top half of the
-//! slice (16 KB slices: 63 lines, 189 keys per batch), the undo log the rest.
+//! Where the words live: the top half of each coordinator's log slice (a layout every compute
+//! node knows: the slices are in the superblock); the undo log (inserts only) keeps the rest.
+//! Per coordinator: a line with its epoch word (CAS only) and its done word (WRITE only), on
+//! memory node 0 (every epoch word must be on one QP for the join's ordering; coordinator 0's
+//! line holds the closed-epoch word too, CAS only), then two batch buffers (16 KB slices: 63
+//! lines, 189 keys per batch), on memory node `index mod nodes`, which spreads the batches'
+//! READs (the bulk of the bytes) over the memory nodes.
 //!
 //! Membership: a coordinator joins at its first transaction (CAS 0 -> JOINING, READ every
 //! epoch word, start at the newest epoch + 1) and leaves with [`Calvin::retire`] (its words
@@ -84,7 +88,7 @@ use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
 use crate::txn::TxKind;
-use dtxn_fabric::{Endpoint, FabricError};
+use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::log::{LogEntry, LogStatus, STATUS_OFF};
 use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
@@ -106,8 +110,6 @@ const FORWARD_BIT: u64 = 256;
 
 /// Keys per batch line.
 const PER_LINE: usize = 3;
-/// The lines of a batch read with the epoch words (the rest only if it has more keys).
-const HEAD_LINES: usize = 4;
 /// The smallest log slice: room for an undo log beside two buffers of 8 lines.
 const MIN_SLICE: u64 = 2 * (64 + 2 * 8 * 64);
 
@@ -145,6 +147,8 @@ pub(crate) struct Scratch {
     me: u32,
     /// Lines of every coordinator's batch buffers (the pool's log slices fix them).
     buf_lines: usize,
+    /// Memory nodes, over which the batches are spread.
+    nodes: u16,
     /// What this coordinator's epoch word holds (what its next CAS expects), and the epoch
     /// its last dispatch went to (the next goes to the one after).
     word: u64,
@@ -257,6 +261,13 @@ fn area(map: &PoolMap, k: u32) -> u64 {
     off + len - area_bytes(len)
 }
 
+/// Where coordinator `k`'s batches are: spread over the memory nodes (its words are on node 0,
+/// where every epoch word must be for the join's ordering, G6; its batches need no order
+/// with them: their lines carry the epoch).
+fn batch_node(nodes: u16, k: u32) -> NodeId {
+    (k % u32::from(nodes.max(1))) as NodeId
+}
+
 /// The buffer of epoch `e` in an area whose buffers have `lines` lines.
 fn buffer(base: u64, lines: usize, e: u64) -> u64 {
     base + 64 + (e % 2) * 64 * lines as u64
@@ -327,11 +338,12 @@ async fn schedule(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
     encode_batch(&mut tx.s.batch, e, &tx.st.keys);
     let log = tx.c.via(Stage::Log);
     let poll = tx.c.via(Stage::Fetch);
+    let at = buffer(base, tx.s.buf_lines, e);
     rpc::write(
         &mut tx.c.ep,
         log,
-        0,
-        buffer(base, tx.s.buf_lines, e),
+        batch_node(tx.s.nodes, me),
+        at,
         &tx.s.batch,
     );
     let cas = CasRead::post(&mut tx.c.ep, log, 0, base, (tx.s.word, e), None);
@@ -392,6 +404,7 @@ async fn join(tx: &mut Tx<'_, Calvin>) -> Result<(), AbortReason> {
     if let Some((off, len)) = map.log_slice(me) {
         tx.c.log_slice = Some((off, len - area_bytes(len)));
         tx.s.buf_lines = buf_lines(len);
+        tx.s.nodes = tx.c.ep.node_sizes().len() as u16;
     }
     let via = tx.c.via(Stage::Log);
     let poll = tx.c.via(Stage::Fetch);
@@ -449,19 +462,29 @@ async fn barrier(
     let mut backoff = 500;
     // Members whose batch has more keys than the head READ brought: read whole next round.
     let mut whole: Vec<u32> = Vec::new();
+    let closed_at = area(map, 0) + 16;
+    let head = lines_for(tx.st.keys.len());
+    // Whether this round reads the pending members (else only the closed-epoch word).
+    let mut full = true;
+    let mut rounds = 0u32;
+    // Whether the closed word said the epoch closed (else we saw it ourselves, and say so).
+    let mut told = false;
     while !pending.is_empty() || dispatch.is_some() {
         reads.clear();
-        for &k in pending.iter() {
+        let closed = Read::post(&mut tx.c.ep, via, 0, closed_at, 8);
+        for &k in pending.iter().filter(|_| full) {
             let base = area(map, k);
             let words = Read::post(&mut tx.c.ep, via, 0, base, 16);
             let batch = (k < me).then(|| {
                 let all = tx.s.buf_lines;
+                // As many lines as our own batch: batches of one workload are alike.
                 let lines = if whole.contains(&k) {
                     all
                 } else {
-                    HEAD_LINES.min(all)
+                    head.min(all)
                 };
-                Read::post(&mut tx.c.ep, via, 0, buffer(base, all, e), lines * 64)
+                let n = batch_node(tx.s.nodes, k);
+                Read::post(&mut tx.c.ep, via, n, buffer(base, all, e), lines * 64)
             });
             reads.push((k, words, batch));
         }
@@ -472,8 +495,18 @@ async fn barrier(
         if dispatch.take().is_some_and(|c| !c.swapped(&tx.c.ep)) {
             return Err(AbortReason::ReplicaFailure);
         }
+        if !full && word(closed.bytes(&tx.c.ep), 0) >= e {
+            // Someone saw every member dispatch `e`: only the batches of those ordered before
+            // us are still to read (they are all there now, or about to be).
+            pending.retain(|&k| k < me);
+            full = true;
+            told = true;
+            continue;
+        }
         next.clear();
         let mut progress = false;
+        // Whether every member still pending has dispatched (its batch not all seen yet).
+        let mut dispatched = true;
         for &(k, words, batch) in reads.iter() {
             let w = word(words.bytes(&tx.c.ep), 0);
             let published = match w {
@@ -486,6 +519,7 @@ async fn barrier(
             };
             if !published {
                 next.push(k);
+                dispatched = false;
                 continue;
             }
             let Some(batch) = batch else {
@@ -509,19 +543,32 @@ async fn barrier(
                 }
             }
         }
-        std::mem::swap(pending, next);
+        if full {
+            std::mem::swap(pending, next);
+        }
         if pending.is_empty() {
             break;
         }
         if tx.c.ep.now_ns().saturating_sub(start) > WAIT_LIMIT_NS {
             return Err(AbortReason::LockConflict);
         }
+        // Between two reads of the laggards (a fallback: the closed word is set by CAS from
+        // the epoch before, which fails if that one's closer has not set it yet), only the
+        // closed word is polled: one READ, not one per member.
+        rounds += 1;
+        full = rounds.is_multiple_of(8) || (full && dispatched);
         if progress {
             backoff = 500;
         } else {
             backoff = (backoff * 2).min(MAX_BACKOFF_NS);
         }
         tx.c.ep.sleep(backoff).await;
+    }
+    // Tell the others the epoch closed (unless the closed word said so already), detached.
+    if !told {
+        let log = tx.c.via(Stage::Log);
+        CasRead::post(&mut tx.c.ep, log, 0, closed_at, (e - 1, e), None);
+        let _ = tx.c.ep.post_detached();
     }
     Ok(())
 }
