@@ -463,7 +463,6 @@ async fn barrier(
     // Members whose batch has more keys than the head READ brought: read whole next round.
     let mut whole: Vec<u32> = Vec::new();
     let closed_at = area(map, 0) + 16;
-    let head = lines_for(tx.st.keys.len());
     // Whether this round reads the pending members (else only the closed-epoch word).
     let mut full = true;
     let mut rounds = 0u32;
@@ -472,21 +471,8 @@ async fn barrier(
     while !pending.is_empty() || dispatch.is_some() {
         reads.clear();
         let closed = Read::post(&mut tx.c.ep, via, 0, closed_at, 8);
-        for &k in pending.iter().filter(|_| full) {
-            let base = area(map, k);
-            let words = Read::post(&mut tx.c.ep, via, 0, base, 16);
-            let batch = (k < me).then(|| {
-                let all = tx.s.buf_lines;
-                // As many lines as our own batch: batches of one workload are alike.
-                let lines = if whole.contains(&k) {
-                    all
-                } else {
-                    head.min(all)
-                };
-                let n = batch_node(tx.s.nodes, k);
-                Read::post(&mut tx.c.ep, via, n, buffer(base, all, e), lines * 64)
-            });
-            reads.push((k, words, batch));
+        if full {
+            post_polls(tx, map, e, pending, &whole, reads);
         }
         if tx.c.ep.post().await.is_err() {
             return Err(AbortReason::ReplicaFailure);
@@ -504,45 +490,7 @@ async fn barrier(
             continue;
         }
         next.clear();
-        let mut progress = false;
-        // Whether every member still pending has dispatched (its batch not all seen yet).
-        let mut dispatched = true;
-        for &(k, words, batch) in reads.iter() {
-            let w = word(words.bytes(&tx.c.ep), 0);
-            let published = match w {
-                NOT_MEMBER | RETIRED => {
-                    progress = true;
-                    continue;
-                }
-                JOINING => false,
-                w => w >= e,
-            };
-            if !published {
-                next.push(k);
-                dispatched = false;
-                continue;
-            }
-            let Some(batch) = batch else {
-                progress = true;
-                continue;
-            };
-            match decode_batch(batch.bytes(&tx.c.ep), e, tx.s.buf_lines) {
-                Batch::Absent if w > e => progress = true,
-                // Dispatched, its batch not (all) seen yet: read again.
-                Batch::Absent | Batch::Torn => next.push(k),
-                Batch::Longer => {
-                    whole.push(k);
-                    next.push(k);
-                    progress = true;
-                }
-                Batch::Keys(bytes) => {
-                    progress = true;
-                    if conflict(bytes, &tx.st.keys) {
-                        conflicts.push(k);
-                    }
-                }
-            }
-        }
+        let (progress, dispatched) = classify(tx, e, reads, [next, conflicts, &mut whole]);
         if full {
             std::mem::swap(pending, next);
         }
@@ -571,6 +519,83 @@ async fn barrier(
         let _ = tx.c.ep.post_detached();
     }
     Ok(())
+}
+
+/// Posts a round of polls: each pending member's epoch word and, for those ordered before
+/// us, its batch (as many lines as our own batch, batches of one workload being alike; all of
+/// them for those in `whole`).
+fn post_polls(
+    tx: &mut Tx<'_, Calvin>,
+    map: &PoolMap,
+    e: u64,
+    pending: &[u32],
+    whole: &[u32],
+    reads: &mut Vec<(u32, Read, Option<Read>)>,
+) {
+    let via = tx.c.via(Stage::Fetch);
+    let (me, all) = (tx.s.me, tx.s.buf_lines);
+    let head = lines_for(tx.st.keys.len()).min(all);
+    for &k in pending {
+        let base = area(map, k);
+        let words = Read::post(&mut tx.c.ep, via, 0, base, 16);
+        let batch = (k < me).then(|| {
+            let lines = if whole.contains(&k) { all } else { head };
+            let n = batch_node(tx.s.nodes, k);
+            Read::post(&mut tx.c.ep, via, n, buffer(base, all, e), lines * 64)
+        });
+        reads.push((k, words, batch));
+    }
+}
+
+/// One round of polls, read: the members still to wait for (or to read again) go to `next`,
+/// those whose batch conflicts with ours to `conflicts`, those whose batch is longer than was
+/// read to `whole`. Returns whether anything moved, and whether every member left in `next`
+/// has dispatched (its batch only not all seen yet).
+fn classify(
+    tx: &mut Tx<'_, Calvin>,
+    e: u64,
+    reads: &[(u32, Read, Option<Read>)],
+    [next, conflicts, whole]: [&mut Vec<u32>; 3],
+) -> (bool, bool) {
+    let mut progress = false;
+    let mut dispatched = true;
+    for &(k, words, batch) in reads {
+        let w = word(words.bytes(&tx.c.ep), 0);
+        let published = match w {
+            NOT_MEMBER | RETIRED => {
+                progress = true;
+                continue;
+            }
+            JOINING => false,
+            w => w >= e,
+        };
+        if !published {
+            next.push(k);
+            dispatched = false;
+            continue;
+        }
+        let Some(batch) = batch else {
+            progress = true;
+            continue;
+        };
+        match decode_batch(batch.bytes(&tx.c.ep), e, tx.s.buf_lines) {
+            Batch::Absent if w > e => progress = true,
+            // Dispatched, its batch not (all) seen yet: read again.
+            Batch::Absent | Batch::Torn => next.push(k),
+            Batch::Longer => {
+                whole.push(k);
+                next.push(k);
+                progress = true;
+            }
+            Batch::Keys(bytes) => {
+                progress = true;
+                if conflict(bytes, &tx.st.keys) {
+                    conflicts.push(k);
+                }
+            }
+        }
+    }
+    (progress, dispatched)
 }
 
 /// Deterministic scheduling: waits until every conflicting predecessor has published done.
