@@ -634,7 +634,9 @@ fn localized_validation_verifies_and_its_history_is_strictly_serializable() {
 /// stage list says they are (NO_WAIT validates nothing; FORD does).
 #[test]
 fn breakdown_adds_up_to_the_latency_for_every_protocol() {
-    for p in ["ford", "farm", "drtmh", "motor", "nowait", "waitdie", "occ"] {
+    for p in [
+        "ford", "farm", "drtmh", "motor", "nowait", "waitdie", "occ", "calvin",
+    ] {
         let o = dtxn(&[
             "bench",
             "--backend",

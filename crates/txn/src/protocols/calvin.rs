@@ -243,6 +243,8 @@ impl Protocol for Calvin {
         // Best effort: a memory node 0 that is down takes the whole system with it.
         let _ = c.ep.post().await;
         s.word = RETIRED;
+        // Should it run a transaction again, it joins again (from RETIRED, as from 0).
+        s.members = 0;
     }
 
     async fn settle(
@@ -408,14 +410,9 @@ async fn join(tx: &mut Tx<'_, Calvin>) -> Result<(), AbortReason> {
     }
     let via = tx.c.via(Stage::Log);
     let poll = tx.c.via(Stage::Fetch);
-    let cas = CasRead::post(
-        &mut tx.c.ep,
-        via,
-        0,
-        area(&map, me),
-        (NOT_MEMBER, JOINING),
-        None,
-    );
+    // From 0 (never joined) or RETIRED (left): either way no member, as the others see it.
+    let was = tx.s.word;
+    let cas = CasRead::post(&mut tx.c.ep, via, 0, area(&map, me), (was, JOINING), None);
     let mut swapped = None;
     if via == Via::Rpc || poll == Via::Rpc {
         swapped = Some(tx.c.ep.post().await.is_ok() && cas.swapped(&tx.c.ep));
