@@ -413,6 +413,19 @@ async fn join(tx: &mut Tx<'_, Calvin>) -> Result<(), AbortReason> {
     // From 0 (never joined) or RETIRED (left): either way no member, as the others see it.
     let was = tx.s.word;
     let cas = CasRead::post(&mut tx.c.ep, via, 0, area(&map, me), (was, JOINING), None);
+    // A coordinator back from RETIRED resets its done word, which said RETIRED (done with
+    // everything): applied before this round completes, so before our first dispatch's CAS
+    // makes anyone wait on it.
+    if was == RETIRED {
+        let release = tx.c.via(Stage::Release);
+        rpc::write(
+            &mut tx.c.ep,
+            release,
+            0,
+            area(&map, me) + 8,
+            &0u64.to_le_bytes(),
+        );
+    }
     let mut swapped = None;
     if via == Via::Rpc || poll == Via::Rpc {
         swapped = Some(tx.c.ep.post().await.is_ok() && cas.swapped(&tx.c.ep));
