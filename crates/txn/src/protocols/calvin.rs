@@ -27,9 +27,9 @@
 //!    it) are READ. The CAS executes before the READs on the QP (G6), which is what lets a
 //!    coordinator join a running system (see [`join`]). An epoch is closed for us once every
 //!    member's epoch word has reached it. The first to see that CASes a **closed-epoch
-//!    word** (e - 1 -> e); the others meanwhile poll that one word, with back-off (the
-//!    coroutine yields), not every laggard's (every 8th poll reads the laggards anyway: the
-//!    CAS fails if the previous epoch's closer has not set it yet). A batch carries its
+//!    word** forward to e (from what it last read there); the others meanwhile poll that one
+//!    word, with back-off (the coroutine yields), not every laggard's (every 8th poll reads
+//!    the laggards anyway: a closer's CAS fails if the word moved since). A batch carries its
 //!    epoch in every cache line (a READ is atomic only per line, and the batch's WRITE may be
 //!    applied after the CAS): a torn batch is read again.
 //! 2. **Deterministic scheduling** (local, plus a round per poll of a conflicting
@@ -478,6 +478,8 @@ async fn barrier(
     let mut rounds = 0u32;
     // Whether the closed word said the epoch closed (else we saw it ourselves, and say so).
     let mut told = false;
+    // The closed word as last read.
+    let mut seen = 0;
     while !pending.is_empty() || dispatch.is_some() {
         reads.clear();
         let closed = Read::post(&mut tx.c.ep, via, 0, closed_at, 8);
@@ -491,7 +493,8 @@ async fn barrier(
         if dispatch.take().is_some_and(|c| !c.swapped(&tx.c.ep)) {
             return Err(AbortReason::ReplicaFailure);
         }
-        if !full && word(closed.bytes(&tx.c.ep), 0) >= e {
+        seen = word(closed.bytes(&tx.c.ep), 0);
+        if !full && seen >= e {
             // Someone saw every member dispatch `e`: only the batches of those ordered before
             // us are still to read (they are all there now, or about to be).
             pending.retain(|&k| k < me);
@@ -510,9 +513,9 @@ async fn barrier(
         if tx.c.ep.now_ns().saturating_sub(start) > WAIT_LIMIT_NS {
             return Err(AbortReason::LockConflict);
         }
-        // Between two reads of the laggards (a fallback: the closed word is set by CAS from
-        // the epoch before, which fails if that one's closer has not set it yet), only the
-        // closed word is polled: one READ, not one per member.
+        // Between two reads of the laggards (a fallback: a closer's CAS fails if the word
+        // moved since it read it), only the closed word is polled: one READ, not one per
+        // member.
         rounds += 1;
         full = rounds.is_multiple_of(8) || (full && dispatched);
         if progress {
@@ -523,9 +526,11 @@ async fn barrier(
         tx.c.ep.sleep(backoff).await;
     }
     // Tell the others the epoch closed (unless the closed word said so already), detached.
-    if !told {
+    // From what it was last read as (not from e - 1: CASes of two epochs' closers may land
+    // out of order, and one from e - 1 would then fail for good), only ever forward.
+    if !told && seen < e {
         let log = tx.c.via(Stage::Log);
-        CasRead::post(&mut tx.c.ep, log, 0, closed_at, (e - 1, e), None);
+        CasRead::post(&mut tx.c.ep, log, 0, closed_at, (seen, e), None);
         let _ = tx.c.ep.post_detached();
     }
     Ok(())
