@@ -26,8 +26,9 @@ pub struct TortureArgs {
     /// timestamp oracle, one compute node; `ford-rpc`: FORD with its lock, validate and
     /// commit stages as RPCs served by the memory nodes; `nowait-rpc`: NO_WAIT with every
     /// stage as RPCs; `waitdie-hybrid`: WAIT_DIE with RCC's hybrid code 28; `sundial-hybrid`:
-    /// SUNDIAL with RCC's hybrid code 21; `mvcc-hybrid`: MVCC with code 28; sundial and mvcc
-    /// are checked for serializability, not strict).
+    /// SUNDIAL with RCC's hybrid code 21; `mvcc-hybrid`: MVCC with code 28; `calvin-rpc`:
+    /// CALVIN with every stage as RPCs; sundial and mvcc are checked for serializability, not
+    /// strict; calvin runs no --faults).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc,skew). Every even seed runs
@@ -44,7 +45,8 @@ pub struct TortureArgs {
     pub adversary: Option<String>,
     /// Crash a compute node in every run at an instant drawn from the seed, recover its
     /// coordinators, and check the run all the same (`dtxn bench --faults`; default
-    /// `compute=1`). Not for `motor-local`, which runs one compute node.
+    /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
+    /// crashed coordinator stalls its epochs).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -121,6 +123,9 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if p == HYBRID_MVCC {
         v.extend_from_slice(&["--set", "rcc.hybrid=28"]);
     }
+    if p == RPC_CALVIN {
+        v.extend_from_slice(&["--set", "rcc.hybrid=0"]);
+    }
     if p == LOCAL_MOTOR {
         // The local oracle needs the pool alone: one compute node, as many coordinators.
         v.extend_from_slice(&["--set", "motor.oracle=local", "--compute-nodes", "1"]);
@@ -129,7 +134,11 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if let Some(adv) = &a.adversary {
         v.extend_from_slice(&["--adversary", adv]);
     }
-    if let Some(f) = a.faults.as_deref().filter(|_| p != LOCAL_MOTOR) {
+    if let Some(f) = a
+        .faults
+        .as_deref()
+        .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin"))
+    {
         v.extend_from_slice(&["--faults", f]);
     }
     let tiny = seed.parse::<u64>().is_ok_and(|s| s % 2 == 0);
@@ -170,6 +179,8 @@ const HYBRID_MVCC: &str = "mvcc-hybrid";
 fn strict(p: &str) -> bool {
     !matches!(protocol_of(p), "sundial" | "mvcc")
 }
+/// CALVIN with its dispatch, polls and done words as RPCs (hybrid code 0).
+const RPC_CALVIN: &str = "calvin-rpc";
 
 fn protocol_of(p: &str) -> &str {
     match p {
@@ -179,6 +190,7 @@ fn protocol_of(p: &str) -> &str {
         HYBRID_WAITDIE => "waitdie",
         HYBRID_SUNDIAL => "sundial",
         HYBRID_MVCC => "mvcc",
+        RPC_CALVIN => "calvin",
         _ => p,
     }
 }
@@ -195,6 +207,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             HYBRID_WAITDIE,
             HYBRID_SUNDIAL,
             HYBRID_MVCC,
+            RPC_CALVIN,
         ])
         .collect();
     let protocols: Vec<String> = if a.protocols.is_empty() {

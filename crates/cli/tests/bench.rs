@@ -480,7 +480,7 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         ),
         (
             vec!["bench", "--set", "rcc.hybrid=28"],
-            "a switch of RCC's protocols (nowait, waitdie, occ, sundial, mvcc); ford takes its stages from --set ford.rpc",
+            "a switch of RCC's protocols (nowait, waitdie, occ, sundial, mvcc, calvin); ford takes its stages from --set ford.rpc",
         ),
         (
             vec!["bench", "--protocol", "nowait", "--set", "rcc.hybrid=512"],
@@ -635,7 +635,9 @@ fn localized_validation_verifies_and_its_history_is_strictly_serializable() {
 /// stage list says they are (NO_WAIT validates nothing; FORD does).
 #[test]
 fn breakdown_adds_up_to_the_latency_for_every_protocol() {
-    for p in ["ford", "farm", "drtmh", "motor", "nowait", "waitdie", "occ"] {
+    for p in [
+        "ford", "farm", "drtmh", "motor", "nowait", "waitdie", "occ", "calvin",
+    ] {
         let o = dtxn(&[
             "bench",
             "--backend",

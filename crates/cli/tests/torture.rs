@@ -29,9 +29,9 @@ fn a_small_matrix_passes_and_says_so() {
         "{out}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    // 16 protocols (ford, farm, drtmh, motor, nowait, waitdie, occ, sundial, mvcc, motor-si,
-    // motor-local, ford-rpc, nowait-rpc, waitdie-hybrid, sundial-hybrid, mvcc-hybrid) x 3
-    // workloads x 2 seeds (the second with tiny tables).
+    // 18 protocols (ford, farm, drtmh, motor, nowait, waitdie, occ, sundial, mvcc, calvin,
+    // motor-si, motor-local, ford-rpc, nowait-rpc, waitdie-hybrid, sundial-hybrid,
+    // mvcc-hybrid, calvin-rpc) x 3 workloads x 2 seeds (the second with tiny tables).
     assert!(
         out.lines()
             .last()

@@ -172,7 +172,7 @@ impl From<HybridCode> for u64 {
     }
 }
 
-/// The switches of RCC's protocols (`nowait`, `waitdie`, `occ`, `sundial`).
+/// The switches of RCC's protocols (`nowait`, `waitdie`, `occ`, `sundial`, `mvcc`, `calvin`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RccOptions {
@@ -226,7 +226,7 @@ impl TxnConfig {
         }
         if self.rcc != RccOptions::default() && p.options_key() != Some("rcc") {
             return Err(format!(
-                "--set rcc.hybrid={}: a switch of RCC's protocols (nowait, waitdie, occ, sundial, mvcc); {} \
+                "--set rcc.hybrid={}: a switch of RCC's protocols (nowait, waitdie, occ, sundial, mvcc, calvin); {} \
                  takes its stages from {}",
                 u64::from(self.rcc.hybrid),
                 p.name(),

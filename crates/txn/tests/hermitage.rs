@@ -54,7 +54,10 @@ impl Recorder for Collect {
 
 /// Runs a scenario under FORD, FaRM, DrTM+H, serializable Motor and RCC's OCC, SUNDIAL and MVCC:
 /// all claim serializability (the scripts expect reads that never wait or abort on a lock, so
-/// RCC's two-phase locking is not among them: `tests/two_pl.rs` scripts its conflicts); then under snapshot-isolated Motor, checked against SI.
+/// RCC's two-phase locking is not among them: `tests/two_pl.rs` scripts its conflicts; nor is
+/// CALVIN, whose first read waits for its epoch to close, which needs the other role's
+/// transaction dispatched, which the script starts only after that read: `tests/calvin.rs`
+/// scripts its orders); then under snapshot-isolated Motor, checked against SI.
 fn every_protocol(scenario: fn()) {
     for p in [
         dtxn_txn::Protocol::Ford,

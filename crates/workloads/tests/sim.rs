@@ -112,6 +112,7 @@ fn run_unchecked<W: Workload + Clone>(
                         per_type[ty] += 1;
                     }
                 }
+                c.retire().await;
                 (tally, committed, per_type)
             }
         })

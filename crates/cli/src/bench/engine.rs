@@ -343,6 +343,7 @@ async fn coordinator<W: Workload>(
             }
         }
     }
+    c.retire().await;
     Ok(all)
 }
 

@@ -552,6 +552,9 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if a.kind() != Backend::Sim {
                 bail!("--faults is for --backend sim (crashes are simulated, and replay from the seed)");
             }
+            if cfg.protocol == dtxn_txn::Protocol::Calvin {
+                bail!("--faults: not for calvin (a crashed coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)");
+            }
             Some(faults(spec, a, topo)?)
         }
         None => None,

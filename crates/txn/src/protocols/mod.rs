@@ -1,5 +1,6 @@
 //! The concurrency-control protocols, one module each, named in `registry.rs`.
 
+pub(crate) mod calvin;
 pub(crate) mod drtmh;
 pub(crate) mod farm;
 pub(crate) mod ford;
