@@ -284,7 +284,7 @@ fn sweep_values_and_protocol_switches_are_checked_before_running() {
             "--vary coroutines=1,x: invalid value 'x' for '--coroutines <COROUTINES>'",
         ),
         (
-            vec!["sweep", "--vary", "protocol=ford,calvin"],
+            vec!["sweep", "--vary", "protocol=ford,silo"],
             "[possible values: ford, farm, drtmh, motor",
         ),
         (
