@@ -19,6 +19,10 @@
 //! installs, the other is intermediate. `start` and `end` are the times the client saw the
 //! transaction begin and learn its outcome, in nanoseconds (virtual on sim).
 //!
+//! A header with `"from_ns": N` says the history is a suffix of the run: the transactions that
+//! ended before N (a benchmark's warm-up) are left out, every later one is in
+//! ([`crate::Checker::omit_prefix`] says how such a history is checked).
+//!
 //! `hash` is [`value_hash`] of the value's bytes: for a read, the bytes the transaction saw;
 //! for a write, the bytes it installed. An absent key (a read of a never-inserted or deleted
 //! key, a delete's write) has the fixed hash [`ABSENT`].
@@ -107,6 +111,10 @@ pub struct Write {
 struct Header {
     format: String,
     version: u32,
+    /// The recording began at this time: transactions that ended before it are left out
+    /// (a benchmark's warm-up). See [`crate::Checker::omit_prefix`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    from_ns: Option<u64>,
 }
 
 /// Why a history file could not be read. Displays as `file:line: what is wrong`.
@@ -142,17 +150,28 @@ impl HistoryWriter<File> {
     pub fn create(path: impl AsRef<Path>) -> io::Result<Self> {
         Self::new(File::create(path)?)
     }
+
+    /// Creates (or truncates) `path` for a history that leaves out the transactions that
+    /// ended before `from_ns`, and says so in its header.
+    pub fn create_from(path: impl AsRef<Path>, from_ns: u64) -> io::Result<Self> {
+        Self::with_header(File::create(path)?, Some(from_ns))
+    }
 }
 
 impl<W: io::Write> HistoryWriter<W> {
     /// Writes the header to `out`.
     pub fn new(out: W) -> io::Result<Self> {
+        Self::with_header(out, None)
+    }
+
+    fn with_header(out: W, from_ns: Option<u64>) -> io::Result<Self> {
         let mut out = BufWriter::with_capacity(1 << 16, out);
         serde_json::to_writer(
             &mut out,
             &Header {
                 format: FORMAT.into(),
                 version: VERSION,
+                from_ns,
             },
         )?;
         io::Write::write_all(&mut out, b"\n")?;
@@ -179,6 +198,7 @@ pub struct HistoryReader<R> {
     line: u64,
     buf: Vec<u8>,
     seen_txn_or_header: bool,
+    from_ns: Option<u64>,
 }
 
 impl HistoryReader<BufReader<File>> {
@@ -201,7 +221,14 @@ impl<R: BufRead> HistoryReader<R> {
             line: 0,
             buf: Vec::new(),
             seen_txn_or_header: false,
+            from_ns: None,
         }
+    }
+
+    /// Where the header says the recording began, if it leaves out the transactions that
+    /// ended before (known once the first line is read).
+    pub fn from_ns(&self) -> Option<u64> {
+        self.from_ns
     }
 
     /// The error for the line last read, for callers that find it wrong themselves.
@@ -252,7 +279,10 @@ impl<R: BufRead> HistoryReader<R> {
                             h.version
                         )));
                     }
-                    Ok(_) => continue,
+                    Ok(h) => {
+                        self.from_ns = h.from_ns;
+                        continue;
+                    }
                     Err(_) => return Err(self.error_here(describe(&e))),
                 },
             }
@@ -338,6 +368,23 @@ mod tests {
         );
         let got = read_all(&text).unwrap();
         assert_eq!(got, vec![(2, txn(17)), (3, txn(18))]);
+    }
+
+    #[test]
+    fn a_history_without_its_prefix_says_where_it_begins() {
+        let mut w = HistoryWriter::with_header(Vec::new(), Some(5_000)).unwrap();
+        w.write(&txn(17)).unwrap();
+        let text = String::from_utf8(w.finish().unwrap()).unwrap();
+        assert!(text.starts_with(r#"{"format":"dtxn-history","version":2,"from_ns":5000}"#));
+        let mut r = HistoryReader::new(text.as_bytes(), "h.jsonl");
+        assert_eq!(r.from_ns(), None, "known once the header is read");
+        assert_eq!(r.next().unwrap().unwrap().1, txn(17));
+        assert_eq!(r.from_ns(), Some(5_000));
+        // A whole history says nothing of it.
+        let mut whole =
+            HistoryReader::new(&b"{\"format\":\"dtxn-history\",\"version\":2}\n"[..], "h");
+        assert!(whole.next().is_none());
+        assert_eq!(whole.from_ns(), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `dtxn torture`: every protocol x workload x seed on the adversarial simulator, each run's
 //! history checked for strict serializability (snapshot isolation for `motor-si`, Motor under
-//! `--isolation snapshot`; serializability without real time for SUNDIAL, whose timestamp
-//! order is not real-time order) and the workload's invariants verified. Stops at the first
+//! `--isolation snapshot`; serializability without real time for SUNDIAL and MVCC, whose
+//! timestamp order is not real-time order) and the workload's invariants verified. Stops at the first
 //! failure and prints the commands that replay it.
 
 use crate::bench;
@@ -26,9 +26,10 @@ pub struct TortureArgs {
     /// timestamp oracle, one compute node; `ford-rpc`: FORD with its lock, validate and
     /// commit stages as RPCs served by the memory nodes; `nowait-rpc`: NO_WAIT with every
     /// stage as RPCs; `waitdie-hybrid`: WAIT_DIE with RCC's hybrid code 28; `sundial-hybrid`:
-    /// SUNDIAL with RCC's hybrid code 21; sundial is checked for serializability, not strict;
-    /// `scythe-tocc`: Scythe with every read-write attempt in TOCC; `scythe-cas`: the same with
-    /// the CAS lock instead of the takeout lock).
+    /// SUNDIAL with RCC's hybrid code 21; `mvcc-hybrid`: MVCC with code 28; `calvin-rpc`:
+    /// CALVIN with every stage as RPCs; `scythe-tocc`: Scythe with every read-write attempt in
+    /// TOCC; `scythe-cas`: the same with the CAS lock instead of the takeout lock; sundial and
+    /// mvcc are checked for serializability, not strict; calvin and scythe run no --faults).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc,skew). Every even seed runs
@@ -45,7 +46,8 @@ pub struct TortureArgs {
     pub adversary: Option<String>,
     /// Crash a compute node in every run at an instant drawn from the seed, recover its
     /// coordinators, and check the run all the same (`dtxn bench --faults`; default
-    /// `compute=1`). Not for `motor-local`, which runs one compute node.
+    /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
+    /// crashed coordinator stalls its epochs) and scythe (its tickets are not recovered yet).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -86,6 +88,7 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
         "3",
         "--record",
         record,
+        "--record-warmup",
         "--verify",
     ];
     // Alternate the replication degree, and give SmallBank's transfer-only mix (whose verify
@@ -118,6 +121,12 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if p == HYBRID_SUNDIAL {
         v.extend_from_slice(&["--set", "rcc.hybrid=21"]);
     }
+    if p == HYBRID_MVCC {
+        v.extend_from_slice(&["--set", "rcc.hybrid=28"]);
+    }
+    if p == RPC_CALVIN {
+        v.extend_from_slice(&["--set", "rcc.hybrid=0"]);
+    }
     if p == TOCC_SCYTHE {
         v.extend_from_slice(&["--set", "scythe.mode=tocc"]);
     }
@@ -137,7 +146,11 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if let Some(adv) = &a.adversary {
         v.extend_from_slice(&["--adversary", adv]);
     }
-    if let Some(f) = a.faults.as_deref().filter(|_| p != LOCAL_MOTOR) {
+    if let Some(f) = a
+        .faults
+        .as_deref()
+        .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin") && !p.starts_with("scythe"))
+    {
         v.extend_from_slice(&["--faults", f]);
     }
     let tiny = seed.parse::<u64>().is_ok_and(|s| s % 2 == 0);
@@ -168,6 +181,18 @@ const HYBRID_WAITDIE: &str = "waitdie-hybrid";
 /// SUNDIAL as RCC's best hybrid on SmallBank ran it (code 21): fetch, validate, renew and
 /// release as RPCs, lock, log and commit one-sided.
 const HYBRID_SUNDIAL: &str = "sundial-hybrid";
+/// MVCC as RCC's best hybrid on SmallBank ran it (code 28): fetch and lock as RPCs, log,
+/// release and commit one-sided.
+const HYBRID_MVCC: &str = "mvcc-hybrid";
+
+/// Whether runs of `p` are checked in real-time order too (SUNDIAL and MVCC order by
+/// timestamps, not real time: a transaction may be ordered before one that ended before it
+/// began).
+fn strict(p: &str) -> bool {
+    !matches!(protocol_of(p), "sundial" | "mvcc")
+}
+/// CALVIN with its dispatch, polls and done words as RPCs (hybrid code 0).
+const RPC_CALVIN: &str = "calvin-rpc";
 
 /// Scythe with every read-write attempt in TOCC (its takeout queues always in use).
 const TOCC_SCYTHE: &str = "scythe-tocc";
@@ -182,6 +207,8 @@ fn protocol_of(p: &str) -> &str {
         RPC_NOWAIT => "nowait",
         HYBRID_WAITDIE => "waitdie",
         HYBRID_SUNDIAL => "sundial",
+        HYBRID_MVCC => "mvcc",
+        RPC_CALVIN => "calvin",
         _ => p,
     }
 }
@@ -199,6 +226,8 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             HYBRID_SUNDIAL,
             TOCC_SCYTHE,
             CAS_SCYTHE,
+            HYBRID_MVCC,
+            RPC_CALVIN,
         ])
         .collect();
     let protocols: Vec<String> = if a.protocols.is_empty() {
@@ -276,9 +305,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                             } else {
                                 Isolation::Serializable
                             },
-                            // SUNDIAL orders by logical timestamps, not real time: a
-                            // transaction may be ordered before one that ended before it began.
-                            real_time: protocol_of(p) != "sundial",
+                            real_time: strict(p),
                         };
                         let report = check_file(&record, opts)
                             .with_context(|| format!("cannot read {record_s}"))?;
@@ -301,11 +328,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                             eprintln!(
                                 "replay: dtxn {} && dtxn check {record_s}{}",
                                 argv.join(" "),
-                                if protocol_of(p) == "sundial" {
-                                    ""
-                                } else {
-                                    " --real-time"
-                                }
+                                if !strict(p) { "" } else { " --real-time" }
                             );
                         });
                         failures.push(format!("{p}/{w}/seed {seed}"));
@@ -336,7 +359,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
     if failures.is_empty() {
         println!(
             "{runs} passed, 0 failed ({secs:.1} s): every history strict serializable (motor-si: \
-             strong snapshot isolation; sundial: serializable), every invariant held"
+             strong snapshot isolation; sundial, mvcc: serializable), every invariant held"
         );
         Ok(ExitCode::SUCCESS)
     } else {

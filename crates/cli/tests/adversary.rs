@@ -312,3 +312,44 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
     assert!(out.contains("1 rolled back"), "{out}");
     assert!(out.contains("verify: consistent"), "{out}");
 }
+
+/// Regression: under MVCC a commit installs its timestamp as the record's version, not the
+/// image's version + 1. Recovery judged a replica "new" only at version + 1, so a dead
+/// coordinator's commit that had landed everywhere (acknowledged, its release cut off) was
+/// rolled back (the kv check: "written 3 times, committed transactions wrote it 4 times").
+/// A whole record newer than the image is new, whatever the step (SUNDIAL's commit timestamps
+/// too).
+#[test]
+fn recovery_rolls_forward_a_commit_whose_version_is_its_timestamp() {
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "kv",
+        "--protocol",
+        "mvcc",
+        "--seed",
+        "1",
+        "--txns",
+        "2000",
+        "--compute-nodes",
+        "2",
+        "--threads",
+        "2",
+        "--coroutines",
+        "3",
+        "--verify",
+        "--replicas",
+        "1",
+        "--faults",
+        "compute=1",
+        "--keys",
+        "5000",
+        "-q",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("1 rolled forward"), "{out}");
+    assert!(out.contains("verify: consistent"), "{out}");
+}

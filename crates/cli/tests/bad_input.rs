@@ -284,7 +284,7 @@ fn sweep_values_and_protocol_switches_are_checked_before_running() {
             "--vary coroutines=1,x: invalid value 'x' for '--coroutines <COROUTINES>'",
         ),
         (
-            vec!["sweep", "--vary", "protocol=ford,calvin"],
+            vec!["sweep", "--vary", "protocol=ford,silo"],
             "[possible values: ford, farm, drtmh, motor",
         ),
         (
@@ -331,6 +331,20 @@ fn options_of_another_backend_are_refused_naming_theirs() {
         (
             vec!["bench", "--backend", "sim", "--shm-dir", "/tmp"],
             "--shm-dir is an option of --backend shm, not of sim",
+        ),
+        (
+            vec!["bench", "--backend", "sim", "--record-warmup"],
+            "--record-warmup is an option of --record FILE",
+        ),
+        (
+            vec![
+                "bench",
+                "--protocol",
+                "drtmh",
+                "--set",
+                "ford.backup_reads=true",
+            ],
+            "--set ford.backup_reads=true: a switch of ford and farm; drtmh reads the primary",
         ),
         (
             vec!["probe", "--delay-ns", "100"],

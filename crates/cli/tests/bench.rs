@@ -297,6 +297,51 @@ fn the_recorded_history_checks_serializable_and_csv_has_a_row_per_type() {
 }
 
 #[test]
+fn the_recorded_history_leaves_out_the_warm_up_and_still_checks() {
+    let hist = tmp("suffix.jsonl");
+    let v = json(&dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "kv",
+        "--keys",
+        "500",
+        "--duration",
+        "4ms",
+        "--warmup",
+        "2ms",
+        "--record",
+        hist.to_str().unwrap(),
+        "--json",
+    ]));
+    let text = std::fs::read_to_string(&hist).unwrap();
+    let mut lines = text.lines();
+    let header: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    let from = header["from_ns"]
+        .as_u64()
+        .expect("the header says where the recording began");
+    assert!(from >= 2_000_000, "{header}");
+    let txns: Vec<serde_json::Value> = lines.map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(txns.iter().all(|t| t["end"].as_u64().unwrap() >= from));
+    // Every measured transaction is in it (and those that straddle the warm-up's end), not
+    // the warm-up's.
+    let committed = txns.iter().filter(|t| t["status"] == "committed").count() as u64;
+    assert!(
+        committed >= v["all"]["committed"].as_u64().unwrap(),
+        "{committed}"
+    );
+    assert!((txns.len() as u64) < v["sim"]["txns"].as_u64().unwrap());
+    let c = dtxn(&["check", hist.to_str().unwrap(), "--real-time"]);
+    assert!(
+        c.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&c.stdout),
+        stderr(&c)
+    );
+}
+
+#[test]
 fn a_config_file_gives_options_and_the_command_line_wins() {
     let cfg = tmp("bench.toml");
     std::fs::write(
@@ -435,7 +480,7 @@ fn bad_input_is_one_clear_line_and_exit_2() {
         ),
         (
             vec!["bench", "--set", "rcc.hybrid=28"],
-            "a switch of RCC's protocols (nowait, waitdie, occ, sundial); ford takes its stages from --set ford.rpc",
+            "a switch of RCC's protocols (nowait, waitdie, occ, sundial, mvcc, calvin); ford takes its stages from --set ford.rpc",
         ),
         (
             vec!["bench", "--protocol", "nowait", "--set", "rcc.hybrid=512"],
@@ -551,6 +596,7 @@ fn localized_validation_verifies_and_its_history_is_strictly_serializable() {
         "--verify",
         "--record",
         hist.to_str().unwrap(),
+        "--record-warmup",
         "--json",
     ]));
     assert_eq!(v["verify"]["ok"], true, "{}", v["verify"]);
@@ -589,7 +635,9 @@ fn localized_validation_verifies_and_its_history_is_strictly_serializable() {
 /// stage list says they are (NO_WAIT validates nothing; FORD does).
 #[test]
 fn breakdown_adds_up_to_the_latency_for_every_protocol() {
-    for p in ["ford", "farm", "drtmh", "motor", "nowait", "waitdie", "occ"] {
+    for p in [
+        "ford", "farm", "drtmh", "motor", "nowait", "waitdie", "occ", "calvin",
+    ] {
         let o = dtxn(&[
             "bench",
             "--backend",

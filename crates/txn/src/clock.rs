@@ -58,10 +58,68 @@ impl StartClock {
 /// waits). One total order over the counter and the bits (SeqCst) makes the argument: a
 /// writer whose commit timestamp is below my start set its bit before my copy, so I either
 /// see the bit or, if it was cleared already, read its installed records.
+///
+/// A bit belongs to a coordinator, and a coordinator commits one transaction after another:
+/// so beside each bit, a count of the coordinator's commits (odd while one is under way), and
+/// a copy keeps the count of each commit it saw under way. A reader that meets a lock of a
+/// coordinator it copied, and finds that commit over ([`LocalOracle::forget_ended`]), need
+/// not wait for the lock: the lock is the coordinator's next transaction's, whose commit
+/// timestamp will be above the reader's start, and the ended commit's records are installed,
+/// so one more READ (posted after the reader saw the commit end) sees them. Without the count
+/// a reader waited on whatever the coordinator did next, until its reread limit aborted it.
 #[derive(Debug)]
 pub struct LocalOracle {
     next: AtomicU64,
     committing: Box<[AtomicU64]>,
+    /// Per coordinator (lock-owner id - 1): its commits begun plus ended; odd while one is
+    /// under way. Only the coordinator itself changes its own.
+    commits: Box<[AtomicU64]>,
+}
+
+/// A copy of the committing bits (see [`LocalOracle::committing`]), with the commit each bit
+/// stood for.
+#[derive(Debug, Default, Clone)]
+pub struct Suspects {
+    bits: Vec<u64>,
+    /// (owner, its commit count when copied) for each bit set.
+    commits: Vec<(u64, u64)>,
+    /// Owners whose copied commit was seen to have ended, to forget before the next READs
+    /// are posted ([`Suspects::forget_ended`]).
+    ended: Vec<u64>,
+}
+
+impl Suspects {
+    pub fn clear(&mut self) {
+        self.bits.clear();
+        self.commits.clear();
+        self.ended.clear();
+    }
+
+    /// Forgets the owners [`LocalOracle::forget_ended`] saw end: call it before posting
+    /// READs, never between posting and judging them. A READ posted before the end was seen
+    /// may still show the ended commit's records uninstalled; one posted after cannot.
+    pub fn forget_ended(&mut self) {
+        while let Some(owner) = self.ended.pop() {
+            self.forget(owner);
+        }
+    }
+
+    /// Whether `owner` was committing when the copy was made (and not forgotten since).
+    pub fn holds(&self, owner: u64) -> bool {
+        owner.checked_sub(1).is_some_and(|i| {
+            self.bits
+                .get((i / 64) as usize)
+                .is_some_and(|w| w >> (i % 64) & 1 == 1)
+        })
+    }
+
+    fn forget(&mut self, owner: u64) {
+        if let Some(i) = owner.checked_sub(1) {
+            if let Some(w) = self.bits.get_mut((i / 64) as usize) {
+                *w &= !(1 << (i % 64));
+            }
+        }
+    }
 }
 
 /// Timestamps a local oracle reserves from the pool's oracle word.
@@ -76,9 +134,11 @@ impl Default for LocalOracle {
 impl LocalOracle {
     /// An oracle for coordinators with lock-owner ids 1..=`coordinators`.
     pub fn new(coordinators: u32) -> LocalOracle {
+        let words = coordinators / 64 + 1;
         LocalOracle {
             next: AtomicU64::new(0),
-            committing: (0..=coordinators / 64).map(|_| AtomicU64::new(0)).collect(),
+            committing: (0..words).map(|_| AtomicU64::new(0)).collect(),
+            commits: (0..words * 64).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
@@ -118,29 +178,60 @@ impl LocalOracle {
         self.bit(owner).is_some()
     }
 
-    /// Sets or clears `owner`'s committing bit.
+    /// Sets or clears `owner`'s committing bit: a commit begins (before its timestamp is
+    /// taken) or ends (its records installed). The count turns odd before the bit is set and
+    /// even after it is cleared, so a copy that sees the bit finds the count odd unless that
+    /// commit has ended since.
     pub fn set_committing(&self, owner: u64, on: bool) {
-        if let Some((w, b)) = self.bit(owner) {
-            if on {
-                w.fetch_or(b, Ordering::SeqCst);
-            } else {
-                w.fetch_and(!b, Ordering::SeqCst);
+        let Some((w, b)) = self.bit(owner) else {
+            return;
+        };
+        let count = &self.commits[(owner - 1) as usize];
+        let turn = |odd: u64| move |c: u64| (c % 2 == odd).then_some(c + 1);
+        if on {
+            let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, turn(0));
+            w.fetch_or(b, Ordering::SeqCst);
+        } else {
+            w.fetch_and(!b, Ordering::SeqCst);
+            let _ = count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, turn(1));
+        }
+    }
+
+    /// Copies the committing bits into `out`, with the commit each stands for. A bit whose
+    /// commit has ended by the time its count is read is left out: its records are installed.
+    pub fn committing(&self, out: &mut Suspects) {
+        out.clear();
+        out.bits
+            .extend(self.committing.iter().map(|w| w.load(Ordering::SeqCst)));
+        for (wi, word) in out.bits.iter_mut().enumerate() {
+            let mut rest = *word;
+            while rest != 0 {
+                let bit = rest.trailing_zeros() as u64;
+                rest &= rest - 1;
+                let owner = wi as u64 * 64 + bit + 1;
+                let c = self.commits[(owner - 1) as usize].load(Ordering::SeqCst);
+                if c % 2 == 1 {
+                    out.commits.push((owner, c));
+                } else {
+                    *word &= !(1 << bit);
+                }
             }
         }
     }
 
-    /// Copies the committing bits into `out`.
-    pub fn committing(&self, out: &mut Vec<u64>) {
-        out.clear();
-        out.extend(self.committing.iter().map(|w| w.load(Ordering::SeqCst)));
-    }
-
-    /// Whether `owner`'s bit is set in a copy made by [`LocalOracle::committing`].
-    pub fn is_set(bits: &[u64], owner: u64) -> bool {
-        owner.checked_sub(1).is_some_and(|i| {
-            bits.get((i / 64) as usize)
-                .is_some_and(|w| w >> (i % 64) & 1 == 1)
-        })
+    /// Whether the commit of `owner` that `s` copied as under way has ended since; if so, `s`
+    /// forgets `owner` at its next [`Suspects::forget_ended`], before the next READs are
+    /// posted (see the type's comment for why a reader then reads once more instead of
+    /// waiting).
+    pub fn forget_ended(&self, s: &mut Suspects, owner: u64) -> bool {
+        let Some(&(_, seen)) = s.commits.iter().find(|(o, _)| *o == owner) else {
+            return false;
+        };
+        let ended = self.commits[(owner - 1) as usize].load(Ordering::SeqCst) != seen;
+        if ended && !s.ended.contains(&owner) {
+            s.ended.push(owner);
+        }
+        ended
     }
 }
 
@@ -161,16 +252,51 @@ mod tests {
     #[test]
     fn committing_bits_are_per_owner() {
         let o = LocalOracle::new(100);
-        let mut bits = Vec::new();
+        let mut s = Suspects::default();
         o.set_committing(1, true);
         o.set_committing(70, true);
-        o.committing(&mut bits);
-        assert!(LocalOracle::is_set(&bits, 1) && LocalOracle::is_set(&bits, 70));
-        assert!(!LocalOracle::is_set(&bits, 2) && !LocalOracle::is_set(&bits, 0));
+        o.committing(&mut s);
+        assert!(s.holds(1) && s.holds(70));
+        assert!(!s.holds(2) && !s.holds(0));
         o.set_committing(70, false);
-        o.committing(&mut bits);
-        assert!(!LocalOracle::is_set(&bits, 70));
+        o.committing(&mut s);
+        assert!(!s.holds(70));
         assert!(o.tracks(101) && !o.tracks(129) && !o.tracks(0));
+        o.set_committing(128, true);
+        o.committing(&mut s);
+        assert!(s.holds(128) && s.holds(1));
+    }
+
+    #[test]
+    fn a_suspect_is_its_commit_not_its_coordinator() {
+        let o = LocalOracle::new(8);
+        let mut s = Suspects::default();
+        o.set_committing(3, true);
+        o.committing(&mut s);
+        // Still the same commit: the reader must wait for it.
+        assert!(!o.forget_ended(&mut s, 3));
+        assert!(s.holds(3));
+        // It ends and the coordinator's next commit begins: the one copied is over.
+        o.set_committing(3, false);
+        o.set_committing(3, true);
+        assert!(o.forget_ended(&mut s, 3));
+        assert!(
+            s.holds(3),
+            "READs posted before the end was seen still wait"
+        );
+        s.forget_ended();
+        assert!(!s.holds(3), "forgotten: its next locks are not waited on");
+        // One that was not copied is never "ended".
+        assert!(!o.forget_ended(&mut s, 4));
+        // Setting twice is one commit, clearing twice one end.
+        o.set_committing(3, true);
+        o.committing(&mut s);
+        o.set_committing(3, false);
+        o.set_committing(3, false);
+        o.set_committing(3, true);
+        assert!(o.forget_ended(&mut s, 3));
+        s.forget_ended();
+        assert!(!s.holds(3));
     }
 
     #[test]

@@ -172,7 +172,7 @@ impl From<HybridCode> for u64 {
     }
 }
 
-/// The switches of RCC's protocols (`nowait`, `waitdie`, `occ`, `sundial`).
+/// The switches of RCC's protocols (`nowait`, `waitdie`, `occ`, `sundial`, `mvcc`, `calvin`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RccOptions {
@@ -265,7 +265,7 @@ impl TxnConfig {
         }
         if self.rcc != RccOptions::default() && p.options_key() != Some("rcc") {
             return Err(format!(
-                "--set rcc.hybrid={}: a switch of RCC's protocols (nowait, waitdie, occ, sundial); {} \
+                "--set rcc.hybrid={}: a switch of RCC's protocols (nowait, waitdie, occ, sundial, mvcc, calvin); {} \
                  takes its stages from {}",
                 u64::from(self.rcc.hybrid),
                 p.name(),
@@ -273,6 +273,18 @@ impl TxnConfig {
                     Some("ford") => "--set ford.rpc=STAGES",
                     _ => "nowhere (it has no RPC forms)",
                 }
+            ));
+        }
+        if self.ford.backup_reads && !matches!(p, Protocol::Ford | Protocol::Farm) {
+            // DrTM+H (and RCC's OCC) validate again after writing the backups and roll them
+            // back if that fails: a backup read could return the rolled-back bytes, under a
+            // version number the next commit reuses, and pass validation at the primary.
+            // The others read their own metadata from the primary, or never look at the
+            // switch.
+            return Err(format!(
+                "--set ford.backup_reads=true: a switch of ford and farm; {} reads the primary \
+                 (a backup may hold a version its commit rolls back)",
+                p.name()
             ));
         }
         if self.scythe != ScytheOptions::default() && p != Protocol::Scythe {
@@ -298,5 +310,36 @@ impl TxnConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backup_reads_are_fords_and_farms_alone() {
+        let with = |protocol| TxnConfig {
+            protocol,
+            ford: FordOptions {
+                backup_reads: true,
+                ..FordOptions::default()
+            },
+            ..TxnConfig::default()
+        };
+        assert_eq!(with(Protocol::Ford).validate(), Ok(()));
+        assert_eq!(with(Protocol::Farm).validate(), Ok(()));
+        for p in [
+            Protocol::Drtmh,
+            Protocol::Occ,
+            Protocol::Sundial,
+            Protocol::Motor,
+        ] {
+            let e = with(p).validate().unwrap_err();
+            assert!(
+                e.starts_with("--set ford.backup_reads=true: a switch of ford and farm"),
+                "{e}"
+            );
+        }
     }
 }

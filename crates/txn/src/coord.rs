@@ -212,6 +212,13 @@ impl Coordinator {
         self.core.spare.len()
     }
 
+    /// The coordinator leaves for good: it runs no more transactions. Call it when a run is
+    /// over for this coordinator (CALVIN's epochs wait for every coordinator that has not
+    /// left; the other protocols do nothing).
+    pub async fn retire(&mut self) {
+        self.slots.retire(&mut self.core).await;
+    }
+
     /// Starts a transaction. Finish it with [`Txn::commit`] or [`Txn::rollback`]; a read that
     /// aborts has already released everything, and the transaction is then just dropped.
     pub fn begin(&mut self, kind: TxKind) -> Txn<'_> {

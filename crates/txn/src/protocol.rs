@@ -17,6 +17,7 @@
 
 use crate::abort::Abort;
 use crate::config::TxnConfig;
+use crate::coord::Core;
 use crate::item::{Access, Item, ItemIndex};
 use crate::recovery::Recovered;
 use crate::stage::Stages;
@@ -107,6 +108,10 @@ pub(crate) trait Protocol: Sized + 'static {
         owner: u64,
         e: &LogEntry,
     ) -> Result<Recovered, FabricError>;
+
+    /// The coordinator leaves for good: it will run no more transactions (CALVIN's sequencer
+    /// stops holding the epochs back). Nothing for the other protocols.
+    async fn retire(_c: &mut Core, _s: &mut Self::Scratch) {}
 
     /// A finished transaction's item state goes back to the coordinator's spares.
     fn recycle(_s: &mut Self::Scratch, _x: Self::Item) {}

@@ -7,8 +7,8 @@
 use crate::config::TxnConfig;
 use crate::coord::{CoordStats, Core};
 use crate::protocol::{Protocol as _, Slot};
-use crate::protocols::{drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
-use crate::protocols::{scythe::Scythe, sundial::Sundial, two_pl::TwoPl};
+use crate::protocols::{calvin::Calvin, drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
+use crate::protocols::{mvcc::Mvcc, scythe::Scythe, sundial::Sundial, two_pl::TwoPl};
 use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
@@ -121,6 +121,12 @@ macro_rules! registry {
                 }
             }
 
+            pub(crate) async fn retire(&mut self, core: &mut Core) {
+                match self {
+                    $( Slots::$variant(s) => <$ty>::retire(core, &mut s.scratch).await, )*
+                }
+            }
+
             pub(crate) fn begin<'c>(
                 &'c mut self,
                 core: &'c mut Core,
@@ -168,6 +174,10 @@ registry! { $
         "RCC's OCC: DrTM+H's protocol (the same code), its stages chosen by RCC's hybrid code.";
     Sundial: "sundial" => Sundial,
         "RCC's SUNDIAL: OCC with logical leases (a record's [wts, rts] renewed by CAS on one word with a freeze bit); serializable, not strictly.";
+    Mvcc: "mvcc" => Mvcc,
+        "RCC's MVCC: timestamp ordering with read timestamps raised by CAS and a freeze bit (one version slot); serializable, not strictly.";
+    Calvin: "calvin" => Calvin,
+        "RCC's CALVIN: epochs of dispatched key sets, scheduled deterministically (no locks, no aborts from concurrency control).";
     Scythe: "scythe" => Scythe,
         "Scythe (TACO'24): OCC, whose retries after meeting a hot record run timestamp-ordered (TOCC) in FIFO takeout-lock queues.";
 }

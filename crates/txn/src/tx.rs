@@ -294,11 +294,16 @@ impl<'c, P: Protocol> Tx<'c, P> {
         let r = self.commit_phases().await;
         match r {
             Ok(()) => {
+                // The outcome is known before any lock is given back, and that is when the
+                // history says the transaction ended: of two writers of a key, the one that
+                // ended first then installed the older version (a history without its
+                // warm-up relies on it). Its latency includes the release's posting.
+                let decided_ns = self.c.ep.now_ns();
                 let t = self.clock();
                 P::release(self);
                 self.charge(Phase::Release, t);
                 self.cache_inserted_slots();
-                self.finish(Ok(()));
+                self.finish(Ok(()), decided_ns);
             }
             Err(a) => self.abort_with(a).await,
         }
@@ -356,10 +361,12 @@ impl<'c, P: Protocol> Tx<'c, P> {
         let t = self.clock();
         P::abort(self).await;
         self.charge(Phase::Abort, t);
-        self.finish(Err(a));
+        let decided_ns = self.c.ep.now_ns();
+        self.finish(Err(a), decided_ns);
     }
 
-    fn finish(&mut self, result: Result<(), Abort>) {
+    /// `decided_ns`: when the outcome was known (the history's end).
+    fn finish(&mut self, result: Result<(), Abort>, decided_ns: u64) {
         self.finished = true;
         let end_ns = self.c.ep.now_ns();
         match result {
@@ -374,7 +381,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             end_ns,
         });
         if self.c.recorder.is_some() {
-            let h = self.history(result.is_ok(), end_ns);
+            let h = self.history(result.is_ok(), decided_ns);
             if let Some(r) = &mut self.c.recorder {
                 r.record(&h);
             }

@@ -383,6 +383,22 @@ fn rccs_protocols_cost_what_their_stage_lists_say() {
             ],
             "sundial hybrid {code}"
         );
+        // MVCC: FORD's fetch (read-write items locked as they are read), one raise + freeze
+        // round (every rts word's CAS in one batch, the word having come with the record's
+        // READ), the coalescent commit. Read-only transactions raise their records' rts to
+        // their timestamp (a later timestamp each time here): fetch, raise.
+        assert_eq!(
+            measure(Protocol::Mvcc),
+            [
+                ("cold read-write", 4),
+                ("cold read-write + read-only", 4),
+                ("read-write", 3),
+                ("read-write + read-only", 3),
+                ("read-only", 2),
+                ("read-only, one item", 2),
+            ],
+            "mvcc hybrid {code}"
+        );
         // OCC is DrTM+H's protocol: its round trips are DrTM+H's.
         assert_eq!(
             measure(Protocol::Occ)[2..],
@@ -477,4 +493,43 @@ fn scythe_tocc_takes_one_ticket_per_record() {
     });
     // Cold (bucket READs, no tickets), then warm (tickets): no wait either time.
     assert_eq!(rts, [4, 4]);
+}
+
+/// CALVIN's critical-path round trips, alone (the pool's other coordinators never joined, so
+/// nobody to wait for): one-sided, the dispatch (batch WRITE, epoch word CAS) and the first
+/// poll of the others' epoch words go in one doorbell batch, then the reads, then the install
+/// (the done word is WRITTEN detached). The first transaction joins first (CAS + READs of
+/// every epoch word, 1 RT); a cold item's bucket READ brings its record (a slot of it). As RPCs, the dispatch is waited for
+/// before the poll (an RPC and a READ are not ordered): one round trip more per transaction,
+/// and one more at the join.
+#[test]
+fn calvin_costs_dispatch_reads_and_install() {
+    use dtxn_txn::{HybridCode, Protocol, RccOptions};
+    // 383: only the dispatch as RPCs (CALVIN's bit 128), which costs the same round trip
+    // more; 255: only the done word (bit 256, forwarding), posted detached: nothing more.
+    for (code, extra) in [(511, 0), (0, 1), (383, 1), (255, 0)] {
+        let cfg = TxnConfig {
+            protocol: Protocol::Calvin,
+            rcc: RccOptions {
+                hybrid: HybridCode::new(code).unwrap(),
+            },
+            ..TxnConfig::default()
+        };
+        assert_eq!(
+            measure_config(cfg),
+            [
+                // Join, dispatch + poll, bucket READ (the record is a slot of it), install.
+                ("cold read-write", 4 + 2 * extra),
+                // Dispatch + poll, bucket READs, install.
+                ("cold read-write + read-only", 3 + extra),
+                // Dispatch + poll, READs, install.
+                ("read-write", 3 + extra),
+                ("read-write + read-only", 3 + extra),
+                // Dispatch + poll, READs: nothing to install.
+                ("read-only", 2 + extra),
+                ("read-only, one item", 2 + extra),
+            ],
+            "calvin hybrid {code}"
+        );
+    }
 }

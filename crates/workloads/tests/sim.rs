@@ -85,7 +85,7 @@ fn run_unchecked<W: Workload + Clone>(
     w.load(&pool, &plan, seed).unwrap();
     let history = Rc::new(RefCell::new(Vec::new()));
     let protocol = txn.protocol.name();
-    let sundial = txn.protocol == Protocol::Sundial;
+    let sundial = matches!(txn.protocol, Protocol::Sundial | Protocol::Mvcc);
     let snapshot =
         txn.protocol == Protocol::Motor && txn.motor.isolation == dtxn_txn::Isolation::Snapshot;
     let txn_cfg = Rc::new(txn);
@@ -115,6 +115,7 @@ fn run_unchecked<W: Workload + Clone>(
                         per_type[ty] += 1;
                     }
                 }
+                c.retire().await;
                 (tally, committed, per_type)
             }
         })

@@ -171,9 +171,14 @@ pub struct BenchArgs {
     /// run's length), `delay_prob=P` and `delay=DURATION` (ops delayed on the way).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
-    /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`).
+    /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`), from the
+    /// end of the warm-up on (sim, shm): those that ended before it are left out, and the
+    /// file's header says so.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// With --record: record the warm-up's transactions too (what `dtxn torture` checks).
+    #[arg(long)]
+    pub record_warmup: bool,
     /// shm: also measure the wall time spent executing each transaction's verbs (inside the
     /// backend's submit), reported per transaction type beside the latency: what is memory
     /// work and what the protocol's own CPU. Costs two clock reads per batch.

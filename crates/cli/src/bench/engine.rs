@@ -168,17 +168,19 @@ impl Collector {
     }
 }
 
-/// Writes every transaction's history to one file shared by the coordinators, and keeps it
-/// in memory too with `--faults` (the run's own check reads it).
+/// Writes every transaction's history to one file shared by the coordinators, but for those
+/// that ended before `from_ns` (the warm-up), and keeps the whole history in memory too with
+/// `--faults` (the run's own check reads it).
 struct FileRecorder {
     out: Option<Arc<Mutex<HistoryWriter<File>>>>,
+    from_ns: u64,
     kept: Option<Arc<Mutex<Vec<dtxn_check::Txn>>>>,
     failed: Arc<AtomicBool>,
 }
 
 impl Recorder for FileRecorder {
     fn record(&mut self, txn: &dtxn_check::Txn) {
-        if let Some(out) = &self.out {
+        if let Some(out) = self.out.as_ref().filter(|_| txn.end >= self.from_ns) {
             let mut w = match out.lock() {
                 Ok(w) => w,
                 Err(p) => p.into_inner(),
@@ -208,6 +210,8 @@ pub struct Shared {
     pub coordinators: u32,
     pub progress: ProgressBar,
     record: Option<Arc<Mutex<HistoryWriter<File>>>>,
+    /// The history file leaves out the transactions that ended before this (fabric clock).
+    record_from_ns: u64,
     /// `--faults`: the history, kept in memory for the run's own check.
     kept: Option<Arc<Mutex<Vec<dtxn_check::Txn>>>>,
     record_failed: Arc<AtomicBool>,
@@ -285,6 +289,7 @@ async fn coordinator<W: Workload>(
     if sh.record.is_some() || sh.kept.is_some() {
         c.set_recorder(Box::new(FileRecorder {
             out: sh.record.clone(),
+            from_ns: sh.record_from_ns,
             kept: sh.kept.clone(),
             failed: sh.record_failed.clone(),
         }));
@@ -343,22 +348,32 @@ async fn coordinator<W: Workload>(
             }
         }
     }
+    c.retire().await;
     Ok(all)
 }
 
 impl Shared {
+    /// `record`: the history file, and the time (fabric clock) from which on it records: the
+    /// transactions that ended before (the warm-up) are left out, and its header says so.
     pub fn new(
         stop: Stop,
         seed: u64,
         verify: bool,
         coordinators: u32,
         progress: ProgressBar,
-        record: Option<&std::path::Path>,
+        record: Option<(&std::path::Path, Option<u64>)>,
     ) -> anyhow::Result<Shared> {
+        let record_from_ns = record.and_then(|(_, from)| from).unwrap_or(0);
         let record = match record {
-            Some(p) => Some(Arc::new(Mutex::new(HistoryWriter::create(p).map_err(
-                |e| anyhow::anyhow!("cannot write the history to {}: {e}", p.display()),
-            )?))),
+            Some((p, from)) => {
+                let w = match from {
+                    Some(ns) => HistoryWriter::create_from(p, ns),
+                    None => HistoryWriter::create(p),
+                };
+                Some(Arc::new(Mutex::new(w.map_err(|e| {
+                    anyhow::anyhow!("cannot write the history to {}: {e}", p.display())
+                })?)))
+            }
             None => None,
         };
         Ok(Shared {
@@ -370,6 +385,7 @@ impl Shared {
             coordinators,
             progress,
             record,
+            record_from_ns,
             kept: None,
             record_failed: Arc::default(),
             vcache: None,
@@ -396,6 +412,7 @@ impl Shared {
     pub fn record_recovered(&self, txn: &dtxn_check::Txn) {
         FileRecorder {
             out: self.record.clone(),
+            from_ns: 0,
             kept: self.kept.clone(),
             failed: self.record_failed.clone(),
         }

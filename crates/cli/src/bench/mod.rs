@@ -368,6 +368,9 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
 pub fn main(a: BenchArgs) -> Result<ExitCode> {
     let a = args::with_config(a, "bench")?;
     check_tally_out(&a)?;
+    if a.record_warmup && a.record.is_none() {
+        bail!("--record-warmup is an option of --record FILE");
+    }
     for (flag, path) in [
         ("--csv", &a.csv),
         ("--record", &a.record),
@@ -549,6 +552,12 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if a.kind() != Backend::Sim {
                 bail!("--faults is for --backend sim (crashes are simulated, and replay from the seed)");
             }
+            if cfg.protocol == dtxn_txn::Protocol::Calvin {
+                bail!("--faults: not for calvin (a crashed coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)");
+            }
+            if cfg.protocol == dtxn_txn::Protocol::Scythe {
+                bail!("--faults: not for scythe yet (a crashed coordinator's takeout tickets are never given back, and recovery's undo writes over the takeout words)");
+            }
             Some(faults(spec, a, topo)?)
         }
         None => None,
@@ -687,13 +696,22 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     } else {
         ProgressBar::hidden()
     };
+    // The history leaves out the warm-up: the transactions that ended before it ended, on a
+    // clock every coordinator of the run shares (sim: virtual time from now; shm: the run's
+    // start). A ucx compute process records its whole run.
+    let record_from = match &pool {
+        _ if a.warmup_ns() == 0 || a.record_warmup => None,
+        dtxn_fabric::Pool::Sim(sim) => Some(sim.now_ns() + a.warmup_ns()),
+        dtxn_fabric::Pool::Shm(_) => Some(a.warmup_ns()),
+        _ => None,
+    };
     let mut sh = Shared::new(
         stop,
         a.backend.seed,
         verify || a.tally_out.is_some(),
         topo.coordinators(),
         bar.clone(),
-        a.record.as_deref(),
+        a.record.as_deref().map(|p| (p, record_from)),
     )?;
     sh.fabric_time = a.fabric_time;
     if faults.is_some() {

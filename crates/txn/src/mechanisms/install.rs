@@ -127,7 +127,7 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
 
 /// The record `it` installs (its new value and version, deleted or not), with `lock` in its
 /// lock word, into `record`.
-fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, lock: u64) {
+pub(crate) fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, lock: u64) {
     let h = RecordHeader {
         lock,
         version: it.new_version(),

@@ -23,6 +23,7 @@
 //! WRITE   tag=3 | addr | bytes...                  -> status
 //! SHARE   tag=4 | addr | read_addr | read_len      -> status | old | the READ (if granted)
 //! UNSHARE tag=5 | addr                             -> status | old
+//! RAISE   tag=6 | addr | ts | read_addr | read_len -> status | old | the READ
 //! TICKET  tag=7 | grant addr | ts | limit          -> status | GRANT before | UPPER
 //! ```
 //!
@@ -32,6 +33,11 @@
 //! exclusively: status [`OK`], else [`NO`]) and UNSHARE gives one back (the word goes to 0
 //! with the last): the memory node's CPU does in one request what one-sided verbs do with a
 //! CAS from a guessed count (tried again when the guess was wrong), and a FAA then a CAS.
+//!
+//! RAISE is MVCC's read-timestamp raise: the word at `addr` goes up to `ts` unless it is
+//! there already or frozen (bit 63), and the READ follows: what one-sided verbs do with a CAS
+//! from the word last seen, tried again from the word it found, in one request that always
+//! finishes (RCC's RPC read, which checks and raises at the memory node).
 //!
 //! A request that does not fit the region (or a misaligned CAS) is answered with status
 //! [`BAD`], never a panic: a memory node serves whoever reaches it.
@@ -44,6 +50,9 @@ const READ: u64 = 2;
 const WRITE: u64 = 3;
 const SHARE: u64 = 4;
 const UNSHARE: u64 = 5;
+const RAISE: u64 = 6;
+/// RAISE: a word with this bit set is frozen (not raised).
+pub(crate) const FROZEN: u64 = 1 << 63;
 /// Response statuses (the first response word).
 const OK: u64 = 0;
 const BAD: u64 = 1;
@@ -144,6 +153,24 @@ impl MemoryNodeHandlers {
                 resp.extend_from_slice(&old.to_le_bytes());
             }
             super::takeout::TICKET => super::takeout::serve(mem, req, resp)?,
+            RAISE => {
+                let (addr, ts, read_addr, len) =
+                    (word(req, 1)?, word(req, 2)?, word(req, 3)?, word(req, 4)?);
+                if !addr.is_multiple_of(8) || !fits(mem, addr, 8) || !fits(mem, read_addr, len) {
+                    return None;
+                }
+                let old = loop {
+                    let w = mem.read_u64(addr);
+                    if w & FROZEN != 0 || w >= ts || mem.cas(addr, w, ts) == w {
+                        break w;
+                    }
+                };
+                resp.extend_from_slice(&OK.to_le_bytes());
+                resp.extend_from_slice(&old.to_le_bytes());
+                let at = resp.len();
+                resp.resize(at + len as usize, 0);
+                mem.read(read_addr, &mut resp[at..]);
+            }
             _ => return None,
         }
         Some(())
@@ -284,6 +311,42 @@ impl CasRead {
         }
     }
 
+    /// MVCC's raise of the read-timestamp word at `addr` to `ts` (from `seen`, the word last
+    /// seen) and, if asked, a READ after it: CAS(`seen` -> `ts`) + READ in one batch (tried
+    /// again by the caller from the word found), or one RAISE request, which raises whatever
+    /// the word holds (unless frozen or high enough) and always READs. Its `old` is the word
+    /// before; [`CasRead::swapped`] says whether that was `seen`.
+    #[inline]
+    pub(crate) fn raise(
+        ep: &mut Endpoint,
+        via: Via,
+        node: NodeId,
+        addr: u64,
+        (seen, ts): (u64, u64),
+        read: Option<(u64, usize)>,
+    ) -> CasRead {
+        match via {
+            Via::OneSided => CasRead::post(ep, via, node, addr, (seen, ts), read),
+            Via::Rpc => {
+                let (at, len) = read.unwrap_or((addr, 0));
+                let mut req = [0u8; 40];
+                for (i, w) in [RAISE, addr, ts, at, len as u64].into_iter().enumerate() {
+                    req[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+                }
+                CasRead::Rpc {
+                    id: ep.rpc(node, &req),
+                    expect: seen,
+                }
+            }
+        }
+    }
+
+    /// Whether this is served by a memory node's CPU (a RAISE then raised whatever it found).
+    #[inline]
+    pub(crate) fn is_rpc(&self) -> bool {
+        !matches!(self, CasRead::Verbs { .. })
+    }
+
     /// Whether the CAS swapped (a malformed reply counts as not).
     #[inline]
     pub(crate) fn swapped(&self, ep: &Endpoint) -> bool {
@@ -306,7 +369,8 @@ impl CasRead {
         }
     }
 
-    /// The bytes the READ after the CAS returned (for an RPC: only if the CAS swapped).
+    /// The bytes the READ after the CAS returned (for an RPC: only if the CAS swapped; a
+    /// RAISE's always).
     #[inline]
     pub(crate) fn bytes<'e>(&self, ep: &'e Endpoint) -> &'e [u8] {
         match *self {
@@ -482,6 +546,36 @@ mod tests {
         // A READ after the CAS of the word itself sees the new value.
         let r = serve(&mut mem, &req(&[LOCK, 64, 7, 5, 64, 8], &[]));
         assert_eq!(word(&r, 2), Some(5));
+    }
+
+    #[test]
+    fn a_raise_raises_unless_frozen_or_high_enough_and_always_reads_after() {
+        let mut mem = Mem(vec![0; 64]);
+        mem.write_u64(8, 5);
+        mem.write_u64(16, 0xabcd);
+        let raise = |mem: &mut Mem, ts| serve(mem, &req(&[RAISE, 8, ts, 8, 16], &[]));
+        // Up from 5 to 9, whatever the coordinator last saw; the READ sees the raise.
+        let r = raise(&mut mem, 9);
+        assert_eq!(
+            (word(&r, 0), word(&r, 1), word(&r, 2)),
+            (Some(OK), Some(5), Some(9))
+        );
+        assert_eq!(word(&r, 3), Some(0xabcd));
+        // Never down.
+        let r = raise(&mut mem, 7);
+        assert_eq!((word(&r, 1), mem.read_u64(8)), (Some(9), 9));
+        // A frozen word stays as it is.
+        mem.write_u64(8, FROZEN | 3);
+        let r = raise(&mut mem, 20);
+        assert_eq!(
+            (word(&r, 1), mem.read_u64(8)),
+            (Some(FROZEN | 3), FROZEN | 3)
+        );
+        // Misaligned: BAD.
+        assert_eq!(
+            serve(&mut mem, &req(&[RAISE, 3, 1, 0, 0], &[])),
+            req(&[BAD], &[])
+        );
     }
 
     #[test]

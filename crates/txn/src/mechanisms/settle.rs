@@ -102,8 +102,10 @@ fn judge_replicas(
             // An insert's new record: valid, our key... its version is whatever it installed.
             now.valid.then_some(now.version)
         } else {
+            // Newer than the image: FORD's commits install `version + 1`, timestamp-ordered
+            // ones (SUNDIAL, MVCC) their commit timestamp, above it.
             let old = t.codec().header(&it.image);
-            (now.version == old.version + 1 && now.key == old.key).then_some(now.version)
+            (now.version > old.version && now.key == old.key).then_some(now.version)
         };
         if n == t.primary() {
             seen.held[i] = holds(now.lock, owner);

@@ -2,7 +2,7 @@
 //! sees selected and, when older than the newest, rebuilt from pre-images; bucket walks for
 //! keys whose address is not cached.
 
-use super::{codec, committing, start, Motor, MvState, COMMITTING};
+use super::{codec, committing, ended, start, Motor, MvState, COMMITTING};
 use crate::abort::{Abort, AbortReason};
 use crate::config::Isolation;
 use crate::item::{Access, Item};
@@ -131,6 +131,8 @@ pub(crate) async fn stage_rounds(
     let map = tx.c.map.clone();
     let mut rereads = 0u32;
     while !work.is_empty() {
+        // Commits seen ended while the last round was judged: this round's READs come after.
+        tx.st.suspects.forget_ended();
         ids.clear();
         spans.clear();
         for &(i, stage) in work.iter() {
@@ -339,7 +341,11 @@ pub(crate) fn on_decoded(
         // Someone is committing: its commit timestamp may be below our start and its versions
         // not installed yet. Read again until it is done. (A lock without the mark is a
         // writer still executing: it will take its commit timestamp after this READ, above
-        // our start, so the versions we may see are all there.)
+        // our start, so the versions we may see are all there.) With a local oracle, a
+        // coordinator whose commit has ended since we copied its bit is forgotten from the
+        // next round on: a READ posted then sees that commit installed, and a lock the
+        // coordinator holds then is a later transaction's.
+        ended(tx, h.lock);
         return Err(Next::Reread(Stage::Cvt { off, lock: false }));
     }
     choose_version(tx, t, i, off, ours, st)

@@ -80,7 +80,7 @@ pub(crate) struct MotorTxn {
     /// The start timestamp (0 until taken).
     pub ts_start: u64,
     /// With a local oracle: the coordinators committing when our timestamp was taken.
-    pub suspects: Vec<u64>,
+    pub suspects: crate::clock::Suspects,
     /// A failed install left versions that recovery must settle: keep the locks.
     pub keep_locks: bool,
     /// With a local oracle: our committing bit is set.
@@ -298,7 +298,15 @@ pub(crate) fn copy_committing(tx: &mut Tx<'_, Motor>) {
 /// mark in the pool, or (local oracle) its bit when we took the timestamp.
 pub(crate) fn committing(tx: &Tx<'_, Motor>, lock: u64) -> bool {
     lock & COMMITTING != 0
-        || (lock != 0
-            && tx.c.local_oracle.is_some()
-            && crate::LocalOracle::is_set(&tx.st.suspects, lock))
+        || (lock != 0 && tx.c.local_oracle.is_some() && tx.st.suspects.holds(lock))
+}
+
+/// With a local oracle: whether the lock's holder was committing when we took our timestamp
+/// and has ended that commit since; then it is no longer waited on (see
+/// [`crate::LocalOracle`]).
+pub(crate) fn ended(tx: &mut Tx<'_, Motor>, lock: u64) -> bool {
+    match &tx.c.local_oracle {
+        Some(o) if lock & COMMITTING == 0 => o.forget_ended(&mut tx.st.suspects, lock),
+        _ => false,
+    }
 }

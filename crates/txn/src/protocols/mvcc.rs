@@ -1,0 +1,518 @@
+//! RCC's MVCC (Wang et al., "RCC", section 3.4 of the RCC digest): multi-version timestamp
+//! ordering. Every transaction takes a timestamp `ctts` at begin from its coordinator's local
+//! clock (RCC's layout: clock high, coordinator id low, [`timestamp::local_clock`]), raised
+//! past every larger `wts` or `rts` the coordinator has seen; transactions are serialized in
+//! `ctts` order, with no validation phase: a read raises the record's read timestamp `rts`, a
+//! write must be above every committed version's `wts` and above `rts` (`--protocol mvcc`).
+//!
+//! **Layout, and why.** Single-version stamped records (FORD's, [`RecordFormat::Single`]) with
+//! one metadata word: the record's header `lock` is RCC's `tts` (the holder's lock word is its
+//! `ctts`, owner id in the low bits as every lock word here), its header `version` is the `wts`
+//! of the one committed version kept, stamped on every line, and metadata word 0 (in line 0, so
+//! one atomic line holds `tts`, `wts` and `rts` together, G3) is the **rts word**:
+//! `FROZEN (bit 63) | rts`. So this is RCC's MVCC with **one version slot, not four**. Motor's
+//! CVT (the brief's preferred layout) holds the versions as a newest value plus *pre-images*:
+//! an older version is rebuilt, and a pre-image longer than 8 bytes lives in the slot's
+//! attribute bar, a second READ (not RCC's one READ of four record copies); and Motor's code
+//! that reads, installs, inserts and recovers CVTs is typed on Motor's transaction
+//! (`Tx<'_, Motor>`, its oracle and committing marks), so sharing it is a refactor of Motor
+//! first. The single-version format gives every shared mechanism for free (stamped fetch,
+//! inserts, the undo log, `settle`, the RPC forms) and the protocol's rules are the same; what
+//! one slot costs is read aborts (a reader older than the newest version aborts, RCC's
+//! "no suitable slot"), which RCC measured at 4.2% of read aborts with four slots.
+//!
+//! The rts word is **frozen** (bit 63) by a writer that holds the record's lock and has
+//! checked W1: a reader's CAS then fails, so no reader is admitted below a version about to be
+//! installed, and the install may WRITE the word (G11: the word changes only by CAS, or by a
+//! WRITE of whoever froze it). An abort unfreezes it by CAS.
+//!
+//! Phases, with their critical-path round trips (addresses cached):
+//!
+//! 1. **Fetch** (1 RT per batch of reads): read-write items CAS(lock: 0 -> ctts) + READ (W2,
+//!    RCC's lock, hitchhiked on the fetch; the READ after the CAS is RCC's second READ, and W1
+//!    is checked atomically by the freeze below), read-only items READ. Per-line stamps make
+//!    a torn READ exact: it is read again. The undo log in the background.
+//! 2. **Lock** (only inserts' free slots and cold items): CAS + READ(header).
+//! 3. **Raise + freeze** (1 RT when anything needs it; RCC's rts CAS and W1 re-check). R1:
+//!    every item's `wts < ctts` (for a key read absent: its tombstone's), else abort. Each
+//!    written record's rts word is frozen, CAS(rts -> rts | FROZEN): W1 (`rts < ctts`) holds
+//!    on the word the CAS swapped, atomically; a CAS that finds the word raised by a reader
+//!    checks W1 on what it found and tries again. Each read record's word is raised to `ctts`
+//!    unless it is there already: CAS(rts -> ctts) with a READ of the header after it in the
+//!    same batch (G6). No atomic max: a CAS that fails tries again from the word it found,
+//!    and then the READ after it must show the version read unchanged (the word also changes
+//!    when a version is installed). A word found frozen below `ctts` aborts the reader: a
+//!    writer that passed W1 below us holds the record. Keys read absent raise their home
+//!    bucket's chain word the same way; inserts freeze it.
+//! 4. **Validate absence** (only for keys read absent): FORD's chain re-read.
+//! 5. **Commit** (1 RT): FORD's coalescent install, each written record with version `ctts`
+//!    and an unfrozen rts word `ctts`.
+//! 6. **Release** (detached): frozen chain words written back unfrozen, then the locks.
+//!
+//! So a read-only transaction costs 2 RTs (fetch, raise; 1 if every rts is high enough), a
+//! read-write one 3 (fetch, freeze, commit). Every stage follows RCC's hybrid code (`--set
+//! rcc.hybrid=CODE`); every atomic on an rts word (raise, freeze, unfreeze) goes the fetch
+//! stage's way (G11). As RPCs, a raise is one RAISE request (the memory node raises whatever
+//! the word holds, unless frozen, and READs the header after it: no retry), a freeze a LOCK
+//! request (CAS + READ).
+//!
+//! **The rts-bump ordering race** (digest 3.4, note 1): in RCC, a reader checks its READ and
+//! raises `rts` afterwards, and a writer checks W1 on a READ after its lock; a writer below the
+//! reader can lock and read the old `rts` before the raise, and commit a version the reader
+//! should have read. Here the writer's W1 check *is* its freeze CAS on the rts word, and a
+//! reader's raise is a CAS on the same word, so the two are ordered: raise first and the
+//! freeze fails (W1 fails on the raised word, the writer aborts); freeze first and the raise
+//! fails (the reader aborts). No R2 check of `tts` is needed: a lock alone promises nothing
+//! until its holder's freeze. The reader's half: a raise that finds the word changed may have
+//! been overtaken by a whole install (lock, freeze, new version, new word) below it, so the
+//! READ after that CAS must show the version read (RCC's retry loop, which only CASes up from
+//! what it finds, would commit the stale read). Tests: `crates/txn/tests/mvcc.rs`.
+//!
+//! **Torn reads** are exact, not the two equal READs' heuristic: every line of a record
+//! carries its version (the writer's `ctts`, unique), and a READ whose lines disagree is read
+//! again (the shared fetch).
+//!
+//! **Phantoms.** A key read absent raises its home bucket's chain word (at
+//! [`CHAIN_META_OFF`]) to `ctts`; an insert (under the chain's insert lock) freezes that word
+//! and must be above it; its release writes it back unfrozen. So no transaction below a reader
+//! inserts a key the reader saw absent after it looked.
+//!
+//! MVCC with local clocks is serializable in timestamp order, **not strictly serializable**: a
+//! transaction that starts after another ended, on a coordinator whose clock is behind, is
+//! ordered before it. Histories are checked without real-time order.
+//!
+//! Limits: one version slot (above). A crashed coordinator's logged undo image holds the rts
+//! word as its fetch read it, so settling may lower `rts` (as SUNDIAL's leases); a freeze left
+//! by a crash stays until the record's next writer takes it over. Readers raise `rts` on the
+//! primary only: after a fail-over to a backup, earlier raises are lost.
+
+use crate::abort::{Abort, AbortReason};
+use crate::config::TxnConfig;
+use crate::item::{Access, NewValue};
+use crate::mechanisms::fetch::Locking;
+use crate::mechanisms::install::{install, Install};
+use crate::mechanisms::rpc::{self, CasRead, Read};
+use crate::mechanisms::validate::header_of;
+use crate::mechanisms::{abort, absent, fetch, insert, lock, release, undo};
+use crate::mechanisms::{settle, table, timestamp, INVISIBLE};
+use crate::protocol::{Protocol, Row};
+use crate::recovery::Recovered;
+use crate::stage::{Stage, Stages};
+use crate::tx::Tx;
+use dtxn_fabric::{Endpoint, FabricError, NodeId};
+use dtxn_store::index::CHAIN_META_OFF;
+use dtxn_store::log::{LogEntry, LogStatus};
+use dtxn_store::record::{RecordHeader, HEADER_BYTES, META_OFF};
+use dtxn_store::PoolMap;
+use dtxn_store::RecordFormat;
+
+// The rts word's freeze bit (the memory nodes' RAISE requests know it).
+use crate::mechanisms::rpc::FROZEN;
+
+/// RCC's MVCC: `--protocol mvcc`, its stages by RCC's hybrid code (`rcc.hybrid`).
+pub(crate) struct Mvcc;
+
+/// What the raise + freeze round does with an item's rts word.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Job {
+    #[default]
+    None,
+    /// A record or chain we read: raise its rts to `ctts`.
+    Raise,
+    /// A record we write, or a chain we insert into: freeze it, W1 on what it held.
+    Freeze,
+}
+
+/// An item's rts word, as the raise + freeze round sees it.
+#[derive(Debug, Default)]
+pub(crate) struct Word {
+    job: Job,
+    /// The word's (node, address): the record's word 0, or its home bucket's chain word.
+    at: Option<(NodeId, u64)>,
+    /// The word as last seen.
+    seen: u64,
+    /// Raise: the word is at `ctts` or above.
+    raised: bool,
+    /// Raise: a CAS found the word changed, so a version may have been installed since the
+    /// fetch: the record's version must be read again (after that CAS) before the read holds.
+    check: bool,
+    /// The frozen word our CAS may have put there (what an abort turns back).
+    frozen: Option<u64>,
+}
+
+impl Word {
+    /// Whether the word needs no more raising (frozen: by a writer above us, if high enough).
+    fn high_enough(w: u64, ts: u64) -> bool {
+        w & !FROZEN >= ts
+    }
+}
+
+/// Per coordinator: the greatest timestamp it handed out or saw (its clock never goes below
+/// it), and the round's posted CASes and READs.
+#[derive(Default)]
+pub(crate) struct Scratch {
+    last: u64,
+    cas: Vec<(usize, CasRead, u64)>,
+    reads: Vec<(usize, Read)>,
+}
+
+impl Protocol for Mvcc {
+    const RECORDS: RecordFormat = RecordFormat::Single;
+    const META_WORDS: u8 = 1;
+    const OPTIONS: Option<&'static str> = Some("rcc");
+    const LOCK_FLAGS: u64 = INVISIBLE;
+    const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
+    type Item = Word;
+    /// `ctts`.
+    type Txn = u64;
+    type Scratch = Scratch;
+
+    fn rpc(cfg: &TxnConfig) -> Stages {
+        cfg.rcc.hybrid.rpc_stages().and(Self::RPC_FORMS)
+    }
+
+    /// `ctts` from the local clock, above everything the coordinator has seen; it is the lock
+    /// word of every lock the transaction takes (RCC's `tts`).
+    fn begin(tx: &mut Tx<'_, Self>) {
+        let ts = timestamp::local_clock(tx.c.ep.now_ns(), tx.s.last, tx.c.owner);
+        tx.s.last = ts;
+        tx.st = ts;
+        tx.c.lock_word = ts;
+    }
+
+    async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
+        for a in accesses {
+            worded_table(tx, a.table, a.key)?;
+        }
+        fetch::records(tx, accesses, Locking::Optimistic { hitchhike: true }).await?;
+        undo::log_undo(tx).await
+    }
+
+    async fn insert(tx: &mut Tx<'_, Self>, rows: &[Row<'_>]) -> Result<(), Abort> {
+        for &(t, k, _) in rows {
+            worded_table(tx, t, k)?;
+        }
+        insert::insert(tx, rows).await
+    }
+
+    async fn lock(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
+        lock::lock_cold(tx).await
+    }
+
+    async fn validate(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
+        plan(tx)?;
+        let mut s = std::mem::take(tx.s);
+        let r = rounds(tx, &mut s).await;
+        *tx.s = s;
+        r?;
+        frozen_into_images(tx);
+        absent::validate_absent(tx).await
+    }
+
+    async fn install(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
+        if !tx.writes() {
+            return Ok(());
+        }
+        let ts = tx.st;
+        for it in tx.items.iter_mut().filter(|i| i.written()) {
+            it.install = Some(ts);
+            it.meta = ts;
+        }
+        install(tx, Install::Coalescent).await
+    }
+
+    /// Chain words we froze go back unfrozen, at least `ctts` (our own absent reads of the
+    /// chain), before the chain locks' release (same way, so in order). Records' words were
+    /// written by the install.
+    fn release(tx: &mut Tx<'_, Self>) {
+        let map = tx.c.map.clone();
+        let via = tx.c.via(Stage::Release);
+        let ts = tx.st;
+        for it in &tx.items {
+            let (Some(f), Some((_, at))) = (it.ext.frozen, it.ext.at) else {
+                continue;
+            };
+            if record_word(it.offset, at) {
+                continue;
+            }
+            let word = (f & !FROZEN).max(ts).to_le_bytes();
+            for &n in &table(&map, it.table).replicas {
+                rpc::write(&mut tx.c.ep, via, n, at, &word);
+            }
+        }
+        release::release(tx, LogStatus::Committed);
+    }
+
+    /// Every word we froze is unfrozen (CAS frozen -> as it was), and that is waited for
+    /// before the locks are given back. Raises stay: an `rts` too high only costs a writer an
+    /// abort, and lowering one could undo another reader's raise.
+    async fn abort(tx: &mut Tx<'_, Self>) {
+        let via = tx.c.via(Stage::Fetch);
+        let mut any = false;
+        for it in &tx.items {
+            if let (Some(f), Some((n, at))) = (it.ext.frozen, it.ext.at) {
+                CasRead::post(&mut tx.c.ep, via, n, at, (f, f & !FROZEN), None);
+                any = true;
+            }
+        }
+        if any {
+            let _ = tx.c.ep.post().await;
+        }
+        release::release_on_abort(tx).await;
+    }
+
+    async fn settle(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        owner: u64,
+        e: &LogEntry,
+    ) -> Result<Recovered, FabricError> {
+        settle::settle(ep, map, owner, e).await
+    }
+}
+
+/// Whether the word at `at` is the record's at `offset` (not a chain's).
+fn record_word(offset: Option<u64>, at: u64) -> bool {
+    offset.is_some_and(|o| o + META_OFF as u64 == at)
+}
+
+/// MVCC keeps `rts` in each record's metadata word 0: a table laid out without one cannot
+/// hold it.
+fn worded_table(tx: &Tx<'_, Mvcc>, t: u32, key: u64) -> Result<(), Abort> {
+    match tx.c.map.table(t) {
+        Ok(info) if info.meta_words >= 1 => Ok(()),
+        _ => Err(Abort {
+            reason: AbortReason::BadRequest,
+            table: t,
+            key,
+        }),
+    }
+}
+
+/// R1 (and W1 on `wts`) for every item, and each item's job on its rts word.
+fn plan(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let ts = tx.st;
+    let mut seen_max = 0;
+    // Chains whose word one of our items freezes: our own absent reads of them need no raise
+    // (the release writes the word back at `ctts` or above).
+    let mut frozen_chains: Vec<(NodeId, u64)> = Vec::new();
+    for it in tx.items.iter_mut() {
+        let t = table(&map, it.table);
+        let chain = (t.primary(), t.home_bucket(it.key) + CHAIN_META_OFF);
+        let (job, at) = match it.offset {
+            _ if it.chain_lock.is_some() => (Job::Freeze, chain),
+            _ if it.new == NewValue::Insert => (Job::None, chain),
+            Some(off) if it.exists => {
+                let job = if it.written() {
+                    Job::Freeze
+                } else {
+                    Job::Raise
+                };
+                (job, (t.primary(), off + META_OFF as u64))
+            }
+            // A key absent and written (re-created over its tombstone, under the slot's lock):
+            // the chain's absent readers must be below us.
+            _ if it.written() => (Job::Freeze, chain),
+            _ => (Job::Raise, chain),
+        };
+        // R1 / W1: the version read (a key absent: its tombstone's) is below us; an insert's
+        // slot has no stamp above us.
+        if it.version >= ts || it.install.is_some_and(|s| s > ts) {
+            return Err(abort(AbortReason::NewerVersion, it));
+        }
+        seen_max = seen_max.max(it.version).max(it.meta & !FROZEN);
+        if job == Job::Freeze && at == chain {
+            if frozen_chains.contains(&chain) {
+                it.ext = Word::default();
+                continue;
+            }
+            frozen_chains.push(chain);
+        }
+        it.ext = Word {
+            job,
+            at: Some(at),
+            seen: it.meta,
+            ..Word::default()
+        };
+    }
+    for it in tx.items.iter_mut() {
+        if it.ext.job == Job::Raise && it.ext.at.is_some_and(|a| frozen_chains.contains(&a)) {
+            it.ext.job = Job::None;
+        }
+    }
+    tx.s.last = tx.s.last.max(seen_max);
+    Ok(())
+}
+
+/// The raise + freeze rounds (the module's phase 3): again while a CAS found the word
+/// changed, at most `reread_limit` + 1 rounds.
+async fn rounds(tx: &mut Tx<'_, Mvcc>, s: &mut Scratch) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let ts = tx.st;
+    let mut n_rounds = 0;
+    loop {
+        s.cas.clear();
+        s.reads.clear();
+        // Every atomic on an rts word goes one way (G11): the fetch stage's, RCC's READ.
+        let via = tx.c.via(Stage::Fetch);
+        let read_via = tx.c.via(Stage::Validate);
+        for i in 0..tx.items.len() {
+            let it = &tx.items[i];
+            let w = &it.ext;
+            let Some((n, at)) = w.at.filter(|_| w.job != Job::None) else {
+                continue;
+            };
+            let record = record_word(it.offset, at);
+            let cas = match w.job {
+                Job::Freeze if w.frozen.is_none() => {
+                    // W1 on the word as last seen (under our lock: a freeze found there is a
+                    // crashed coordinator's, taken over).
+                    if Word::high_enough(w.seen, ts) {
+                        return Err(abort(AbortReason::NewerVersion, it));
+                    }
+                    Some((w.seen, w.seen | FROZEN))
+                }
+                Job::Raise if !w.raised => {
+                    if w.seen & FROZEN != 0 && !Word::high_enough(w.seen, ts) {
+                        // A writer that passed W1 below us holds it: it may commit a version
+                        // we should have read.
+                        return Err(abort(AbortReason::Validation, it));
+                    }
+                    (!Word::high_enough(w.seen, ts)).then_some((w.seen, ts))
+                }
+                _ => None,
+            };
+            let reread = (record && w.job == Job::Raise).then(|| {
+                let off = it.offset.expect("a record");
+                (off, HEADER_BYTES)
+            });
+            match cas {
+                Some(c) => {
+                    let posted = if w.job == Job::Raise {
+                        CasRead::raise(&mut tx.c.ep, via, n, at, c, reread)
+                    } else {
+                        CasRead::post(&mut tx.c.ep, via, n, at, c, reread)
+                    };
+                    s.cas.push((i, posted, c.1));
+                    if w.job == Job::Freeze {
+                        tx.items[i].ext.frozen = Some(c.1);
+                    }
+                }
+                None => {
+                    if w.check && record {
+                        let (off, len) = reread.expect("a record");
+                        let p = table(&map, it.table).primary();
+                        s.reads
+                            .push((i, Read::post(&mut tx.c.ep, read_via, p, off, len)));
+                    }
+                    if w.job == Job::Raise {
+                        // High enough already (a Raise that needs a CAS has one).
+                        tx.items[i].ext.raised = true;
+                    }
+                }
+            }
+        }
+        let Some(first) = s.cas.first().map(|c| c.0).or(s.reads.first().map(|r| r.0)) else {
+            return Ok(());
+        };
+        n_rounds += 1;
+        if n_rounds > tx.c.cfg.reread_limit + 1 {
+            return Err(abort(AbortReason::Validation, &tx.items[first]));
+        }
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[first]));
+        }
+        for &(i, c, new) in &s.cas {
+            on_cas(tx, i, c, new)?;
+        }
+        for &(i, r) in &s.reads {
+            let h = header_of(r.bytes(&tx.c.ep));
+            check_version(tx, i, h)?;
+        }
+    }
+}
+
+/// One CAS of the round completed.
+fn on_cas(tx: &mut Tx<'_, Mvcc>, i: usize, c: CasRead, new: u64) -> Result<(), Abort> {
+    let ts = tx.st;
+    let swapped = c.swapped(&tx.c.ep);
+    let old = c.old(&tx.c.ep);
+    let it = &mut tx.items[i];
+    let Some(w) = old.filter(|_| !swapped).or(swapped.then_some(new)) else {
+        // Only a malformed RPC reply has no word: the memory node counts as failed.
+        return Err(abort(AbortReason::ReplicaFailure, it));
+    };
+    tx.s.last = tx.s.last.max(w & !FROZEN);
+    match it.ext.job {
+        Job::Freeze if swapped => {}
+        Job::Freeze => {
+            it.ext.frozen = None;
+            let ours = it.exists || it.chain_lock.is_some();
+            if w & FROZEN != 0 && ours {
+                // Frozen under our lock: a crashed coordinator's leftover, ours now.
+                it.ext.frozen = Some(w);
+                if Word::high_enough(w, ts) {
+                    return Err(abort(AbortReason::NewerVersion, it));
+                }
+            } else if w & FROZEN != 0 {
+                return Err(abort(AbortReason::LockConflict, it));
+            }
+            // A reader raised it meanwhile: W1 again on what it holds (next round).
+            it.ext.seen = w;
+        }
+        Job::Raise if swapped => it.ext.raised = true,
+        Job::Raise => {
+            // Changed since we saw it: by another reader, or by a writer's freeze or install.
+            // The READ after this CAS tells whether a version was installed. (A RAISE
+            // request raised whatever it found, unless frozen.)
+            it.ext.seen = if c.is_rpc() && w & FROZEN == 0 {
+                w.max(ts)
+            } else {
+                w
+            };
+            if record_word(it.offset, it.ext.at.expect("planned").1) {
+                it.ext.check = true;
+                let bytes = c.bytes(&tx.c.ep);
+                // An RPC CAS that did not swap returns no bytes: READ next round.
+                if !bytes.is_empty() {
+                    let h = header_of(bytes);
+                    check_version(tx, i, h)?;
+                }
+            }
+        }
+        Job::None => {}
+    }
+    Ok(())
+}
+
+/// A READ of record item `i`'s header, executed after a CAS that found its rts word changed:
+/// the version we read must still be the newest (else a writer installed one, possibly below
+/// us, that we should have read).
+fn check_version(tx: &mut Tx<'_, Mvcc>, i: usize, h: Option<RecordHeader>) -> Result<(), Abort> {
+    let it = &mut tx.items[i];
+    let Some(h) = h else {
+        return Err(abort(AbortReason::ReplicaFailure, it));
+    };
+    if !h.valid || h.key != it.key || h.table != it.table || h.version != it.version {
+        return Err(abort(AbortReason::Validation, it));
+    }
+    it.ext.check = false;
+    Ok(())
+}
+
+/// The undo images of frozen records carry the frozen word: a roll-back after a failed
+/// install leaves the word frozen (the abort unfreezes it), never an older `rts` that would
+/// let a writer in below a reader.
+fn frozen_into_images(tx: &mut Tx<'_, Mvcc>) {
+    let map = tx.c.map.clone();
+    for it in tx.items.iter_mut() {
+        if let (Some(f), true) = (it.ext.frozen, it.exists && it.written()) {
+            if !it.image.is_empty() {
+                table(&map, it.table)
+                    .codec()
+                    .set_meta_word(&mut it.image, 0, f);
+            }
+        }
+    }
+}
