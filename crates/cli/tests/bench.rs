@@ -383,8 +383,8 @@ fn bad_input_is_one_clear_line_and_exit_2() {
             "skew needs at least 1 pair of accounts (--pairs)",
         ),
         (
-            vec!["bench", "--protocol", "calvin"],
-            "invalid value 'calvin' for '--protocol <PROTOCOL>' [possible values: ford, farm, drtmh, motor",
+            vec!["bench", "--protocol", "silo"],
+            "invalid value 'silo' for '--protocol <PROTOCOL>' [possible values: ford, farm, drtmh, motor",
         ),
         (
             vec!["bench", "--threads", "0"],

@@ -35,7 +35,7 @@ fn common_option() -> BoxedStrategy<Vec<String>> {
         flag(
             "protocol",
             &["ford", "farm", "drtmh", "motor"],
-            &["calvin", ""]
+            &["silo", ""]
         ),
         flag(
             "isolation",
