@@ -27,8 +27,9 @@ pub struct TortureArgs {
     /// commit stages as RPCs served by the memory nodes; `nowait-rpc`: NO_WAIT with every
     /// stage as RPCs; `waitdie-hybrid`: WAIT_DIE with RCC's hybrid code 28; `sundial-hybrid`:
     /// SUNDIAL with RCC's hybrid code 21; `mvcc-hybrid`: MVCC with code 28; `calvin-rpc`:
-    /// CALVIN with every stage as RPCs; sundial and mvcc are checked for serializability, not
-    /// strict; calvin runs no --faults).
+    /// CALVIN with every stage as RPCs; `scythe-tocc`: Scythe with every read-write attempt in
+    /// TOCC; `scythe-cas`: the same with the CAS lock instead of the takeout lock; sundial and
+    /// mvcc are checked for serializability, not strict; calvin and scythe run no --faults).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc,skew). Every even seed runs
@@ -46,7 +47,7 @@ pub struct TortureArgs {
     /// Crash a compute node in every run at an instant drawn from the seed, recover its
     /// coordinators, and check the run all the same (`dtxn bench --faults`; default
     /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
-    /// crashed coordinator stalls its epochs).
+    /// crashed coordinator stalls its epochs) and scythe (its tickets are not recovered yet).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -126,6 +127,17 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if p == RPC_CALVIN {
         v.extend_from_slice(&["--set", "rcc.hybrid=0"]);
     }
+    if p == TOCC_SCYTHE {
+        v.extend_from_slice(&["--set", "scythe.mode=tocc"]);
+    }
+    if p == CAS_SCYTHE {
+        v.extend_from_slice(&[
+            "--set",
+            "scythe.mode=tocc",
+            "--set",
+            "scythe.takeout_lock=false",
+        ]);
+    }
     if p == LOCAL_MOTOR {
         // The local oracle needs the pool alone: one compute node, as many coordinators.
         v.extend_from_slice(&["--set", "motor.oracle=local", "--compute-nodes", "1"]);
@@ -137,7 +149,7 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if let Some(f) = a
         .faults
         .as_deref()
-        .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin"))
+        .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin") && !p.starts_with("scythe"))
     {
         v.extend_from_slice(&["--faults", f]);
     }
@@ -182,8 +194,14 @@ fn strict(p: &str) -> bool {
 /// CALVIN with its dispatch, polls and done words as RPCs (hybrid code 0).
 const RPC_CALVIN: &str = "calvin-rpc";
 
+/// Scythe with every read-write attempt in TOCC (its takeout queues always in use).
+const TOCC_SCYTHE: &str = "scythe-tocc";
+/// Scythe's TOCC with the CAS lock instead of the takeout lock (the paper's ablation).
+const CAS_SCYTHE: &str = "scythe-cas";
+
 fn protocol_of(p: &str) -> &str {
     match p {
+        TOCC_SCYTHE | CAS_SCYTHE => "scythe",
         SNAPSHOT_MOTOR | LOCAL_MOTOR => "motor",
         RPC_FORD => "ford",
         RPC_NOWAIT => "nowait",
@@ -206,6 +224,8 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             RPC_NOWAIT,
             HYBRID_WAITDIE,
             HYBRID_SUNDIAL,
+            TOCC_SCYTHE,
+            CAS_SCYTHE,
             HYBRID_MVCC,
             RPC_CALVIN,
         ])

@@ -29,14 +29,14 @@ fn a_small_matrix_passes_and_says_so() {
         "{out}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    // 18 protocols (ford, farm, drtmh, motor, nowait, waitdie, occ, sundial, mvcc, calvin,
-    // motor-si, motor-local, ford-rpc, nowait-rpc, waitdie-hybrid, sundial-hybrid,
-    // mvcc-hybrid, calvin-rpc) x 3 workloads x 2 seeds (the second with tiny tables).
+    // 21 protocols (ford, farm, drtmh, motor, nowait, waitdie, occ, sundial, mvcc, calvin,
+    // scythe, motor-si, motor-local, ford-rpc, nowait-rpc, waitdie-hybrid, sundial-hybrid,
+    // scythe-tocc, scythe-cas, mvcc-hybrid, calvin-rpc) x 3 workloads x 2 seeds (the second with tiny tables).
     assert!(
         out.lines()
             .last()
             .unwrap()
-            .starts_with("108 passed, 0 failed"),
+            .starts_with("126 passed, 0 failed"),
         "{out}"
     );
     // Passing runs leave no history behind.

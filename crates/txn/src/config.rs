@@ -180,6 +180,43 @@ pub struct RccOptions {
     pub hybrid: HybridCode,
 }
 
+/// Which mode Scythe's attempts run in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ScytheMode {
+    /// The paper's: OCC, and TOCC for the retries of an attempt that met a hot record.
+    HotAware,
+    /// Always OCC (DrTM+H's protocol with the heat signal ignored).
+    Occ,
+    /// Always TOCC (read-write transactions; read-only ones run OCC).
+    Tocc,
+}
+
+/// Scythe's switches (its ablations).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScytheOptions {
+    /// TOCC waits in the takeout lock's FIFO queues; off: it takes only the header CAS lock
+    /// in timestamp order (the paper's CAS-lock ablation).
+    pub takeout_lock: bool,
+    /// `hot-aware` (the paper's policy), `occ` or `tocc` (one mode always).
+    pub mode: ScytheMode,
+    /// TOCC's timestamps through a TSO group per compute node (one FAA per batch of
+    /// concurrent requests, [`crate::TsoGroup`]); off: one FAA on the pool's oracle word per
+    /// timestamp. (Taken by `dtxn bench`, which makes the groups.)
+    pub batched_tso: bool,
+}
+
+impl Default for ScytheOptions {
+    fn default() -> ScytheOptions {
+        ScytheOptions {
+            takeout_lock: true,
+            mode: ScytheMode::HotAware,
+            batched_tso: true,
+        }
+    }
+}
+
 /// Everything a coordinator needs to know about how to run transactions.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -188,6 +225,7 @@ pub struct TxnConfig {
     pub ford: FordOptions,
     pub motor: MotorOptions,
     pub rcc: RccOptions,
+    pub scythe: ScytheOptions,
     /// Entries of each coordinator's address cache.
     pub addr_cache_entries: usize,
     /// How often a torn or invisible record is re-read before the transaction aborts.
@@ -201,6 +239,7 @@ impl Default for TxnConfig {
             ford: FordOptions::default(),
             motor: MotorOptions::default(),
             rcc: RccOptions::default(),
+            scythe: ScytheOptions::default(),
             addr_cache_entries: 1 << 16,
             reread_limit: 16,
         }
@@ -245,6 +284,12 @@ impl TxnConfig {
             return Err(format!(
                 "--set ford.backup_reads=true: a switch of ford and farm; {} reads the primary \
                  (a backup may hold a version its commit rolls back)",
+                p.name()
+            ));
+        }
+        if self.scythe != ScytheOptions::default() && p != Protocol::Scythe {
+            return Err(format!(
+                "--set scythe.*: the switches of scythe, not of {}",
                 p.name()
             ));
         }

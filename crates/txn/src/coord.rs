@@ -92,6 +92,8 @@ pub(crate) struct Core {
     pub start_clock: Option<Arc<crate::StartClock>>,
     /// The compute process's own timestamp oracle.
     pub local_oracle: Option<Arc<crate::LocalOracle>>,
+    /// The compute node's TSO group (Scythe's batched oracle).
+    pub tso_group: Option<Arc<crate::TsoGroup>>,
     /// Measure each transaction's time per phase.
     pub breakdown: bool,
     /// The last finished transaction's time per phase (kept apart from [`TxnOutcome`], which
@@ -129,6 +131,7 @@ impl Coordinator {
                 vcache: None,
                 start_clock: None,
                 local_oracle: None,
+                tso_group: None,
                 breakdown: false,
                 last_breakdown: Default::default(),
             },
@@ -147,6 +150,14 @@ impl Coordinator {
         }
         self.core.local_oracle = Some(o);
         true
+    }
+
+    /// Takes timestamps through the compute node's TSO group (Scythe with
+    /// `scythe.batched_tso`: one FAA per batch of concurrent requests, see
+    /// [`crate::TsoGroup`]); every coordinator of a compute node shares one. Not for Motor,
+    /// whose snapshots need timestamps in real-time order.
+    pub fn set_tso_group(&mut self, g: Arc<crate::TsoGroup>) {
+        self.core.tso_group = Some(g);
     }
 
     /// Shares the compute node's start clock (Motor: start timestamps without a round trip,

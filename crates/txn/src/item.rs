@@ -79,6 +79,9 @@ pub(crate) struct Item<X> {
     /// [`dtxn_store::index::CHAIN_META_OFF`]; then, before the install, what the commit writes
     /// into the new record's word 0.
     pub meta: u64,
+    /// Metadata word 1, as read with the record (Scythe's takeout lock's UPPER, read with
+    /// its GRANT in word 0: the queue the record had).
+    pub meta1: u64,
     /// The protocol's own state of this item.
     pub ext: X,
 }

@@ -21,6 +21,7 @@ mod protocols;
 pub mod recovery;
 mod registry;
 mod stage;
+mod tso;
 mod tx;
 mod txn;
 pub mod vcache;
@@ -30,11 +31,13 @@ pub use attach::{attach, detach, AttachError, Attachment};
 pub use breakdown::{Breakdown, Phase};
 pub use clock::{LocalOracle, StartClock, LOCAL_ORACLE_BLOCK};
 pub use config::{
-    FordOptions, HybridCode, Isolation, MotorOptions, Protocol, RccOptions, TxnConfig,
+    FordOptions, HybridCode, Isolation, MotorOptions, Protocol, RccOptions, ScytheMode,
+    ScytheOptions, TxnConfig,
 };
 pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use item::Access;
 pub use mechanisms::rpc::MemoryNodeHandlers;
 pub use stage::{Stage, Stages};
+pub use tso::TsoGroup;
 pub use txn::{TxKind, Txn};
 pub use vcache::Vcache;

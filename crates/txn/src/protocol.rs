@@ -38,6 +38,11 @@ pub(crate) trait Protocol: Sized + 'static {
     /// Extra 8-byte words per record (timestamps, leases, queue-lock words) that the store
     /// lays out beside each record's header, for the protocol's own metadata.
     const META_WORDS: u8 = 0;
+    /// Whether others change its metadata words while a transaction holds the record (Scythe's
+    /// takeout lock): commits then write a primary's record around them, never over them.
+    const LIVE_META: bool = false;
+    /// Whether it needs the memory nodes' RPC handlers whatever its stages (Scythe's tickets).
+    const NEEDS_HANDLERS: bool = false;
     /// Flags its lock holders set beside their owner id in a lock word (recovery clears a
     /// word holding a dead owner's id with any of them).
     const LOCK_FLAGS: u64 = 0;

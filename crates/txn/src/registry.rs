@@ -8,7 +8,7 @@ use crate::config::TxnConfig;
 use crate::coord::{CoordStats, Core};
 use crate::protocol::{Protocol as _, Slot};
 use crate::protocols::{calvin::Calvin, drtmh::Drtmh, farm::Farm, ford::Ford, motor::Motor};
-use crate::protocols::{mvcc::Mvcc, sundial::Sundial, two_pl::TwoPl};
+use crate::protocols::{mvcc::Mvcc, scythe::Scythe, sundial::Sundial, two_pl::TwoPl};
 use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
@@ -91,6 +91,16 @@ macro_rules! registry {
                 }
             }
 
+            /// Whether a run with `cfg` needs the memory nodes to serve RPCs
+            /// ([`crate::MemoryNodeHandlers`]): some stage runs as RPCs, or the protocol
+            /// always sends some (Scythe's tickets).
+            pub fn needs_handlers(self, cfg: &TxnConfig) -> bool {
+                let always = match self {
+                    $( Protocol::$variant => <$ty>::NEEDS_HANDLERS, )*
+                };
+                always || !self.rpc_stages(cfg).is_empty()
+            }
+
             /// The stages `cfg` asks this protocol to run as RPCs.
             pub fn rpc_stages(self, cfg: &TxnConfig) -> Stages {
                 match self {
@@ -168,6 +178,8 @@ registry! { $
         "RCC's MVCC: timestamp ordering with read timestamps raised by CAS and a freeze bit (one version slot); serializable, not strictly.";
     Calvin: "calvin" => Calvin,
         "RCC's CALVIN: epochs of dispatched key sets, scheduled deterministically (no locks, no aborts from concurrency control).";
+    Scythe: "scythe" => Scythe,
+        "Scythe (TACO'24): OCC, whose retries after meeting a hot record run timestamp-ordered (TOCC) in FIFO takeout-lock queues.";
 }
 
 impl Protocol {

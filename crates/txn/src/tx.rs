@@ -132,6 +132,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             install: None,
             in_log: false,
             meta: 0,
+            meta1: 0,
             ext: Default::default(),
         })
     }

@@ -413,6 +413,88 @@ fn rccs_protocols_cost_what_their_stage_lists_say() {
     }
 }
 
+/// Scythe's round trips per transaction kind, in each mode, with empty queues (one
+/// coordinator). OCC is DrTM+H's protocol: its round trips are DrTM+H's (execution, lock and
+/// validate, backups, primaries). TOCC: the oracle's FAA, the tickets (one RPC round for every
+/// record whose address is cached), CAS + READ of every item, reads included, and the
+/// coalescent commit; no validation round. An item whose address is not cached takes no
+/// ticket: its bucket READ, then its CAS + READ. Read-only transactions always run OCC.
+#[test]
+fn scythe_round_trips_in_occ_and_tocc() {
+    use dtxn_txn::{Protocol, ScytheMode, ScytheOptions};
+    let measure = |mode, takeout_lock| {
+        measure_config(TxnConfig {
+            protocol: Protocol::Scythe,
+            scythe: ScytheOptions {
+                takeout_lock,
+                mode,
+                ..Default::default()
+            },
+            ..TxnConfig::default()
+        })
+    };
+    let drtmh = measure_protocol(Protocol::Drtmh, FordOptions::default(), false);
+    assert_eq!(measure(ScytheMode::Occ, true), drtmh);
+    assert_eq!(
+        measure(ScytheMode::HotAware, true),
+        drtmh,
+        "no queue: OCC throughout"
+    );
+    assert_eq!(
+        measure(ScytheMode::Tocc, true),
+        [
+            // Oracle, bucket READs, CAS + READs, commit.
+            ("cold read-write", 4),
+            ("cold read-write + read-only", 4),
+            // Oracle, tickets, CAS + READs, commit.
+            ("read-write", 4),
+            ("read-write + read-only", 4),
+            ("read-only", 2),
+            ("read-only, one item", 2),
+        ]
+    );
+    // The CAS-lock ablation: no ticket round.
+    assert_eq!(
+        measure(ScytheMode::Tocc, false)[2..4],
+        [("read-write", 3), ("read-write + read-only", 3)]
+    );
+}
+
+/// A TOCC attempt that names one record twice in a batch takes one ticket for it: a second
+/// would wait behind the first, which only the attempt itself releases (TPC-C's NewOrder may
+/// order an item twice).
+#[test]
+fn scythe_tocc_takes_one_ticket_per_record() {
+    use dtxn_txn::{Protocol, ScytheMode, ScytheOptions};
+    let cfg = TxnConfig {
+        protocol: Protocol::Scythe,
+        scythe: ScytheOptions {
+            mode: ScytheMode::Tocc,
+            ..Default::default()
+        },
+        ..TxnConfig::default()
+    };
+    let rts = with_coordinator(cfg, |mut c| async move {
+        let mut out = Vec::new();
+        for _ in 0..2 {
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[
+                Access::update(T, 5),
+                Access::read(T, 6),
+                Access::update(T, 5),
+            ])
+            .await
+            .unwrap();
+            tx.update(T, 5, &9u64.to_le_bytes()).await.unwrap();
+            tx.commit().await.unwrap();
+            out.push(c.last_outcome().unwrap().fabric.round_trips);
+        }
+        out
+    });
+    // Cold (bucket READs, no tickets), then warm (tickets): no wait either time.
+    assert_eq!(rts, [4, 4]);
+}
+
 /// CALVIN's critical-path round trips, alone (the pool's other coordinators never joined, so
 /// nobody to wait for): one-sided, the dispatch (batch WRITE, epoch word CAS) and the first
 /// poll of the others' epoch words go in one doorbell batch, then the reads, then the install

@@ -78,6 +78,9 @@ fn run_unchecked<W: Workload + Clone>(
     let mut cfg = SimConfig::new(seed, 3, plan.region_bytes);
     cfg.profile = Profile::cx5_100g();
     let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    if txn.protocol.needs_handlers(&txn) {
+        pool.set_rpc_handler(std::sync::Arc::new(dtxn_txn::MemoryNodeHandlers));
+    }
     plan.format_pool(&pool).unwrap();
     w.load(&pool, &plan, seed).unwrap();
     let history = Rc::new(RefCell::new(Vec::new()));
@@ -191,6 +194,16 @@ fn round_trip<W: Workload>(t: &W::Tally) -> W::Tally {
 /// Every protocol there is, with its default switches; Motor also with snapshot isolation
 /// (checked against SI).
 fn protocols() -> Vec<TxnConfig> {
+    let mut all = all_protocols();
+    // `DTXN_TEST_PROTOCOLS=scythe,ford`: only those (a protocol's own runs, on a busy machine).
+    if let Ok(only) = std::env::var("DTXN_TEST_PROTOCOLS") {
+        all.retain(|t| only.split(',').any(|n| n == t.protocol.name()));
+    }
+    all
+}
+
+/// [`protocols`], whatever `DTXN_TEST_PROTOCOLS` says.
+fn all_protocols() -> Vec<TxnConfig> {
     let mut all: Vec<TxnConfig> = Protocol::NAMES
         .iter()
         .map(|n| TxnConfig {
@@ -442,7 +455,7 @@ fn skew_keeps_every_pair_non_negative_under_every_protocol() {
 /// materialized (`promote`).
 #[test]
 fn skew_catches_the_write_skew_snapshot_isolation_admits() {
-    let txn = protocols()
+    let txn = all_protocols()
         .into_iter()
         .find(is_snapshot)
         .expect("Motor under SI");

@@ -221,6 +221,8 @@ pub struct Shared {
     pub start_clocks: Vec<Arc<StartClock>>,
     /// Motor with `motor.oracle=local`: the process's own timestamp counter.
     pub local_oracle: Option<Arc<LocalOracle>>,
+    /// Scythe with `scythe.batched_tso`: one TSO group per compute node.
+    pub tso_groups: Vec<Arc<dtxn_txn::TsoGroup>>,
 }
 
 /// What one run produced.
@@ -273,6 +275,9 @@ async fn coordinator<W: Workload>(
     }
     if let Some(clock) = sh.start_clocks.get(c.endpoint().id().compute_node as usize) {
         c.set_start_clock(clock.clone());
+    }
+    if let Some(g) = sh.tso_groups.get(c.endpoint().id().compute_node as usize) {
+        c.set_tso_group(g.clone());
     }
     if let Some(o) = &sh.local_oracle {
         if !c.set_local_oracle(o.clone()) {
@@ -385,6 +390,7 @@ impl Shared {
             record_failed: Arc::default(),
             vcache: None,
             start_clocks: Vec::new(),
+            tso_groups: Vec::new(),
             local_oracle: None,
         })
     }

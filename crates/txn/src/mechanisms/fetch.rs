@@ -35,6 +35,11 @@ pub(crate) enum Locking {
     /// 2PL: every item locked before it is read (read-only items with a read share). On a
     /// conflict, `wait`: WAIT_DIE (the older waits, the younger dies); else NO_WAIT (abort).
     TwoPhase { wait: bool },
+    /// Scythe's TOCC: every item locked exclusively before it is read (reads too); on a
+    /// conflict, a younger transaction waits for an older holder and an older one dies, the
+    /// direction of the takeout lock's queues (a wait points from a larger timestamp to a
+    /// smaller one), so that the two kinds of waits never close a cycle.
+    Ordered,
 }
 
 /// The lock a record's READ is posted after.
@@ -224,7 +229,7 @@ fn plan<P: Protocol>(
     locking: Locking,
     work: &mut Vec<(usize, Stage, Option<u64>)>,
 ) -> Result<(), Abort> {
-    let two_phase = matches!(locking, Locking::TwoPhase { .. });
+    let two_phase = matches!(locking, Locking::TwoPhase { .. } | Locking::Ordered);
     work.clear();
     if accesses.len() > 1 {
         for a in accesses {
@@ -254,7 +259,13 @@ fn plan<P: Protocol>(
                     it.node = table(map, a.table).primary();
                     // Under 2PL we hold a read share: the upgrade expects it alone.
                     let expect = if it.shared { SHARED | 1 } else { 0 };
-                    let lock = Lock::Exclusive { expect };
+                    // An item held exclusively already (TOCC's reads) is read again for its
+                    // undo image, under the lock it has.
+                    let lock = if it.locked {
+                        Lock::None
+                    } else {
+                        Lock::Exclusive { expect }
+                    };
                     work.push((i, Stage::Record { off, lock }, Some(v)));
                 }
             }
@@ -292,6 +303,7 @@ fn first_lock(locking: Locking, for_update: bool) -> Lock {
         Locking::Optimistic { hitchhike: true } | Locking::TwoPhase { .. } if for_update => {
             Lock::Exclusive { expect: 0 }
         }
+        Locking::Ordered => Lock::Exclusive { expect: 0 },
         Locking::TwoPhase { .. } => Lock::Share { expect: 0 },
         Locking::Optimistic { .. } => Lock::None,
     }
@@ -453,6 +465,9 @@ fn fill<X>(it: &mut Item<X>, codec: SingleVersion, h: &RecordHeader, off: u64, r
     if codec.meta_words() > 0 {
         it.meta = codec.meta_word(rec, 0);
     }
+    if codec.meta_words() > 1 {
+        it.meta1 = codec.meta_word(rec, 1);
+    }
     it.image.clear();
     if it.rw {
         it.image.extend_from_slice(rec);
@@ -559,7 +574,14 @@ fn conflict(lock: Lock, locking: Locking, old: Option<u64>, mine: u64) -> Confli
     }
     let wait_die = locking == Locking::TwoPhase { wait: true };
     let holder = old & !(INVISIBLE | SHARED);
-    if wait_die && !shares && holder != 0 && mine & !(INVISIBLE | SHARED) < holder {
+    let mine = mine & !(INVISIBLE | SHARED);
+    // WAIT_DIE waits for a younger holder, TOCC's ordered locking for an older one.
+    let waits = if wait_die {
+        mine < holder
+    } else {
+        mine > holder
+    };
+    if (wait_die || locking == Locking::Ordered) && !shares && holder != 0 && waits {
         Conflict::Wait
     } else {
         Conflict::Abort
@@ -602,7 +624,7 @@ fn on_bucket<P: Protocol>(
     }
     if let Some((_, off)) = scan
         .found
-        .filter(|_| matches!(locking, Locking::TwoPhase { .. }))
+        .filter(|_| matches!(locking, Locking::TwoPhase { .. } | Locking::Ordered))
     {
         // 2PL: the slot is found; it is locked and read in the next round.
         tx.c.cache.insert(table_id, key, off);
@@ -688,6 +710,22 @@ mod tests {
         assert_eq!(conflict(x, occ, Some(young), old), Conflict::Abort);
         // A malformed RPC reply: abort.
         assert_eq!(conflict(x, WAIT_DIE, None, old), Conflict::Abort);
+    }
+
+    #[test]
+    fn ordered_locking_waits_only_when_younger_than_the_holder() {
+        let x = Lock::Exclusive { expect: 0 };
+        let (old, young) = ((5 << 16) | 1, (9 << 16) | 2);
+        let ordered = Locking::Ordered;
+        assert_eq!(conflict(x, ordered, Some(old), young), Conflict::Wait);
+        assert_eq!(
+            conflict(x, ordered, Some(old | INVISIBLE), young),
+            Conflict::Wait
+        );
+        assert_eq!(conflict(x, ordered, Some(young), old), Conflict::Abort);
+        // An OCC committer's word (its owner alone) is the oldest: waited for.
+        assert_eq!(conflict(x, ordered, Some(3), young), Conflict::Wait);
+        assert_eq!(first_lock(ordered, false), x);
     }
 
     #[test]

@@ -106,7 +106,7 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
         }
         if mode == Install::Coalescent {
             SingleVersion::set_lock(record, word | INVISIBLE);
-            rpc::write(&mut tx.c.ep, via, t.primary(), off, record);
+            write_primary::<P>(&mut tx.c.ep, via, t, off, record);
         }
     }
     // Localized validation: the new versions go into the Vcache before the remote commit,
@@ -162,7 +162,30 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
         let off = it.offset.expect("written items exist");
         let record = &mut tx.c.mech.record;
         encode_new(record, t, it, word | INVISIBLE);
-        rpc::write(&mut tx.c.ep, via, t.primary(), off, record);
+        write_primary::<P>(&mut tx.c.ep, via, t, off, record);
+    }
+}
+
+/// A record's WRITE to its primary: whole, or, for a protocol whose metadata words others
+/// change under its lock ([`Protocol::LIVE_META`]: Scythe's takeout lock, granted by the
+/// memory node's CPU and released by NICs' FAAs while the record is held), its header and its
+/// value around them, in that order on one QP (so a reader that sees the new value in line 0
+/// sees the new header's invisible bit too).
+#[inline]
+fn write_primary<P: Protocol>(
+    ep: &mut dtxn_fabric::Endpoint,
+    via: rpc::Via,
+    t: &TableInfo,
+    off: u64,
+    record: &[u8],
+) {
+    let codec = t.codec();
+    if P::LIVE_META && codec.meta_words() > 0 {
+        let v = codec.value_off();
+        rpc::write(ep, via, t.primary(), off, &record[..HEADER_BYTES]);
+        rpc::write(ep, via, t.primary(), off + v as u64, &record[v..]);
+    } else {
+        rpc::write(ep, via, t.primary(), off, record);
     }
 }
 
@@ -180,7 +203,11 @@ async fn roll_back<P: Protocol>(tx: &mut Tx<'_, P>) {
         for (rank, &n) in t.replicas.iter().enumerate() {
             let lock = if rank == 0 { word } else { 0 };
             record[..8].copy_from_slice(&lock.to_le_bytes());
-            rpc::write(&mut tx.c.ep, via, n, off, record);
+            if rank == 0 {
+                write_primary::<P>(&mut tx.c.ep, via, t, off, record);
+            } else {
+                rpc::write(&mut tx.c.ep, via, n, off, record);
+            }
         }
     }
     // Best effort: the failed node's copy is rebuilt when it is replaced.

@@ -8,6 +8,7 @@
 //! - [`release`]: unlock, make visible, close the log;
 //! - [`insert`]: chain locks, free slots, new overflow buckets;
 //! - [`rpc`]: the RPC forms of their verbs, and the memory nodes' handlers of them;
+//! - [`takeout`]: Scythe's takeout lock (a ticket queue per record);
 //! - [`timestamp`]: timestamp sources (the pool's oracle, a local oracle, a start clock).
 
 pub(crate) mod absent;
@@ -18,6 +19,7 @@ pub(crate) mod lock;
 pub(crate) mod release;
 pub(crate) mod rpc;
 pub(crate) mod settle;
+pub(crate) mod takeout;
 pub(crate) mod timestamp;
 pub(crate) mod undo;
 pub(crate) mod validate;

@@ -24,7 +24,10 @@
 //! SHARE   tag=4 | addr | read_addr | read_len      -> status | old | the READ (if granted)
 //! UNSHARE tag=5 | addr                             -> status | old
 //! RAISE   tag=6 | addr | ts | read_addr | read_len -> status | old | the READ
+//! TICKET  tag=7 | grant addr | ts | limit          -> status | GRANT before | UPPER
 //! ```
+//!
+//! TICKET is Scythe's takeout-lock grant ([`super::takeout`]).
 //!
 //! SHARE takes a read share of a 2PL lock word (one share more, if no one holds it
 //! exclusively: status [`OK`], else [`NO`]) and UNSHARE gives one back (the word goes to 0
@@ -149,6 +152,7 @@ impl MemoryNodeHandlers {
                 resp.extend_from_slice(&OK.to_le_bytes());
                 resp.extend_from_slice(&old.to_le_bytes());
             }
+            super::takeout::TICKET => super::takeout::serve(mem, req, resp)?,
             RAISE => {
                 let (addr, ts, read_addr, len) =
                     (word(req, 1)?, word(req, 2)?, word(req, 3)?, word(req, 4)?);

@@ -4,6 +4,7 @@
 //! handed out as a start timestamp without a round trip).
 
 use crate::protocol::Protocol;
+use crate::tso::{Take, TsoGroup};
 use crate::tx::Tx;
 use dtxn_store::layout::ORACLE_OFF;
 
@@ -11,6 +12,9 @@ use dtxn_store::layout::ORACLE_OFF;
 /// coordinator has one, else from the pool's oracle word. Its round trips are counted as the
 /// oracle's ([`crate::TxnOutcome::oracle_round_trips`]). `Err` if memory node 0 failed.
 pub(crate) async fn next<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<u64, ()> {
+    if let Some(g) = tx.c.tso_group.clone() {
+        return from_group(tx, &g).await;
+    }
     if let Some(o) = tx.c.local_oracle.clone() {
         if let Some(ts) = o.next() {
             return Ok(ts);
@@ -33,6 +37,34 @@ pub(crate) async fn next<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<u64, ()> {
         c.observe(ts, tx.c.ep.now_ns());
     }
     Ok(ts)
+}
+
+/// Pause of a request waiting for its group's leader, between two looks at the group.
+const GROUP_WAIT_NS: u64 = 500;
+
+/// A timestamp through the compute node's TSO group: from its reserved range, or as the
+/// leader that reserves one for every request pending (one FAA of `n`), or after waiting for
+/// the leader.
+async fn from_group<P: Protocol>(tx: &mut Tx<'_, P>, g: &TsoGroup) -> Result<u64, ()> {
+    let mut joined = false;
+    loop {
+        match g.take(joined) {
+            Take::Ts(ts) => return Ok(ts),
+            Take::Lead(n) => {
+                let f = tx.c.ep.faa(0, ORACLE_OFF, n);
+                tx.oracle_round_trips += 1;
+                if tx.c.ep.post().await.is_err() {
+                    g.failed();
+                    return Err(());
+                }
+                return Ok(g.reserved(tx.c.ep.old(f), n));
+            }
+            Take::Wait => {
+                joined = true;
+                tx.c.ep.sleep(GROUP_WAIT_NS).await;
+            }
+        }
+    }
 }
 
 /// A start timestamp from the compute node's start clock, if it has one and its newest

@@ -6,5 +6,6 @@ pub(crate) mod farm;
 pub(crate) mod ford;
 pub(crate) mod motor;
 pub(crate) mod mvcc;
+pub(crate) mod scythe;
 pub(crate) mod sundial;
 pub(crate) mod two_pl;

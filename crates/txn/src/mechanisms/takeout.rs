@@ -1,0 +1,521 @@
+//! Scythe's **takeout lock** (Lu et al., TACO'24, section 4.3 of the Scythe digest): a FIFO
+//! ticket queue per record, whose tickets are handed out by the memory node's CPU (one RPC),
+//! waited for by one-sided READs with a back-off proportional to the queue ahead, and released
+//! by a one-sided FAA.
+//!
+//! Layout: two of the record's metadata words (line 0, after the header), **never sharing a
+//! word between the memory node's CPU and a NIC**:
+//!
+//! ```text
+//! meta word 0  GRANT  | queued_ts (bits 16..63, 48 bits) | lower (bits 0..15) |   CPU only (CAS)
+//! meta word 1  UPPER  | upper (64 bits)                                         |   NIC only (FAA +1)
+//! ```
+//!
+//! `lower` is the next ticket to hand out, `upper` the ticket being served; the queue, holder
+//! included, is `lower - upper` (mod 2^16); `queued_ts` is the largest timestamp ever granted a
+//! ticket (never lowered). The paper packs `lower` and `upper` in one word (u16 + u16) and
+//! `queued_ts` in another: the CPU's `lower += 1` and a NIC's FAA on `upper` then update the
+//! same word, and an RDMA atomic is a read-modify-write in the NIC that does not compose with
+//! a CPU store (G8, G11): the FAA can write back the `lower` it read before the grant (a ticket
+//! handed out twice) or the store the `upper` it read before the release (a lost release, and
+//! the queue stalls for good). Here the grant is one CPU CAS on GRANT (a check, `queued_ts`
+//! and `lower + 1` in one step, so concurrent handler cores cannot hand out one ticket twice:
+//! the other race, found in the authors' code), and UPPER is only ever FAAed by NICs. The test
+//! `a_grant_racing_a_release_loses_nothing_on_split_words_but_does_on_the_papers_word` shows
+//! both layouts under every interleaving of a grant with an in-flight FAA.
+//!
+//! The grant rule (`TICKET` request, [`grant`]): with `q = lower - upper` (upper read before
+//! the CAS, so `q` can only overestimate the queue),
+//! - R1 `ts < queued_ts`: rejected (a younger transaction holds or held a ticket: waiting
+//!   behind it could close a cycle; so every wait points from a larger timestamp to a smaller
+//!   one, and no deadlock can form);
+//! - R2/R3 `q > limit` (the cold watermark for an OCC request, the hot one for TOCC): rejected;
+//! - else granted: ticket = `lower`, `queued_ts = ts`, `lower + 1`; the reply carries the GRANT
+//!   word before the grant and the UPPER word read, so the requester knows how many are ahead.
+//!
+//! A granted ticket is a commitment: the queue cannot pass it until its owner FAAs UPPER. An
+//! aborting owner still waits for its turn and releases it (see [`wait_turns`]); nobody ever
+//! decrements `lower` or cancels a ticket.
+
+use dtxn_fabric::{Endpoint, LocalMem, NodeId, OpId};
+
+/// The `TICKET` request's tag (beside `mechanisms::rpc`'s tags 1 to 5, and 6, MVCC's RAISE on
+/// main).
+pub(crate) const TICKET: u64 = 7;
+/// Reply statuses (`mechanisms::rpc`'s `OK` and `BAD` keep their meaning).
+pub(crate) const GRANTED: u64 = 0;
+pub(crate) const REJECTED: u64 = 2;
+
+/// Bits of GRANT below `queued_ts`.
+const TS_SHIFT: u32 = 16;
+/// The largest timestamp a GRANT word holds.
+pub(crate) const MAX_TS: u64 = (1 << (64 - TS_SHIFT)) - 1;
+
+/// The paper's watermarks (section 4.3 (3)): an OCC request is rejected above 3 queued, any
+/// request above 10.
+pub(crate) const COLD_WATERMARK: u64 = 3;
+pub(crate) const HOT_WATERMARK: u64 = 10;
+
+/// The metadata words a takeout lock takes, from word 0: GRANT, UPPER.
+pub(crate) const WORDS: u8 = 2;
+
+#[inline]
+pub(crate) fn grant_word(ts: u64, lower: u16) -> u64 {
+    (ts << TS_SHIFT) | u64::from(lower)
+}
+
+#[inline]
+pub(crate) fn lower(grant: u64) -> u16 {
+    grant as u16
+}
+
+#[inline]
+pub(crate) fn queued_ts(grant: u64) -> u64 {
+    grant >> TS_SHIFT
+}
+
+/// The queue (holder included) that GRANT word `grant` and UPPER word `upper` describe.
+#[inline]
+pub(crate) fn queue(grant: u64, upper: u64) -> u64 {
+    u64::from(lower(grant).wrapping_sub(upper as u16))
+}
+
+/// Tickets ahead of `ticket` when UPPER reads `upper` (0: it is being served).
+#[inline]
+pub(crate) fn ahead(ticket: u16, upper: u64) -> u64 {
+    u64::from(ticket.wrapping_sub(upper as u16))
+}
+
+/// What a `TICKET` request got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Reply {
+    pub granted: bool,
+    /// The GRANT word before this request (its `lower` is our ticket, if granted).
+    pub grant: u64,
+    /// The UPPER word as the memory node read it.
+    pub upper: u64,
+}
+
+impl Reply {
+    /// The queue the request found (holder included).
+    pub(crate) fn queue(&self) -> u64 {
+        queue(self.grant, self.upper)
+    }
+
+    pub(crate) fn ticket(&self) -> u16 {
+        lower(self.grant)
+    }
+}
+
+/// The memory node's side of `TICKET`: the grant rule on the lock whose GRANT word is at
+/// `at` (UPPER at `at + 8`), for timestamp `ts`, rejecting above `limit` queued. One CPU CAS
+/// makes the check and the grant one step with respect to other cores serving the same lock;
+/// UPPER is only read (NICs FAA it). `None` for a timestamp GRANT cannot hold.
+pub(crate) fn grant(mem: &mut dyn LocalMem, at: u64, ts: u64, limit: u64) -> Option<Reply> {
+    if ts > MAX_TS {
+        return None;
+    }
+    loop {
+        let g = mem.read_u64(at);
+        let upper = mem.read_u64(at + 8);
+        let q = queue(g, upper);
+        if ts < queued_ts(g) || q > limit {
+            return Some(Reply {
+                granted: false,
+                grant: g,
+                upper,
+            });
+        }
+        let new = grant_word(ts, lower(g).wrapping_add(1));
+        if mem.cas(at, g, new) == g {
+            return Some(Reply {
+                granted: true,
+                grant: g,
+                upper,
+            });
+        }
+    }
+}
+
+/// Serves a `TICKET` request (`tag | grant addr | ts | limit`) into `resp`: `status | GRANT
+/// before | UPPER`. `None` for a malformed one.
+pub(crate) fn serve(mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) -> Option<()> {
+    let w = |i: usize| -> Option<u64> {
+        let b = req.get(8 * i..8 * i + 8)?;
+        Some(u64::from_le_bytes(b.try_into().ok()?))
+    };
+    let (at, ts, limit) = (w(1)?, w(2)?, w(3)?);
+    let fits = at.checked_add(16).is_some_and(|end| end <= mem.size());
+    if !at.is_multiple_of(8) || !fits {
+        return None;
+    }
+    let r = grant(mem, at, ts, limit)?;
+    let status = if r.granted { GRANTED } else { REJECTED };
+    for v in [status, r.grant, r.upper] {
+        resp.extend_from_slice(&v.to_le_bytes());
+    }
+    Some(())
+}
+
+/// Posts a `TICKET` request for the lock at (`node`, `at`).
+pub(crate) fn request(ep: &mut Endpoint, node: NodeId, at: u64, ts: u64, limit: u64) -> OpId {
+    let mut req = [0u8; 32];
+    for (i, v) in [TICKET, at, ts, limit].into_iter().enumerate() {
+        req[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    ep.rpc(node, &req)
+}
+
+/// A `TICKET` request's reply (`None`: malformed, or the memory node refused the request).
+pub(crate) fn reply(ep: &Endpoint, id: OpId) -> Option<Reply> {
+    let b = ep.bytes(id);
+    let w = |i: usize| -> Option<u64> {
+        Some(u64::from_le_bytes(
+            b.get(8 * i..8 * i + 8)?.try_into().ok()?,
+        ))
+    };
+    let granted = match w(0)? {
+        GRANTED => true,
+        REJECTED => false,
+        _ => return None,
+    };
+    Some(Reply {
+        granted,
+        grant: w(1)?,
+        upper: w(2)?,
+    })
+}
+
+/// Releases the ticket being served on the lock at (`node`, `at`): FAA(UPPER, 1), posted.
+pub(crate) fn release(ep: &mut Endpoint, node: NodeId, at: u64) -> OpId {
+    ep.faa(node, at + 8, 1)
+}
+
+/// Polls of one wait before it gives up, and the back-off bounds. Long: a wait that gives up
+/// leaves its ticket unreleased (it may not be passed on before its turn), which stalls its
+/// queue for good, and every later ticket's wait with it; a queue ahead of us always drains
+/// unless a holder crashed (issue #23: leases), since every wait points to an older
+/// transaction. A short limit turned a long convoy into dead queues under zipf 0.99.
+const WAIT_LIMIT: u32 = 1 << 20;
+const MIN_BACKOFF_NS: u64 = 500;
+const MAX_BACKOFF_NS: u64 = 50_000;
+
+/// A ticket held or waited for: the lock's (node, GRANT address), the ticket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    pub node: NodeId,
+    pub at: u64,
+    pub ticket: u16,
+}
+
+/// Waits until every ticket of `tickets` with something `ahead` is served: sleeps for about
+/// `ahead x srtt` (Eq. 3: each transaction ahead costs at least a round trip), then READs the
+/// UPPER words of those still waiting, in one batch, again until all are served. `srtt` is the
+/// coordinator's smoothed round trip (Eq. 2, alpha 0.9), updated by the polls. `Err` if a
+/// memory node failed or the wait went on past the limit (a holder that never releases).
+pub(crate) async fn wait_turns(
+    ep: &mut Endpoint,
+    tickets: &mut [(Ticket, u64)],
+    srtt: &mut u64,
+    polls: &mut Vec<(usize, OpId)>,
+) -> Result<(), ()> {
+    for _ in 0..WAIT_LIMIT {
+        let most = tickets.iter().map(|&(_, a)| a).max().unwrap_or(0);
+        if most == 0 {
+            return Ok(());
+        }
+        let pause = (most * (*srtt).max(1)).clamp(MIN_BACKOFF_NS, MAX_BACKOFF_NS);
+        ep.sleep(pause).await;
+        polls.clear();
+        for (i, &(t, a)) in tickets.iter().enumerate() {
+            if a > 0 {
+                polls.push((i, ep.read(t.node, t.at + 8, 8)));
+            }
+        }
+        let sent = ep.now_ns();
+        ep.post().await.map_err(|_| ())?;
+        let rtt = ep.now_ns().saturating_sub(sent);
+        *srtt = (9 * *srtt + rtt) / 10;
+        for &(i, id) in polls.iter() {
+            let b = ep.bytes(id);
+            let upper = u64::from_le_bytes(b.get(..8).ok_or(())?.try_into().map_err(|_| ())?);
+            tickets[i].1 = ahead(tickets[i].0.ticket, upper);
+        }
+    }
+    Err(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A region as a memory node's CPU sees it.
+    #[derive(Clone)]
+    struct Mem(Vec<u8>);
+
+    impl LocalMem for Mem {
+        fn size(&self) -> u64 {
+            self.0.len() as u64
+        }
+        fn read(&mut self, addr: u64, buf: &mut [u8]) {
+            buf.copy_from_slice(&self.0[addr as usize..addr as usize + buf.len()]);
+        }
+        fn write(&mut self, addr: u64, data: &[u8]) {
+            self.0[addr as usize..addr as usize + data.len()].copy_from_slice(data);
+        }
+        fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
+            let old = self.read_u64(addr);
+            if old == expect {
+                self.write_u64(addr, new);
+            }
+            old
+        }
+        fn faa(&mut self, addr: u64, add: u64) -> u64 {
+            let old = self.read_u64(addr);
+            self.write_u64(addr, old.wrapping_add(add));
+            old
+        }
+    }
+
+    fn lock(ts: u64, lower: u16, upper: u64) -> Mem {
+        let mut m = Mem(vec![0; 64]);
+        m.write_u64(16, grant_word(ts, lower));
+        m.write_u64(24, upper);
+        m
+    }
+
+    #[test]
+    fn tickets_go_out_in_order_and_the_queue_counts_the_holder() {
+        let mut m = lock(0, 0, 0);
+        for (ts, want) in [(5, 0u16), (6, 1), (6, 2)] {
+            let r = grant(&mut m, 16, ts, HOT_WATERMARK).unwrap();
+            assert!(r.granted);
+            assert_eq!(r.ticket(), want);
+            assert_eq!(r.queue(), u64::from(want));
+        }
+        let g = m.read_u64(16);
+        assert_eq!((lower(g), queued_ts(g)), (3, 6));
+        // Two releases: the third ticket is served.
+        m.write_u64(24, 2);
+        assert_eq!(ahead(2, m.read_u64(24)), 0);
+        assert_eq!(ahead(2, 1), 1);
+    }
+
+    #[test]
+    fn the_grant_rule_rejects_older_timestamps_and_long_queues() {
+        // R1: a timestamp below the largest granted, even on an empty queue.
+        let mut m = lock(9, 4, 4);
+        let r = grant(&mut m, 16, 8, HOT_WATERMARK).unwrap();
+        assert!(!r.granted);
+        assert_eq!(
+            m.read_u64(16),
+            grant_word(9, 4),
+            "a rejection changes nothing"
+        );
+        // Equal is granted (the same transaction's other request).
+        assert!(grant(&mut m, 16, 9, HOT_WATERMARK).unwrap().granted);
+        // R2: an OCC request is granted with 3 queued (it becomes the 4th), not with 4.
+        let mut m = lock(1, 3, 0);
+        assert!(grant(&mut m, 16, 2, COLD_WATERMARK).unwrap().granted);
+        let r = grant(&mut m, 16, 2, COLD_WATERMARK).unwrap();
+        assert!(!r.granted);
+        assert_eq!(r.queue(), 4);
+        // R3: any request with more than 10 queued.
+        let mut m = lock(1, 11, 0);
+        assert!(!grant(&mut m, 16, 2, HOT_WATERMARK).unwrap().granted);
+        let mut m = lock(1, 10, 0);
+        assert!(grant(&mut m, 16, 2, HOT_WATERMARK).unwrap().granted);
+    }
+
+    #[test]
+    fn tickets_wrap_around_modulo_2_16() {
+        // upper's FAAs run past 2^16 (carrying into its high bits); lower wraps to 0.
+        let mut m = lock(1, u16::MAX, (3 << 16) | u64::from(u16::MAX - 1));
+        let r = grant(&mut m, 16, 1, HOT_WATERMARK).unwrap();
+        assert!(r.granted);
+        assert_eq!((r.ticket(), r.queue()), (u16::MAX, 1));
+        assert_eq!(lower(m.read_u64(16)), 0);
+        let r = grant(&mut m, 16, 1, HOT_WATERMARK).unwrap();
+        assert_eq!((r.ticket(), r.queue()), (0, 2));
+        assert_eq!(ahead(0, (3 << 16) | u64::from(u16::MAX - 1)), 2);
+        assert_eq!(ahead(0, 4 << 16), 0);
+    }
+
+    #[test]
+    fn requests_round_trip_and_bad_ones_are_refused() {
+        let mut m = lock(0, 0, 0);
+        let mut resp = Vec::new();
+        let req: Vec<u8> = [TICKET, 16, 7, 3]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        serve(&mut m, &req, &mut resp).unwrap();
+        let w: Vec<u64> = resp
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(w, vec![GRANTED, grant_word(0, 0), 0]);
+        for bad in [
+            [TICKET, 12, 7, 3],
+            [TICKET, 56, 7, 3],
+            [TICKET, 16, MAX_TS + 1, 3],
+        ] {
+            let req: Vec<u8> = bad.iter().flat_map(|w| w.to_le_bytes()).collect();
+            assert!(serve(&mut m, &req, &mut resp).is_none(), "{bad:?}");
+        }
+        assert!(serve(&mut m, &req[..24], &mut resp).is_none());
+    }
+
+    /// The memory as a grant (a handler on the memory node's CPU) sees it while a NIC executes
+    /// a release's FAA on `faa_at`: the NIC reads the word before the handler's access number
+    /// `r` and writes its sum back before access number `w` (the sim's `lose_write_under_faa`:
+    /// a NIC atomic is a read-modify-write that a CPU store inside it does not survive; with
+    /// `r == w` the FAA is atomic there).
+    struct Racing {
+        mem: Mem,
+        faa_at: u64,
+        add: u64,
+        r: usize,
+        w: usize,
+        step: usize,
+        held: Option<u64>,
+    }
+
+    impl Racing {
+        fn tick(&mut self) {
+            if self.step == self.r {
+                self.held = Some(self.mem.read_u64(self.faa_at).wrapping_add(self.add));
+            }
+            if self.step == self.w {
+                let v = self.held.take().expect("read before write-back");
+                self.mem.write_u64(self.faa_at, v);
+            }
+            self.step += 1;
+        }
+    }
+
+    impl LocalMem for Racing {
+        fn size(&self) -> u64 {
+            self.mem.size()
+        }
+        fn read(&mut self, addr: u64, buf: &mut [u8]) {
+            self.tick();
+            self.mem.read(addr, buf)
+        }
+        fn write(&mut self, addr: u64, data: &[u8]) {
+            self.tick();
+            self.mem.write(addr, data)
+        }
+        fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
+            self.tick();
+            self.mem.cas(addr, expect, new)
+        }
+        fn faa(&mut self, addr: u64, add: u64) -> u64 {
+            self.tick();
+            self.mem.faa(addr, add)
+        }
+    }
+
+    /// The paper's layout (Fig. 14): `lower` u16 and `upper` u16 in one word at `at`,
+    /// `queued_ts` in the next; the grant as the authors' handler does it (a check, then
+    /// `queued_ts` and a store of `lower + 1`). A release is FAA(`at`, 1 << 16).
+    fn grant_packed(mem: &mut dyn LocalMem, at: u64, ts: u64, limit: u64) -> bool {
+        let word = mem.read_u64(at);
+        let (lower, upper) = (word as u16, (word >> 16) as u16);
+        if ts < mem.read_u64(at + 8) || u64::from(lower.wrapping_sub(upper)) > limit {
+            return false;
+        }
+        mem.write_u64(at + 8, ts);
+        mem.write(at, &lower.wrapping_add(1).to_le_bytes());
+        true
+    }
+
+    /// Every interleaving of one grant (`run`, which makes `steps` memory accesses) with one
+    /// release's FAA: whether the lock ends with the grant and the release both counted
+    /// (`counted(mem)`), for each.
+    fn interleavings(
+        start: &Mem,
+        faa: (u64, u64),
+        steps: usize,
+        run: impl Fn(&mut Racing),
+        counted: impl Fn(&mut Mem) -> bool,
+    ) -> (usize, usize) {
+        let (mut ok, mut lost) = (0, 0);
+        for r in 0..=steps {
+            for w in r..=steps {
+                let mut m = Racing {
+                    mem: start.clone(),
+                    faa_at: faa.0,
+                    add: faa.1,
+                    r,
+                    w,
+                    step: 0,
+                    held: None,
+                };
+                run(&mut m);
+                // The FAA's steps past the handler's last access.
+                while m.step <= w {
+                    m.tick();
+                }
+                if counted(&mut m.mem) {
+                    ok += 1;
+                } else {
+                    lost += 1;
+                }
+            }
+        }
+        (ok, lost)
+    }
+
+    #[test]
+    fn a_grant_racing_a_release_loses_nothing_on_split_words_but_does_on_the_papers_word() {
+        // One holder (ticket 4 being served, lower 5); a new request (ts 9) races the
+        // holder's release.
+        let split = lock(7, 5, 4);
+        let (ok, lost) = interleavings(
+            &split,
+            (24, 1),
+            3, // GRANT read, UPPER read, CAS
+            |m| assert!(grant(m, 16, 9, HOT_WATERMARK).unwrap().granted),
+            |m| m.read_u64(16) == grant_word(9, 6) && m.read_u64(24) == 5,
+        );
+        assert_eq!(
+            (ok, lost),
+            (10, 0),
+            "split words: every interleaving counts both"
+        );
+
+        let mut packed = Mem(vec![0; 64]);
+        packed.write_u64(16, (4 << 16) | 5);
+        packed.write_u64(24, 7);
+        let (ok, lost) = interleavings(
+            &packed,
+            (16, 1 << 16),
+            4, // word read, queued_ts read, queued_ts store, lower store
+            |m| assert!(grant_packed(m, 16, 9, HOT_WATERMARK)),
+            |m| m.read_u64(16) == (5 << 16) | 6,
+        );
+        assert!(
+            ok > 0 && lost > 0,
+            "paper's word: {ok} counted, {lost} lost"
+        );
+        // The FAA in flight over the `lower` store writes back the old `lower`: the next
+        // request is handed the ticket this one got.
+        let mut m = Racing {
+            mem: packed.clone(),
+            faa_at: 16,
+            add: 1 << 16,
+            r: 3,
+            w: 4,
+            step: 0,
+            held: None,
+        };
+        assert!(grant_packed(&mut m, 16, 9, HOT_WATERMARK));
+        m.tick();
+        assert_eq!(
+            m.mem.read_u64(16),
+            (5 << 16) | 5,
+            "ticket 5 will go out twice"
+        );
+    }
+}
