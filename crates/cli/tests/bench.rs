@@ -636,7 +636,8 @@ fn localized_validation_verifies_and_its_history_is_strictly_serializable() {
 #[test]
 fn breakdown_adds_up_to_the_latency_for_every_protocol() {
     for p in [
-        "ford", "farm", "drtmh", "motor", "nowait", "waitdie", "occ", "calvin",
+        "ford", "farm", "drtmh", "motor", "nowait", "waitdie", "occ", "sundial", "mvcc", "calvin",
+        "scythe",
     ] {
         let o = dtxn(&[
             "bench",
