@@ -165,3 +165,27 @@ pub(crate) fn unshare<P: Protocol>(tx: &mut Tx<'_, P>, node: NodeId, off: u64) {
     let via = tx.c.via(Stage::Lock);
     super::rpc::unshare(&mut tx.c.ep, via, node, off);
 }
+
+/// After an abort: every metadata word the transaction froze (bit 63: SUNDIAL's leases,
+/// MVCC's read timestamps) is unfrozen, CAS(frozen -> as it was), so that a word someone else
+/// froze is left alone; and that is waited for before the locks are given back, so a lock's
+/// next holder never finds a freeze left by a live coordinator. `frozen` gives an item's
+/// (frozen word, its address) if the transaction may have frozen one.
+pub(crate) async fn unfreeze<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    stage: Stage,
+    frozen: impl Fn(&P::Item) -> Option<(u64, (NodeId, u64))>,
+) {
+    const FROZEN: u64 = 1 << 63;
+    let via = tx.c.via(stage);
+    let mut any = false;
+    for it in &tx.items {
+        if let Some((f, (n, at))) = frozen(&it.ext) {
+            CasRead::post(&mut tx.c.ep, via, n, at, (f, f & !FROZEN), None);
+            any = true;
+        }
+    }
+    if any {
+        let _ = tx.c.ep.post().await;
+    }
+}

@@ -247,17 +247,7 @@ impl Protocol for Mvcc {
     /// before the locks are given back. Raises stay: an `rts` too high only costs a writer an
     /// abort, and lowering one could undo another reader's raise.
     async fn abort(tx: &mut Tx<'_, Self>) {
-        let via = tx.c.via(Stage::Fetch);
-        let mut any = false;
-        for it in &tx.items {
-            if let (Some(f), Some((n, at))) = (it.ext.frozen, it.ext.at) {
-                CasRead::post(&mut tx.c.ep, via, n, at, (f, f & !FROZEN), None);
-                any = true;
-            }
-        }
-        if any {
-            let _ = tx.c.ep.post().await;
-        }
+        lock::unfreeze(tx, Stage::Fetch, |x| x.frozen.zip(x.at)).await;
         release::release_on_abort(tx).await;
     }
 

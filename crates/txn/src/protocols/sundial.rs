@@ -222,17 +222,7 @@ impl Protocol for Sundial {
     /// Every lease we may have frozen is unfrozen (CAS frozen -> as it was: one we did not
     /// freeze is left alone), and that is waited for before the locks are given back.
     async fn abort(tx: &mut Tx<'_, Self>) {
-        let via = tx.c.via(Stage::Renew);
-        let mut any = false;
-        for it in &tx.items {
-            if let (Some(f), Some((n, at))) = (it.ext.frozen, it.ext.at) {
-                CasRead::post(&mut tx.c.ep, via, n, at, (f, f & !LOCK), None);
-                any = true;
-            }
-        }
-        if any {
-            let _ = tx.c.ep.post().await;
-        }
+        lock::unfreeze(tx, Stage::Renew, |x| x.frozen.zip(x.at)).await;
         release::release_on_abort(tx).await;
     }
 
