@@ -107,3 +107,22 @@ pub(crate) fn next_bucket(
     }
     Ok(Some(n))
 }
+
+/// A protocol that keeps its own metadata in each record (SUNDIAL's lease, MVCC's read
+/// timestamp) needs `table` laid out with at least `words` metadata words: a pool laid out
+/// for another protocol cannot hold them, and the request aborts (bad request).
+pub(crate) fn needs_meta_words(
+    map: &PoolMap,
+    table: u32,
+    key: u64,
+    words: u8,
+) -> Result<(), Abort> {
+    match map.table(table) {
+        Ok(info) if info.meta_words >= words => Ok(()),
+        _ => Err(Abort {
+            reason: AbortReason::BadRequest,
+            table,
+            key,
+        }),
+    }
+}

@@ -94,7 +94,7 @@ use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::rpc::{self, CasRead, Read};
 use crate::mechanisms::validate::header_of;
 use crate::mechanisms::{abort, absent, fetch, insert, lock, release, undo};
-use crate::mechanisms::{settle, table, timestamp, INVISIBLE};
+use crate::mechanisms::{needs_meta_words, settle, table, timestamp, INVISIBLE};
 use crate::protocol::{Protocol, Row};
 use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
@@ -182,7 +182,7 @@ impl Protocol for Mvcc {
 
     async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
         for a in accesses {
-            worded_table(tx, a.table, a.key)?;
+            needs_meta_words(&tx.c.map, a.table, a.key, 1)?;
         }
         fetch::records(tx, accesses, Locking::Optimistic { hitchhike: true }).await?;
         undo::log_undo(tx).await
@@ -190,7 +190,7 @@ impl Protocol for Mvcc {
 
     async fn insert(tx: &mut Tx<'_, Self>, rows: &[Row<'_>]) -> Result<(), Abort> {
         for &(t, k, _) in rows {
-            worded_table(tx, t, k)?;
+            needs_meta_words(&tx.c.map, t, k, 1)?;
         }
         insert::insert(tx, rows).await
     }
@@ -264,19 +264,6 @@ impl Protocol for Mvcc {
 /// Whether the word at `at` is the record's at `offset` (not a chain's).
 fn record_word(offset: Option<u64>, at: u64) -> bool {
     offset.is_some_and(|o| o + META_OFF as u64 == at)
-}
-
-/// MVCC keeps `rts` in each record's metadata word 0: a table laid out without one cannot
-/// hold it.
-fn worded_table(tx: &Tx<'_, Mvcc>, t: u32, key: u64) -> Result<(), Abort> {
-    match tx.c.map.table(t) {
-        Ok(info) if info.meta_words >= 1 => Ok(()),
-        _ => Err(Abort {
-            reason: AbortReason::BadRequest,
-            table: t,
-            key,
-        }),
-    }
 }
 
 /// R1 (and W1 on `wts`) for every item, and each item's job on its rts word.

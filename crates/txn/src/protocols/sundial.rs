@@ -71,7 +71,7 @@ use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::rpc::{self, CasRead};
 use crate::mechanisms::{abort, absent, fetch, insert, lock, release, undo};
-use crate::mechanisms::{settle, table, INVISIBLE};
+use crate::mechanisms::{needs_meta_words, settle, table, INVISIBLE};
 use crate::protocol::{Protocol, Row};
 use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
@@ -166,7 +166,7 @@ impl Protocol for Sundial {
 
     async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
         for a in accesses {
-            leased_table(tx, a.table, a.key)?;
+            needs_meta_words(&tx.c.map, a.table, a.key, 1)?;
         }
         fetch::records(tx, accesses, Locking::Optimistic { hitchhike: true }).await?;
         undo::log_undo(tx).await
@@ -174,7 +174,7 @@ impl Protocol for Sundial {
 
     async fn insert(tx: &mut Tx<'_, Self>, rows: &[Row<'_>]) -> Result<(), Abort> {
         for &(t, k, _) in rows {
-            leased_table(tx, t, k)?;
+            needs_meta_words(&tx.c.map, t, k, 1)?;
         }
         insert::insert(tx, rows).await
     }
@@ -233,19 +233,6 @@ impl Protocol for Sundial {
         e: &LogEntry,
     ) -> Result<Recovered, FabricError> {
         settle::settle(ep, map, owner, e).await
-    }
-}
-
-/// SUNDIAL keeps its lease in each record's metadata word 0: a table laid out without one
-/// cannot hold it.
-fn leased_table(tx: &Tx<'_, Sundial>, t: u32, key: u64) -> Result<(), Abort> {
-    match tx.c.map.table(t) {
-        Ok(info) if info.meta_words >= 1 => Ok(()),
-        _ => Err(Abort {
-            reason: AbortReason::BadRequest,
-            table: t,
-            key,
-        }),
     }
 }
 
