@@ -75,7 +75,7 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
         tx.undo.body.len() as u32,
         tx.undo.crc.clone().finalize(),
     );
-    let flush = tx.c.cfg.ford.flush;
+    let flush = tx.c.cfg.flush;
     let via = tx.c.via(Stage::Log);
     let mut nodes = std::mem::take(&mut tx.c.mech.nodes);
     replica_nodes(tx, &mut nodes);
