@@ -52,6 +52,7 @@ mod rpc;
 mod tests;
 
 use crate::contract::{check_op, Fabric, LocalMem, RpcHandler};
+use crate::dirty::Dirty;
 use crate::runtime::{drive_thread, task, AbortOnPanic, RunReport, Task, Topology};
 use crate::stats::Stats;
 use crate::verbs::{Batch, OpKind};
@@ -94,45 +95,6 @@ struct Shared {
     persist: AtomicBool,
     /// Bytes (whole pages) written back so far.
     persisted: AtomicU64,
-}
-
-/// Per memory node, the page-aligned data ranges a worker thread's QP wrote since its last
-/// FLUSH to that node (persist mode only): what the next FLUSH writes back. Shared by the
-/// thread's coordinators, as their QP is.
-#[derive(Default)]
-struct Dirty(Vec<Vec<(u64, u64)>>);
-
-/// Ranges kept per node before they are merged into one covering range (a FLUSH then writes
-/// back more than it must, never less).
-const DIRTY_RANGES: usize = 64;
-
-impl Dirty {
-    fn add(&mut self, node: NodeId, addr: u64, len: u64) {
-        const PAGE: u64 = 4096;
-        let (from, to) = (addr & !(PAGE - 1), (addr + len).div_ceil(PAGE) * PAGE);
-        if self.0.len() <= node as usize {
-            self.0.resize_with(node as usize + 1, Vec::new);
-        }
-        let r = &mut self.0[node as usize];
-        if let Some(last) = r.last_mut().filter(|l| from <= l.1 && to >= l.0) {
-            *last = (last.0.min(from), last.1.max(to));
-        } else if r.len() == DIRTY_RANGES {
-            let lo = r.iter().map(|x| x.0).min().unwrap_or(from).min(from);
-            let hi = r.iter().map(|x| x.1).max().unwrap_or(to).max(to);
-            r.clear();
-            r.push((lo, hi));
-        } else {
-            r.push((from, to));
-        }
-    }
-
-    /// The ranges of `node`, forgotten.
-    fn take(&mut self, node: NodeId) -> Vec<(u64, u64)> {
-        self.0
-            .get_mut(node as usize)
-            .map(std::mem::take)
-            .unwrap_or_default()
-    }
 }
 
 /// A memory pool in this process's (or this host's shared) memory. It outlives runs: load it,

@@ -600,26 +600,6 @@ fn persist_mode_writes_back_the_pages_a_flush_covers() {
 }
 
 #[test]
-fn dirty_ranges_merge_and_stay_bounded() {
-    let mut d = Dirty::default();
-    d.add(0, 10, 10);
-    d.add(0, 4000, 200);
-    d.add(0, 3 * 4096, 1);
-    assert_eq!(d.take(0), [(0, 8192), (3 * 4096, 4 * 4096)]);
-    assert!(d.take(0).is_empty() && d.take(7).is_empty());
-    for i in 0..1000u64 {
-        d.add(2, i * 2 * 4096, 1);
-    }
-    let r = d.take(2);
-    assert!(r.len() <= DIRTY_RANGES, "{}", r.len());
-    // Every page written is still covered.
-    for i in 0..1000u64 {
-        let p = i * 2 * 4096;
-        assert!(r.iter().any(|&(a, b)| a <= p && p < b), "page at {p}");
-    }
-}
-
-#[test]
 fn file_backed_pool_reopens_with_its_data_and_is_shared() {
     let dir = TempDir::new("reopen");
     let cfg = ShmConfig {
