@@ -705,13 +705,30 @@ impl Qps {
             f.rpc_spans.push((node, start, hdr_end, f.rpc_out.len()));
             f.rpcs.push((node, id));
         }
-        for k in 0..f.rpc_spans.len() {
-            let (node, start, hdr_end, end) = f.rpc_spans[k];
+        let spans = std::mem::take(&mut f.rpc_spans);
+        let out: *const [u8] = &f.rpc_out[..];
+        // SAFETY: `out` is `f.rpc_out`, which is not touched or resized until the requests
+        // complete (the batch stays in its `InFlight`, handed to `orphans` if abandoned).
+        let ok = unsafe { self.post_messages(f, out, &spans) };
+        f.rpc_spans = spans;
+        ok
+    }
+
+    /// Posts one active message per span `(node, start, header end, end)` of `out`; false if
+    /// UCX refused one (its error is kept in `f`).
+    ///
+    /// # Safety
+    ///
+    /// `out` must stay valid and unchanged until `f`'s requests complete (a buffer of `f`).
+    unsafe fn post_messages(
+        &self,
+        f: &mut InFlight,
+        out: *const [u8],
+        spans: &[(NodeId, usize, usize, usize)],
+    ) -> bool {
+        for &(node, start, hdr_end, end) in spans {
             let ep = &self.eps[node as usize];
-            let out: *const [u8] = &f.rpc_out[..];
-            // SAFETY: header and data lie in `f.rpc_out`, which is not touched or resized
-            // until the request completes (the batch stays in its `InFlight`, handed to
-            // `orphans` if abandoned), as for READ.
+            // SAFETY: the caller keeps `out` valid and unchanged until the request completes.
             let r = unsafe {
                 let out = &*out;
                 post::am(ep, AM_RPC_REQ, &out[start..hdr_end], &out[hdr_end..end])
@@ -745,21 +762,10 @@ impl Qps {
             spans.push((*node, start, hdr_end, f.persist_out.len()));
             f.persist_ids.push((*node, id));
         }
-        for (node, start, hdr_end, end) in spans {
-            let ep = &self.eps[node as usize];
-            let out: *const [u8] = &f.persist_out[..];
-            // SAFETY: header and ranges lie in `f.persist_out`, untouched until the request
-            // completes (as for `post_rpcs`).
-            let r = unsafe {
-                let out = &*out;
-                post::am(ep, AM_RPC_REQ, &out[start..hdr_end], &out[hdr_end..end])
-            };
-            if let Err(e) = collect(r, node, f) {
-                f.fail(e);
-                return false;
-            }
-        }
-        true
+        let out: *const [u8] = &f.persist_out[..];
+        // SAFETY: `out` is `f.persist_out`, untouched until the requests complete (as
+        // `f.rpc_out` in `post_rpcs`).
+        unsafe { self.post_messages(f, out, &spans) }
     }
 
     /// Blocks until `f`'s requests complete (progressing), for at most BLOCKING_TIMEOUT.
