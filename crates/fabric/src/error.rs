@@ -30,6 +30,10 @@ pub enum FabricError {
     /// The op does not fit the batch's 32-bit length fields.
     #[error("op of {0} bytes is too large for one verb")]
     TooLarge(u64),
+    /// This coordinator's lease may have expired ([`crate::Lease`]): it is fenced, and posts
+    /// nothing more (its successor may be recovering it).
+    #[error("this coordinator's lease may have expired: it is fenced and posts nothing more")]
+    LeaseExpired,
     /// Setting up a backend failed (an I/O or configuration problem).
     #[error("{0}")]
     Setup(String),

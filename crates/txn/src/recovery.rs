@@ -52,6 +52,35 @@ pub async fn recover(
     protocol: Protocol,
     index: u32,
 ) -> Result<(Recovered, u32), FabricError> {
+    let mut r = recover_all(ep, map, protocol, &[index]).await?;
+    Ok(r.pop().expect("one"))
+}
+
+/// Recovers every coordinator of `dead` at once: settles each one's log entry, then
+/// releases all their locks in one scan of the tables. What each one's recovery found and
+/// how many of its locks it cleared, in the order of `dead`.
+pub async fn recover_all(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    protocol: Protocol,
+    dead: &[u32],
+) -> Result<Vec<(Recovered, u32)>, FabricError> {
+    let mut out = Vec::with_capacity(dead.len());
+    for &index in dead {
+        out.push(settle_log(ep, map, protocol, index).await?);
+    }
+    let owners: Vec<u64> = dead.iter().map(|&i| u64::from(i) + 1).collect();
+    let released = release_all(ep, map, &owners, protocol.lock_flags()).await?;
+    Ok(out.into_iter().zip(released).collect())
+}
+
+/// Steps 1 and 2, and 4: settles coordinator `index`'s newest log entry and closes it.
+async fn settle_log(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    protocol: Protocol,
+    index: u32,
+) -> Result<Recovered, FabricError> {
     let owner = u64::from(index) + 1;
     let nodes = map.nodes.len() as NodeId;
     let mut outcome = Recovered::Nothing;
@@ -88,54 +117,70 @@ pub async fn recover(
             ep.post().await?;
         }
     }
-    let released = release_all(ep, map, owner, protocol.lock_flags()).await?;
-    Ok((outcome, released))
+    Ok(outcome)
 }
 
-/// Clears every lock word that `owner` holds (with any of `flags`), on every table's primary,
-/// and on backups' lock words too when the protocol marks them invisible (an invisible bit a
-/// commit left there). Returns how many it cleared.
+/// Buckets read per round trip by the lock release's scan.
+const SCAN_BATCH: u64 = 64;
+
+/// Clears every lock word one of `owners` holds (with any of `flags`), on every table's
+/// primary, and on backups' lock words too when the protocol marks them invisible (an
+/// invisible bit a commit left there). Returns how many it cleared per owner (backups' bits
+/// count for the first).
 async fn release_all(
     ep: &mut Endpoint,
     map: &PoolMap,
-    owner: u64,
+    owners: &[u64],
     flags: u64,
-) -> Result<u32, FabricError> {
-    let mut cleared = 0;
+) -> Result<Vec<u32>, FabricError> {
+    let mut cleared = vec![0u32; owners.len()];
+    let mut bytes = Vec::new();
     for t in map.tables() {
         let codec = t.codec();
         let buckets = t.bucket_count + t.overflow_buckets;
         for &n in &t.replicas {
             let primary = n == t.primary();
-            for b in 0..buckets {
-                let base = t.table_off + 64 + b * t.bucket_bytes;
-                let r = ep.read(n, base, t.bucket_bytes as usize);
+            let mut first = 0;
+            while first < buckets {
+                let last = buckets.min(first + SCAN_BATCH);
+                let base0 = t.table_off + 64 + first * t.bucket_bytes;
+                let r = ep.read(n, base0, ((last - first) * t.bucket_bytes) as usize);
                 ep.post().await?;
-                let bytes = ep.bytes(r).to_vec();
+                bytes.clear();
+                bytes.extend_from_slice(ep.bytes(r));
+                // (CAS, whose) queued for this batch of buckets.
                 let mut cas = Vec::new();
-                if primary && b < t.bucket_count {
-                    let lock = u64::from_le_bytes(bytes[8..16].try_into().expect("word"));
-                    if lock == owner {
-                        cas.push(ep.cas(n, t.insert_lock(base), owner, 0));
+                for b in first..last {
+                    let at = ((b - first) * t.bucket_bytes) as usize;
+                    let bucket = &bytes[at..at + t.bucket_bytes as usize];
+                    let base = t.table_off + 64 + b * t.bucket_bytes;
+                    if primary && b < t.bucket_count {
+                        let lock = u64::from_le_bytes(bucket[8..16].try_into().expect("word"));
+                        if let Some(k) = owners.iter().position(|&o| o == lock) {
+                            cas.push((ep.cas(n, t.insert_lock(base), lock, 0), k));
+                        }
                     }
-                }
-                for s in 0..t.slots_per_bucket {
-                    let h = codec.header(t.slot_bytes(&bytes, s));
-                    let off = t.slot(base, s);
-                    let ours = holds(h.lock, owner);
-                    if primary && ours {
-                        cas.push(ep.cas(n, off, h.lock, 0));
-                    } else if !primary && flags & INVISIBLE != 0 && h.lock == INVISIBLE {
-                        // A backup's invisible bit may be another, live, commit's: clearing it
-                        // early is safe all the same, because every reader validates at the
-                        // primary, whose lock that commit still holds.
-                        cas.push(ep.cas(n, off, INVISIBLE, 0));
+                    for s in 0..t.slots_per_bucket {
+                        let h = codec.header(t.slot_bytes(bucket, s));
+                        let off = t.slot(base, s);
+                        let ours = owners.iter().position(|&o| holds(h.lock, o));
+                        if let (true, Some(k)) = (primary, ours) {
+                            cas.push((ep.cas(n, off, h.lock, 0), k));
+                        } else if !primary && flags & INVISIBLE != 0 && h.lock == INVISIBLE {
+                            // A backup's invisible bit may be another, live, commit's: clearing
+                            // it early is safe all the same, because every reader validates at
+                            // the primary, whose lock that commit still holds.
+                            cas.push((ep.cas(n, off, INVISIBLE, 0), 0));
+                        }
                     }
                 }
                 if !cas.is_empty() {
                     ep.post().await?;
-                    cleared += cas.iter().filter(|&&c| ep.cas_ok(c)).count() as u32;
+                    for (c, k) in cas {
+                        cleared[k] += u32::from(ep.cas_ok(c));
+                    }
                 }
+                first = last;
             }
         }
     }

@@ -195,6 +195,25 @@ impl SimConfig {
             keep_trace: false,
         }
     }
+
+    /// How long an op of up to 64 KiB may take from its post to the execution of its last
+    /// line, queueing at a busy NIC or atomic unit aside: the CPU cost of posting a batch of
+    /// up to 256 verbs, one way, the transfer, the fault plan's longest delay, the adversary's
+    /// reordering windows (two: its spread and an overtaking) and a torn op's spread. A
+    /// lease's guard must exceed it; `RunReport::max_flight_ns` says what a run really saw
+    /// (queueing included).
+    pub fn flight_bound_ns(&self) -> u64 {
+        let (p, a) = (&self.profile, &self.adversary);
+        let big = 1 << 16;
+        let window = if a.reorder { a.window_ns } else { 0 };
+        p.cpu_per_verb_ns * 256
+            + p.one_way_ns
+            + p.transfer_ns(big)
+            + self.faults.delay_max_ns
+            + 2 * window
+            + p.nic_service_ns(big).max(window)
+            + p.atomic_slot_ns * 64
+    }
 }
 
 #[cfg(test)]
