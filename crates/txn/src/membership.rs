@@ -219,7 +219,13 @@ pub struct Service {
     next_scan_ns: u64,
     /// What this coordinator recovered, in order.
     pub events: Vec<RecoveryEvent>,
+    /// Told of every recovery as soon as it is settled, before it is marked: a leader that
+    /// crashes later has reported it all the same (the next leader may report it again).
+    sink: Option<Sink>,
 }
+
+/// Where a [`Service`] reports its recoveries as they happen.
+pub type Sink = Box<dyn FnMut(&RecoveryEvent)>;
 
 /// What one scan found.
 struct Scan {
@@ -237,7 +243,14 @@ impl Service {
             members,
             next_scan_ns: 0,
             events: Vec::new(),
+            sink: None,
         }
+    }
+
+    /// Reports every recovery to `sink` too, as soon as it is settled.
+    pub fn with_sink(mut self, sink: Sink) -> Service {
+        self.sink = Some(sink);
+        self
     }
 
     fn period_ns(&self) -> u64 {
@@ -324,6 +337,25 @@ impl Service {
         // Every dead coordinator at once: one scan of the tables releases all their locks.
         let started_ns = ep.now_ns();
         let settled = recover_all(ep, map, self.protocol, &dead).await?;
+        let finished_ns = ep.now_ns();
+        for (&i, (outcome, locks_released)) in dead.iter().zip(settled) {
+            let x = m.members[i as usize];
+            let e = RecoveryEvent {
+                coordinator: i,
+                incarnation: x.incarnation,
+                by: me,
+                expired_ns: x.expiry_ns,
+                noticed_ns: m.posted_ns,
+                started_ns,
+                finished_ns,
+                outcome,
+                locks_released,
+            };
+            if let Some(sink) = &mut self.sink {
+                sink(&e);
+            }
+            self.events.push(e);
+        }
         let marks: Vec<_> = dead
             .iter()
             .map(|&i| {
@@ -338,22 +370,7 @@ impl Service {
             marks.iter().all(|&c| ep.cas_ok(c)),
             "a recovered word moved"
         );
-        let finished_ns = ep.now_ns();
-        for (&i, (outcome, locks_released)) in dead.iter().zip(settled) {
-            let x = m.members[i as usize];
-            self.events.push(RecoveryEvent {
-                coordinator: i,
-                incarnation: x.incarnation,
-                by: me,
-                expired_ns: x.expiry_ns,
-                noticed_ns: m.posted_ns,
-                started_ns,
-                finished_ns,
-                outcome,
-                locks_released,
-            });
-            scan.unsettled -= 1;
-        }
+        scan.unsettled -= dead.len() as u32;
         ep.cas(0, LEADER_OFF, mine, 0);
         ep.post().await?;
         Ok(scan)

@@ -1,20 +1,27 @@
 //! Recovery of a crashed coordinator, by any other coordinator, with one-sided verbs only
 //! (FORD section 4.8; the rule for the ambiguous case is the digest's).
 //!
-//! A coordinator is declared dead by whoever notices (a lease, or the simulator's fault plan).
-//! The agent then:
+//! A coordinator is declared dead by the recovery service once its lease expired
+//! (`membership.rs`), or after a run by whoever knows it crashed. The agent then:
 //!
 //! 1. reads the dead coordinator's log slice on every memory node and takes the newest entry
 //!    that decodes (a crash mid-log-WRITE leaves a torn entry on some nodes: its crc fails);
-//! 2. if that entry is pending, decides: **committed** if every replica of every logged item
+//! 2. if that entry is pending on some node, decides: **committed** if every replica of every logged item
 //!    the dead coordinator had locked already holds the new version (its coalescent commit
 //!    landed everywhere: roll forward), **aborted** otherwise (roll back: put the old images
 //!    back on every replica);
 //! 3. releases every lock the dead coordinator still holds, logged or not (a lock won just
 //!    before the crash may not be logged yet): record locks and chain insert locks, found by a
-//!    scan of every table on its primary, each cleared with a CAS from the dead owner's value
-//!    so that nobody else's lock is ever touched;
-//! 4. closes the log entry.
+//!    scan of every table on its primary (64 buckets per READ, every dead coordinator's at
+//!    once: [`recover_all`]), each cleared with a CAS from the dead owner's value so that
+//!    nobody else's lock is ever touched;
+//! 4. closes the log entry (on every node, before step 3).
+//!
+//! **Idempotent.** A recovery that crashes half-way and runs again ends in the same state:
+//! step 2 judges by what the replicas hold under the dead owner's locks, which stay until
+//! step 3; an entry closed on some nodes only is settled again (the same judgement: the same
+//! outcome, reported again); step 3 is a CAS from the dead owner's value. A test crashes the
+//! recovering coordinator at many instants and compares the pool with one recovery's.
 //!
 //! It returns what it decided, with the versions a rolled-forward transaction installed, for
 //! the history.
@@ -90,22 +97,24 @@ async fn settle_log(
             .map(|n| ep.read(n, slice, bytes as usize))
             .collect();
         ep.post().await?;
+        // The newest transaction on any node. It is settled if any node's copy still says
+        // pending, even if another's was closed: a recovery that crashed after closing it on
+        // some nodes only (or its coordinator, closing it on its way out) left it so, and
+        // settling again is what that recovery did (the locks it judges by are released only
+        // after every copy is closed), so the outcome reported is the same.
+        let mut pending = false;
         for r in reads {
             if let Ok(Some(e)) = LogEntry::decode(ep.bytes(r)) {
-                // The newest transaction; for the same one, a node whose status was updated
-                // (committed or aborted) knows more than one still saying pending.
-                let better = entry.as_ref().is_none_or(|x| {
-                    e.txn > x.txn
-                        || (e.txn == x.txn
-                            && x.status == LogStatus::Pending
-                            && e.status != LogStatus::Pending)
-                });
-                if better {
-                    entry = Some(e);
+                match &entry {
+                    Some(x) if x.txn > e.txn => continue,
+                    Some(x) if x.txn == e.txn => {}
+                    _ => pending = false,
                 }
+                pending |= e.status == LogStatus::Pending;
+                entry = Some(e);
             }
         }
-        if let Some(e) = entry.as_ref().filter(|e| e.status == LogStatus::Pending) {
+        if let Some(e) = entry.as_ref().filter(|_| pending) {
             outcome = protocol.settle(ep, map, owner, e).await?;
             let status = match outcome {
                 Recovered::RolledForward(_) => LogStatus::Committed,

@@ -270,7 +270,7 @@ async fn coordinator<W: Workload>(
     mut ep: Endpoint,
     w: &W,
     cfg: Rc<TxnConfig>,
-    sh: &Shared,
+    sh: &Arc<Shared>,
     sink: Rc<RefCell<Collector>>,
     tally: Rc<RefCell<W::Tally>>,
 ) -> Result<(u64, bool), String> {
@@ -286,7 +286,12 @@ async fn coordinator<W: Workload>(
             membership::join(&mut ep, l)
                 .await
                 .map_err(|e| format!("coordinator {index}: joining: {e}"))?;
-            Some(Service::new(cfg.protocol, l, sh.coordinators))
+            let sink = sh.clone();
+            let report = move |e: &RecoveryEvent| match sink.recoveries.lock() {
+                Ok(mut r) => r.push(e.clone()),
+                Err(p) => p.into_inner().push(e.clone()),
+            };
+            Some(Service::new(cfg.protocol, l, sh.coordinators).with_sink(Box::new(report)))
         }
         None => None,
     };
@@ -391,17 +396,12 @@ async fn coordinator<W: Workload>(
     if !fenced {
         c.retire().await;
     }
-    if let Some(mut s) = service {
+    if let Some(s) = &mut service {
         if !fenced {
             // The liveness phase: this coordinator is done; it serves recovery until every
             // other one is done or recovered.
             fenced = serve(s.drain(c.endpoint(), &map).await)?;
         }
-        let mut r = match sh.recoveries.lock() {
-            Ok(r) => r,
-            Err(p) => p.into_inner(),
-        };
-        r.append(&mut s.events);
     }
     Ok((all, fenced))
 }
