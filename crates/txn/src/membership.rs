@@ -64,9 +64,11 @@ pub struct LeaseConfig {
 }
 
 impl LeaseConfig {
-    /// Terms for a fabric whose ops fly at most `flight_ns` and whose threads stall at most
-    /// `stall_ns`: a guard of twice the flight (queueing at a busy NIC is not in the bound),
-    /// and a lease long enough for a renewal to survive a stall, at least 1 ms.
+    /// Terms for a fabric whose ops fly at most `flight_ns` (a static bound) and whose
+    /// threads stall at most `stall_ns`: a guard of twice the flight (a margin for queueing
+    /// at a busy NIC, which the bound leaves out), and a lease long enough for a renewal to
+    /// survive a stall, at least 1 ms. Every `--faults` run measures its longest flight
+    /// against the guard.
     pub fn for_fabric(flight_ns: u64, stall_ns: u64) -> LeaseConfig {
         let guard_ns = 2 * flight_ns;
         let lease_ns = (4 * (guard_ns + stall_ns)).max(1_000_000);
@@ -201,7 +203,7 @@ pub struct RecoveryEvent {
     pub by: u32,
     /// Its lease's expiry.
     pub expired_ns: u64,
-    /// When the READ that found it dead was posted.
+    /// When the READ that first found it dead was posted (this leader's, before it led).
     pub noticed_ns: u64,
     /// `recover`'s start and end.
     pub started_ns: u64,
@@ -322,7 +324,7 @@ impl Service {
                 let expired = m
                     .members
                     .get(l as usize - 1)
-                    .is_some_and(|x| m.posted_ns >= x.expiry_ns);
+                    .is_none_or(|x| m.posted_ns >= x.expiry_ns);
                 if !expired {
                     return Ok(scan); // a live leader is on it
                 }
@@ -332,6 +334,25 @@ impl Service {
         let c = ep.cas(0, LEADER_OFF, from, mine);
         ep.post().await?;
         if !ep.cas_ok(c) {
+            return Ok(scan);
+        }
+        // Read again under the leader word: the first READ may predate a leader that
+        // recovered (and marked) some of them and gave the word back since. Only a leader
+        // marks a recovered word, so what this READ shows stays true while we lead.
+        let noticed_ns = m.posted_ns;
+        let m = read_members(ep, self.members).await?;
+        let dead: Vec<u32> = (0..m.members.len() as u32)
+            .filter(|&i| i != me && m.members[i as usize].dead(m.posted_ns))
+            .collect();
+        scan.unsettled = m
+            .members
+            .iter()
+            .enumerate()
+            .filter(|&(i, x)| i as u32 != me && !x.settled())
+            .count() as u32;
+        if dead.is_empty() {
+            ep.cas(0, LEADER_OFF, mine, 0);
+            ep.post().await?;
             return Ok(scan);
         }
         // Every dead coordinator at once: one scan of the tables releases all their locks.
@@ -345,7 +366,7 @@ impl Service {
                 incarnation: x.incarnation,
                 by: me,
                 expired_ns: x.expiry_ns,
-                noticed_ns: m.posted_ns,
+                noticed_ns,
                 started_ns,
                 finished_ns,
                 outcome,

@@ -1116,21 +1116,30 @@ fn pool_checks(
     if cfg.protocol != Protocol::Motor {
         let slice_bytes = plan.shape.log_slice_bytes.div_ceil(64) * 64;
         let mut buf = vec![0u8; plan.shape.log_slice_bytes as usize];
+        // Per slice, the newest transaction on any node (the one recovery would settle; a
+        // node the newest did not log to may keep an older entry whose closing WRITE died
+        // with its coordinator, harmlessly).
         let mut pending = 0;
-        for n in 0..plan.shape.memory_nodes {
-            for s in 0..plan.shape.log_slices {
-                let off = plan.log_off + u64::from(s) * slice_bytes;
+        for s in 0..plan.shape.log_slices {
+            let off = plan.log_off + u64::from(s) * slice_bytes;
+            let mut newest: Option<(u64, bool, u16)> = None;
+            for n in 0..plan.shape.memory_nodes {
                 pool.with_local(n, |m| m.read(off, &mut buf));
                 if let Ok(Some(e)) = dtxn_store::log::LogEntry::decode(&buf) {
-                    if e.status == dtxn_store::log::LogStatus::Pending {
-                        pending += 1;
-                        if pending <= 3 {
-                            fails.push(format!(
-                                "log slice {s} on memory node {n}: transaction {:#x} pending",
-                                e.txn
-                            ));
-                        }
-                    }
+                    let open = e.status == dtxn_store::log::LogStatus::Pending;
+                    newest = match newest {
+                        Some((t, o, at)) if t == e.txn => Some((t, o || open, at)),
+                        Some((t, o, at)) if t > e.txn => Some((t, o, at)),
+                        _ => Some((e.txn, open, n)),
+                    };
+                }
+            }
+            if let Some((txn, true, n)) = newest {
+                pending += 1;
+                if pending <= 3 {
+                    fails.push(format!(
+                        "log slice {s}: transaction {txn:#x} pending (memory node {n})"
+                    ));
                 }
             }
         }

@@ -197,9 +197,11 @@ impl SimConfig {
     }
 
     /// How long an op of up to 64 KiB may take from its post to the execution of its last
-    /// line, queueing at a busy NIC or atomic unit aside: the CPU cost of posting a batch of
-    /// up to 256 verbs, one way, the transfer, the fault plan's longest delay, the adversary's
-    /// reordering windows (two: its spread and an overtaking) and a torn op's spread. A
+    /// line, queueing at a busy NIC aside: the CPU cost of posting a batch of up to 256
+    /// verbs, one way, the transfer, the fault plan's longest delay, a torn op's spread, and
+    /// the adversary's reordering windows: two (its spread and an overtaking) for the op
+    /// itself, and two more for each of up to 32 atomics ahead of it on its QP (an op executes
+    /// after the QP's earlier atomics, and is then held back again: the windows stack). A
     /// lease's guard must exceed it; `RunReport::max_flight_ns` says what a run really saw
     /// (queueing included).
     pub fn flight_bound_ns(&self) -> u64 {
@@ -210,7 +212,7 @@ impl SimConfig {
             + p.one_way_ns
             + p.transfer_ns(big)
             + self.faults.delay_max_ns
-            + 2 * window
+            + 2 * window * (1 + 32)
             + p.nic_service_ns(big).max(window)
             + p.atomic_slot_ns * 64
     }
