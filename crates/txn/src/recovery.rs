@@ -12,7 +12,7 @@
 //!    back on every replica);
 //! 3. releases every lock the dead coordinator still holds, logged or not (a lock won just
 //!    before the crash may not be logged yet): record locks and chain insert locks, found by a
-//!    scan of every table on its primary (64 buckets per READ, every dead coordinator's at
+//!    scan of every table on its primary (16 KiB of buckets per READ, every dead coordinator's at
 //!    once: [`recover_all`]), each cleared with a CAS from the dead owner's value so that
 //!    nobody else's lock is ever touched;
 //! 4. closes the log entry (on every node, before step 3).
@@ -129,8 +129,11 @@ async fn settle_log(
     Ok(outcome)
 }
 
-/// Buckets read per round trip by the lock release's scan.
-const SCAN_BATCH: u64 = 64;
+/// Bytes the lock release's scan reads per round trip (at least a bucket): big enough to
+/// take few round trips, small enough not to hold a memory node's NIC for long while the
+/// other coordinators run (an op queued behind it flies longer, and a lease's guard must
+/// cover the longest flight).
+const SCAN_BYTES: u64 = 16 << 10;
 
 /// Clears every lock word one of `owners` holds (with any of `flags`), on every table's
 /// primary, and on backups' lock words too when the protocol marks them invisible (an
@@ -151,7 +154,7 @@ async fn release_all(
             let primary = n == t.primary();
             let mut first = 0;
             while first < buckets {
-                let last = buckets.min(first + SCAN_BATCH);
+                let last = buckets.min(first + (SCAN_BYTES / t.bucket_bytes).max(1));
                 let base0 = t.table_off + 64 + first * t.bucket_bytes;
                 let r = ep.read(n, base0, ((last - first) * t.bucket_bytes) as usize);
                 ep.post().await?;
