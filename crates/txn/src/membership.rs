@@ -339,7 +339,7 @@ impl Service {
         // Read again under the leader word: the first READ may predate a leader that
         // recovered (and marked) some of them and gave the word back since. Only a leader
         // marks a recovered word, so what this READ shows stays true while we lead.
-        let noticed_ns = m.posted_ns;
+        let (first_dead, first_ns) = (dead, m.posted_ns);
         let m = read_members(ep, self.members).await?;
         let dead: Vec<u32> = (0..m.members.len() as u32)
             .filter(|&i| i != me && m.members[i as usize].dead(m.posted_ns))
@@ -361,6 +361,11 @@ impl Service {
         let finished_ns = ep.now_ns();
         for (&i, (outcome, locks_released)) in dead.iter().zip(settled) {
             let x = m.members[i as usize];
+            let noticed_ns = if first_dead.contains(&i) {
+                first_ns
+            } else {
+                m.posted_ns
+            };
             let e = RecoveryEvent {
                 coordinator: i,
                 incarnation: x.incarnation,
