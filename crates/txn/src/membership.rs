@@ -25,6 +25,11 @@
 //! 3. Recovery's ops are posted after that READ completed, so they execute after every op
 //!    of `i`: recovery sees `i`'s last state, and nothing of `i` lands on top of it.
 //!
+//! The flight bound `F` is the one assumption beyond the fabric contract (which promises no
+//! times). On `sim` it is `SimConfig::flight_bound_ns` (one way, delays, and the adversary's
+//! windows stacked over the ops ahead on a QP), the default guard twice it, and every
+//! `--faults` run measures its longest flight and fails if it reached the guard.
+//!
 //! The clock is one for everybody: virtual time on `sim` (a coordinator's clock runs at most
 //! its thread's CPU charge ahead, and its posts depart then, so the argument holds with
 //! departure times). A thread stalled by the adversary is stalled *before* it resumes, so
