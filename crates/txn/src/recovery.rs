@@ -152,6 +152,9 @@ async fn release_all(
         let buckets = t.bucket_count + t.overflow_buckets;
         for &n in &t.replicas {
             let primary = n == t.primary();
+            if !primary && flags & INVISIBLE == 0 {
+                continue; // backups hold no lock word of their own to clear
+            }
             let mut first = 0;
             while first < buckets {
                 let last = buckets.min(first + (SCAN_BYTES / t.bucket_bytes).max(1));
