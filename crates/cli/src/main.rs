@@ -8,6 +8,7 @@ mod memnode;
 mod probe;
 mod progress;
 mod remote;
+mod reproduce;
 mod sweep;
 mod torture;
 mod units;
@@ -52,6 +53,9 @@ enum Cmd {
     /// Every protocol x workload x seed on the adversarial sim, histories checked and
     /// invariants verified; prints the replay command of the first failure.
     Torture(torture::TortureArgs),
+    /// A paper's main comparisons on the sim at the paper's setup, our ratios beside the
+    /// paper's: a report (Markdown, CSV, PNG, SVG).
+    Reproduce(reproduce::ReproduceArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -298,6 +302,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench::main(*a),
         Cmd::Check(a) => check::run(a),
         Cmd::Torture(a) => torture::run(a),
+        Cmd::Reproduce(a) => reproduce::run(a),
         Cmd::Layout(a) => layout::run(*a),
         Cmd::Sweep(a) => sweep::run(*a),
         Cmd::Memnode(a) => memnode::run(a),

@@ -21,7 +21,9 @@ pub struct MemnodeArgs {
     pub size: u64,
     /// Keep the region in this file (created or extended to --size, contents kept; e.g. on a
     /// persistent-memory/DAX mount). Locked while served: a second daemon on it is refused.
-    /// Without it, UCX allocates the region, zeroed.
+    /// A FLUSH from a compute process (`--set flush=true`) then writes the pages it covers
+    /// back to the file (msync) before it completes. Without it, UCX allocates the region,
+    /// zeroed.
     #[arg(long)]
     pub path: Option<PathBuf>,
     /// What compute processes must present to get the region's key (it travels in clear).

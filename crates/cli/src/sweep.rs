@@ -248,7 +248,7 @@ fn describe(values: &[(String, String)]) -> String {
 
 /// Text needs a font: plotters draws with a TrueType file found on the system (DejaVu or
 /// Liberation, as Debian ships them), loaded once.
-fn ensure_font() -> Result<()> {
+pub(crate) fn ensure_font() -> Result<()> {
     static FONT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
     FONT.get_or_init(|| {
         let candidates = [

@@ -137,6 +137,16 @@ fn numbers_out_of_range_are_refused() {
             "--memory-nodes 60000: at most 256",
         ),
         (
+            vec!["bench", "--replicas", "1", "--set", "ford.flush=true"],
+            "--set flush=true persists the backups (a lost primary is rebuilt from them): it \
+             needs --replicas 2 or more, not 1",
+        ),
+        (
+            vec!["bench", "--backend", "shm", "--set", "flush=true"],
+            "--set flush=true on shm needs --shm-dir DIR (the memory nodes' files, written back \
+             at each FLUSH): anonymous memory dies with the process",
+        ),
+        (
             vec!["bench", "--txns", "18446744073709551615"],
             "--txns 18446744073709551615: at most",
         ),

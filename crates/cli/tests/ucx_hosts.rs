@@ -575,6 +575,91 @@ impl Drop for Namespaces {
     }
 }
 
+/// Persistent memory on ucx: memory nodes on files (`--path`), a run with `--set flush=true`
+/// (every FLUSH asks the node to write back), both daemons killed with SIGKILL, restarted on
+/// their files: `dtxn verify` finds every committed transaction of the run.
+#[test]
+fn memnodes_killed_and_restarted_on_their_files_lose_no_commit() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if skip_without_ucx() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-kill9-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<String> = (0..2)
+        .map(|k| dir.join(format!("node-{k}")).to_str().unwrap().to_string())
+        .collect();
+    let mem = |k: usize| {
+        Daemon::start(
+            &[],
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--size",
+                "4M",
+                "--path",
+                &files[k],
+                "--node",
+                &k.to_string(),
+                "--token",
+                TOKEN,
+                "--ucx-tls",
+                "tcp",
+                "--ucx-devices",
+                "lo",
+                "--spin-us",
+                "0",
+            ],
+        )
+    };
+    let addrs = |nodes: &[Daemon]| {
+        nodes
+            .iter()
+            .map(|d| d.addr.to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut nodes: Vec<Daemon> = (0..2).map(mem).collect();
+    let memnodes = addrs(&nodes);
+    assert_ok(
+        &run_bounded(bench_cmd(&[], &memnodes, &["--load-only"])),
+        "--load-only",
+    );
+    let tally = dir.join("t.json");
+    let out = assert_ok(
+        &run_bounded(bench_cmd(
+            &[],
+            &memnodes,
+            &[
+                "--set",
+                "flush=true",
+                "--tally-out",
+                tally.to_str().unwrap(),
+                "--json",
+            ],
+        )),
+        "bench with flush",
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    for d in &mut nodes {
+        kill(d.child.id(), Signal::KILL).unwrap();
+        d.child.wait().unwrap();
+    }
+    drop(nodes);
+    let nodes: Vec<Daemon> = (0..2).map(mem).collect();
+    let out = assert_ok(
+        &run_bounded(verify_cmd(&addrs(&nodes), std::slice::from_ref(&tally))),
+        "verify after kill -9 and restart",
+    );
+    assert!(
+        out.starts_with("consistent: smallbank under ford (seed 1), 1 compute process(es)"),
+        "{out}"
+    );
+    drop(nodes);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn namespaces_memnodes_on_two_hosts_compute_on_a_third() {
     let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());

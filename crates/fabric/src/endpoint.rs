@@ -557,7 +557,10 @@ impl Endpoint {
     /// Resolves when the background batch has completed (at once if there is none), with its
     /// outcome: a failed background batch (a memory node down) is reported here.
     pub fn wait_background(&mut self) -> WaitBackground<'_> {
-        WaitBackground { ep: self }
+        WaitBackground {
+            ep: self,
+            waited: false,
+        }
     }
 
     /// Bytes of a completed READ, or the response of a completed RPC.
@@ -670,18 +673,31 @@ impl Future for Sleep<'_> {
 /// The future of [`Endpoint::wait_background`].
 pub struct WaitBackground<'a> {
     ep: &'a mut Endpoint,
+    /// It had to wait: counted once as a round trip on the critical path.
+    waited: bool,
 }
 
 impl Future for WaitBackground<'_> {
     type Output = Result<(), FabricError>;
 
     fn poll(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let ep = &mut *self.get_mut().ep;
+        let this = self.get_mut();
+        let ep = &mut *this.ep;
         if !ep.background {
             return Poll::Ready(Ok(()));
         }
         match ep.fabric.poll_background() {
-            Poll::Pending => Poll::Pending,
+            Poll::Pending => {
+                // A background batch still in flight when it is needed lies on the critical
+                // path: the wait is (part of) a round trip like an awaited batch's.
+                if !this.waited {
+                    this.waited = true;
+                    let mut s = ep.stats.get();
+                    s.round_trips += 1;
+                    ep.stats.set(s);
+                }
+                Poll::Pending
+            }
             Poll::Ready(r) => {
                 ep.background = false;
                 Poll::Ready(r)

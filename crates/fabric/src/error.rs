@@ -34,6 +34,10 @@ pub enum FabricError {
     /// nothing more (its successor may be recovering it).
     #[error("this coordinator's lease may have expired: it is fenced and posts nothing more")]
     LeaseExpired,
+    /// A FLUSH could not write the memory node's file back (an I/O error of the device that
+    /// holds it): what it was to persist may not be durable.
+    #[error("memory node {node}: cannot persist its file: {error}")]
+    Persist { node: NodeId, error: String },
     /// Setting up a backend failed (an I/O or configuration problem).
     #[error("{0}")]
     Setup(String),

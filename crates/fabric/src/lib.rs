@@ -8,6 +8,7 @@
 //! other hosts, over OpenUCX; present when built with UCX, see [`ucx::AVAILABLE`]).
 
 mod contract;
+mod dirty;
 mod endpoint;
 mod error;
 mod pool;

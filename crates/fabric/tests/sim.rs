@@ -223,6 +223,53 @@ fn a_memory_crash_drops_only_unflushed_lines() {
     assert!(unflushed > 0 && unflushed < 8 * 64, "{unflushed}");
 }
 
+/// A FLUSH persists its own QP's WRITEs only (the contract's promise, no more): another
+/// thread's FLUSH to the same node leaves this thread's lines volatile, and a power loss after
+/// the run drops some of them.
+#[test]
+fn a_flush_persists_its_own_qps_writes_not_another_threads() {
+    let survivors = |owner_flushes: bool| {
+        let mut kept = 0;
+        for seed in 0..8 {
+            let mut cfg = SimConfig::new(seed, 1, 1 << 16);
+            cfg.persistent = true;
+            let mut pool = SimPool::new(cfg).unwrap();
+            // Two threads: thread 0 writes 64 lines; thread 1 writes one line of its own and
+            // flushes after thread 0 is done.
+            pool.run(topo(1, 2, 1), None, move |mut ep: Endpoint| async move {
+                if ep.id().thread == 0 {
+                    for l in 0..64u64 {
+                        ep.write(0, l * 64, &[0xab; 64]);
+                    }
+                    if owner_flushes {
+                        ep.flush(0);
+                    }
+                    ep.post().await.unwrap();
+                } else {
+                    ep.sleep(1_000_000).await;
+                    ep.write(0, 64 * 100, &[0xcd; 64]);
+                    ep.flush(0);
+                    ep.post().await.unwrap();
+                }
+            })
+            .unwrap();
+            pool.power_loss();
+            assert_eq!(
+                pool.with_local(0, |m| m.read_u64(64 * 100)),
+                0xcdcd_cdcd_cdcd_cdcd,
+                "the flushing thread's own line is durable"
+            );
+            kept += (0..64)
+                .filter(|l| pool.with_local(0, |m| m.read_u64(l * 64)) == 0xabab_abab_abab_abab)
+                .count();
+        }
+        kept
+    };
+    assert_eq!(survivors(true), 8 * 64);
+    let other = survivors(false);
+    assert!(other > 0 && other < 8 * 64, "{other}");
+}
+
 /// A crashed memory node fails the ops sent to it; after its restart it serves again (DRAM
 /// mode: empty).
 #[test]

@@ -337,3 +337,66 @@ fn file_regions_persist_and_are_served_once() {
     n.shutdown();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A FLUSH to a file-backed memory node writes back the pages the QP wrote there since its
+/// last FLUSH (the node's `msync`, asked for after the PUTs landed), and only then completes;
+/// an RPC's stores are written back before its answer; a node UCX allocated has no file and
+/// is asked nothing.
+#[test]
+fn a_flush_to_a_file_backed_node_writes_its_pages_back() {
+    if !AVAILABLE {
+        return;
+    }
+    struct Store;
+    impl dtxn_fabric::RpcHandler for Store {
+        fn handle(
+            &self,
+            _node: dtxn_fabric::NodeId,
+            _now_ns: u64,
+            mem: &mut dyn dtxn_fabric::LocalMem,
+            req: &[u8],
+            _resp: &mut Vec<u8>,
+        ) {
+            mem.write(8 * 4096, req);
+        }
+    }
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-persist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let filed = MemNode::start(
+        MemNodeConfig {
+            size: 1 << 16,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            token: "t".into(),
+            file: Some(dir.join("region")),
+            ucx: UcxConfig::loopback_tcp(),
+            spin: MemNodeConfig::DEFAULT_SPIN,
+        },
+        0,
+    )
+    .unwrap();
+    filed.set_rpc_handler(std::sync::Arc::new(Store));
+    let anon = node(1 << 16, "t");
+    let pool =
+        UcxPool::connect(&[filed.addr(), anon.addr()], "t", UcxConfig::loopback_tcp()).unwrap();
+    let mut ep = pool.endpoint(ID).unwrap();
+    ep.write(0, 100, &[1; 64]);
+    ep.write(0, 3 * 4096 - 32, &[2; 64]);
+    ep.write(1, 0, &[3; 64]);
+    block_on(ep.post()).unwrap();
+    assert_eq!(filed.persisted_bytes(), 0, "no FLUSH yet");
+    ep.flush(0);
+    ep.flush(1);
+    block_on(ep.post()).unwrap();
+    assert_eq!(filed.persisted_bytes(), 3 * 4096, "pages 0, 2 and 3");
+    assert_eq!(anon.persisted_bytes(), 0, "no file");
+    ep.flush(0);
+    block_on(ep.post()).unwrap();
+    assert_eq!(filed.persisted_bytes(), 3 * 4096, "nothing new");
+    ep.rpc(0, &[7; 16]);
+    block_on(ep.post()).unwrap();
+    assert_eq!(filed.persisted_bytes(), 4 * 4096, "the handler's store");
+    drop((ep, pool));
+    filed.shutdown();
+    anon.shutdown();
+    std::fs::remove_dir_all(&dir).unwrap();
+}

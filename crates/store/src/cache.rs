@@ -53,9 +53,20 @@ pub struct AddrCache {
 }
 
 impl AddrCache {
-    /// A cache of about `capacity` entries (at least 1; rounded down to whole sets).
+    /// A cache of about `capacity` entries (rounded down to whole sets). 0: no cache at all,
+    /// every lookup misses (FaRM as FORD's code ran it: every access reads its bucket).
     pub fn new(capacity: usize) -> AddrCache {
-        let capacity = capacity.max(1);
+        if capacity == 0 {
+            return AddrCache {
+                ways: Vec::new(),
+                assoc: 0,
+                mask: 0,
+                tick: 0,
+                len: 0,
+                hits: 0,
+                misses: 0,
+            };
+        }
         let assoc = capacity.min(WAYS);
         let sets = (capacity / assoc).max(1);
         let sets = if sets.is_power_of_two() {
@@ -98,6 +109,9 @@ impl AddrCache {
     /// overlap (a lookup is mostly one miss on its set). A hint: it changes nothing.
     #[inline]
     pub fn prefetch(&self, table: u32, key: u64) {
+        if self.ways.is_empty() {
+            return;
+        }
         let s = self.set(table, key);
         #[cfg(target_arch = "x86_64")]
         // SAFETY: PREFETCHT0 is a hint: it never faults and neither reads into the program
@@ -127,6 +141,9 @@ impl AddrCache {
     }
 
     pub fn insert(&mut self, table: u32, key: u64, offset: u64) {
+        if self.ways.is_empty() {
+            return;
+        }
         let i = match self.find(table, key) {
             Some(i) => i,
             None => {
@@ -197,6 +214,17 @@ mod tests {
         c.invalidate(2, 10);
         assert_eq!(c.get(2, 10), None);
         assert_eq!(c.hit_stats(), (2, 2));
+    }
+
+    #[test]
+    fn capacity_zero_caches_nothing() {
+        let mut c = AddrCache::new(0);
+        c.prefetch(1, 10);
+        c.insert(1, 10, 640);
+        assert_eq!(c.get(1, 10), None);
+        c.invalidate(1, 10);
+        assert!(c.is_empty());
+        assert_eq!(c.hit_stats(), (0, 1));
     }
 
     #[test]

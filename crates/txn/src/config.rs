@@ -73,9 +73,6 @@ pub struct FordOptions {
     /// Commit every replica in one round trip; off: the backups, then the primaries (one more
     /// round trip, as FaRM and DrTM+H do).
     pub coalescent_commit: bool,
-    /// Persistent memory: FLUSH each backup after its last commit WRITE (selective remote
-    /// flush), and the undo log before any in-place write.
-    pub flush: bool,
     /// The stages that run as RPCs served by the memory nodes' CPUs instead of one-sided
     /// verbs, e.g. `"lock,validate,commit"` (RCC's hybrid code; "" for all one-sided). FORD,
     /// FaRM and DrTM+H have RPC forms of `fetch`, `lock`, `validate` and `commit`.
@@ -102,7 +99,6 @@ impl Default for FordOptions {
             hitchhiked_locking: true,
             backup_reads: false,
             coalescent_commit: true,
-            flush: false,
             rpc: Stages::NONE,
             trust_invisible_bit: false,
             skip_revalidation: false,
@@ -226,6 +222,11 @@ pub struct TxnConfig {
     pub motor: MotorOptions,
     pub rcc: RccOptions,
     pub scythe: ScytheOptions,
+    /// Persistent memory (`--set flush=true`; `ford.flush` is the same switch): every
+    /// protocol FLUSHes what must survive a memory node's loss of power before it relies on
+    /// it: its log before any in-place write, and each backup after its last commit WRITE
+    /// (FORD's selective remote flush; a lost primary is rebuilt from its backups).
+    pub flush: bool,
     /// Entries of each coordinator's address cache.
     pub addr_cache_entries: usize,
     /// How often a torn or invisible record is re-read before the transaction aborts.
@@ -240,6 +241,7 @@ impl Default for TxnConfig {
             motor: MotorOptions::default(),
             rcc: RccOptions::default(),
             scythe: ScytheOptions::default(),
+            flush: false,
             addr_cache_entries: 1 << 16,
             reread_limit: 16,
         }

@@ -7,7 +7,7 @@ use dtxn_fabric::sim::{SimConfig, SimPool};
 use dtxn_fabric::testing::{allocs, CountingAlloc};
 use dtxn_fabric::Pool;
 use dtxn_store::{Loader, Plan, PoolShape, TableSpec};
-use dtxn_txn::{Access, Coordinator, FordOptions, Protocol, TxKind, TxnConfig};
+use dtxn_txn::{Access, Coordinator, Protocol, TxKind, TxnConfig};
 
 mod common;
 
@@ -148,20 +148,16 @@ fn allocations(cfg: TxnConfig, rounds: u64) -> u64 {
 
 #[test]
 fn ford_farm_and_drtmh_transactions_allocate_nothing_after_warm_up() {
-    let flush = FordOptions {
-        flush: true,
-        ..FordOptions::default()
-    };
     let configs = [
-        ("ford", Protocol::Ford, FordOptions::default()),
-        ("ford with flush", Protocol::Ford, flush),
-        ("farm", Protocol::Farm, FordOptions::default()),
-        ("drtmh", Protocol::Drtmh, FordOptions::default()),
+        ("ford", Protocol::Ford, false),
+        ("ford with flush", Protocol::Ford, true),
+        ("farm", Protocol::Farm, false),
+        ("drtmh", Protocol::Drtmh, false),
     ];
-    for (name, protocol, ford) in configs {
+    for (name, protocol, flush) in configs {
         let cfg = TxnConfig {
             protocol,
-            ford,
+            flush,
             ..TxnConfig::default()
         };
         assert_eq!(allocations(cfg, 50), 0, "{name}: allocations in 50 rounds");

@@ -15,6 +15,10 @@ const T: u32 = 1;
 type Row = (&'static str, u64, u64);
 
 fn measure(isolation: Isolation, local_oracle: bool) -> Vec<Row> {
+    measure_with(isolation, local_oracle, false)
+}
+
+fn measure_with(isolation: Isolation, local_oracle: bool, flush: bool) -> Vec<Row> {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -38,6 +42,7 @@ fn measure(isolation: Isolation, local_oracle: bool) -> Vec<Row> {
     }
     let mut txn = TxnConfig {
         protocol: Protocol::Motor,
+        flush,
         ..TxnConfig::default()
     };
     txn.motor.isolation = isolation;
@@ -163,4 +168,31 @@ fn with_a_local_oracle_timestamps_and_marks_cost_nothing() {
     let si = measure(Isolation::Snapshot, true);
     let rts: Vec<u64> = si.iter().map(|r| r.1).collect();
     assert_eq!(rts, [4, 1, 2, 2, 1, 3, 3, 2]);
+}
+
+/// Persistent memory (`flush`): the op log is flushed, and the FLUSH awaited, before any record
+/// WRITE: one more round trip per read-write transaction, none for a read-only one (the
+/// backups' FLUSHes ride with the commit WRITEs).
+#[test]
+fn with_flush_a_read_write_transaction_persists_its_op_log_first() {
+    let plain = measure(Isolation::Serializable, true);
+    let flushed = measure_with(Isolation::Serializable, true, true);
+    let extra: Vec<(&str, u64)> = plain
+        .iter()
+        .zip(&flushed)
+        .map(|(p, f)| (p.0, f.1 - p.1))
+        .collect();
+    assert_eq!(
+        extra,
+        [
+            ("cold read-write", 1),
+            ("cold read-only", 0),
+            ("read-write", 1),
+            ("read-write + read-only", 1),
+            ("read-only", 0),
+            ("insert", 1),
+            ("insert x3", 1),
+            ("read-write, inserted row", 1),
+        ]
+    );
 }

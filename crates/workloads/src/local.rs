@@ -1,7 +1,7 @@
 //! Reading a table with the memory node's own CPU, after a run (for `--verify`): no
 //! coordinator is running then, so what the primary holds is the committed state.
 
-use dtxn_fabric::Pool;
+use dtxn_fabric::{NodeId, Pool};
 use dtxn_store::cvt::MvCodec;
 use dtxn_store::TableInfo;
 
@@ -19,9 +19,20 @@ pub struct LocalRecord {
 /// on the version (a torn install that was never finished) is reported with `version` =
 /// `u64::MAX`, so that a check can flag it.
 pub fn scan_table(pool: &Pool, table: &TableInfo) -> Vec<LocalRecord> {
+    scan_replica(pool, table, table.primary())
+}
+
+/// [`scan_table`] of the replica of `table` on memory node `node` (a backup, to check what
+/// it holds against the primary).
+pub fn scan_replica(pool: &Pool, table: &TableInfo, node: NodeId) -> Vec<LocalRecord> {
     let codec = table.codec();
     let mv = MvCodec::new(table);
-    let used_overflow = pool.with_local(table.primary(), |m| m.read_u64(table.overflow_counter()));
+    // Overflow buckets are handed out by the primary's counter; a backup's is not kept.
+    let used_overflow = if node == table.primary() {
+        pool.with_local(node, |m| m.read_u64(table.overflow_counter()))
+    } else {
+        table.overflow_buckets
+    };
     let buckets = table.bucket_count + used_overflow.min(table.overflow_buckets);
     // Buckets are read in chunks: one with_local call per bucket is slow on big tables.
     let per_chunk = ((1u64 << 20) / table.bucket_bytes).max(1);
@@ -32,7 +43,7 @@ pub fn scan_table(pool: &Pool, table: &TableInfo) -> Vec<LocalRecord> {
         let n = per_chunk.min(buckets - first);
         let start = table.table_off + 64 + first * table.bucket_bytes;
         buf.resize((n * table.bucket_bytes) as usize, 0);
-        pool.with_local(table.primary(), |m| m.read(start, &mut buf));
+        pool.with_local(node, |m| m.read(start, &mut buf));
         for b in 0..n as usize {
             let bytes = &buf[b * table.bucket_bytes as usize..][..table.bucket_bytes as usize];
             for s in 0..table.slots_per_bucket {

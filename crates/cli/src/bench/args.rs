@@ -298,6 +298,13 @@ impl BenchArgs {
                 cfg.addr_cache_entries
             );
         }
+        if cfg.flush && self.replicas < 2 {
+            bail!(
+                "--set flush=true persists the backups (a lost primary is rebuilt from them): \
+                 it needs --replicas 2 or more, not {}",
+                self.replicas
+            );
+        }
         cfg.validate().map_err(|e| anyhow!(e))?;
         Ok(cfg)
     }
@@ -500,6 +507,8 @@ fn apply_set(cfg: &mut TxnConfig, kv: &str) -> Result<()> {
         .split_once('=')
         .ok_or_else(|| anyhow!("--set '{kv}': expected KEY=VALUE"))?;
     let (key, value) = (key.trim(), value.trim());
+    // FORD's name for the persistent-memory switch, which every protocol now obeys.
+    let path = if key == "ford.flush" { "flush" } else { key };
     if key == "protocol" {
         bail!("--set protocol: use --protocol");
     }
@@ -511,7 +520,7 @@ fn apply_set(cfg: &mut TxnConfig, kv: &str) -> Result<()> {
     };
     let mut root = toml::Value::try_from(&*cfg)?;
     let mut cur = &mut root;
-    let parts: Vec<&str> = key.split('.').collect();
+    let parts: Vec<&str> = path.split('.').collect();
     for (i, p) in parts.iter().enumerate() {
         let t = cur.as_table_mut().ok_or_else(unknown)?;
         let slot = t.get_mut(*p).ok_or_else(unknown)?;
@@ -589,6 +598,8 @@ mod tests {
         assert!(e.to_string().contains("ford.backup_reads"), "{e}");
         let e = apply_set(&mut c, "ford.flush=maybe").unwrap_err();
         assert!(e.to_string().contains("true or false"), "{e}");
+        apply_set(&mut c, "ford.flush=true").unwrap();
+        assert!(c.flush, "ford.flush is flush");
         assert!(apply_set(&mut c, "novalue").is_err());
     }
 

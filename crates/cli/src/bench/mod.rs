@@ -591,6 +591,12 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
              thread (sim's time is virtual; on ucx the verbs execute on the NIC or memory node)"
         );
     }
+    if cfg.flush && a.kind() == Backend::Shm && a.backend.pool.shm_dir.is_none() {
+        bail!(
+            "--set flush=true on shm needs --shm-dir DIR (the memory nodes' files, written back \
+             at each FLUSH): anonymous memory dies with the process"
+        );
+    }
     if a.localized_validation && (cfg.protocol != Protocol::Ford || topo.compute_nodes != 1) {
         bail!("--localized-validation is FORD's, with one compute node");
     }
@@ -725,6 +731,10 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             (pool, load_start.elapsed().as_nanos() as u64)
         }
     };
+    if let (true, dtxn_fabric::Pool::Shm(s)) = (cfg.flush, &mut pool) {
+        // Persistent memory on shm: FLUSHes msync the memory nodes' files.
+        s.set_persist(true)?;
+    }
     if cfg.protocol.needs_handlers(&cfg) {
         // Stages that run as RPCs need the memory nodes to serve them (on ucx, the `dtxn
         // memnode` daemons always do).

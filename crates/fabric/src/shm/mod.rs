@@ -52,12 +52,13 @@ mod rpc;
 mod tests;
 
 use crate::contract::{check_op, Fabric, LocalMem, RpcHandler};
+use crate::dirty::Dirty;
 use crate::runtime::{drive_thread, task, AbortOnPanic, RunReport, Task, Topology};
 use crate::stats::Stats;
 use crate::verbs::{Batch, OpKind};
 use crate::{CoordId, Endpoint, FabricError, NodeId};
 use region::Region;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -89,6 +90,11 @@ pub fn node_file(dir: &Path, node: usize) -> PathBuf {
 struct Shared {
     regions: Vec<Region>,
     sizes: Vec<u64>,
+    /// FLUSH, and the memory nodes' own stores for RPCs, write file-backed regions back to
+    /// their files ([`ShmPool::set_persist`]).
+    persist: AtomicBool,
+    /// Bytes (whole pages) written back so far.
+    persisted: AtomicU64,
 }
 
 /// A memory pool in this process's (or this host's shared) memory. It outlives runs: load it,
@@ -194,6 +200,8 @@ impl ShmPool {
         let shared = Shared {
             sizes: regions.iter().map(Region::size).collect(),
             regions,
+            persist: AtomicBool::new(false),
+            persisted: AtomicU64::new(0),
         };
         ShmPool {
             cfg,
@@ -207,6 +215,39 @@ impl ShmPool {
 
     pub fn config(&self) -> &ShmConfig {
         &self.cfg
+    }
+
+    /// Persist mode (for `--set flush=true`): a FLUSH writes the pages its QP wrote to that
+    /// memory node back to the node's file and waits for the device (`msync`), and an RPC's
+    /// stores are written back before it is answered, so that what a protocol flushed
+    /// survives the host's crash, not only the processes'. Turning it on writes back the whole
+    /// regions first (what was loaded). Anonymous regions (no [`ShmConfig::dir`]) have no
+    /// file: refused.
+    pub fn set_persist(&mut self, on: bool) -> Result<(), FabricError> {
+        if on && self.cfg.dir.is_none() {
+            return Err(FabricError::Setup(
+                "persisting FLUSHes needs file-backed memory nodes (a --shm-dir): anonymous \
+                 memory dies with the process"
+                    .into(),
+            ));
+        }
+        if on {
+            // What is there already (a loaded workload: the loader's stores) is durable too.
+            for (node, r) in self.shared.regions.iter().enumerate() {
+                let n = r.persist(0, r.size()).map_err(|e| FabricError::Persist {
+                    node: node as NodeId,
+                    error: e.to_string(),
+                })?;
+                self.shared.persisted.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        self.shared.persist.store(on, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Bytes written back to the memory nodes' files so far (whole pages; persist mode).
+    pub fn persisted_bytes(&self) -> u64 {
+        self.shared.persisted.load(Ordering::Relaxed)
     }
 
     /// Seeds the coordinators' RNGs ([`Endpoint::rng`]) of later runs and endpoints; each run
@@ -236,7 +277,7 @@ impl ShmPool {
                 self.shared.regions.len()
             )
         });
-        f(&mut RegionMem(region))
+        f(&mut RegionMem(region, None))
     }
 
     /// Installs the handler that serves RPC verbs (for the next runs and endpoints), and
@@ -270,9 +311,11 @@ impl ShmPool {
         start: Instant,
         interleave: bool,
         progress: Rc<Cell<bool>>,
+        dirty: Rc<RefCell<Dirty>>,
         abort: Arc<AtomicBool>,
     ) -> ShmPort {
         ShmPort {
+            dirty,
             shared: self.shared.clone(),
             abort,
             rpc: self.rpc.as_ref().map(|s| s.service.clone()),
@@ -291,7 +334,13 @@ impl ShmPool {
     /// tools): its batches complete at once (or after [`ShmConfig::delay_ns`]), and its clock
     /// starts now.
     pub fn endpoint(&self, id: CoordId) -> Endpoint {
-        let port = self.port(Instant::now(), false, Rc::default(), Arc::default());
+        let port = self.port(
+            Instant::now(),
+            false,
+            Rc::default(),
+            Rc::default(),
+            Arc::default(),
+        );
         Endpoint::new(id, self.seed, Box::new(port))
     }
 
@@ -395,6 +444,7 @@ impl ShmPool {
         } = *ctx;
         let n = topo.coroutines as usize;
         let progress = Rc::new(Cell::new(false));
+        let dirty = Rc::new(RefCell::new(Dirty::default()));
         let mut tasks: Vec<Option<Task<R>>> = Vec::with_capacity(n);
         let mut cells = Vec::with_capacity(n);
         for coroutine in 0..topo.coroutines {
@@ -404,7 +454,7 @@ impl ShmPool {
                 coroutine,
                 index: thread * topo.coroutines + coroutine,
             };
-            let port = self.port(start, n > 1, progress.clone(), abort.clone());
+            let port = self.port(start, n > 1, progress.clone(), dirty.clone(), abort.clone());
             let ep = Endpoint::new(id, seed, Box::new(port));
             cells.push(ep.stats_cell());
             tasks.push(Some(task(f, ep)));
@@ -456,8 +506,20 @@ fn node_files(dir: &Path) -> Result<Vec<usize>, FabricError> {
     Ok(nodes)
 }
 
-/// A region seen by its memory node's CPU.
-struct RegionMem<'a>(&'a Region);
+/// A region seen by its memory node's CPU. With `written` (persist mode, an RPC handler's
+/// view), it notes the ranges its stores changed, to be written back before the answer.
+struct RegionMem<'a>(&'a Region, Option<&'a mut Vec<(u64, u64)>>);
+
+impl RegionMem<'_> {
+    /// Writes back what the handler's stores changed; the bytes written back.
+    fn persist(region: &Region, written: &mut Vec<(u64, u64)>) -> std::io::Result<u64> {
+        let mut n = 0;
+        for (addr, len) in written.drain(..) {
+            n += region.persist(addr, len)?;
+        }
+        Ok(n)
+    }
+}
 
 impl LocalMem for RegionMem<'_> {
     fn size(&self) -> u64 {
@@ -470,6 +532,9 @@ impl LocalMem for RegionMem<'_> {
 
     fn write(&mut self, addr: u64, data: &[u8]) {
         self.0.write(addr, data);
+        if let Some(w) = &mut self.1 {
+            w.push((addr, data.len() as u64));
+        }
     }
 
     fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
@@ -511,6 +576,8 @@ struct ShmPort {
     /// Shared by the thread's ports and its executor: set whenever a coordinator moved on, so
     /// that the executor knows when a whole round only waited.
     progress: Rc<Cell<bool>>,
+    /// What the thread's QPs wrote since their last FLUSH (persist mode).
+    dirty: Rc<RefCell<Dirty>>,
 }
 
 /// Bytes of each op a batch prefetches before it executes (see `Region::prefetch`).
@@ -519,7 +586,8 @@ const PREFETCH_MAX: u64 = 1024;
 impl ShmPort {
     // Inlined into `submit`, as before RPCs had their own path: a call per batch showed.
     #[inline(always)]
-    fn execute(&self, batch: &mut Batch) {
+    fn execute(&self, batch: &mut Batch) -> Result<(), FabricError> {
+        let persist = self.shared.persist.load(Ordering::Relaxed);
         let Batch {
             ops, buf, words, ..
         } = batch;
@@ -539,19 +607,41 @@ impl ShmPort {
             let span = op.data as usize..op.data as usize + op.len as usize;
             match op.kind {
                 OpKind::Read => region.read(op.addr, &mut buf[span]),
-                OpKind::Write => region.write(op.addr, &buf[span]),
+                OpKind::Write => {
+                    region.write(op.addr, &buf[span]);
+                    if persist {
+                        self.dirty
+                            .borrow_mut()
+                            .add(op.node, op.addr, u64::from(op.len));
+                    }
+                }
                 OpKind::Cas => words[i] = region.cas(op.addr, op.arg0, op.arg1),
                 OpKind::Faa => words[i] = region.faa(op.addr, op.arg0),
                 // Every store above is already visible to every thread and process mapping the
-                // region: there is nothing to flush for DRAM or /dev/shm. A file on a DAX
-                // (persistent-memory) mount would need clwb/clflushopt of the written lines and
-                // an sfence here to make them durable; the fence only keeps the ordering
-                // promise explicit.
-                OpKind::Flush => std::sync::atomic::fence(Ordering::SeqCst),
+                // region. In persist mode the pages this thread's QP wrote go back to the file
+                // (msync); otherwise there is nothing to flush for DRAM or /dev/shm (a file on
+                // a DAX mount would need clwb of the written lines instead), and the fence
+                // only keeps the ordering promise explicit.
+                OpKind::Flush => {
+                    std::sync::atomic::fence(Ordering::SeqCst);
+                    if persist {
+                        let ranges = self.dirty.borrow_mut().take(op.node);
+                        for (from, to) in ranges {
+                            let n = region.persist(from, to.min(region.size()) - from).map_err(
+                                |e| FabricError::Persist {
+                                    node: op.node,
+                                    error: e.to_string(),
+                                },
+                            )?;
+                            self.shared.persisted.fetch_add(n, Ordering::Relaxed);
+                        }
+                    }
+                }
                 // Served by the memory node's server threads: see `post_rpcs`.
                 OpKind::Rpc => {}
             }
         }
+        Ok(())
     }
 }
 
@@ -658,7 +748,7 @@ impl Fabric for ShmPort {
     fn submit(&mut self, batch: &mut Batch, detached: bool) -> Result<(), FabricError> {
         self.check(batch)?;
         let has_rpc = self.rpc.is_some() && batch.ops.iter().any(|o| o.kind == OpKind::Rpc);
-        self.execute(batch);
+        self.execute(batch)?;
         if has_rpc {
             let mut msgs = std::mem::take(&mut self.msgs);
             msgs.clear();
@@ -681,7 +771,7 @@ impl Fabric for ShmPort {
 
     fn submit_background(&mut self, batch: &mut Batch) -> Result<(), FabricError> {
         self.check(batch)?;
-        self.execute(batch);
+        self.execute(batch)?;
         if self.rpc.is_some() && batch.ops.iter().any(|o| o.kind == OpKind::Rpc) {
             let mut bg = std::mem::take(&mut self.bg);
             let r = self.post_rpcs(batch, Some(&mut bg));

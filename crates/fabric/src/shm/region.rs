@@ -88,6 +88,8 @@ pub(super) struct Region {
     /// Offset of the data from `base`.
     data_off: usize,
     size: u64,
+    /// Mapped from a file: [`Region::persist`] has something to write back.
+    file: bool,
 }
 
 // SAFETY: `Region` only hands out shared references to `AtomicU64`s inside the mapping, which
@@ -98,7 +100,7 @@ unsafe impl Send for Region {}
 unsafe impl Sync for Region {}
 
 impl Region {
-    fn from_map(map: MmapRaw, size: u64) -> Region {
+    fn from_map(map: MmapRaw, size: u64, file: bool) -> Region {
         let base = map.as_mut_ptr();
         debug_assert_eq!(base as usize % PAGE as usize, 0, "mmap is page-aligned");
         debug_assert_eq!(map.len() as u64, mapping_bytes(size));
@@ -106,6 +108,7 @@ impl Region {
             base,
             data_off: (HEADER_BYTES + seq_bytes(size / LINE)) as usize,
             size,
+            file,
             map,
         }
     }
@@ -136,7 +139,7 @@ impl Region {
                 .map_anon()
                 .map_err(map_err)?,
         };
-        let r = Region::from_map(MmapRaw::from(map), size);
+        let r = Region::from_map(MmapRaw::from(map), size, false);
         r.write_header();
         Ok(r)
     }
@@ -157,7 +160,7 @@ impl Region {
         let map = MmapOptions::new()
             .map_raw(&file)
             .map_err(|e| io_err("cannot map", path, e))?;
-        let r = Region::from_map(map, size);
+        let r = Region::from_map(map, size, true);
         r.write_header();
         Ok(r)
     }
@@ -222,7 +225,7 @@ impl Region {
                 mapping_bytes(size)
             )));
         }
-        Ok(Region::from_map(map, size))
+        Ok(Region::from_map(map, size, true))
     }
 
     /// Writes the header, magic last, so that a concurrent `open` sees either no region or a
@@ -242,6 +245,20 @@ impl Region {
 
     pub(super) fn size(&self) -> u64 {
         self.size
+    }
+
+    /// Writes the pages holding data bytes `addr..addr+len` back to the region's file and
+    /// waits for the device (`msync(MS_SYNC)`): what a FLUSH means for a file-backed region.
+    /// Returns the bytes written back (whole pages); anonymous memory has no file: 0.
+    pub(super) fn persist(&self, addr: u64, len: u64) -> std::io::Result<u64> {
+        if !self.file || len == 0 {
+            return Ok(0);
+        }
+        self.check(addr, len);
+        let from = (self.data_off as u64 + addr) & !(PAGE - 1);
+        let to = (self.data_off as u64 + addr + len).div_ceil(PAGE) * PAGE;
+        self.map.flush_range(from as usize, (to - from) as usize)?;
+        Ok(to - from)
     }
 
     /// The region's bytes `addr..addr+len` must lie inside it: every accessor checks this first,

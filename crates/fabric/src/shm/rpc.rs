@@ -146,6 +146,8 @@ impl RpcService {
                 m.resps.clear();
                 m.failed = false;
                 let began = Instant::now();
+                let persist = self.shared.persist.load(Ordering::Relaxed);
+                let mut written = Vec::new();
                 for &(off, len) in &m.reqs {
                     let req = &m.req[off as usize..(off + len) as usize];
                     let at = m.resp.len();
@@ -155,12 +157,18 @@ impl RpcService {
                         self.handler.handle(
                             node as NodeId,
                             now_ns,
-                            &mut RegionMem(region),
+                            &mut RegionMem(region, persist.then_some(&mut written)),
                             req,
                             resp,
                         )
                     }));
-                    if ok.is_err() {
+                    // The memory node's stores are durable when it answers (persist mode):
+                    // written back before the response goes out.
+                    let persisted = RegionMem::persist(region, &mut written);
+                    if let Ok(n) = persisted {
+                        self.shared.persisted.fetch_add(n, Ordering::Relaxed);
+                    }
+                    if ok.is_err() || persisted.is_err() {
                         m.failed = true;
                         break;
                     }

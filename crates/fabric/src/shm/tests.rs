@@ -533,6 +533,72 @@ fn rpc_handlers_see_the_region_and_answer() {
     assert_eq!(pool.with_local(1, |m| m.read_u64(0)), 6 * 500 * 3);
 }
 
+/// Persist mode: a FLUSH writes back exactly the pages its thread's QP wrote to that node
+/// since its last FLUSH (msync), an RPC's stores are written back before the answer, and
+/// nothing is written back without a FLUSH; anonymous memory refuses the mode.
+#[test]
+fn persist_mode_writes_back_the_pages_a_flush_covers() {
+    struct Store;
+    impl RpcHandler for Store {
+        fn handle(
+            &self,
+            _node: NodeId,
+            _now_ns: u64,
+            mem: &mut dyn LocalMem,
+            req: &[u8],
+            _resp: &mut Vec<u8>,
+        ) {
+            mem.write(64 * 1024, req);
+        }
+    }
+    let dir = TempDir::new("persist");
+    let mut pool = ShmPool::create(ShmConfig {
+        node_sizes: vec![1 << 20, 1 << 20],
+        dir: Some(dir.0.clone()),
+        delay_ns: 0,
+    })
+    .unwrap();
+    pool.set_persist(true).unwrap();
+    assert_eq!(pool.persisted_bytes(), 2 << 20, "the regions as they were");
+    let base = pool.persisted_bytes();
+    let mut ep = pool.endpoint(coord(0));
+    // Two WRITEs in one page, one across a page boundary, one to the other node.
+    ep.write(0, 100, &[1; 64]);
+    ep.write(0, 200, &[2; 64]);
+    ep.write(0, 3 * 4096 - 32, &[3; 64]);
+    ep.write(1, 0, &[4; 8]);
+    block_on(ep.post()).unwrap();
+    assert_eq!(pool.persisted_bytes() - base, 0, "no FLUSH yet");
+    ep.flush(0);
+    block_on(ep.post()).unwrap();
+    assert_eq!(
+        pool.persisted_bytes() - base,
+        3 * 4096,
+        "pages 0, 2 and 3 of node 0"
+    );
+    ep.flush(0);
+    block_on(ep.post()).unwrap();
+    assert_eq!(
+        pool.persisted_bytes() - base,
+        3 * 4096,
+        "nothing new to write back"
+    );
+    ep.flush(1);
+    block_on(ep.post()).unwrap();
+    assert_eq!(pool.persisted_bytes() - base, 4 * 4096);
+    pool.set_rpc_handler(Arc::new(Store));
+    let mut ep = pool.endpoint(coord(1));
+    ep.rpc(1, &[9; 16]);
+    block_on(ep.post()).unwrap();
+    assert_eq!(
+        pool.persisted_bytes() - base,
+        5 * 4096,
+        "the handler's store"
+    );
+    let e = anon(1, 4096, 0).set_persist(true).unwrap_err();
+    assert!(e.to_string().contains("file-backed"), "{e}");
+}
+
 #[test]
 fn file_backed_pool_reopens_with_its_data_and_is_shared() {
     let dir = TempDir::new("reopen");

@@ -74,6 +74,14 @@ impl SimPool {
         self.world.borrow().trace.clone().unwrap_or_default()
     }
 
+    /// Every memory node loses power and restarts, between runs: in persistent-memory mode
+    /// ([`SimConfig::persistent`]) each keeps its flushed lines and a random half of the rest
+    /// (drawn from the seed), otherwise nothing. What a protocol's FLUSHes promised survives;
+    /// tests check that it did.
+    pub fn power_loss(&mut self) {
+        self.world.borrow_mut().power_loss();
+    }
+
     /// Virtual time now.
     pub fn now_ns(&self) -> u64 {
         self.world.borrow().now

@@ -92,11 +92,46 @@ struct MemNode {
     faa_held: Vec<(u64, u64, u64)>,
     /// Persistent-memory mode: the durable image and the lines written since their last flush.
     persisted: Vec<u8>,
-    dirty: Vec<bool>,
+    /// Per line: [`CLEAN`], the QP (worker thread) + 1 whose WRITEs or atomics changed it
+    /// since it was last persisted, or [`SEVERAL`] QPs.
+    dirty: Vec<u32>,
     dirty_lines: Vec<u64>,
     /// Cores serving an RPC message now, and the messages waiting for one, in arrival order.
     cores_busy: u32,
     rpc_waiting: VecDeque<(u32, u32)>,
+}
+
+/// A line persisted (or not in persistent-memory mode).
+const CLEAN: u32 = 0;
+/// A line changed by more than one QP since it was last persisted.
+const SEVERAL: u32 = u32::MAX;
+
+impl MemNode {
+    /// Line `l` was changed by worker thread `qp`'s QP.
+    fn mark_dirty(&mut self, l: u64, qp: u32) {
+        let d = &mut self.dirty[l as usize];
+        if *d == CLEAN {
+            self.dirty_lines.push(l);
+            *d = qp + 1;
+        } else if *d != qp + 1 {
+            *d = SEVERAL;
+        }
+    }
+
+    /// A FLUSH on worker thread `qp`'s QP: persists every line that QP changed.
+    fn persist_qp(&mut self, qp: u32) {
+        let (mem, persisted, dirty) = (&self.mem, &mut self.persisted, &mut self.dirty);
+        self.dirty_lines.retain(|&l| {
+            let d = &mut dirty[l as usize];
+            if *d != qp + 1 && *d != SEVERAL {
+                return true;
+            }
+            let span = (l * LINE) as usize..((l + 1) * LINE) as usize;
+            persisted[span.clone()].copy_from_slice(&mem[span]);
+            *d = CLEAN;
+            false
+        });
+    }
 }
 
 #[derive(Default, Clone, Copy)]
@@ -244,7 +279,7 @@ impl World {
                     Vec::new()
                 },
                 dirty: if cfg.persistent {
-                    vec![false; lines]
+                    vec![CLEAN; lines]
                 } else {
                     Vec::new()
                 },
@@ -732,9 +767,18 @@ impl World {
         n.up = false;
         n.epoch += 1;
         n.faa_held.clear();
+        self.lose_volatile(node);
+        self.hash = mix(self.hash, 0xd0 ^ u64::from(node));
+        let at = self.now + down_ns;
+        self.push(at, Ev::RestartMemory { node });
+    }
+
+    /// What memory node `node` keeps through a loss of power: in persistent-memory mode its
+    /// persisted lines and a random subset of the others, else nothing.
+    fn lose_volatile(&mut self, node: u16) {
         if self.persistent {
             // Each unflushed line may or may not have reached the media.
-            let mut lines = std::mem::take(&mut n.dirty_lines);
+            let mut lines = std::mem::take(&mut self.nodes[node as usize].dirty_lines);
             for &l in &lines {
                 let keep = self.rng.random_bool(0.5);
                 let n = &mut self.nodes[node as usize];
@@ -745,16 +789,22 @@ impl World {
                     let (mem, per) = (&mut n.mem, &n.persisted);
                     mem[span.clone()].copy_from_slice(&per[span]);
                 }
-                n.dirty[l as usize] = false;
+                n.dirty[l as usize] = CLEAN;
             }
             lines.clear();
             self.nodes[node as usize].dirty_lines = lines;
         } else {
             self.nodes[node as usize].mem.fill(0);
         }
-        self.hash = mix(self.hash, 0xd0 ^ u64::from(node));
-        let at = self.now + down_ns;
-        self.push(at, Ev::RestartMemory { node });
+    }
+
+    /// Every memory node loses power and comes back at once (between runs: nothing is in
+    /// flight), keeping what [`World::lose_volatile`] says.
+    pub(crate) fn power_loss(&mut self) {
+        for node in 0..self.nodes.len() as u16 {
+            self.lose_volatile(node);
+            self.hash = mix(self.hash, 0xd1 ^ u64::from(node));
+        }
     }
 
     fn exec(&mut self, r: u32, i: u32, line: u32) {
@@ -816,10 +866,7 @@ impl World {
                 }
                 if self.persistent {
                     for l in lo / LINE..hi.div_ceil(LINE) {
-                        if !mn.dirty[l as usize] {
-                            mn.dirty[l as usize] = true;
-                            mn.dirty_lines.push(l);
-                        }
+                        mn.mark_dirty(l, rec.thread);
                     }
                 }
             }
@@ -842,11 +889,7 @@ impl World {
                 };
                 mn.mem[a..a + 8].copy_from_slice(&new.to_le_bytes());
                 if self.persistent {
-                    let l = op.addr / LINE;
-                    if !mn.dirty[l as usize] {
-                        mn.dirty[l as usize] = true;
-                        mn.dirty_lines.push(l);
-                    }
+                    mn.mark_dirty(op.addr / LINE, rec.thread);
                 }
                 rec.batch.words[i as usize] = old;
                 h = mix(h, old);
@@ -860,14 +903,10 @@ impl World {
             }
             OpKind::Flush => {
                 if self.persistent {
-                    // Conservative: persist every dirty line of the node, which includes all
-                    // earlier WRITEs of this QP (the contract promises no less).
-                    for &l in &mn.dirty_lines {
-                        let span = (l * LINE) as usize..((l + 1) * LINE) as usize;
-                        mn.persisted[span.clone()].copy_from_slice(&mn.mem[span]);
-                        mn.dirty[l as usize] = false;
-                    }
-                    mn.dirty_lines.clear();
+                    // Exactly what the contract promises: the lines this QP changed (with
+                    // whatever other QPs wrote into the same lines: a line is persisted
+                    // whole), not the lines only other QPs wrote.
+                    mn.persist_qp(rec.thread);
                 }
             }
             OpKind::Rpc => unreachable!("RPCs are served by rpc_serve"),

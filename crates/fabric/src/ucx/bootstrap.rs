@@ -1,10 +1,12 @@
 //! The bootstrap exchange over TCP, before any UCX traffic:
 //!
 //! ```text
-//! client -> node   "DTXNUCX1" | token length u32 | token
-//! node -> client   "DTXNUCX1" | status u8 (0 ok, 1 bad token, 2 bad request)
+//! client -> node   "DTXNUCX2" | token length u32 | token
+//! node -> client   "DTXNUCX2" | status u8 (0 ok, 1 bad token, 2 bad request)
 //!                  if ok: region size u64 | region base u64 | worker address length u32 |
-//!                         worker address | rkey length u32 | rkey          (little-endian)
+//!                         worker address | rkey length u32 | rkey |
+//!                         file-backed u8 (1: a FLUSH asks the node to write back)
+//!                                                                      (little-endian)
 //! ```
 //!
 //! The token keeps the rkey (the right to read and write the region) from whoever merely
@@ -15,7 +17,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-const MAGIC: &[u8; 8] = b"DTXNUCX1";
+const MAGIC: &[u8; 8] = b"DTXNUCX2";
 /// Bounds what a peer can make us allocate.
 const MAX_FIELD: u32 = 1 << 20;
 pub(crate) const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -27,6 +29,9 @@ pub(crate) struct NodeInfo {
     pub base: u64,
     pub worker: Vec<u8>,
     pub rkey: Vec<u8>,
+    /// The region is a file (`dtxn memnode --path`): a FLUSH is followed by a write-back
+    /// request the node serves with `msync`.
+    pub file_backed: bool,
 }
 
 fn read_u32(r: &mut impl Read) -> std::io::Result<u32> {
@@ -84,6 +89,7 @@ pub(crate) fn serve(mut s: TcpStream, token: &str, info: &NodeInfo) -> std::io::
         out.extend_from_slice(&info.worker);
         out.extend_from_slice(&(info.rkey.len() as u32).to_le_bytes());
         out.extend_from_slice(&info.rkey);
+        out.push(u8::from(info.file_backed));
     }
     s.write_all(&out)?;
     s.flush()
@@ -129,11 +135,14 @@ pub(crate) fn fetch(addr: SocketAddr, token: &str) -> Result<NodeInfo, FabricErr
     let base = read_u64(&mut s).map_err(err)?;
     let worker = read_field(&mut s).map_err(err)?;
     let rkey = read_field(&mut s).map_err(err)?;
+    let mut file_backed = [0u8; 1];
+    s.read_exact(&mut file_backed).map_err(err)?;
     Ok(NodeInfo {
         size,
         base,
         worker,
         rkey,
+        file_backed: file_backed[0] == 1,
     })
 }
 
@@ -151,6 +160,7 @@ mod tests {
             base: 0x1000,
             worker: vec![1, 2, 3],
             rkey: vec![9; 20],
+            file_backed: true,
         };
         let srv = {
             let info = info.clone();

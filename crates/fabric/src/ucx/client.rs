@@ -1,10 +1,11 @@
 //! The compute side: bootstrap, per-thread queue pairs, coordinator ports, the run loop.
 
 use super::bootstrap::{self, NodeInfo};
-use super::server::{AM_RPC_REQ, AM_RPC_RESP, RPC_NO_HANDLER, RPC_OK};
+use super::server::{AM_RPC_REQ, AM_RPC_RESP, PERSIST, RPC_NO_HANDLER, RPC_OK};
 use super::ucp::{post, AmHandle, Context, Ep, Req, Rkey, Worker};
 use super::{MemNode, MemNodeConfig, UcxConfig, CHUNK};
 use crate::contract::{check_op, Fabric, LocalMem, RpcHandler};
+use crate::dirty::Dirty;
 use crate::runtime::{drive_thread, task, AbortOnPanic, RunReport, Task, Topology};
 use crate::stats::Stats;
 use crate::verbs::{Batch, OpKind, LINE};
@@ -402,6 +403,12 @@ struct InFlight {
     rpc_out: Vec<u8>,
     /// Per message: `(node, start, header end, end)` in `rpc_out`.
     rpc_spans: Vec<(NodeId, usize, usize, usize)>,
+    /// FLUSHes to file-backed memory nodes: per node, the ranges to write back, asked for
+    /// once the batch's endpoint flushes have completed (so after every earlier PUT landed).
+    persist: Vec<(NodeId, Vec<(u64, u64)>)>,
+    /// The write-back requests as sent (a header and ranges each), and their ids.
+    persist_out: Vec<u8>,
+    persist_ids: Vec<(NodeId, u64)>,
     error: Option<FabricError>,
 }
 
@@ -447,6 +454,10 @@ pub(crate) struct Qps {
     inbox: *mut Inbox,
     am: Option<AmHandle>,
     next_rpc: u64,
+    /// Per memory node: its region is a file, which a FLUSH writes back.
+    file_backed: Vec<bool>,
+    /// What this thread's QPs wrote to file-backed nodes since their last FLUSH.
+    dirty: Dirty,
 }
 
 /// The admin queue pairs behind [`UcxPool`]'s mutex.
@@ -477,6 +488,8 @@ impl Qps {
             inbox,
             am: None,
             next_rpc: 1,
+            file_backed: nodes.iter().map(|n| n.file_backed).collect(),
+            dirty: Dirty::default(),
         };
         // SAFETY: `inbox` lives until `Qps::drop` frees it after destroying the worker, the
         // only caller of the handler.
@@ -607,6 +620,9 @@ impl Qps {
                         }
                     }
                     self.after_write = true;
+                    if self.file_backed[ni] {
+                        self.dirty.add(node, op.addr, u64::from(op.len));
+                    }
                     if ni < 64 {
                         wrote |= 1 << ni;
                     } else if !wrote_more.contains(&node) {
@@ -628,7 +644,18 @@ impl Qps {
                     self.after_atomic = true;
                     posted(r, f)
                 }
-                OpKind::Flush => posted(post::flush(ep), f),
+                OpKind::Flush => {
+                    // A detached batch is not waited for: its write-back is left to the next
+                    // awaited FLUSH to this node, which covers these pages too.
+                    if self.file_backed[ni] && flush_writes {
+                        let ranges = self.dirty.take(node);
+                        match f.persist.iter_mut().find(|(n, _)| *n == node) {
+                            Some((_, r)) => r.extend(ranges),
+                            None => f.persist.push((node, ranges)),
+                        }
+                    }
+                    posted(post::flush(ep), f)
+                }
                 OpKind::Rpc => unreachable!("skipped above"),
             };
             if !ok {
@@ -686,6 +713,44 @@ impl Qps {
             // SAFETY: header and data lie in `f.rpc_out`, which is not touched or resized
             // until the request completes (the batch stays in its `InFlight`, handed to
             // `orphans` if abandoned), as for READ.
+            let r = unsafe {
+                let out = &*out;
+                post::am(ep, AM_RPC_REQ, &out[start..hdr_end], &out[hdr_end..end])
+            };
+            if let Err(e) = collect(r, node, f) {
+                f.fail(e);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Asks each file-backed node a FLUSH of `f` reached to write its ranges back (one message
+    /// per node, answered when its `msync` is done); false if UCX refused one.
+    fn post_persist(&mut self, f: &mut InFlight, now_ns: u64) -> bool {
+        f.persist_out.clear();
+        f.persist_ids.clear();
+        let mut spans = Vec::with_capacity(f.persist.len());
+        for (node, ranges) in &f.persist {
+            let id = self.next_rpc;
+            self.next_rpc += 1;
+            let start = f.persist_out.len();
+            f.persist_out.extend_from_slice(&id.to_le_bytes());
+            f.persist_out.extend_from_slice(&now_ns.to_le_bytes());
+            f.persist_out.push(PERSIST);
+            let hdr_end = f.persist_out.len();
+            for &(from, to) in ranges {
+                f.persist_out.extend_from_slice(&from.to_le_bytes());
+                f.persist_out.extend_from_slice(&(to - from).to_le_bytes());
+            }
+            spans.push((*node, start, hdr_end, f.persist_out.len()));
+            f.persist_ids.push((*node, id));
+        }
+        for (node, start, hdr_end, end) in spans {
+            let ep = &self.eps[node as usize];
+            let out: *const [u8] = &f.persist_out[..];
+            // SAFETY: header and ranges lie in `f.persist_out`, untouched until the request
+            // completes (as for `post_rpcs`).
             let r = unsafe {
                 let out = &*out;
                 post::am(ep, AM_RPC_REQ, &out[start..hdr_end], &out[hdr_end..end])
@@ -875,6 +940,8 @@ impl Fabric for UcxPort {
         f.batch.assign(batch);
         f.reqs.clear();
         f.rpcs.clear();
+        f.persist.clear();
+        f.persist_ids.clear();
         f.error = None;
         let now_ns = self.now_ns();
         q.post_batch(&mut f, !detached, now_ns);
@@ -903,8 +970,18 @@ impl Fabric for UcxPort {
         if f.error.is_none()
             && f.rpcs
                 .iter()
+                .chain(&f.persist_ids)
                 .any(|(_, id)| !inbox.borrow().contains_key(id))
         {
+            return Poll::Pending;
+        }
+        if f.error.is_none() && !f.persist.is_empty() && f.persist_ids.is_empty() {
+            // Every PUT before the FLUSHes has landed: now the write-backs.
+            drop(q);
+            let now_ns = self.now_ns();
+            let mut q = self.qps.borrow_mut();
+            let f = self.cur.as_mut().expect("checked above");
+            q.post_persist(f, now_ns);
             return Poll::Pending;
         }
         drop(q);
@@ -939,6 +1016,18 @@ impl Fabric for UcxPort {
                 }
             }
             f.rpcs = rpcs;
+            let persist_ids = std::mem::take(&mut f.persist_ids);
+            for &(node, id) in &persist_ids {
+                match ib.remove(&id) {
+                    Some((RPC_OK, cpu_ns, _)) => f.batch.mn_cpu_ns += cpu_ns,
+                    Some(_) => f.fail(FabricError::Persist {
+                        node,
+                        error: "msync failed on the memory node".into(),
+                    }),
+                    None => {}
+                }
+            }
+            f.persist_ids = persist_ids;
         }
         batch.take_results(&f.batch);
         let r = match f.error.take() {

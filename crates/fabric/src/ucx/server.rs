@@ -21,6 +21,9 @@ pub(crate) const AM_RPC_RESP: u32 = 0x4455;
 pub(crate) const RPC_OK: u8 = 0;
 pub(crate) const RPC_NO_HANDLER: u8 = 1;
 pub(crate) const RPC_FAILED: u8 = 2;
+/// The 17th header byte of a write-back request (after `[id, sender's now_ns]`): its body is
+/// `(addr u64, len u64)` ranges of the region to `msync` (see [`MemNode`]'s file).
+pub(crate) const PERSIST: u8 = b'P';
 
 /// How often a sleeping progress thread looks at the stop flag.
 const WAIT_MS: i32 = 50;
@@ -41,6 +44,31 @@ struct Inner {
     /// Keeps a file-backed region mapped (after `map`, which registers it, is dropped), and
     /// the file open with its lock.
     _file: Option<(memmap2::MmapMut, std::fs::File)>,
+    /// Bytes (whole pages) written back to the file so far.
+    persisted: AtomicU64,
+}
+
+impl Inner {
+    /// Writes the pages of `ranges` back to the region's file (`msync`, waiting for the
+    /// device). A region UCX allocated has no file: nothing to do.
+    fn persist(&self, ranges: impl Iterator<Item = (u64, u64)>) -> std::io::Result<()> {
+        let Some((file, _)) = &self._file else {
+            return Ok(());
+        };
+        const PAGE: u64 = 4096;
+        for (addr, len) in ranges {
+            let end = addr.saturating_add(len).min(self.size);
+            if addr >= end {
+                continue;
+            }
+            let from = addr & !(PAGE - 1);
+            let to = end.div_ceil(PAGE) * PAGE;
+            let to = to.min(file.len() as u64);
+            file.flush_range(from as usize, (to - from) as usize)?;
+            self.persisted.fetch_add(to - from, Ordering::Relaxed);
+        }
+        Ok(())
+    }
 }
 
 /// A memory node serving one region over UCX. Dropping it (or [`MemNode::shutdown`]) stops its
@@ -104,6 +132,7 @@ impl MemNode {
             base: map.base() as u64,
             worker: worker.address()?,
             rkey: map.rkey()?,
+            file_backed: file.is_some(),
         };
         let listener = TcpListener::bind(cfg.listen)
             .map_err(|e| FabricError::Setup(format!("cannot listen on {}: {e}", cfg.listen)))?;
@@ -124,6 +153,7 @@ impl MemNode {
             spin: cfg.spin,
             rpc: RwLock::new(None),
             _file: file,
+            persisted: AtomicU64::new(0),
         });
         {
             let mut w = inner.worker.lock().unwrap_or_else(|e| e.into_inner());
@@ -167,6 +197,12 @@ impl MemNode {
 
     pub fn size(&self) -> u64 {
         self.inner.size
+    }
+
+    /// Bytes (whole pages) of a file-backed region written back to its file so far, at
+    /// FLUSHes and RPCs' stores.
+    pub fn persisted_bytes(&self) -> u64 {
+        self.inner.persisted.load(Ordering::Relaxed)
     }
 
     pub fn node(&self) -> NodeId {
@@ -340,10 +376,12 @@ fn accept(inner: &Inner, listener: TcpListener) {
     }
 }
 
-/// The region seen by the memory node's CPU.
+/// The region seen by the memory node's CPU. For a file-backed region's RPC handler it
+/// notes the ranges its stores changed, written back before the answer.
 struct RawMem {
     base: *mut u8,
     size: u64,
+    written: Option<Vec<(u64, u64)>>,
 }
 
 impl RawMem {
@@ -351,6 +389,7 @@ impl RawMem {
         RawMem {
             base: inner.map.base(),
             size: inner.size,
+            written: None,
         }
     }
 
@@ -392,6 +431,9 @@ impl LocalMem for RawMem {
         let off = self.check(addr, data.len());
         // SAFETY: as for `read`.
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), self.base.add(off), data.len()) }
+        if let Some(w) = &mut self.written {
+            w.push((addr, data.len() as u64));
+        }
     }
 
     fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
@@ -443,13 +485,57 @@ unsafe extern "C" fn on_rpc(
         )
     };
     let sent_ns = u64::from_le_bytes(hdr[8..16].try_into().expect("8 bytes"));
-    let handler = inner.rpc.read().unwrap_or_else(|e| e.into_inner()).clone();
     let mut resp = Vec::new();
     let mut cpu_ns = 0u64;
-    let status = match handler {
+    let status = if hdr.get(16) == Some(&PERSIST) {
+        // A FLUSH's write-back: every PUT before it has landed (the client sends this after
+        // its endpoint flush completed).
+        let began = Instant::now();
+        let ranges = body.chunks_exact(16).map(|r| {
+            (
+                u64::from_le_bytes(r[..8].try_into().expect("8 bytes")),
+                u64::from_le_bytes(r[8..].try_into().expect("8 bytes")),
+            )
+        });
+        let ok = inner.persist(ranges).is_ok();
+        cpu_ns = began.elapsed().as_nanos() as u64;
+        if ok {
+            RPC_OK
+        } else {
+            RPC_FAILED
+        }
+    } else {
+        serve_rpcs(ctx, inner, body, sent_ns, arrived, &mut resp, &mut cpu_ns)
+    };
+    let mut rh = [0u8; 17];
+    rh[..8].copy_from_slice(&hdr[..8]);
+    rh[8] = status;
+    rh[9..17].copy_from_slice(&cpu_ns.to_le_bytes());
+    // SAFETY: `reply_ep` is the live reply endpoint of this callback; the data is copied.
+    // A failed reply shows up at the client as a dropped connection.
+    let _ = unsafe { post::am_reply(reply_ep, AM_RPC_RESP, &rh, &resp) };
+}
+
+/// Serves the requests of one RPC message with the node's handler into `resp`; its status.
+/// A file-backed region's stores are written back before the answer (a memory node's CPU
+/// stores are durable when it answers).
+fn serve_rpcs(
+    ctx: &RpcCtx,
+    inner: &Inner,
+    body: &[u8],
+    sent_ns: u64,
+    arrived: Instant,
+    resp: &mut Vec<u8>,
+    cpu_ns: &mut u64,
+) -> u8 {
+    let handler = inner.rpc.read().unwrap_or_else(|e| e.into_inner()).clone();
+    match handler {
         None => RPC_NO_HANDLER,
         Some(h) => {
             let mut mem = RawMem::of(inner);
+            if inner._file.is_some() {
+                mem.written = Some(Vec::new());
+            }
             let began = Instant::now();
             // A panic must not unwind into C: it becomes an error reply.
             let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -467,27 +553,24 @@ unsafe extern "C" fn on_rpc(
                     resp.extend_from_slice(&[0; 4]);
                     // The sender's clock, advanced by the time the message spent here.
                     let now_ns = sent_ns + arrived.elapsed().as_nanos() as u64;
-                    h.handle(ctx.node, now_ns, &mut mem, req, &mut resp);
+                    h.handle(ctx.node, now_ns, &mut mem, req, resp);
                     let n = (resp.len() - at - 4) as u32;
                     resp[at..at + 4].copy_from_slice(&n.to_le_bytes());
                 }
                 true
             }));
-            cpu_ns = began.elapsed().as_nanos() as u64;
+            let persisted = match mem.written.take() {
+                Some(w) => inner.persist(w.into_iter()).is_ok(),
+                None => true,
+            };
+            *cpu_ns = began.elapsed().as_nanos() as u64;
             match served {
-                Ok(true) => RPC_OK,
+                Ok(true) if persisted => RPC_OK,
                 _ => {
                     resp.clear();
                     RPC_FAILED
                 }
             }
         }
-    };
-    let mut rh = [0u8; 17];
-    rh[..8].copy_from_slice(&hdr[..8]);
-    rh[8] = status;
-    rh[9..17].copy_from_slice(&cpu_ns.to_le_bytes());
-    // SAFETY: `reply_ep` is the live reply endpoint of this callback; the data is copied.
-    // A failed reply shows up at the client as a dropped connection.
-    let _ = unsafe { post::am_reply(reply_ep, AM_RPC_RESP, &rh, &resp) };
+    }
 }

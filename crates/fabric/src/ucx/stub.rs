@@ -42,6 +42,10 @@ impl MemNode {
         match self.0 {}
     }
 
+    pub fn persisted_bytes(&self) -> u64 {
+        match self.0 {}
+    }
+
     pub fn set_rpc_handler(&self, _handler: Arc<dyn RpcHandler>) {
         match self.0 {}
     }

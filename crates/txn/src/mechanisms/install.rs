@@ -84,7 +84,7 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
 /// then orders nothing more, and stays for the one-sided form's sake.)
 fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install) {
     let (owner, word) = (tx.c.owner, tx.c.lock_word);
-    let flush = tx.c.cfg.ford.flush;
+    let flush = tx.c.cfg.flush;
     let via = tx.c.via(Stage::Commit);
     let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
     flushed.clear();

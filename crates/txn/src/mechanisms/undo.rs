@@ -1,5 +1,7 @@
 //! The undo log: the old image of every read-write item, in the coordinator's log slice on
-//! every replica of the tables it may write, written in the background while the
+//! every replica of the tables it may write, ahead of the commit's in-place WRITEs on each
+//! memory node's QP: in the next batch posted (the commit's at the latest), or, with `flush`
+//! or when the log and commit stages travel different ways, in the background while the
 //! application's logic runs, acknowledged before the commit writes anything in place.
 
 use super::{abort, table};
@@ -75,7 +77,7 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
         tx.undo.body.len() as u32,
         tx.undo.crc.clone().finalize(),
     );
-    let flush = tx.c.cfg.ford.flush;
+    let flush = tx.c.cfg.flush;
     let via = tx.c.via(Stage::Log);
     let mut nodes = std::mem::take(&mut tx.c.mech.nodes);
     replica_nodes(tx, &mut nodes);
@@ -94,6 +96,15 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
         }
     }
     tx.c.mech.nodes = nodes;
+    if !flush && via == tx.c.via(Stage::Commit) {
+        // The entry rides the next batch posted (a later fetch, a validation, or the commit
+        // itself): on each memory node's QP its WRITEs precede every in-place WRITE of the
+        // commit (G4; or, as RPCs, they come first in the same node's message, served in
+        // order), and a crash leaves a prefix of each QP's ops, so no record changes on a node
+        // whose log did not land. It costs the commit no round trip of its own. A FLUSH orders
+        // nothing after it, so with `flush` the log is written and awaited first.
+        return Ok(());
+    }
     if tx.c.ep.post_background().is_err() {
         return Err(fail);
     }

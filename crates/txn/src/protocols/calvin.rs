@@ -757,6 +757,21 @@ async fn install(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
         }
     }
     tx.c.mech.record = record;
+    if tx.c.cfg.flush {
+        // Persistent memory: each backup once, after its last WRITE (FORD's selective remote
+        // flush: a lost primary is rebuilt from its backups).
+        let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
+        flushed.clear();
+        for it in tx.items.iter().filter(|i| i.written()) {
+            flushed.extend_from_slice(table(&map, it.table).backups());
+        }
+        flushed.sort_unstable();
+        flushed.dedup();
+        for &n in &flushed {
+            tx.c.ep.flush(n);
+        }
+        tx.c.mech.nodes = flushed;
+    }
     let release = tx.c.via(Stage::Release);
     for it in &tx.items {
         if let Some((n, addr)) = it.chain_lock {

@@ -3,8 +3,8 @@
 //! commit backups, commit primaries and unlock: 4 RTs. The merged round alone admits write
 //! skew (each transaction's READs may run before the other's CAS), so dtxn validates the
 //! read-only items once more in the commit-backups round, when every lock is held, at no
-//! extra round trip (rolling the backups back if that fails). It shares FORD's `ford.flush`
-//! and undo log, not its backup reads: a backup it rolls back held, for a while, bytes under
+//! extra round trip (rolling the backups back if that fails). It obeys `flush` and uses FORD's
+//! undo log, not its backup reads: a backup it rolls back held, for a while, bytes under
 //! a version number that the record's next commit reuses with other bytes, and a backup
 //! reader that validates at the primary after that commit would take the rolled-back bytes
 //! for it.

@@ -3,7 +3,7 @@
 //! unlocked), lock (CAS), validate (READ the version of everything read), commit backups,
 //! commit primaries: 5 RTs for a read-write transaction. (The unlock is the background
 //! release, as in FORD, so that recovery can tell a complete commit from a partial one.) It
-//! shares FORD's switches (`ford.backup_reads`, `ford.flush`) and undo log: its backups are
+//! shares FORD's `ford.backup_reads`, obeys `flush`, and uses FORD's undo log: its backups are
 //! rolled back only when a replica fails, never by a validation.
 
 use crate::abort::{Abort, AbortReason};

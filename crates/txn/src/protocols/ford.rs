@@ -10,8 +10,10 @@
 //!    (no-wait). Read-only items: READ(record) from the primary, or a backup with
 //!    `backup_reads`. Cold items (address not cached) READ their bucket chain first; cold
 //!    read-write items are locked at commit. Then the **undo log** (old images of the
-//!    read-write set) goes to every replica's log slice in the background, while the
-//!    application's logic runs.
+//!    read-write set) is queued for every replica's log slice: it rides the next batch (a
+//!    validation's, or the commit's), ahead of every in-place WRITE on each node's QP (G4),
+//!    at no round trip of its own; with `flush` it is written and flushed in the background
+//!    while the application's logic runs, and awaited before the commit.
 //! 2. **Lock** (1 RT, only if some read-write item is cold): CAS(lock) + READ(header), version
 //!    unchanged. Every lock before any validation READ: a read-only item checked while another
 //!    transaction's lock is still to come lets two transactions each miss the other's write
@@ -19,7 +21,7 @@
 //! 3. **Validate** (1 RT, skipped when there is nothing to validate). Read-only items:
 //!    READ(header) from the primary, version unchanged and not locked; absent keys still
 //!    absent. Read-only transactions are validated too, even with a single item.
-//! 4. **Commit** (1 RT, *coalescent*). After the undo log's completion, every replica of every
+//! 4. **Commit** (1 RT, *coalescent*). Behind the undo log on each QP, every replica of every
 //!    written record gets the new record in place in one batch, its lock word carrying the
 //!    *invisible* bit (primary: owner | invisible; backups: invisible); with `flush`, each
 //!    backup is flushed after its last WRITE (*selective remote flush*). A failed replica rolls

@@ -398,7 +398,35 @@ pub(crate) async fn install(tx: &mut Tx<'_, Motor>, tc: u64) -> Result<(), Abort
     let mut nodes = std::mem::take(&mut tx.s.nodes);
     write_log(tx, &map, &installs, &mut nodes, slice, &log);
     tx.st.log = log;
+    if tx.c.cfg.flush {
+        // Persistent memory: the op log is durable before any record WRITE can be (a FLUSH
+        // orders nothing after it, so it is awaited: one more round trip, as Motor's
+        // READ-after-WRITE persist of its op log).
+        for &n in nodes.iter() {
+            tx.c.ep.flush(n);
+        }
+        if tx.c.ep.post().await.is_err() {
+            // As a failed install below: validated, logged somewhere, so recovery may roll it
+            // forward from the log; the locks stay for it.
+            let scratch = &mut tx.s;
+            (scratch.installs, scratch.bytes, scratch.nodes) = (installs, bytes, nodes);
+            tx.st.keep_locks = true;
+            return Err(fail);
+        }
+    }
     write_records(tx, &map, &installs, &bytes);
+    if tx.c.cfg.flush {
+        // Each backup once, after its last WRITE (FORD's selective remote flush: a lost
+        // primary is rebuilt from its backups).
+        for &n in nodes.iter() {
+            if installs
+                .iter()
+                .any(|w| table(&map, w.table).backups().contains(&n))
+            {
+                tx.c.ep.flush(n);
+            }
+        }
+    }
     let scratch = &mut tx.s;
     (scratch.installs, scratch.bytes, scratch.nodes) = (installs, bytes, nodes);
     tx.installed = true;
