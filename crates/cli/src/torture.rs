@@ -44,8 +44,9 @@ pub struct TortureArgs {
     /// (`default`, `harsh`) and knobs, e.g. `harsh` or `harsh,stall_prob=0.1`.
     #[arg(long, value_name = "PRESET,KNOB=VALUE,...")]
     pub adversary: Option<String>,
-    /// Crash a compute node in every run at an instant drawn from the seed, recover its
-    /// coordinators, and check the run all the same (`dtxn bench --faults`; default
+    /// Crash a compute node in every run at an instant drawn from the seed, have the
+    /// survivors' recovery service recover its coordinators online (leases), and check the run
+    /// and the pool all the same (`dtxn bench --faults`; default
     /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
     /// crashed coordinator stalls its epochs) and scythe (its tickets are not recovered yet).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
@@ -277,7 +278,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             let t0 = Instant::now();
             let mut committed = 0;
             // With --faults: coordinators crashed and recovered, transactions rolled forward.
-            let (mut crashed, mut recovered, mut forward) = (0, 0, 0);
+            let (mut crashed, mut recovered, mut forward, mut online) = (0, 0, 0, 0);
             let bar = crate::progress::bar(!a.quiet, a.seeds);
             for seed in a.first_seed..a.first_seed + a.seeds {
                 bar.set_message(format!("{p} / {w}: seed {seed}"));
@@ -293,7 +294,11 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                             crashed += f.coordinators_crashed;
                             recovered += f.coordinators_recovered;
                             forward += f.rolled_forward;
+                            online += f.recovered_online;
                         }
+                        let pool = r.faults.as_ref().filter(|f| !f.pool_checks.ok).map(|f| {
+                            format!("pool inconsistent: {}", f.pool_checks.checks.join("; "))
+                        });
                         let verify = r
                             .verify
                             .as_ref()
@@ -312,7 +317,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                         if !report.ok() {
                             Some(format!("{}\n{report}", report.verdict()))
                         } else {
-                            verify
+                            verify.or(pool)
                         }
                     }
                 };
@@ -341,8 +346,8 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             bar.finish_and_clear();
             let faults = if a.faults.is_some() {
                 format!(
-                    ", {crashed} coordinators crashed, {recovered} recovered ({forward} \
-                     transactions rolled forward)"
+                    ", {crashed} coordinators crashed, {recovered} recovered ({online} online; \
+                     {forward} transactions rolled forward)"
                 )
             } else {
                 String::new()

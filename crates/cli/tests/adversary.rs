@@ -200,8 +200,8 @@ fn crash_run<'a>(protocol: &'a str, seed: &'a str) -> Vec<&'a str> {
 
 #[test]
 fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
-    // Seed 3 crashes compute node 0 at 745 us: all 6 of its coordinators.
-    let mut args = crash_run("farm", "3");
+    // Seed 7 crashes compute node 0 at 2847 us: all 6 of its coordinators.
+    let mut args = crash_run("farm", "7");
     args.push("--json");
     let o = dtxn(&args);
     assert!(o.status.success(), "{}", text(&o));
@@ -210,6 +210,9 @@ fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
     assert_eq!(f["planned_crashes"][0][0], 0, "{f}");
     assert_eq!(f["coordinators_crashed"], 6, "{f}");
     assert_eq!(f["coordinators_recovered"], 6, "{f}");
+    // All of them by the survivors' recovery service, during the run: none after it.
+    assert_eq!(f["recovered_online"], 6, "{f}");
+    assert_eq!(f["recovered_after_run"], 0, "{f}");
     // One crashed in its commit after the commit had landed: recovery rolled it forward, and
     // the history and the tallies count it though its coordinator never learnt it committed.
     assert_eq!(f["rolled_forward"], 1, "{f}");
@@ -222,6 +225,21 @@ fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
             .starts_with("strict serializable"),
         "{f}"
     );
+    // Detection: from the crash to past the lease's expiry; repair: recovery's own time.
+    let lines = f["recoveries"].as_array().unwrap();
+    assert_eq!(lines.len(), 6, "{f}");
+    let lease_us = f["lease_ns"].as_f64().unwrap() / 1e3;
+    for r in lines {
+        let (crashed, expired) = (
+            r["crashed_us"].as_f64().unwrap(),
+            r["expired_us"].as_f64().unwrap(),
+        );
+        let detection = r["detection_us"].as_f64().unwrap();
+        assert!(expired > crashed && crashed + detection >= expired, "{r}");
+        assert!(detection < lease_us * 1.5, "{r}");
+        assert!(r["repair_us"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    assert_eq!(f["pool_checks"]["ok"], true, "{f}");
     assert_eq!(v["verify"]["ok"], true, "{v}");
     // Replayable: the same seed, the same run.
     let again = dtxn(&args);
@@ -229,10 +247,16 @@ fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
     assert_eq!(v["sim"]["trace_hash"], w["sim"]["trace_hash"]);
     assert_eq!(v["faults"], w["faults"]);
     // The table says it too.
-    let o = dtxn(&crash_run("ford", "1"));
+    let o = dtxn(&crash_run("ford", "5"));
     let out = text(&o);
     assert!(o.status.success(), "{out}");
     assert!(out.contains("6 coordinators crashed, 6 recovered"), "{out}");
+    assert!(out.contains("6 recovered online, 0 after the run"), "{out}");
+    assert!(out.contains("recovery (virtual): detection mean"), "{out}");
+    assert!(
+        out.contains("pool after the liveness phase: consistent"),
+        "{out}"
+    );
     assert!(out.contains("verify: consistent"), "{out}");
 }
 
@@ -289,7 +313,7 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
         "--protocol",
         "ford",
         "--seed",
-        "25",
+        "12",
         "--txns",
         "2000",
         "--compute-nodes",
@@ -330,7 +354,7 @@ fn recovery_rolls_forward_a_commit_whose_version_is_its_timestamp() {
         "--protocol",
         "mvcc",
         "--seed",
-        "5",
+        "10",
         "--txns",
         "2000",
         "--compute-nodes",

@@ -50,6 +50,65 @@ pub struct Endpoint {
     rng: CoordRng,
     /// Measure the time spent in `submit` ([`Stats::fabric_ns`]).
     time_fabric: bool,
+    /// The lease this coordinator holds, if any ([`Endpoint::hold_lease`]).
+    lease: Option<Held>,
+    /// Its lease may have expired: every post is refused from then on.
+    fenced: bool,
+}
+
+/// A lease in the pool, held by one coordinator: a word it alone WRITEs (nobody CASes it),
+/// holding [`Lease::word`]. See [`Endpoint::hold_lease`] for the fencing it implies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lease {
+    pub node: NodeId,
+    /// The lease word (8-byte aligned).
+    pub addr: u64,
+    /// A renewal at `t` (this coordinator's clock) grants the lease until `t + lease_ns`.
+    pub lease_ns: u64,
+    /// The coordinator posts nothing at or after `expiry - guard_ns`: the guard covers the
+    /// longest time an op spends between its post and its execution (see the `membership`
+    /// module of dtxn-txn for the argument).
+    pub guard_ns: u64,
+    /// Which life of this lease slot this is (15 bits: [`Lease::word`]).
+    pub incarnation: u16,
+}
+
+/// The lease word's `done` bit: its holder has finished its work (it holds no lock and has
+/// no transaction pending), so its expiry calls for no recovery.
+pub const LEASE_DONE: u64 = 1 << 15;
+const INCARNATION_MASK: u64 = LEASE_DONE - 1;
+
+impl Lease {
+    /// The lease word: the expiry (ns) in the high 48 bits, the done bit, the incarnation.
+    pub fn word(expiry_ns: u64, done: bool, incarnation: u16) -> u64 {
+        (expiry_ns << 16)
+            | if done { LEASE_DONE } else { 0 }
+            | (u64::from(incarnation) & INCARNATION_MASK)
+    }
+
+    /// `(expiry_ns, done, incarnation)` of a lease word.
+    pub fn parse(word: u64) -> (u64, bool, u16) {
+        (
+            word >> 16,
+            word & LEASE_DONE != 0,
+            (word & INCARNATION_MASK) as u16,
+        )
+    }
+
+    /// The incarnation after `i` (15 bits, never 0: 0 is a slot never held).
+    pub fn next_incarnation(i: u16) -> u16 {
+        let n = (u64::from(i) + 1) & INCARNATION_MASK;
+        n.max(1) as u16
+    }
+}
+
+/// A lease being held: its terms, the expiry last granted, when it was renewed.
+#[derive(Debug, Clone, Copy)]
+struct Held {
+    lease: Lease,
+    expiry: u64,
+    renewed_at: u64,
+    done: bool,
 }
 
 impl Endpoint {
@@ -65,7 +124,88 @@ impl Endpoint {
             stats: Rc::default(),
             rng: CoordRng::seed_from_u64(mix),
             time_fabric: false,
+            lease: None,
+            fenced: false,
         }
+    }
+
+    /// Holds `lease` from now on: the next post carries a renewal (a WRITE of the lease word,
+    /// appended to its batch), and so does every post once a quarter of the lease has passed
+    /// since the last renewal. **Fencing**: a post at or after `expiry - guard` (this
+    /// coordinator's clock, `expiry` the last renewal's) is refused with
+    /// [`FabricError::LeaseExpired`], and so is every later one: whatever this coordinator
+    /// posted before then has executed by `expiry` (the guard covers an op's flight), when a
+    /// successor may start recovering it. Until the first renewal has landed the pool's word
+    /// is the previous one: post the first renewal alone and await it
+    /// ([`Endpoint::renew_lease`]) before acting under the lease.
+    pub fn hold_lease(&mut self, lease: Lease) {
+        let now = self.fabric.now_ns();
+        self.lease = Some(Held {
+            lease,
+            expiry: now.saturating_add(lease.lease_ns),
+            renewed_at: 0,
+            done: false,
+        });
+        self.fenced = false;
+        self.force_renewal();
+    }
+
+    /// Posts a renewal of the lease now (one round trip), or fails if it is fenced.
+    pub async fn renew_lease(&mut self) -> Result<(), FabricError> {
+        self.force_renewal();
+        // An empty batch posts nothing: the renewal goes in one of its own.
+        self.start_op();
+        self.lease_gate()?;
+        self.post().await
+    }
+
+    /// From the next renewal on, the lease says its holder is done ([`LEASE_DONE`]).
+    pub fn lease_done(&mut self) {
+        if let Some(h) = &mut self.lease {
+            h.done = true;
+        }
+        self.force_renewal();
+    }
+
+    fn force_renewal(&mut self) {
+        if let Some(h) = &mut self.lease {
+            h.renewed_at = 0;
+        }
+    }
+
+    /// The held lease's terms and its expiry as last granted, if any.
+    pub fn lease(&self) -> Option<(Lease, u64)> {
+        self.lease.map(|h| (h.lease, h.expiry))
+    }
+
+    /// Whether this coordinator's lease may have expired: it posts nothing any more.
+    pub fn fenced(&self) -> bool {
+        self.fenced
+    }
+
+    /// Before a batch is submitted: refuses it if the lease may have expired, else appends
+    /// a renewal when one is due.
+    fn lease_gate(&mut self) -> Result<(), FabricError> {
+        let Some(h) = &mut self.lease else {
+            return Ok(());
+        };
+        let now = self.fabric.now_ns();
+        if self.fenced || now.saturating_add(h.lease.guard_ns) >= h.expiry {
+            self.fenced = true;
+            return Err(FabricError::LeaseExpired);
+        }
+        let renew = h.renewed_at == 0 || now >= h.renewed_at + h.lease.lease_ns / 4;
+        if renew {
+            let expiry = now + h.lease.lease_ns;
+            let word = Lease::word(expiry, h.done, h.lease.incarnation);
+            let (node, addr) = (h.lease.node, h.lease.addr);
+            h.expiry = expiry;
+            h.renewed_at = now.max(1);
+            let data = self.batch.buf.len() as u32;
+            self.batch.append_buf(&word.to_le_bytes());
+            self.push_write(node, addr, 8, data);
+        }
+        Ok(())
     }
 
     pub fn id(&self) -> CoordId {
@@ -341,6 +481,10 @@ impl Endpoint {
             self.batch.clear();
             self.completed = true;
             Err(None)
+        } else if let Err(e) = self.lease_gate() {
+            self.batch.clear();
+            self.completed = true;
+            Err(Some(e))
         } else {
             self.count(true);
             match self.timed(|f, b| f.submit(b, false)) {
@@ -368,6 +512,10 @@ impl Endpoint {
             self.completed = false;
             return Ok(());
         }
+        if let Err(e) = self.lease_gate() {
+            self.batch.clear();
+            return Err(e);
+        }
         self.count(false);
         let r = self.timed(|f, b| f.submit(b, true));
         self.batch.clear();
@@ -394,6 +542,10 @@ impl Endpoint {
             return Err(FabricError::Setup(
                 "a background batch is already outstanding; wait for it first".into(),
             ));
+        }
+        if let Err(e) = self.lease_gate() {
+            self.batch.clear();
+            return Err(e);
         }
         self.count(false);
         let r = self.timed(|f, b| f.submit_background(b));

@@ -30,6 +30,10 @@ pub enum FabricError {
     /// The op does not fit the batch's 32-bit length fields.
     #[error("op of {0} bytes is too large for one verb")]
     TooLarge(u64),
+    /// This coordinator's lease may have expired ([`crate::Lease`]): it is fenced, and posts
+    /// nothing more (its successor may be recovering it).
+    #[error("this coordinator's lease may have expired: it is fenced and posts nothing more")]
+    LeaseExpired,
     /// A FLUSH could not write the memory node's file back (an I/O error of the device that
     /// holds it): what it was to persist may not be durable.
     #[error("memory node {node}: cannot persist its file: {error}")]

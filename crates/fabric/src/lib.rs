@@ -23,7 +23,7 @@ pub mod ucx;
 mod verbs;
 
 pub use contract::{Fabric, LocalMem, RpcHandler};
-pub use endpoint::{CoordId, CoordRng, Endpoint, Post, Sleep, WaitBackground};
+pub use endpoint::{CoordId, CoordRng, Endpoint, Lease, Post, Sleep, WaitBackground, LEASE_DONE};
 pub use error::FabricError;
 pub use pool::Pool;
 pub use profile::{Profile, ProfileError};

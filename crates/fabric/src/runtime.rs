@@ -55,6 +55,10 @@ pub struct RunReport<R> {
     /// during the run, each counted once: breaches of the contract's G11. Tracked only while
     /// an RPC handler is installed; 0 on the other backends.
     pub g11_violations: u64,
+    /// `sim` only: the longest flight of a one-sided op of the run, from its post (the
+    /// coordinator's clock) to the execution of its last line, ns: what a lease's guard must
+    /// exceed ([`crate::Lease`]). 0 on the other backends.
+    pub max_flight_ns: u64,
 }
 
 impl<R> RunReport<R> {

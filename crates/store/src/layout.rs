@@ -5,6 +5,8 @@
 //! 0          superblock (one line)
 //! 64         node 0 only: the compute processes' claim word (the rest of the page reserved)
 //! 128        node 0 only: the timestamp oracle (FAA only)
+//! 192        node 0 only: membership (leases): the recovery service's leader word, then a
+//!            lease word per coordinator, then a recovered word per coordinator
 //! 4096       catalog: one 128-byte entry per table replica on this node
 //! log_off    log region: log_slices x log_slice_bytes, one slice per coordinator
 //! ...        tables (hash buckets, then their overflow area), at the same offsets on
@@ -45,6 +47,17 @@ pub const CLAIM_EXCLUSIVE: u64 = 1 << 63;
 /// Memory node 0: the timestamp oracle of multi-version protocols (Motor), a counter taken
 /// with FAA only (never written by a verb: a WRITE may be lost under a concurrent FAA, G8).
 pub const ORACLE_OFF: u64 = 128;
+/// Memory node 0: the recovery service's leader word (CAS only): 0, or the lock-owner id of
+/// the coordinator running recovery (`dtxn_txn::membership`). Alone on its line.
+pub const LEADER_OFF: u64 = 192;
+/// Memory node 0: coordinator `i`'s lease word at `LEASE_OFF + 8 i`, WRITten by `i` alone
+/// (`dtxn_fabric::Lease::word`: expiry, done bit, incarnation).
+pub const LEASE_OFF: u64 = 256;
+/// How many coordinators the membership area holds.
+pub const MAX_MEMBERS: u32 = 240;
+/// Memory node 0: coordinator `i`'s recovered word at `RECOVERED_OFF + 8 i` (CAS only): the
+/// last incarnation of `i` that recovery settled. On lines of their own: no WRITE lands there.
+pub const RECOVERED_OFF: u64 = LEASE_OFF + 8 * MAX_MEMBERS as u64;
 pub const CATALOG_OFF: u64 = 4096;
 pub const ENTRY_BYTES: usize = 256;
 pub const MAX_REPLICAS: usize = 8;

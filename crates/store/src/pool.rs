@@ -249,6 +249,13 @@ impl Plan {
         mem.write(0, &[0u8; SUPERBLOCK_BYTES]);
         mem.write_u64(crate::layout::CLAIM_OFF, 0);
         mem.write_u64(crate::layout::ORACLE_OFF, 0);
+        if node == 0 {
+            let members = crate::layout::RECOVERED_OFF + 8 * u64::from(crate::layout::MAX_MEMBERS);
+            mem.write(
+                crate::layout::LEADER_OFF,
+                &vec![0u8; (members - crate::layout::LEADER_OFF) as usize],
+            );
+        }
         mem.write(CATALOG_OFF, &cat);
         let zero = vec![0u8; 1 << 16];
         let log_end = self.log_off

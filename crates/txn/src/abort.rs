@@ -39,10 +39,14 @@ pub enum AbortReason {
     /// A hash chain in memory is corrupt (a cycle, or a link out of the table's overflow
     /// area): the walk stops rather than loop or stray. Not expected of a correct run.
     CorruptChain,
+    /// The coordinator's lease may have expired mid-transaction: it is fenced (it posts
+    /// nothing more), and the recovery service decides the transaction's outcome, as for a
+    /// crashed coordinator (`membership`).
+    LeaseExpired,
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 13] = [
+    pub const ALL: [AbortReason; 14] = [
         AbortReason::LockConflict,
         AbortReason::Validation,
         AbortReason::Invisible,
@@ -56,6 +60,7 @@ impl AbortReason {
         AbortReason::VersionGone,
         AbortReason::BadRequest,
         AbortReason::CorruptChain,
+        AbortReason::LeaseExpired,
     ];
 
     pub fn name(self) -> &'static str {
@@ -73,6 +78,7 @@ impl AbortReason {
             AbortReason::VersionGone => "version-gone",
             AbortReason::BadRequest => "bad-request",
             AbortReason::CorruptChain => "corrupt-chain",
+            AbortReason::LeaseExpired => "lease-expired",
         }
     }
 }

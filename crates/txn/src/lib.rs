@@ -16,6 +16,7 @@ mod config;
 mod coord;
 mod item;
 mod mechanisms;
+pub mod membership;
 mod protocol;
 mod protocols;
 pub mod recovery;

@@ -1,20 +1,27 @@
 //! Recovery of a crashed coordinator, by any other coordinator, with one-sided verbs only
 //! (FORD section 4.8; the rule for the ambiguous case is the digest's).
 //!
-//! A coordinator is declared dead by whoever notices (a lease, or the simulator's fault plan).
-//! The agent then:
+//! A coordinator is declared dead by the recovery service once its lease expired
+//! (`membership.rs`), or after a run by whoever knows it crashed. The agent then:
 //!
 //! 1. reads the dead coordinator's log slice on every memory node and takes the newest entry
 //!    that decodes (a crash mid-log-WRITE leaves a torn entry on some nodes: its crc fails);
-//! 2. if that entry is pending, decides: **committed** if every replica of every logged item
+//! 2. if that entry is pending on some node, decides: **committed** if every replica of every logged item
 //!    the dead coordinator had locked already holds the new version (its coalescent commit
 //!    landed everywhere: roll forward), **aborted** otherwise (roll back: put the old images
 //!    back on every replica);
 //! 3. releases every lock the dead coordinator still holds, logged or not (a lock won just
 //!    before the crash may not be logged yet): record locks and chain insert locks, found by a
-//!    scan of every table on its primary, each cleared with a CAS from the dead owner's value
-//!    so that nobody else's lock is ever touched;
-//! 4. closes the log entry.
+//!    scan of every table on its primary (16 KiB of buckets per READ, every dead coordinator's at
+//!    once: [`recover_all`]), each cleared with a CAS from the dead owner's value so that
+//!    nobody else's lock is ever touched;
+//! 4. closes the log entry (on every node, before step 3).
+//!
+//! **Idempotent.** A recovery that crashes half-way and runs again ends in the same state:
+//! step 2 judges by what the replicas hold under the dead owner's locks, which stay until
+//! step 3; an entry closed on some nodes only is settled again (the same judgement: the same
+//! outcome, reported again); step 3 is a CAS from the dead owner's value. A test crashes the
+//! recovering coordinator at many instants and compares the pool with one recovery's.
 //!
 //! It returns what it decided, with the versions a rolled-forward transaction installed, for
 //! the history.
@@ -52,6 +59,35 @@ pub async fn recover(
     protocol: Protocol,
     index: u32,
 ) -> Result<(Recovered, u32), FabricError> {
+    let mut r = recover_all(ep, map, protocol, &[index]).await?;
+    Ok(r.pop().expect("one"))
+}
+
+/// Recovers every coordinator of `dead` at once: settles each one's log entry, then
+/// releases all their locks in one scan of the tables. What each one's recovery found and
+/// how many of its locks it cleared, in the order of `dead`.
+pub async fn recover_all(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    protocol: Protocol,
+    dead: &[u32],
+) -> Result<Vec<(Recovered, u32)>, FabricError> {
+    let mut out = Vec::with_capacity(dead.len());
+    for &index in dead {
+        out.push(settle_log(ep, map, protocol, index).await?);
+    }
+    let owners: Vec<u64> = dead.iter().map(|&i| u64::from(i) + 1).collect();
+    let released = release_all(ep, map, &owners, protocol.lock_flags()).await?;
+    Ok(out.into_iter().zip(released).collect())
+}
+
+/// Steps 1 and 2, and 4: settles coordinator `index`'s newest log entry and closes it.
+async fn settle_log(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    protocol: Protocol,
+    index: u32,
+) -> Result<Recovered, FabricError> {
     let owner = u64::from(index) + 1;
     let nodes = map.nodes.len() as NodeId;
     let mut outcome = Recovered::Nothing;
@@ -61,22 +97,24 @@ pub async fn recover(
             .map(|n| ep.read(n, slice, bytes as usize))
             .collect();
         ep.post().await?;
+        // The newest transaction on any node. It is settled if any node's copy still says
+        // pending, even if another's was closed: a recovery that crashed after closing it on
+        // some nodes only (or its coordinator, closing it on its way out) left it so, and
+        // settling again is what that recovery did (the locks it judges by are released only
+        // after every copy is closed), so the outcome reported is the same.
+        let mut pending = false;
         for r in reads {
             if let Ok(Some(e)) = LogEntry::decode(ep.bytes(r)) {
-                // The newest transaction; for the same one, a node whose status was updated
-                // (committed or aborted) knows more than one still saying pending.
-                let better = entry.as_ref().is_none_or(|x| {
-                    e.txn > x.txn
-                        || (e.txn == x.txn
-                            && x.status == LogStatus::Pending
-                            && e.status != LogStatus::Pending)
-                });
-                if better {
-                    entry = Some(e);
+                match &entry {
+                    Some(x) if x.txn > e.txn => continue,
+                    Some(x) if x.txn == e.txn => {}
+                    _ => pending = false,
                 }
+                pending |= e.status == LogStatus::Pending;
+                entry = Some(e);
             }
         }
-        if let Some(e) = entry.as_ref().filter(|e| e.status == LogStatus::Pending) {
+        if let Some(e) = entry.as_ref().filter(|_| pending) {
             outcome = protocol.settle(ep, map, owner, e).await?;
             let status = match outcome {
                 Recovered::RolledForward(_) => LogStatus::Committed,
@@ -88,54 +126,76 @@ pub async fn recover(
             ep.post().await?;
         }
     }
-    let released = release_all(ep, map, owner, protocol.lock_flags()).await?;
-    Ok((outcome, released))
+    Ok(outcome)
 }
 
-/// Clears every lock word that `owner` holds (with any of `flags`), on every table's primary,
-/// and on backups' lock words too when the protocol marks them invisible (an invisible bit a
-/// commit left there). Returns how many it cleared.
+/// Bytes the lock release's scan reads per round trip (at least a bucket): big enough to
+/// take few round trips, small enough not to hold a memory node's NIC for long while the
+/// other coordinators run (an op queued behind it flies longer, and a lease's guard must
+/// cover the longest flight).
+const SCAN_BYTES: u64 = 16 << 10;
+
+/// Clears every lock word one of `owners` holds (with any of `flags`), on every table's
+/// primary, and on backups' lock words too when the protocol marks them invisible (an
+/// invisible bit a commit left there). Returns how many it cleared per owner (backups' bits
+/// count for the first).
 async fn release_all(
     ep: &mut Endpoint,
     map: &PoolMap,
-    owner: u64,
+    owners: &[u64],
     flags: u64,
-) -> Result<u32, FabricError> {
-    let mut cleared = 0;
+) -> Result<Vec<u32>, FabricError> {
+    let mut cleared = vec![0u32; owners.len()];
+    let mut bytes = Vec::new();
     for t in map.tables() {
         let codec = t.codec();
         let buckets = t.bucket_count + t.overflow_buckets;
         for &n in &t.replicas {
             let primary = n == t.primary();
-            for b in 0..buckets {
-                let base = t.table_off + 64 + b * t.bucket_bytes;
-                let r = ep.read(n, base, t.bucket_bytes as usize);
+            if !primary && flags & INVISIBLE == 0 {
+                continue; // backups hold no lock word of their own to clear
+            }
+            let mut first = 0;
+            while first < buckets {
+                let last = buckets.min(first + (SCAN_BYTES / t.bucket_bytes).max(1));
+                let base0 = t.table_off + 64 + first * t.bucket_bytes;
+                let r = ep.read(n, base0, ((last - first) * t.bucket_bytes) as usize);
                 ep.post().await?;
-                let bytes = ep.bytes(r).to_vec();
+                bytes.clear();
+                bytes.extend_from_slice(ep.bytes(r));
+                // (CAS, whose) queued for this batch of buckets.
                 let mut cas = Vec::new();
-                if primary && b < t.bucket_count {
-                    let lock = u64::from_le_bytes(bytes[8..16].try_into().expect("word"));
-                    if lock == owner {
-                        cas.push(ep.cas(n, t.insert_lock(base), owner, 0));
+                for b in first..last {
+                    let at = ((b - first) * t.bucket_bytes) as usize;
+                    let bucket = &bytes[at..at + t.bucket_bytes as usize];
+                    let base = t.table_off + 64 + b * t.bucket_bytes;
+                    if primary && b < t.bucket_count {
+                        let lock = u64::from_le_bytes(bucket[8..16].try_into().expect("word"));
+                        if let Some(k) = owners.iter().position(|&o| o == lock) {
+                            cas.push((ep.cas(n, t.insert_lock(base), lock, 0), k));
+                        }
                     }
-                }
-                for s in 0..t.slots_per_bucket {
-                    let h = codec.header(t.slot_bytes(&bytes, s));
-                    let off = t.slot(base, s);
-                    let ours = holds(h.lock, owner);
-                    if primary && ours {
-                        cas.push(ep.cas(n, off, h.lock, 0));
-                    } else if !primary && flags & INVISIBLE != 0 && h.lock == INVISIBLE {
-                        // A backup's invisible bit may be another, live, commit's: clearing it
-                        // early is safe all the same, because every reader validates at the
-                        // primary, whose lock that commit still holds.
-                        cas.push(ep.cas(n, off, INVISIBLE, 0));
+                    for s in 0..t.slots_per_bucket {
+                        let h = codec.header(t.slot_bytes(bucket, s));
+                        let off = t.slot(base, s);
+                        let ours = owners.iter().position(|&o| holds(h.lock, o));
+                        if let (true, Some(k)) = (primary, ours) {
+                            cas.push((ep.cas(n, off, h.lock, 0), k));
+                        } else if !primary && flags & INVISIBLE != 0 && h.lock == INVISIBLE {
+                            // A backup's invisible bit may be another, live, commit's: clearing
+                            // it early is safe all the same, because every reader validates at
+                            // the primary, whose lock that commit still holds.
+                            cas.push((ep.cas(n, off, INVISIBLE, 0), 0));
+                        }
                     }
                 }
                 if !cas.is_empty() {
                     ep.post().await?;
-                    cleared += cas.iter().filter(|&&c| ep.cas_ok(c)).count() as u32;
+                    for (c, k) in cas {
+                        cleared[k] += u32::from(ep.cas_ok(c));
+                    }
                 }
+                first = last;
             }
         }
     }

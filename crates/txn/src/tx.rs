@@ -368,6 +368,19 @@ impl<'c, P: Protocol> Tx<'c, P> {
     /// `decided_ns`: when the outcome was known (the history's end).
     fn finish(&mut self, result: Result<(), Abort>, decided_ns: u64) {
         self.finished = true;
+        // Fenced mid-transaction: whatever failed first, the outcome is recovery's to
+        // decide (it may roll the commit forward), so the history leaves it to recovery.
+        let fenced = result.is_err() && self.c.ep.fenced();
+        let result = result.map_err(|a| {
+            if fenced {
+                Abort {
+                    reason: AbortReason::LeaseExpired,
+                    ..a
+                }
+            } else {
+                a
+            }
+        });
         let end_ns = self.c.ep.now_ns();
         match result {
             Ok(()) => self.stats.committed += 1,
@@ -380,7 +393,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             start_ns: self.start_ns,
             end_ns,
         });
-        if self.c.recorder.is_some() {
+        if self.c.recorder.is_some() && !fenced {
             let h = self.history(result.is_ok(), decided_ns);
             if let Some(r) = &mut self.c.recorder {
                 r.record(&h);

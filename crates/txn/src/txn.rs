@@ -2,7 +2,7 @@
 //! rollback. A [`Txn`] runs under the protocol its coordinator was configured with; every
 //! call goes to that protocol's core (`tx.rs`) through the registry's dispatch.
 
-use crate::abort::Abort;
+use crate::abort::{Abort, AbortReason};
 use crate::item::Access;
 use crate::registry::{dispatch, AnyTxn};
 
@@ -29,6 +29,22 @@ impl Txn<'_> {
         dispatch!(&mut self.0, t => &mut t.c.ep)
     }
 
+    /// An abort of a coordinator whose lease may have expired is `LeaseExpired`, whatever
+    /// failed first: it is fenced, and its transaction's outcome is recovery's.
+    fn fenced<T>(&mut self, r: Result<T, Abort>) -> Result<T, Abort> {
+        let fenced = self.endpoint().fenced();
+        r.map_err(|a| {
+            if fenced {
+                Abort {
+                    reason: AbortReason::LeaseExpired,
+                    ..a
+                }
+            } else {
+                a
+            }
+        })
+    }
+
     /// Reads `key` of `table` as a read-only item: `None` if it does not exist.
     pub async fn read(&mut self, table: u32, key: u64) -> Result<Option<&[u8]>, Abort> {
         self.fetch(&[Access::read(table, key)]).await?;
@@ -44,7 +60,8 @@ impl Txn<'_> {
     /// Fetches several records in one round trip (per protocol phase); read their values with
     /// [`get`](Self::get).
     pub async fn fetch(&mut self, accesses: &[Access]) -> Result<(), Abort> {
-        dispatch!(&mut self.0, t => t.fetch(accesses).await)
+        let r = dispatch!(&mut self.0, t => t.fetch(accesses).await);
+        self.fenced(r)
     }
 
     /// The value of a fetched record as this transaction sees it (`None`: absent or deleted).
@@ -54,12 +71,14 @@ impl Txn<'_> {
 
     /// Replaces the value of a record read for update.
     pub async fn update(&mut self, table: u32, key: u64, value: &[u8]) -> Result<(), Abort> {
-        dispatch!(&mut self.0, t => t.update(table, key, value).await)
+        let r = dispatch!(&mut self.0, t => t.update(table, key, value).await);
+        self.fenced(r)
     }
 
     /// Deletes a record read for update.
     pub async fn delete(&mut self, table: u32, key: u64) -> Result<(), Abort> {
-        dispatch!(&mut self.0, t => t.delete(table, key).await)
+        let r = dispatch!(&mut self.0, t => t.delete(table, key).await);
+        self.fenced(r)
     }
 
     /// Inserts a new record. Aborts with `Exists` if the key is present.
@@ -71,12 +90,14 @@ impl Txn<'_> {
     /// chains have no overflow buckets (rather than one each): the same as inserting them one
     /// by one, in order. Aborts with `Exists` if a key is present (or given twice).
     pub async fn insert_many(&mut self, rows: &[(u32, u64, &[u8])]) -> Result<(), Abort> {
-        dispatch!(&mut self.0, t => t.insert_many(rows).await)
+        let r = dispatch!(&mut self.0, t => t.insert_many(rows).await);
+        self.fenced(r)
     }
 
     /// Validates and commits. `Ok` means durable on every replica and serialized.
     pub async fn commit(mut self) -> Result<(), Abort> {
-        dispatch!(&mut self.0, t => t.commit().await)
+        let r = dispatch!(&mut self.0, t => t.commit().await);
+        self.fenced(r)
     }
 
     /// The application's own rollback: releases everything, changes nothing.

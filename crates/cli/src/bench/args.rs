@@ -164,11 +164,16 @@ pub struct BenchArgs {
     /// with --shm-dir).
     #[arg(long, value_name = "FILE")]
     pub tally_out: Option<PathBuf>,
-    /// sim: crash compute nodes at instants drawn from the seed, recover their coordinators'
-    /// transactions from the logs, then check the history (with recovery's rolled-forward
-    /// transactions) and the workload's invariants (implies --verify). Knobs: `compute=N`
-    /// nodes crash (default 1; never all), `within=DURATION` of the start (default: about the
-    /// run's length), `delay_prob=P` and `delay=DURATION` (ops delayed on the way).
+    /// sim: crash compute nodes at instants drawn from the seed; every coordinator holds a
+    /// lease, and the survivors' recovery service notices an expired one and recovers its
+    /// coordinator's transactions from the logs during the run; a liveness phase ends it
+    /// (every dead coordinator recovered). Then checks the history (with recovery's
+    /// rolled-forward transactions), the workload's invariants (implies --verify) and the
+    /// pool (no log slice pending, replicas identical), and prints detection and repair
+    /// times. Knobs: `compute=N` nodes crash (default 1; never all), `within=DURATION` of the
+    /// start (default: about the run's length), `delay_prob=P` and `delay=DURATION` (ops
+    /// delayed on the way), `lease=DURATION` and `guard=DURATION` (default: from the fabric's
+    /// longest op flight and the adversary's longest stall; checked against both).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`), from the

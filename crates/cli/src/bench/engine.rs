@@ -10,6 +10,7 @@
 use dtxn_check::HistoryWriter;
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::PoolMap;
+use dtxn_txn::membership::{self, LeaseConfig, RecoveryEvent, Service};
 use dtxn_txn::Breakdown;
 use dtxn_txn::{
     AbortReason, Coordinator, LocalOracle, Recorder, StartClock, TxnConfig, TxnOutcome, Vcache,
@@ -223,6 +224,10 @@ pub struct Shared {
     pub local_oracle: Option<Arc<LocalOracle>>,
     /// Scythe with `scythe.batched_tso`: one TSO group per compute node.
     pub tso_groups: Vec<Arc<dtxn_txn::TsoGroup>>,
+    /// `--faults`: every coordinator holds a lease on these terms and serves recovery.
+    pub lease: Option<LeaseConfig>,
+    /// What the coordinators' recovery service did.
+    recoveries: Mutex<Vec<RecoveryEvent>>,
 }
 
 /// What one run produced.
@@ -239,6 +244,10 @@ pub struct RunOutput<T> {
     /// `sim` with faults: the coordinators whose compute node crashed (their tallies, up to
     /// the crash, are in `tallies` all the same).
     pub crashed: Vec<u32>,
+    /// With leases: the coordinators that lost theirs and stopped (fenced), like crashed ones.
+    pub fenced: Vec<u32>,
+    /// `sim`: the longest flight of an op in the run (what a lease's guard must exceed).
+    pub max_flight_ns: u64,
 }
 
 /// What a coordinator hands back.
@@ -248,6 +257,8 @@ struct CoordOut<T> {
     attempts_all: u64,
     /// `shm`: its own collector.
     collector: Option<Collector>,
+    /// It lost its lease and stopped: its transaction in flight is recovery's.
+    fenced: bool,
 }
 
 /// Attempts between two progress-bar updates (a shared atomic: not every transaction).
@@ -259,16 +270,32 @@ async fn coordinator<W: Workload>(
     mut ep: Endpoint,
     w: &W,
     cfg: Rc<TxnConfig>,
-    sh: &Shared,
+    sh: &Arc<Shared>,
     sink: Rc<RefCell<Collector>>,
     tally: Rc<RefCell<W::Tally>>,
-) -> Result<u64, String> {
+) -> Result<(u64, bool), String> {
     let index = ep.id().index;
     ep.time_fabric(sh.fabric_time);
-    let map = PoolMap::bootstrap(&mut ep)
-        .await
-        .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?;
-    let mut c = Coordinator::new(ep, Rc::new(map), cfg);
+    let map = Rc::new(
+        PoolMap::bootstrap(&mut ep)
+            .await
+            .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?,
+    );
+    let mut service = match sh.lease {
+        Some(l) => {
+            membership::join(&mut ep, l)
+                .await
+                .map_err(|e| format!("coordinator {index}: joining: {e}"))?;
+            let sink = sh.clone();
+            let report = move |e: &RecoveryEvent| match sink.recoveries.lock() {
+                Ok(mut r) => r.push(e.clone()),
+                Err(p) => p.into_inner().push(e.clone()),
+            };
+            Some(Service::new(cfg.protocol, l, sh.coordinators).with_sink(Box::new(report)))
+        }
+        None => None,
+    };
+    let mut c = Coordinator::new(ep, map.clone(), cfg);
     c.set_breakdown(sh.breakdown);
     if let Some(v) = &sh.vcache {
         c.set_vcache(v.clone());
@@ -316,15 +343,33 @@ async fn coordinator<W: Workload>(
     let mut measured = 0u64;
     let mut all = 0u64;
     let mut since_progress = 0u64;
+    let mut fenced = false;
+    // A fabric error of the recovery service other than fencing ends the run.
+    let serve = |r: Result<(), dtxn_fabric::FabricError>| match r {
+        Ok(()) => Ok(false),
+        Err(dtxn_fabric::FabricError::LeaseExpired) => Ok(true),
+        Err(e) => Err(format!("coordinator {index}: recovery service: {e}")),
+    };
     loop {
         let now = c.endpoint().now_ns();
         if now >= end || measured >= quota {
             break;
         }
+        if let Some(s) = &mut service {
+            if serve(s.tick(c.endpoint(), &map).await)? {
+                fenced = true;
+                break;
+            }
+        }
         w.forget_in_flight(&mut tally);
         let (ty, _) = w.run_one(&mut c, &mut rng, &mut tally).await;
         all += 1;
         since_progress += 1;
+        if c.endpoint().fenced() {
+            // Its transaction in flight stays staged in the tally: recovery decides it.
+            fenced = true;
+            break;
+        }
         if let Some(o) = c.last_outcome() {
             if o.start_ns >= warm_end {
                 measured += 1;
@@ -348,8 +393,17 @@ async fn coordinator<W: Workload>(
             }
         }
     }
-    c.retire().await;
-    Ok(all)
+    if !fenced {
+        c.retire().await;
+    }
+    if let Some(s) = &mut service {
+        if !fenced {
+            // The liveness phase: this coordinator is done; it serves recovery until every
+            // other one is done or recovered.
+            fenced = serve(s.drain(c.endpoint(), &map).await)?;
+        }
+    }
+    Ok((all, fenced))
 }
 
 impl Shared {
@@ -392,7 +446,17 @@ impl Shared {
             start_clocks: Vec::new(),
             tso_groups: Vec::new(),
             local_oracle: None,
+            lease: None,
+            recoveries: Mutex::default(),
         })
+    }
+
+    /// What the recovery service did, in the order the coordinators finished.
+    pub fn take_recoveries(&self) -> Vec<RecoveryEvent> {
+        match self.recoveries.lock() {
+            Ok(mut r) => std::mem::take(&mut *r),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        }
     }
 
     /// `--faults`: keep the history in memory too.
@@ -446,6 +510,7 @@ pub fn run<W: Workload>(
     let types = w.txn_types().len();
     let started = Instant::now();
     let mut crashed = Vec::new();
+    let mut max_flight_ns = 0;
     let (outs, virtual_time, trace_hash) = match pool {
         Pool::Sim(sim) => {
             // One OS thread: coordinators share the collector and the configuration.
@@ -461,10 +526,11 @@ pub fn run<W: Workload>(
                 async move {
                     coordinator(ep, &*w, cfg, &sh, sink, tally)
                         .await
-                        .map(|all| CoordOut {
+                        .map(|(all, fenced)| CoordOut {
                             tally: None,
                             attempts_all: all,
                             collector: None,
+                            fenced,
                         })
                 }
             })?;
@@ -479,6 +545,7 @@ pub fn run<W: Workload>(
                             tally: None,
                             attempts_all: 0,
                             collector: None,
+                            fenced: false,
                         }));
                     }
                 }
@@ -494,6 +561,7 @@ pub fn run<W: Workload>(
             if let Some(first) = outs.first_mut() {
                 first.collector = Some(sink.borrow().clone());
             }
+            max_flight_ns = r.max_flight_ns;
             (outs, true, Some(r.trace_hash))
         }
         // shm (and ucx): real threads, so each coordinator has its own collector.
@@ -508,10 +576,11 @@ pub fn run<W: Workload>(
                     let tally = Rc::try_unwrap(tally)
                         .map_err(|_| "a coordinator's tally outlived it".to_string())?
                         .into_inner();
-                    out.map(|all| CoordOut {
+                    out.map(|(all, fenced)| CoordOut {
                         tally: Some(tally),
                         attempts_all: all,
                         collector: Some(collector),
+                        fenced,
                     })
                 }
             })?;
@@ -523,7 +592,11 @@ pub fn run<W: Workload>(
     let mut collector = Collector::new(types);
     let mut tallies = Vec::with_capacity(outs.len());
     let mut attempts_all = 0;
-    for o in outs {
+    let mut fenced = Vec::new();
+    for (i, o) in outs.into_iter().enumerate() {
+        if o.fenced {
+            fenced.push(i as u32);
+        }
         if let Some(c) = &o.collector {
             collector.merge(c);
         }
@@ -541,6 +614,8 @@ pub fn run<W: Workload>(
         attempts_all,
         trace_hash,
         crashed,
+        fenced,
+        max_flight_ns,
     })
 }
 

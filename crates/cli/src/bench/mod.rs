@@ -11,6 +11,7 @@ pub use args::{BenchArgs, WorkloadArgs};
 use dtxn_fabric::sim::{FaultRates, Faults};
 use dtxn_fabric::Topology;
 use dtxn_store::{Plan, PoolShape, TableSpec};
+use dtxn_txn::membership::LeaseConfig;
 use dtxn_txn::{Protocol, TxnConfig, Vcache};
 use dtxn_workloads::{kv, skew, smallbank, tatp, tpcc, Workload};
 use engine::{Shared, Stop};
@@ -394,7 +395,7 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     }
     match (&r.verify, &r.faults) {
         (Some(v), _) if !v.ok => Ok(ExitCode::from(1)),
-        (_, Some(f)) if !f.history_ok => Ok(ExitCode::from(1)),
+        (_, Some(f)) if !f.history_ok || !f.pool_checks.ok => Ok(ExitCode::from(1)),
         _ => Ok(ExitCode::SUCCESS),
     }
 }
@@ -558,6 +559,12 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if cfg.protocol == dtxn_txn::Protocol::Scythe {
                 bail!("--faults: not for scythe yet (a crashed coordinator's takeout tickets are never given back, and recovery's undo writes over the takeout words)");
             }
+            if topo.coordinators() > dtxn_store::layout::MAX_MEMBERS {
+                bail!(
+                    "--faults: at most {} coordinators (the slots of the pool's membership area)",
+                    dtxn_store::layout::MAX_MEMBERS
+                );
+            }
             Some(faults(spec, a, topo)?)
         }
         None => None,
@@ -639,8 +646,46 @@ struct Go<'a> {
     progress: bool,
     /// ucx with --load: the pool, loaded, and the time that took.
     remote_loaded: Option<(dtxn_fabric::Pool, u64)>,
-    /// `--faults`: the plan drawn from the seed.
-    faults: Option<Faults>,
+    /// `--faults`: the plan drawn from the seed, and the lease terms asked for.
+    faults: Option<(Faults, LeaseKnobs)>,
+}
+
+/// `--faults lease=..,guard=..`: lease terms instead of those derived from the fabric.
+#[derive(Debug, Clone, Copy, Default)]
+struct LeaseKnobs {
+    lease_ns: Option<u64>,
+    guard_ns: Option<u64>,
+}
+
+/// The lease terms of a `--faults` run on `pool` (sim): derived from the fabric's longest op
+/// flight and the adversary's longest stall, or asked for, and checked against both.
+fn lease_terms(
+    pool: &dtxn_fabric::Pool,
+    plan: &Faults,
+    knobs: LeaseKnobs,
+) -> Result<Option<LeaseConfig>> {
+    let dtxn_fabric::Pool::Sim(sim) = pool else {
+        return Ok(None);
+    };
+    let mut c = sim.config().clone();
+    c.faults = plan.clone();
+    let flight = c.flight_bound_ns();
+    let stall = if c.adversary.stall_prob > 0.0 {
+        c.adversary.stall_max_ns
+    } else {
+        0
+    };
+    let mut l = LeaseConfig::for_fabric(flight, stall);
+    if let Some(g) = knobs.guard_ns {
+        l.guard_ns = g;
+        l.lease_ns = l.lease_ns.max(4 * (g + stall));
+    }
+    if let Some(ns) = knobs.lease_ns {
+        l.lease_ns = ns;
+    }
+    l.check(flight, stall)
+        .map_err(|e| anyhow!("--faults: {e}"))?;
+    Ok(Some(l))
 }
 
 fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport> {
@@ -653,6 +698,10 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         remote_loaded,
         faults,
     } = ctx;
+    let (faults, lease_knobs) = match faults {
+        Some((f, k)) => (Some(f), k),
+        None => (None, LeaseKnobs::default()),
+    };
     // Crashes are checked, not refused: the workload's invariants always.
     let verify = a.verify || faults.is_some();
     let load_start = Instant::now();
@@ -728,6 +777,11 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         sh.keep_history();
     }
     sh.breakdown = a.breakdown;
+    let lease = match &faults {
+        Some(f) => lease_terms(&pool, f, lease_knobs)?,
+        None => None,
+    };
+    sh.lease = lease;
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
@@ -760,24 +814,48 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     let attachment = claim(&mut pool, alone, claim_nodes)?;
     // The faults strike the run only: not the claim, nor recovery after it.
     set_faults(&mut pool, faults.clone().unwrap_or_default());
+    let run_start_ns = match &pool {
+        dtxn_fabric::Pool::Sim(sim) => sim.now_ns(),
+        _ => 0,
+    };
     let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
     set_faults(&mut pool, Faults::default());
+    // Online, the survivors' recovery service recovered the dead coordinators during the run
+    // (and its liveness phase). After the run, as a fallback, only those it did not know of:
+    // a coordinator that died before its lease was written, or one done before it died.
+    let mut online = sh.take_recoveries();
     let recovered = match (&out, &faults) {
-        (Ok(out), Some(_)) => Some(recover(&mut pool, cfg.protocol, &out.crashed)),
+        (Ok(out), Some(_)) => {
+            let known: std::collections::HashSet<u32> =
+                online.iter().map(|e| e.coordinator).collect();
+            let left: Vec<u32> = out
+                .crashed
+                .iter()
+                .chain(&out.fenced)
+                .copied()
+                .filter(|d| !known.contains(d))
+                .collect();
+            Some(recover(&mut pool, cfg.protocol, &left).map(|r| (left, r)))
+        }
         _ => None,
     };
     release_claim(&mut pool, attachment, claim_nodes)?;
     let mut out = out?;
     let recovered = recovered.transpose()?;
     let mut unrecorded = 0;
-    if let Some(r) = &recovered {
+    if let Some((left, r)) = &recovered {
         // Recovery's rolled-forward transactions that no coordinator recorded (it crashed
         // before its commit returned) join the history, and what they changed the tallies.
-        let seen: std::collections::HashSet<u64> =
+        let mut seen: std::collections::HashSet<u64> =
             sh.kept_history().iter().map(|t| t.txn).collect();
-        for (&dead, (outcome, _)) in out.crashed.iter().zip(r) {
+        let settled = online
+            .iter()
+            .map(|e| (e.coordinator, &e.outcome))
+            .chain(left.iter().zip(r).map(|(&d, (o, _))| (d, o)));
+        for (dead, outcome) in settled {
             if let dtxn_txn::recovery::Recovered::RolledForward(t) = outcome {
-                if !seen.contains(&t.txn) {
+                // (A leader that crashed after reporting is followed by one reporting again.)
+                if seen.insert(t.txn) {
                     sh.record_recovered(t);
                     unrecorded += 1;
                     w.count_in_flight(&mut out.tallies[dead as usize]);
@@ -785,6 +863,16 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             }
         }
     }
+    // For the report, a coordinator once: the recovery that marked it (the last).
+    let mut last = std::collections::HashMap::new();
+    for (k, e) in online.iter().enumerate() {
+        last.insert(e.coordinator, k);
+    }
+    let mut k = 0;
+    online.retain(|e| {
+        k += 1;
+        last[&e.coordinator] == k - 1
+    });
     let history = sh.kept_history();
     bar.finish_and_clear();
     Arc::try_unwrap(sh)
@@ -822,20 +910,31 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     };
     let config = ConfigReport::new(a, &*w, &cfg, topo, plan, stop);
     let mut report = BenchReport::new(config, &*w, &out, verify, load_ns);
-    if let (Some(plan), Some(r)) = (&faults, &recovered) {
-        report.faults = Some(fault_report(
-            plan,
-            &out.crashed,
-            (r, unrecorded),
-            &history,
-            &cfg,
-        )?);
+    if let (Some(fplan), Some((left, r))) = (&faults, &recovered) {
+        let mut f = fault_report(fplan, &out.crashed, (r, unrecorded), &history, &cfg)?;
+        online_report(
+            &mut f,
+            fplan,
+            &online,
+            left.len() as u32,
+            run_start_ns,
+            topo,
+        );
+        f.fenced = out.fenced.len() as u32;
+        if let Some(l) = lease {
+            f.lease_ns = l.lease_ns;
+            f.guard_ns = l.guard_ns;
+        }
+        f.max_flight_ns = out.max_flight_ns;
+        f.pool_checks = pool_checks(&pool, plan, &cfg, out.max_flight_ns, lease);
+        report.faults = Some(f);
     }
     Ok(report)
 }
 
-/// The fault plan `--faults SPEC` draws from the seed.
-fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<Faults> {
+/// The fault plan `--faults SPEC` draws from the seed, and the lease terms it asks for.
+fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKnobs)> {
+    let mut knobs = LeaseKnobs::default();
     let mut rates = FaultRates {
         compute_crashes: 1,
         ..FaultRates::default()
@@ -883,23 +982,26 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<Faults> {
                 }
             }
             "delay" => rates.delay_max_ns = duration()?,
+            "lease" => knobs.lease_ns = Some(duration()?.max(1)),
+            "guard" => knobs.guard_ns = Some(duration()?),
             _ => bail!(
                 "--faults: unknown knob '{knob}' (knobs: {})",
                 FAULT_KNOBS.join(", ")
             ),
         }
     }
-    Ok(Faults::draw(
+    let plan = Faults::draw(
         a.backend.seed,
         within,
         topo.compute_nodes,
         a.memory_nodes,
         rates,
-    ))
+    );
+    Ok((plan, knobs))
 }
 
 /// The knobs `--faults` takes.
-const FAULT_KNOBS: [&str; 4] = ["compute", "within", "delay_prob", "delay"];
+const FAULT_KNOBS: [&str; 6] = ["compute", "within", "delay_prob", "delay", "lease", "guard"];
 
 fn set_faults(pool: &mut dtxn_fabric::Pool, f: Faults) {
     if let dtxn_fabric::Pool::Sim(sim) = pool {
@@ -940,6 +1042,182 @@ fn recover(
         .map_err(|e| anyhow!("{e}"))
 }
 
+/// The recovery service's part of the report: per recovered coordinator, detection (its
+/// crash, or its lease's expiry for a fenced one, to the READ that found it dead) and repair
+/// (`recover`'s run), on the run's clock (virtual on sim); and their summary.
+fn online_report(
+    f: &mut report::FaultReport,
+    fplan: &Faults,
+    online: &[dtxn_txn::membership::RecoveryEvent],
+    after_run: u32,
+    run_start_ns: u64,
+    topo: Topology,
+) {
+    use dtxn_txn::recovery::Recovered;
+    let per_node = topo.threads * topo.coroutines;
+    for e in online {
+        let node = e.coordinator / per_node.max(1);
+        let crashed_ns = fplan
+            .compute_crashes
+            .iter()
+            .find(|c| c.compute_node == node)
+            .map(|c| run_start_ns + c.at_ns)
+            .filter(|&at| at <= e.expired_ns);
+        let from = crashed_ns.unwrap_or(e.expired_ns);
+        f.recoveries.push(report::RecoveryLine {
+            coordinator: e.coordinator,
+            by: e.by,
+            crashed_us: crashed_ns.map(|c| (c - run_start_ns) as f64 / 1e3),
+            expired_us: e.expired_ns.saturating_sub(run_start_ns) as f64 / 1e3,
+            detection_us: e.noticed_ns.saturating_sub(from) as f64 / 1e3,
+            repair_us: e.finished_ns.saturating_sub(e.started_ns) as f64 / 1e3,
+            outcome: match &e.outcome {
+                Recovered::Nothing => "nothing pending",
+                Recovered::RolledForward(_) => "rolled forward",
+                Recovered::RolledBack(_) => "rolled back",
+            }
+            .to_string(),
+            locks_released: e.locks_released,
+        });
+    }
+    f.recovered_online = online.len() as u32;
+    f.recovered_after_run = after_run;
+    f.coordinators_recovered += online.len() as u32;
+    f.rolled_forward += online
+        .iter()
+        .filter(|e| matches!(e.outcome, Recovered::RolledForward(_)))
+        .count() as u32;
+    f.rolled_back += online
+        .iter()
+        .filter(|e| matches!(e.outcome, Recovered::RolledBack(_)))
+        .count() as u32;
+    f.locks_released += online
+        .iter()
+        .map(|e| u64::from(e.locks_released))
+        .sum::<u64>();
+}
+
+/// After a `--faults` run (its liveness phase over): no log slice pending (protocols whose
+/// commit closes its undo-log entry; Motor's op logs stay pending by design), every replica
+/// of every single-version table holding what its primary holds, and no op flew longer than
+/// the lease's guard (the one assumption the lease argument adds to the fabric contract).
+fn pool_checks(
+    pool: &dtxn_fabric::Pool,
+    plan: &Plan,
+    cfg: &TxnConfig,
+    max_flight_ns: u64,
+    lease: Option<LeaseConfig>,
+) -> report::Verdict {
+    let mut fails = Vec::new();
+    let mut checks = Vec::new();
+    if let Some(l) = lease {
+        if max_flight_ns >= l.guard_ns {
+            fails.push(format!(
+                "an op flew {max_flight_ns} ns, past the lease guard {} ns",
+                l.guard_ns
+            ));
+        } else {
+            checks.push(format!(
+                "longest op flight {max_flight_ns} ns, within the lease guard {} ns",
+                l.guard_ns
+            ));
+        }
+    }
+    if cfg.protocol != Protocol::Motor {
+        let slice_bytes = plan.shape.log_slice_bytes.div_ceil(64) * 64;
+        let mut buf = vec![0u8; plan.shape.log_slice_bytes as usize];
+        // Per slice, the newest transaction on any node (the one recovery would settle; a
+        // node the newest did not log to may keep an older entry whose closing WRITE died
+        // with its coordinator, harmlessly).
+        let mut pending = 0;
+        for s in 0..plan.shape.log_slices {
+            let off = plan.log_off + u64::from(s) * slice_bytes;
+            let mut newest: Option<(u64, bool, u16)> = None;
+            for n in 0..plan.shape.memory_nodes {
+                pool.with_local(n, |m| m.read(off, &mut buf));
+                if let Ok(Some(e)) = dtxn_store::log::LogEntry::decode(&buf) {
+                    let open = e.status == dtxn_store::log::LogStatus::Pending;
+                    newest = match newest {
+                        Some((t, o, at)) if t == e.txn => Some((t, o || open, at)),
+                        Some((t, o, at)) if t > e.txn => Some((t, o, at)),
+                        _ => Some((e.txn, open, n)),
+                    };
+                }
+            }
+            if let Some((txn, true, n)) = newest {
+                pending += 1;
+                if pending <= 3 {
+                    fails.push(format!(
+                        "log slice {s}: transaction {txn:#x} pending (memory node {n})"
+                    ));
+                }
+            }
+        }
+        if pending == 0 {
+            checks.push("no log slice pending".into());
+        }
+    }
+    let mut differ = 0;
+    for t in plan
+        .tables
+        .iter()
+        .filter(|t| t.mv.is_none() && t.replicas.len() > 1)
+    {
+        let codec = t.codec();
+        let buckets = t.bucket_count + t.overflow_buckets;
+        let read = |n: dtxn_fabric::NodeId| {
+            let mut b = vec![0u8; (buckets * t.bucket_bytes) as usize];
+            pool.with_local(n, |m| m.read(t.table_off + 64, &mut b));
+            b
+        };
+        let primary = read(t.primary());
+        let decode = |bytes: &[u8]| {
+            let mut v = vec![0u8; t.value_size as usize];
+            codec
+                .decode(bytes, &mut v)
+                .ok()
+                .filter(|h| h.valid)
+                .map(|h| (h.key, h.version, v))
+        };
+        for &n in t.backups() {
+            let backup = read(n);
+            for b in 0..buckets as usize {
+                let at = b * t.bucket_bytes as usize;
+                let (pb, bb) = (
+                    &primary[at..at + t.bucket_bytes as usize],
+                    &backup[at..at + t.bucket_bytes as usize],
+                );
+                for s in 0..t.slots_per_bucket {
+                    let (p, q) = (decode(t.slot_bytes(pb, s)), decode(t.slot_bytes(bb, s)));
+                    if p != q {
+                        differ += 1;
+                        if differ <= 3 {
+                            fails.push(format!(
+                                "{}: bucket {b} slot {s}: memory node {n} holds {:?}, the \
+                                 primary {:?}",
+                                t.name,
+                                q.map(|x| (x.0, x.1)),
+                                p.map(|x| (x.0, x.1))
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if differ == 0 {
+        checks.push("every backup holds what its primary holds".into());
+    }
+    if fails.is_empty() {
+        report::Verdict { ok: true, checks }
+    } else {
+        report::Verdict {
+            ok: false,
+            checks: fails,
+        }
+    }
+}
+
 /// The faults' part of the report: the plan, recovery's work, the history's verdict.
 fn fault_report(
     plan: &Faults,
@@ -957,7 +1235,9 @@ fn fault_report(
         } else {
             dtxn_check::Isolation::Serializable
         },
-        real_time: true,
+        // SUNDIAL and MVCC serialize in timestamp order, not in real time (as torture
+        // checks them).
+        real_time: !matches!(cfg.protocol, Protocol::Sundial | Protocol::Mvcc),
     };
     let checked = dtxn_check::check(history, opts).map_err(|e| anyhow!("the history: {e}"))?;
     let count =
@@ -976,6 +1256,7 @@ fn fault_report(
         locks_released: recovered.iter().map(|(_, n)| u64::from(*n)).sum(),
         history_ok: checked.ok(),
         history: checked.verdict(),
+        ..Default::default()
     })
 }
 

@@ -229,7 +229,7 @@ fn breakdown_us(s: &TypeStats, latency_us: f64) -> BTreeMap<&'static str, f64> {
     m
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Verdict {
     pub ok: bool,
     /// The checks that passed, or what failed.
@@ -267,7 +267,7 @@ pub struct BenchReport {
 }
 
 /// What `--faults` injected and what came of it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct FaultReport {
     /// The plan drawn from the seed: (compute node, virtual instant from the start in ns).
     pub planned_crashes: Vec<(u32, u64)>,
@@ -282,6 +282,37 @@ pub struct FaultReport {
     /// The history (with recovery's transactions) checked: its verdict.
     pub history_ok: bool,
     pub history: String,
+    /// Coordinators that lost their lease and stopped (fenced), recovered like crashed ones.
+    pub fenced: u32,
+    /// Recovered by the survivors' recovery service during the run, and by the fallback
+    /// after it (coordinators the service could not know of).
+    pub recovered_online: u32,
+    pub recovered_after_run: u32,
+    /// The lease terms, and the longest op flight the run saw (ns, virtual).
+    pub lease_ns: u64,
+    pub guard_ns: u64,
+    pub max_flight_ns: u64,
+    /// Per coordinator the service recovered: detection and repair times.
+    pub recoveries: Vec<RecoveryLine>,
+    /// The pool after the liveness phase: log slices, replicas, op flights against the guard.
+    pub pool_checks: Verdict,
+}
+
+/// One coordinator the recovery service recovered (virtual us from the run's start).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RecoveryLine {
+    pub coordinator: u32,
+    /// The coordinator whose service recovered it.
+    pub by: u32,
+    /// When its compute node crashed (none: it was fenced, its lease lost to a stall).
+    pub crashed_us: Option<f64>,
+    pub expired_us: f64,
+    /// From the crash (or the lease's expiry) to the READ that found the lease expired.
+    pub detection_us: f64,
+    /// `recover`'s duration: settle the log, release the locks, close the entry.
+    pub repair_us: f64,
+    pub outcome: String,
+    pub locks_released: u32,
 }
 
 impl BenchReport {
@@ -547,7 +578,75 @@ impl BenchReport {
                 f.rolled_back,
                 f.locks_released
             );
+            if f.lease_ns > 0 {
+                let _ = writeln!(
+                    s,
+                    "leases: {:.0} us, guard {:.1} us (longest op flight {:.1} us); {} recovered \
+                     online, {} after the run, {} fenced",
+                    f.lease_ns as f64 / 1e3,
+                    f.guard_ns as f64 / 1e3,
+                    f.max_flight_ns as f64 / 1e3,
+                    f.recovered_online,
+                    f.recovered_after_run,
+                    f.fenced
+                );
+            }
+            if !f.recoveries.is_empty() {
+                let n = f.recoveries.len() as f64;
+                let mean =
+                    |g: &dyn Fn(&RecoveryLine) -> f64| f.recoveries.iter().map(g).sum::<f64>() / n;
+                let max = |g: &dyn Fn(&RecoveryLine) -> f64| {
+                    f.recoveries.iter().map(g).fold(0.0, f64::max)
+                };
+                let _ = writeln!(
+                    s,
+                    "recovery (virtual): detection mean {:.1} us, max {:.1} us; repair mean {:.1} \
+                     us, max {:.1} us",
+                    mean(&|r| r.detection_us),
+                    max(&|r| r.detection_us),
+                    mean(&|r| r.repair_us),
+                    max(&|r| r.repair_us)
+                );
+                const LISTED: usize = 8;
+                for r in f.recoveries.iter().take(LISTED) {
+                    let _ = writeln!(
+                        s,
+                        "  coordinator {:>3}: {}, lease expired {:.1} us; detected in {:.1} us, \
+                         repaired by {} in {:.1} us ({}, {} locks)",
+                        r.coordinator,
+                        match r.crashed_us {
+                            Some(c) => format!("crashed {c:.1} us"),
+                            None => "fenced".to_string(),
+                        },
+                        r.expired_us,
+                        r.detection_us,
+                        r.by,
+                        r.repair_us,
+                        r.outcome,
+                        r.locks_released
+                    );
+                }
+                if f.recoveries.len() > LISTED {
+                    let _ = writeln!(
+                        s,
+                        "  ... and {} more coordinators (--json lists them all)",
+                        f.recoveries.len() - LISTED
+                    );
+                }
+            }
             let _ = writeln!(s, "history (with recovery's transactions): {}", f.history);
+            let _ = writeln!(
+                s,
+                "pool after the liveness phase: {}",
+                if f.pool_checks.ok {
+                    "consistent"
+                } else {
+                    "INCONSISTENT"
+                }
+            );
+            for c in &f.pool_checks.checks {
+                let _ = writeln!(s, "  - {c}");
+            }
         }
         match (&self.verify, &self.config.record) {
             (Some(v), _) => {

@@ -423,6 +423,7 @@ impl ShmPool {
             trace_hash: 0,
             verbs_executed,
             g11_violations: 0,
+            max_flight_ns: 0,
         })
     }
 

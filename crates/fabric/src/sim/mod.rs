@@ -199,6 +199,7 @@ impl SimPool {
             trace_hash: w.hash,
             verbs_executed: w.verbs_executed,
             g11_violations: w.g11_violations,
+            max_flight_ns: w.max_flight_ns,
         })
     }
 }

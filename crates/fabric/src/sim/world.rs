@@ -225,6 +225,8 @@ pub(crate) struct World {
     g11_verb: HashSet<u64>,
     g11_hit: HashSet<u64>,
     pub g11_violations: u64,
+    /// The longest flight of a one-sided op this run (post to last line executed).
+    pub max_flight_ns: u64,
     /// Scratch: the words a handler's CAS/FAA touched.
     rpc_atomics: Vec<u64>,
 }
@@ -318,6 +320,7 @@ impl World {
             g11_verb: HashSet::new(),
             g11_hit: HashSet::new(),
             g11_violations: 0,
+            max_flight_ns: 0,
             rpc_atomics: Vec::new(),
         })
     }
@@ -358,6 +361,7 @@ impl World {
         self.g11_verb.clear();
         self.g11_hit.clear();
         self.g11_violations = 0;
+        self.max_flight_ns = 0;
     }
 
     pub fn schedule_faults(&mut self, faults: &super::config::Faults) {
@@ -488,6 +492,7 @@ impl World {
         let p = &self.profile;
         let (one_way, per_verb, spread) = (p.one_way_ns, p.cpu_per_verb_ns, self.adv.window_ns);
         let mut depart = self.now.max(self.threads_cpu_free_at[thread as usize]);
+        let posted = depart;
         let mut done_at = depart;
         let n_nodes = self.nodes.len();
         for (i, op) in batch.ops.iter().enumerate() {
@@ -611,6 +616,7 @@ impl World {
             if op.kind.is_atomic() {
                 qp.atomic_at = qp.atomic_at.max(exec);
             }
+            self.max_flight_ns = self.max_flight_ns.max(end - posted);
             let back = end + one_way + self.profile.transfer_ns(in_bytes);
             done_at = done_at.max(back);
             let epoch = self.nodes[node].epoch;

@@ -323,6 +323,7 @@ impl UcxPool {
             trace_hash: 0,
             verbs_executed,
             g11_violations: 0,
+            max_flight_ns: 0,
         })
     }
 

@@ -1,0 +1,413 @@
+//! Leases and the online recovery service on the adversarial simulator: a survivor blocked on
+//! a crashed coordinator's locks commits once the service has recovered it; a coordinator
+//! whose lease expired (a zombie) cannot commit; recovery crashing half-way and running again
+//! ends in the state one recovery leaves.
+
+use dtxn_fabric::sim::{ComputeCrash, SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_txn::membership::{self, LeaseConfig, RecoveryEvent, Service};
+use dtxn_txn::{AbortReason, Access, Coordinator, Protocol, Recorder, TxKind, TxnConfig};
+use rand::Rng;
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+const T: u32 = 1;
+const KEYS: u64 = 16;
+
+fn value(v: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 64];
+    b[..8].copy_from_slice(&v.to_le_bytes());
+    b[56..].copy_from_slice(&v.to_le_bytes());
+    b
+}
+
+fn num(b: &[u8]) -> u64 {
+    u64::from_le_bytes(b[..8].try_into().unwrap())
+}
+
+/// A loaded pool (2 memory nodes, 2 replicas), every key holding 1000, with `crashes`.
+fn pool(seed: u64, protocol: Protocol, crashes: Vec<ComputeCrash>) -> (Pool, Plan, SimConfig) {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 16,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let spec = TableSpec::new(T, "t", 64, KEYS).with_meta_words(protocol.meta_words());
+    let plan = Plan::new(&[spec], &shape).unwrap();
+    let mut cfg = SimConfig::new(seed, 2, plan.region_bytes);
+    cfg.faults.compute_crashes = crashes;
+    let pool = Pool::Sim(SimPool::new(cfg.clone()).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    for k in 0..KEYS {
+        l.insert(&pool, k, &value(1000)).unwrap();
+    }
+    (pool, plan, cfg)
+}
+
+fn terms(cfg: &SimConfig) -> LeaseConfig {
+    let l = LeaseConfig::for_fabric(cfg.flight_bound_ns(), 0);
+    l.check(cfg.flight_bound_ns(), 0).unwrap();
+    l
+}
+
+fn txn_cfg(protocol: Protocol) -> Rc<TxnConfig> {
+    Rc::new(TxnConfig {
+        protocol,
+        ..TxnConfig::default()
+    })
+}
+
+fn topo(compute_nodes: u32, coroutines: u32) -> Topology {
+    Topology {
+        compute_nodes,
+        threads: 1,
+        coroutines,
+    }
+}
+
+/// Sets key `k` to `v` in one transaction; the abort if it does not commit.
+async fn set(c: &mut Coordinator, k: u64, v: u64) -> Result<(), AbortReason> {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    tx.fetch(&[Access::update(T, k)])
+        .await
+        .map_err(|a| a.reason)?;
+    tx.update(T, k, &value(v)).await.map_err(|a| a.reason)?;
+    tx.commit().await.map_err(|a| a.reason)
+}
+
+/// Key `k`'s value on every replica, read by the memory nodes' own CPUs.
+fn replicas_of(pool: &Pool, plan: &Plan, k: u64) -> Vec<u64> {
+    let t = plan.table(T).unwrap();
+    let codec = t.codec();
+    t.replicas
+        .iter()
+        .map(|&n| {
+            let mut found = None;
+            let buckets = t.bucket_count + t.overflow_buckets;
+            let mut b = vec![0u8; t.bucket_bytes as usize];
+            for i in 0..buckets {
+                pool.with_local(n, |m| m.read(t.table_off + 64 + i * t.bucket_bytes, &mut b));
+                for s in 0..t.slots_per_bucket {
+                    let mut v = vec![0u8; 64];
+                    if let Ok(h) = codec.decode(t.slot_bytes(&b, s), &mut v) {
+                        if h.valid && h.key == k {
+                            assert_eq!(h.lock, 0, "key {k}: a lock left on node {n}");
+                            found = Some(num(&v));
+                        }
+                    }
+                }
+            }
+            found.expect("the key exists")
+        })
+        .collect()
+}
+
+/// Coordinator 1 (compute node 1) locks key 0 and its compute node crashes; coordinator 0 is
+/// blocked on that lock until its recovery service notices the expired lease and recovers
+/// coordinator 1 online; then its transaction commits.
+#[test]
+fn a_survivor_blocked_on_a_crashed_coordinators_lock_commits_after_online_recovery() {
+    for seed in 1..=4 {
+        let crash = ComputeCrash {
+            at_ns: 60_000,
+            compute_node: 1,
+        };
+        let (mut pool, plan, cfg) = pool(seed, Protocol::Ford, vec![crash]);
+        let lease = terms(&cfg);
+        let locked = Rc::new(Cell::new(false));
+        let Pool::Sim(sim) = &mut pool else {
+            unreachable!()
+        };
+        let r = sim
+            .run(topo(2, 1), None, |mut ep: Endpoint| {
+                let locked = locked.clone();
+                async move {
+                    let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                    membership::join(&mut ep, lease).await.unwrap();
+                    let me = ep.id().index;
+                    let mut service = Service::new(Protocol::Ford, lease, 2);
+                    let mut c = Coordinator::new(ep, map.clone(), txn_cfg(Protocol::Ford));
+                    if me == 1 {
+                        // A first transaction caches key 0's address: FORD then locks it at
+                        // execution (a cold item would be locked at commit only).
+                        set(&mut c, 0, 1000).await.unwrap();
+                        // (The detached release of that commit's lock lands first.)
+                        c.endpoint().sleep(10_000).await;
+                        let mut tx = c.begin(TxKind::ReadWrite);
+                        tx.fetch(&[Access::update(T, 0)]).await.unwrap();
+                        locked.set(true);
+                        // Holding the lock when its compute node crashes.
+                        tx.endpoint().sleep(10_000_000).await;
+                        unreachable!("its compute node crashed");
+                    }
+                    c.endpoint().sleep(40_000).await;
+                    let mut blocked = 0;
+                    loop {
+                        service.tick(c.endpoint(), &map).await.unwrap();
+                        match set(&mut c, 0, 777).await {
+                            Ok(()) => break,
+                            Err(AbortReason::LockConflict) => blocked += 1,
+                            Err(r) => panic!("seed {seed}: {r:?}"),
+                        }
+                        c.endpoint().sleep(20_000).await;
+                    }
+                    let committed_at = c.endpoint().now_ns();
+                    service.drain(c.endpoint(), &map).await.unwrap();
+                    (blocked, committed_at, service.events.clone())
+                }
+            })
+            .unwrap();
+        assert!(
+            locked.get(),
+            "seed {seed}: the doomed coordinator locked nothing"
+        );
+        assert!(r.outputs[1].is_none(), "seed {seed}: coordinator 1 crashed");
+        let (blocked, committed_at, events) = r.outputs[0].clone().unwrap();
+        assert!(blocked > 10, "seed {seed}: blocked {blocked} times only");
+        let e: &RecoveryEvent = &events[0];
+        assert_eq!(events.len(), 1, "seed {seed}: {events:?}");
+        assert_eq!((e.coordinator, e.by), (1, 0));
+        assert_eq!(e.locks_released, 1, "seed {seed}: {e:?}");
+        assert!(
+            e.noticed_ns >= e.expired_ns && e.expired_ns > 60_000,
+            "{e:?}"
+        );
+        assert!(
+            committed_at > e.finished_ns,
+            "seed {seed}: committed before recovery"
+        );
+        assert_eq!(replicas_of(&pool, &plan, 0), vec![777, 777]);
+    }
+}
+
+/// What a coordinator's recorder saw.
+struct Collect(Rc<RefCell<Vec<dtxn_check::Txn>>>);
+
+impl Recorder for Collect {
+    fn record(&mut self, t: &dtxn_check::Txn) {
+        self.0.borrow_mut().push(t.clone());
+    }
+}
+
+/// Coordinator 1 locks key 1, stages a write, and stalls past its lease; coordinator 0,
+/// blocked on that lock, recovers it (releases the lock; nothing was written) and commits
+/// over key 1.
+/// When coordinator 1 resumes, its commit is refused (`LeaseExpired`), it posts nothing
+/// more, and its transaction is left out of the history: key 1 holds coordinator 0's value.
+#[test]
+fn a_zombie_whose_lease_expired_cannot_commit() {
+    for seed in 1..=4 {
+        let (mut pool, plan, cfg) = pool(seed, Protocol::Ford, Vec::new());
+        let lease = terms(&cfg);
+        let history = Rc::new(RefCell::new(Vec::new()));
+        let Pool::Sim(sim) = &mut pool else {
+            unreachable!()
+        };
+        let r = sim
+            .run(topo(2, 1), None, |mut ep: Endpoint| {
+                let history = history.clone();
+                async move {
+                    let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                    membership::join(&mut ep, lease).await.unwrap();
+                    let me = ep.id().index;
+                    let mut service = Service::new(Protocol::Ford, lease, 2);
+                    let mut c = Coordinator::new(ep, map.clone(), txn_cfg(Protocol::Ford));
+                    if me == 1 {
+                        set(&mut c, 1, 1000).await.unwrap();
+                        c.set_recorder(Box::new(Collect(history)));
+                        // (The detached release of that commit's lock lands first.)
+                        c.endpoint().sleep(10_000).await;
+                        let mut tx = c.begin(TxKind::ReadWrite);
+                        tx.fetch(&[Access::update(T, 1)]).await.unwrap();
+                        tx.update(T, 1, &value(555)).await.unwrap();
+                        // A stall three leases long: the lease expires meanwhile.
+                        tx.endpoint().sleep(3 * lease.lease_ns).await;
+                        let refused = tx.commit().await.map_err(|a| a.reason);
+                        let fenced = c.endpoint().fenced();
+                        // Nothing gets out any more: not even a read.
+                        let after = set(&mut c, 2, 1).await;
+                        return Err((refused, fenced, after));
+                    }
+                    c.endpoint().sleep(40_000).await;
+                    loop {
+                        service.tick(c.endpoint(), &map).await.unwrap();
+                        if set(&mut c, 1, 999).await.is_ok() {
+                            break;
+                        }
+                        c.endpoint().sleep(20_000).await;
+                    }
+                    service.drain(c.endpoint(), &map).await.unwrap();
+                    Ok(service.events.clone())
+                }
+            })
+            .unwrap();
+        let Some(Err((refused, fenced, after))) = r.outputs[1].clone() else {
+            panic!("seed {seed}: the zombie did not finish");
+        };
+        assert_eq!(refused, Err(AbortReason::LeaseExpired), "seed {seed}");
+        assert!(fenced, "seed {seed}");
+        assert_eq!(after, Err(AbortReason::LeaseExpired), "seed {seed}");
+        let Some(Ok(events)) = r.outputs[0].clone() else {
+            panic!("seed {seed}: the survivor did not finish");
+        };
+        assert_eq!(events.len(), 1, "seed {seed}: {events:?}");
+        assert_eq!(events[0].coordinator, 1);
+        assert_eq!(
+            events[0].locks_released, 1,
+            "seed {seed}: the zombie's lock"
+        );
+        assert!(
+            history.borrow().is_empty(),
+            "seed {seed}: the zombie recorded"
+        );
+        assert_eq!(replicas_of(&pool, &plan, 1), vec![999, 999], "seed {seed}");
+        assert_eq!(
+            replicas_of(&pool, &plan, 2),
+            vec![1000, 1000],
+            "seed {seed}"
+        );
+    }
+}
+
+/// A pool whose compute node 1 (coordinators 3, 4, 5) crashed amid transfers, unrecovered.
+fn crashed_pool(seed: u64, protocol: Protocol) -> (Pool, Plan) {
+    let crash = ComputeCrash {
+        at_ns: 30_000 + seed * 7_919,
+        compute_node: 1,
+    };
+    let (mut pool, plan, _) = pool(seed, protocol, vec![crash]);
+    let Pool::Sim(sim) = &mut pool else {
+        unreachable!()
+    };
+    sim.run(topo(2, 3), None, |mut ep: Endpoint| async move {
+        let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+        let mut c = Coordinator::new(ep, map, txn_cfg(protocol));
+        for _ in 0..60 {
+            let a = c.endpoint().rng().random_range(0..KEYS);
+            let b = (a + c.endpoint().rng().random_range(1..KEYS)) % KEYS;
+            let mut tx = c.begin(TxKind::ReadWrite);
+            if tx
+                .fetch(&[Access::update(T, a), Access::update(T, b)])
+                .await
+                .is_err()
+            {
+                continue;
+            }
+            let (x, y) = (num(tx.get(T, a).unwrap()), num(tx.get(T, b).unwrap()));
+            if tx.update(T, a, &value(x - 1)).await.is_err() {
+                continue;
+            }
+            if tx.update(T, b, &value(y + 1)).await.is_err() {
+                continue;
+            }
+            let _ = tx.commit().await;
+        }
+    })
+    .unwrap();
+    let Pool::Sim(sim) = &mut pool else {
+        unreachable!()
+    };
+    sim.set_faults(Default::default());
+    (pool, plan)
+}
+
+/// Runs `recover_all` for coordinators 3..6 on a coordinator of its own, whose compute node
+/// crashes `crash_at` ns into the run if given. Its results (none if it crashed) and the run's
+/// length.
+fn recover(
+    pool: &mut Pool,
+    protocol: Protocol,
+    crash_at: Option<u64>,
+) -> (Option<Vec<(dtxn_txn::recovery::Recovered, u32)>>, u64) {
+    let Pool::Sim(sim) = pool else { unreachable!() };
+    let mut f = dtxn_fabric::sim::Faults::default();
+    if let Some(at_ns) = crash_at {
+        f.compute_crashes.push(ComputeCrash {
+            at_ns,
+            compute_node: 0,
+        });
+    }
+    // Two compute nodes: one must survive the crash (the plan never crashes them all); the
+    // second has nothing to do.
+    sim.set_faults(f);
+    let r = sim
+        .run(topo(2, 1), None, |mut ep: Endpoint| async move {
+            if ep.id().index != 0 {
+                return None;
+            }
+            let map = PoolMap::bootstrap(&mut ep).await.unwrap();
+            Some(
+                dtxn_txn::recovery::recover_all(&mut ep, &map, protocol, &[3, 4, 5])
+                    .await
+                    .unwrap(),
+            )
+        })
+        .unwrap();
+    sim.set_faults(Default::default());
+    (r.outputs[0].clone().flatten(), r.elapsed_ns)
+}
+
+/// Every byte of the table on every replica, and every log slice's newest status.
+fn state(pool: &Pool, plan: &Plan) -> Vec<u8> {
+    let t = plan.table(T).unwrap();
+    let mut out = Vec::new();
+    for &n in &t.replicas {
+        let mut b = vec![0u8; t.bytes() as usize];
+        pool.with_local(n, |m| m.read(t.table_off, &mut b));
+        out.extend_from_slice(&b);
+    }
+    let slice = plan.shape.log_slice_bytes;
+    for n in 0..plan.shape.memory_nodes {
+        for s in 0..plan.shape.log_slices {
+            let mut b = vec![0u8; slice as usize];
+            pool.with_local(n, |m| m.read(plan.log_off + u64::from(s) * slice, &mut b));
+            let e = dtxn_store::log::LogEntry::decode(&b).ok().flatten();
+            out.push(e.map_or(0, |e| e.status as u8 + 1));
+        }
+    }
+    out
+}
+
+/// Recovery crashing at many instants, then run again, leaves the pool as one recovery does,
+/// byte for byte (images, versions, locks) and log status for log status.
+#[test]
+fn recovery_crashing_half_way_and_running_again_ends_in_the_same_state() {
+    let mut interrupted = 0;
+    for protocol in [Protocol::Ford, Protocol::Farm, Protocol::Sundial] {
+        for seed in 1..=3 {
+            let what = format!("{}: seed {seed}", protocol.name());
+            let (mut reference, plan) = crashed_pool(seed, protocol);
+            let before = state(&reference, &plan);
+            let (once, took) = recover(&mut reference, protocol, None);
+            let once = once.expect("a recovery without a crash finishes");
+            let want = state(&reference, &plan);
+            let settled = once
+                .iter()
+                .any(|(o, _)| *o != dtxn_txn::recovery::Recovered::Nothing);
+            assert!(
+                settled || once.iter().any(|(_, n)| *n > 0),
+                "{what}: the crash left nothing to recover"
+            );
+            for tenth in 1..10 {
+                let (mut pool, _) = crashed_pool(seed, protocol);
+                assert_eq!(state(&pool, &plan), before, "{what}: not deterministic");
+                let (first, _) = recover(&mut pool, protocol, Some(took * tenth / 10));
+                interrupted += u32::from(first.is_none());
+                let (again, _) = recover(&mut pool, protocol, None);
+                again.expect("finishes");
+                assert_eq!(state(&pool, &plan), want, "{what}: crashed at {tenth}/10");
+                for k in 0..KEYS {
+                    replicas_of(&pool, &plan, k);
+                }
+            }
+        }
+    }
+    assert!(
+        interrupted > 20,
+        "only {interrupted} recoveries were cut short"
+    );
+}
