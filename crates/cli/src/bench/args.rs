@@ -39,8 +39,10 @@ pub struct WorkloadArgs {
     /// kv: value size in bytes [default: 40, FORD's].
     #[arg(long, help_heading = "kv")]
     pub value_size: Option<usize>,
-    /// kv: zipf theta, 0 (uniform) or more [default: 0.99, YCSB's].
-    #[arg(long, help_heading = "kv")]
+    /// kv: zipf theta of the keys, 0 (uniform) or more [default: 0.99, YCSB's]. smallbank:
+    /// accounts drawn zipf(theta) instead of the hot set. tpcc: NewOrder's items drawn
+    /// zipf(theta) instead of NURand (Scythe's skew: 0.99) [default: off].
+    #[arg(long, help_heading = "kv, SmallBank and TPC-C")]
     pub theta: Option<f64>,
     /// kv: percentage of read-only transactions [default: 75].
     #[arg(long, help_heading = "kv")]
