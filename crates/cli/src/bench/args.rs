@@ -192,6 +192,12 @@ pub struct BenchArgs {
     /// per phase.
     #[arg(long)]
     pub breakdown: bool,
+    /// Retry a transaction that aborted on a conflict, the same one (same type and inputs),
+    /// until it commits, as the clients of Scythe's evaluation do (FORD's drive the next
+    /// transaction instead); a committed transaction's latency then runs from its first
+    /// attempt, and aborts count every failed attempt.
+    #[arg(long)]
+    pub retry: bool,
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,

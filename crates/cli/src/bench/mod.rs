@@ -723,6 +723,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         sh.keep_history();
     }
     sh.breakdown = a.breakdown;
+    sh.retry = a.retry;
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
