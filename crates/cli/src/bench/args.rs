@@ -198,6 +198,13 @@ pub struct BenchArgs {
     /// attempt, and aborts count every failed attempt.
     #[arg(long)]
     pub retry: bool,
+    /// sim: RRPC's packing of RPC requests into messages: requests up to BYTES to one memory
+    /// node share one message per batch (message batching), larger ones travel alone
+    /// (doorbell batching); 512 is Scythe's threshold, 0 a message per request [default:
+    /// every request shares its node's message]. Profiles charge `rpc_msg_cpu_ns` per
+    /// message (0 in the presets).
+    #[arg(long, value_name = "BYTES")]
+    pub rpc_pack_limit: Option<u32>,
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,

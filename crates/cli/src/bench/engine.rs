@@ -211,6 +211,8 @@ pub struct Shared {
     pub breakdown: bool,
     /// `--retry`: an aborted transaction is run again, the same one, until it commits.
     pub retry: bool,
+    /// `--rpc-pack-limit` (sim).
+    pub rpc_pack_limit: Option<u32>,
     pub coordinators: u32,
     pub progress: ProgressBar,
     record: Option<Arc<Mutex<HistoryWriter<File>>>>,
@@ -285,6 +287,7 @@ async fn coordinator<W: Workload>(
 ) -> Result<u64, String> {
     let index = ep.id().index;
     ep.time_fabric(sh.fabric_time);
+    ep.set_rpc_pack_limit(sh.rpc_pack_limit);
     let map = PoolMap::bootstrap(&mut ep)
         .await
         .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?;
@@ -419,6 +422,7 @@ impl Shared {
             fabric_time: false,
             breakdown: false,
             retry: false,
+            rpc_pack_limit: None,
             coordinators,
             progress,
             record,

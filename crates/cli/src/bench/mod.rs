@@ -376,6 +376,9 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     if a.record_warmup && a.record.is_none() {
         bail!("--record-warmup is an option of --record FILE");
     }
+    if a.rpc_pack_limit.is_some() && a.kind() != Backend::Sim {
+        bail!("--rpc-pack-limit is an option of --backend sim (shm and ucx pack per node)");
+    }
     for (flag, path) in [
         ("--csv", &a.csv),
         ("--record", &a.record),
@@ -724,6 +727,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     }
     sh.breakdown = a.breakdown;
     sh.retry = a.retry;
+    sh.rpc_pack_limit = a.rpc_pack_limit;
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
