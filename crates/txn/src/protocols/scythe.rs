@@ -62,9 +62,9 @@
 //!
 //! Limits: a crashed coordinator's tickets are never released (its queues stall until leases
 //! expire them, issue #23), and recovery's roll-back writes whole images over the takeout
-//! words (do not run Scythe with `--faults`); timestamps come from the pool's oracle, one FAA
-//! each (the batched TSO is next); tickets and reads are two round trips, not the paper's one
-//! RPC; no RRPC batching beyond the fabric's per-node message packing.
+//! words (do not run Scythe with `--faults`); tickets and reads are two round trips, not the
+//! paper's one RPC; RRPC is the fabric's: a batch's requests to one memory node share one
+//! message (`--rpc-pack-limit 512` on sim: the paper's size rule; Scythe's are 32 B).
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::{ScytheMode, TxnConfig};
