@@ -337,7 +337,8 @@ fn tpcc_meets_consistency_conditions_and_the_history_is_serializable() {
 }
 
 /// Scythe's skew (`--theta 0.99` on SmallBank's accounts and TPC-C's items): hot records that
-/// make Scythe's retries run TOCC, with FORD beside it; invariants and histories checked.
+/// make Scythe's retries run TOCC (also with OCC's commit locks queued, `occ_tickets`), with
+/// FORD beside it; invariants and histories checked.
 #[test]
 fn zipf_skewed_smallbank_and_tpcc_under_scythe_and_ford() {
     let sb = smallbank::SmallBank::new(smallbank::Options {
@@ -360,12 +361,18 @@ fn zipf_skewed_smallbank_and_tpcc_under_scythe_and_ford() {
         ..TxnConfig::default()
     };
     tocc.scythe.mode = dtxn_txn::ScytheMode::Tocc;
+    let mut occ_tickets = TxnConfig {
+        protocol: Protocol::Scythe,
+        ..TxnConfig::default()
+    };
+    occ_tickets.scythe.occ_tickets = true;
     for txn in [
         TxnConfig {
             protocol: Protocol::Scythe,
             ..TxnConfig::default()
         },
         tocc,
+        occ_tickets,
         TxnConfig::default(),
     ] {
         for seed in 1..=2 {
