@@ -57,6 +57,10 @@
 //! transaction, so "the retries" are the coordinator's next attempts until one commits.
 //! Read-only transactions always run OCC.
 //!
+//! `scythe.occ_tickets=true` (the paper's OCC): before its lock round an OCC attempt takes a
+//! timestamp and a `TICKET(ts, 3)` per written record and waits for its turns (2 more RTs); a
+//! refusal for a queue above the cold watermark makes the retries TOCC.
+//!
 //! `scythe.takeout_lock=false` (the paper's CAS-lock ablation): TOCC takes no tickets, only
 //! the header lock in timestamp order (waiting for older holders, dying for younger ones).
 //!
