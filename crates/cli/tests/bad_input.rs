@@ -98,6 +98,26 @@ fn negative_numbers_say_so() {
             vec!["bench", "--workload", "kv", "--theta", "-1"],
             "kv: --theta must be 0 (uniform) or positive, got -1",
         ),
+        (
+            vec!["bench", "--workload", "smallbank", "--theta", "-1"],
+            "smallbank: --theta must be 0 (uniform) or positive, got -1",
+        ),
+        (
+            vec!["bench", "--workload", "tpcc", "--theta", "NaN"],
+            "tpcc: --theta must be 0 (uniform) or positive, got NaN",
+        ),
+        (
+            vec![
+                "bench",
+                "--workload",
+                "smallbank",
+                "--theta",
+                "1",
+                "--hot-pct",
+                "5",
+            ],
+            "smallbank: --theta replaces the hot set (--hot-accounts, --hot-pct)",
+        ),
     ]);
 }
 

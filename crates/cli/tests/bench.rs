@@ -717,3 +717,39 @@ fn kv_compute_time_is_charged_on_sim_and_refused_elsewhere() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("--compute is for the sim backend"));
 }
+
+/// `--retry` runs a transaction aborted on a conflict again until it commits: the balances
+/// still check (each transaction's changes counted once, by its committing attempt), and
+/// the latency, from the first attempt, includes the retries.
+#[test]
+fn retry_runs_the_same_transaction_until_it_commits() {
+    let run = |retry: bool| {
+        let mut args = vec![
+            "bench",
+            "--backend",
+            "sim",
+            "--protocol",
+            "ford",
+            "--workload",
+            "smallbank",
+            "--mix",
+            "transfer",
+            "--accounts",
+            "200",
+            "--theta",
+            "0.99",
+            "--txns",
+            "2000",
+            "--verify",
+            "--json",
+        ];
+        if retry {
+            args.push("--retry");
+        }
+        let o = dtxn(&args);
+        assert!(o.status.success(), "retry {retry}: {}", stderr(&o));
+        json(&o)["all"]["latency_us"]["mean"].as_f64().unwrap()
+    };
+    let (once, retried) = (run(false), run(true));
+    assert!(retried > 1.5 * once, "{once} us without, {retried} with");
+}

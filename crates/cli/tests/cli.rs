@@ -113,7 +113,8 @@ fn bench_help_lists_the_protocols_and_the_defaults() {
         "[possible values: smallbank, kv, tatp, tpcc, skew]",
         "[possible values: serializable, snapshot]",
         "tpcc: warehouses [default: 1]",
-        "kv: zipf theta, 0 (uniform) or more [default: 0.99, YCSB's]",
+        "kv: zipf theta of the keys, 0 (uniform) or more [default: 0.99, YCSB's]",
+        "tpcc: NewOrder's items drawn zipf(theta) instead of NURand",
         "kv: keys per transaction [default: 4]",
         "[default: cx5-100g]",
     ] {

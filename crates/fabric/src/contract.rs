@@ -59,7 +59,10 @@ use std::task::Poll;
 /// - **Packing.** All RPC ops of one batch to the same memory node travel as ONE message (as in
 ///   RRPC and FaSST): one request message, one response message, counted in
 ///   [`crate::Stats::rpc_messages`]; the request count stays `verbs[Rpc]`. The requests of a
-///   message are served in post order, one after another, by one core of the node.
+///   message are served in post order, one after another, by one core of the node. With
+///   [`crate::Endpoint::set_rpc_pack_limit`] (sim only: RRPC's size rule), a request above
+///   the limit travels as a message of its own (same doorbell, same receive ring: still
+///   served in post order with the others, by the same core), counted and charged as one.
 /// - **Concurrency.** Different messages (other batches, other coordinators) may be served at
 ///   once on different cores, so a handler must be correct when it runs concurrently with
 ///   itself: each [`LocalMem`] access is atomic per line (per word for CAS/FAA), nothing more.

@@ -466,7 +466,15 @@ impl Endpoint {
     /// The messages the batch's RPCs are packed into.
     #[cold]
     fn rpc_messages(&self) -> u64 {
-        self.batch.rpc_nodes().count() as u64
+        self.batch.rpc_messages()
+    }
+
+    /// RRPC's packing rule for this endpoint's RPCs: requests up to `limit` bytes to one
+    /// memory node share one message, larger ones travel alone (`Some(512)`: the paper's
+    /// threshold; `Some(0)`: a message per request); `None` (the default): one message per
+    /// node and batch. Honoured by `sim` only: `shm` and `ucx` always pack per node.
+    pub fn set_rpc_pack_limit(&mut self, limit: Option<u32>) {
+        self.batch.rpc_pack_limit = limit;
     }
 
     /// Posts the batch built so far (one doorbell per memory node it touches) and resolves when

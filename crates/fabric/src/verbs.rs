@@ -75,6 +75,11 @@ pub struct Batch {
     /// After completion: memory-node CPU time spent on this batch's RPCs (see
     /// [`crate::Stats::mn_cpu_ns`]), written by the backend with the responses.
     pub mn_cpu_ns: u64,
+    /// RRPC's rule: RPC requests up to this many bytes to one memory node share one message
+    /// (message batching); a larger one travels as a message of its own (doorbell batching:
+    /// one doorbell, a work request each). `None`: every request shares its node's message.
+    /// Set by the endpoint ([`crate::Endpoint::set_rpc_pack_limit`]); kept across `clear`.
+    pub rpc_pack_limit: Option<u32>,
 }
 
 impl Batch {
@@ -98,6 +103,7 @@ impl Batch {
         self.words.clone_from(&from.words);
         self.resp.clone_from(&from.resp);
         self.mn_cpu_ns = from.mn_cpu_ns;
+        self.rpc_pack_limit = from.rpc_pack_limit;
     }
 
     /// Copies a completed batch's results (READ data, old values, RPC responses) from `from`,
@@ -122,6 +128,29 @@ impl Batch {
                     .any(|o| o.kind == OpKind::Rpc && o.node == op.node))
             .then_some(op.node)
         })
+    }
+
+    /// Whether RPC `op` shares its memory node's message ([`Self::rpc_pack_limit`]).
+    pub fn rpc_packed(&self, op: &Op) -> bool {
+        self.rpc_pack_limit.is_none_or(|limit| op.len <= limit)
+    }
+
+    /// The messages this batch's RPCs travel in: one per memory node for the packed requests,
+    /// one per request for the others.
+    pub fn rpc_messages(&self) -> u64 {
+        let alone = self
+            .ops
+            .iter()
+            .filter(|op| op.kind == OpKind::Rpc && !self.rpc_packed(op))
+            .count() as u64;
+        let packed = self.ops.iter().enumerate().filter(|&(i, op)| {
+            op.kind == OpKind::Rpc
+                && self.rpc_packed(op)
+                && !self.ops[..i]
+                    .iter()
+                    .any(|o| o.kind == OpKind::Rpc && o.node == op.node && self.rpc_packed(o))
+        });
+        alone + packed.count() as u64
     }
 
     pub(crate) fn push(&mut self, op: Op) -> OpId {

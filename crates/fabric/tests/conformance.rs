@@ -626,6 +626,50 @@ fn sim_a_core_serves_a_message_request_after_request_in_virtual_time() {
     assert_eq!(s.rpc_messages, 1);
 }
 
+/// RRPC's packing rule (`Endpoint::set_rpc_pack_limit`): requests up to the limit share their
+/// node's message, larger ones travel alone (still served in post order); the report's
+/// message count and the memory node's per-message CPU follow it exactly.
+#[test]
+fn sim_rpcs_pack_into_messages_by_size() {
+    for (limit, messages) in [(None, 2u64), (Some(512), 3), (Some(0), 5)] {
+        let mut cfg = SimConfig::new(2, 2, 4096);
+        cfg.adversary = dtxn_fabric::sim::Adversary::off();
+        cfg.profile = dtxn_fabric::Profile {
+            rpc_cpu_ns: 1000,
+            rpc_cpu_per_kib_ns: 0,
+            rpc_msg_cpu_ns: 2000,
+            mn_cores: 1,
+            ..dtxn_fabric::Profile::ideal()
+        };
+        let mut pool = SimPool::new(cfg).unwrap();
+        pool.set_rpc_handler(Arc::new(Probe::default()));
+        let r = pool
+            .run(topo(1, 1), None, move |mut ep: Endpoint| async move {
+                ep.set_rpc_pack_limit(limit);
+                let mut large = vec![0u8; 600];
+                large[0] = 1;
+                let ids = [
+                    ep.rpc(0, &[1]),
+                    ep.rpc(0, &large),
+                    ep.rpc(0, &[1]),
+                    ep.rpc(1, &[1]),
+                    ep.rpc(0, &[1]),
+                ];
+                ep.post().await.unwrap();
+                let served: Vec<u64> = ids.iter().map(|&id| le(ep.bytes(id))).collect();
+                (served, ep.stats())
+            })
+            .unwrap();
+        let (served, s) = r.outputs[0].clone().unwrap();
+        assert_eq!(s.rpc_messages, messages, "limit {limit:?}");
+        assert_eq!(s.verbs[OpKind::Rpc as usize], 5);
+        assert_eq!(s.mn_cpu_ns, 5 * 1000 + messages * 2000, "limit {limit:?}");
+        // Every request served once, a node's in post order however packed (node 0's
+        // counter counts 0 to 3, node 1's is at 0).
+        assert_eq!(served, [0, 1, 2, 0, 3], "limit {limit:?}");
+    }
+}
+
 #[test]
 fn sim_messages_queue_for_a_memory_nodes_cores() {
     for (cores, want) in [

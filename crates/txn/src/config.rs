@@ -201,6 +201,12 @@ pub struct ScytheOptions {
     /// concurrent requests, [`crate::TsoGroup`]); off: one FAA on the pool's oracle word per
     /// timestamp. (Taken by `dtxn bench`, which makes the groups.)
     pub batched_tso: bool,
+    /// OCC's commit locks queue in the takeout lock too, as in the paper: a `TICKET(ts, 3)`
+    /// per written record before its CAS, refused above the cold watermark (and the retries
+    /// run TOCC), so that OCC transactions build the queues the heat signal reads. Off (the
+    /// default): OCC takes DrTM+H's CAS locks alone, and losing a commit conflict is the
+    /// signal instead.
+    pub occ_tickets: bool,
 }
 
 impl Default for ScytheOptions {
@@ -209,6 +215,7 @@ impl Default for ScytheOptions {
             takeout_lock: true,
             mode: ScytheMode::HotAware,
             batched_tso: true,
+            occ_tickets: false,
         }
     }
 }

@@ -19,6 +19,7 @@ thread_local! {
         const { std::cell::Cell::new(dtxn_txn::Protocol::Ford) };
     /// Scythe's takeout lock on (its CAS-lock ablation off).
     static TAKEOUT: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    static OCC_TICKETS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     /// Scythe's mode.
     static SCYTHE_MODE: std::cell::Cell<dtxn_txn::ScytheMode> =
         const { std::cell::Cell::new(dtxn_txn::ScytheMode::HotAware) };
@@ -130,6 +131,7 @@ fn run_with(
         scythe: dtxn_txn::ScytheOptions {
             takeout_lock: TAKEOUT.with(|t| t.get()),
             mode: SCYTHE_MODE.with(|m| m.get()),
+            occ_tickets: OCC_TICKETS.with(|o| o.get()),
             ..Default::default()
         },
         ..TxnConfig::default()
@@ -751,13 +753,16 @@ thread_local! {
 #[test]
 fn scythe_conserves_money_and_is_serializable_and_drains_its_queues() {
     PROTOCOL.with(|p| p.set(dtxn_txn::Protocol::Scythe));
-    for (takeout, mode) in [
-        (true, dtxn_txn::ScytheMode::HotAware),
-        (false, dtxn_txn::ScytheMode::HotAware),
-        (true, dtxn_txn::ScytheMode::Tocc),
+    for (takeout, mode, occ_tickets) in [
+        (true, dtxn_txn::ScytheMode::HotAware, false),
+        (false, dtxn_txn::ScytheMode::HotAware, false),
+        (true, dtxn_txn::ScytheMode::Tocc, false),
+        (true, dtxn_txn::ScytheMode::HotAware, true),
+        (true, dtxn_txn::ScytheMode::Occ, true),
     ] {
         TAKEOUT.with(|t| t.set(takeout));
         SCYTHE_MODE.with(|m| m.set(mode));
+        OCC_TICKETS.with(|o| o.set(occ_tickets));
         let mut tickets = 0;
         for seed in 1..=4 {
             let replicas = 1 + seed as usize % 2;
@@ -769,7 +774,9 @@ fn scythe_conserves_money_and_is_serializable_and_drains_its_queues() {
                 FordOptions::default(),
                 Profile::cx5_100g(),
             );
-            let what = format!("scythe ({mode:?}, takeout lock {takeout}): seed {seed}");
+            let what = format!(
+                "scythe ({mode:?}, takeout lock {takeout}, occ tickets {occ_tickets}): seed {seed}"
+            );
             assert_eq!(
                 r.total,
                 ACCOUNTS * START,
@@ -787,6 +794,7 @@ fn scythe_conserves_money_and_is_serializable_and_drains_its_queues() {
         );
     }
     TAKEOUT.with(|t| t.set(true));
+    OCC_TICKETS.with(|o| o.set(false));
     SCYTHE_MODE.with(|m| m.set(dtxn_txn::ScytheMode::HotAware));
 }
 

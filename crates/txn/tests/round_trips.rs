@@ -458,6 +458,22 @@ fn scythe_round_trips_in_occ_and_tocc() {
         measure(ScytheMode::Tocc, false)[2..4],
         [("read-write", 3), ("read-write + read-only", 3)]
     );
+    // OCC's commit locks through the takeout lock (`occ_tickets`): the oracle and the tickets
+    // of the written records before DrTM+H's lock round (their addresses cached by the
+    // fetch, cold or not); read-only transactions lock nothing.
+    let occ_tickets = measure_config(TxnConfig {
+        protocol: Protocol::Scythe,
+        scythe: ScytheOptions {
+            mode: ScytheMode::Occ,
+            occ_tickets: true,
+            ..Default::default()
+        },
+        ..TxnConfig::default()
+    });
+    for (i, (&(kind, with), &(_, without))) in occ_tickets.iter().zip(drtmh.iter()).enumerate() {
+        let extra = if i < 4 { 2 } else { 0 };
+        assert_eq!(with, without + extra, "{kind}");
+    }
 }
 
 /// A TOCC attempt that names one record twice in a batch takes one ticket for it: a second

@@ -23,13 +23,12 @@
 //! own key; its `writes` equals the committed writes of that key summed over all
 //! coordinators; and no committed transaction read a value with a bad checksum.
 
-use crate::rng::mix;
+use crate::rng::{mix, Zipfian};
 use crate::{field, loader_error, WlRng, Workload, WorkloadError};
 use dtxn_fabric::Pool;
 use dtxn_store::{Loader, Plan, TableSpec};
 use dtxn_txn::{Abort, Access, Coordinator, TxKind};
 use rand::Rng;
-use rand_distr::{Distribution, Zipf};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -72,7 +71,7 @@ impl Default for Options {
 #[derive(Debug, Clone)]
 pub struct Kv {
     o: Options,
-    zipf: Option<Zipf<f64>>,
+    zipf: Option<Zipfian>,
 }
 
 impl Kv {
@@ -103,19 +102,7 @@ impl Kv {
                 o.read_only_pct
             ));
         }
-        if !(o.theta >= 0.0 && o.theta.is_finite()) {
-            return bad(format!(
-                "kv: --theta must be 0 (uniform) or positive, got {}",
-                o.theta
-            ));
-        }
-        let zipf = if o.theta > 0.0 {
-            Some(Zipf::new(o.keys as f64, o.theta).map_err(|e| {
-                WorkloadError::Options(format!("kv: zipf over {} keys: {e}", o.keys))
-            })?)
-        } else {
-            None
-        };
+        let zipf = Zipfian::new("kv: --theta", o.keys, o.theta)?;
         Ok(Kv { o, zipf })
     }
 
@@ -125,8 +112,7 @@ impl Kv {
 
     fn key(&self, rng: &mut WlRng) -> u64 {
         match &self.zipf {
-            // Zipf ranks are 1..=keys; rank 1 is the hottest.
-            Some(z) => (z.sample(rng) as u64).clamp(1, self.o.keys) - 1,
+            Some(z) => z.sample(rng),
             None => rng.random_range(0..self.o.keys),
         }
     }

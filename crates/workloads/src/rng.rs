@@ -1,6 +1,8 @@
 //! The random choices the benchmark specifications prescribe.
 
+use crate::WorkloadError;
 use rand::Rng;
+use rand_distr::{Distribution, Zipf};
 
 /// TPC-C's and TATP's non-uniform random number: `NURand(A, x, y) = (((random(0, A) |
 /// random(x, y)) + C) % (y - x + 1)) + x`.
@@ -28,6 +30,40 @@ pub fn pick(rng: &mut impl Rng, weights: &[u32]) -> usize {
         r -= w;
     }
     weights.len() - 1
+}
+
+/// Ranks `0..n` drawn from a zipf distribution of parameter `theta`, rank 0 the hottest
+/// (YCSB's skew: 0.99 its default). One type for every workload's `--theta`, so that they
+/// check and draw alike.
+#[derive(Debug, Clone)]
+pub struct Zipfian {
+    n: u64,
+    zipf: Zipf<f64>,
+}
+
+impl Zipfian {
+    /// `None` for `theta == 0` (uniform: the workload draws it itself); a one-line error
+    /// naming `what` (e.g. `kv: --theta`) for a negative or non-finite `theta`, or one the
+    /// distribution refuses.
+    pub fn new(what: &str, n: u64, theta: f64) -> Result<Option<Zipfian>, WorkloadError> {
+        if !(theta >= 0.0 && theta.is_finite()) {
+            return Err(WorkloadError::Options(format!(
+                "{what} must be 0 (uniform) or positive, got {theta}"
+            )));
+        }
+        if theta == 0.0 {
+            return Ok(None);
+        }
+        let zipf = Zipf::new(n as f64, theta)
+            .map_err(|e| WorkloadError::Options(format!("{what}: zipf over {n}: {e}")))?;
+        Ok(Some(Zipfian { n, zipf }))
+    }
+
+    /// A rank in `0..n`.
+    pub fn sample(&self, rng: &mut impl Rng) -> u64 {
+        // Zipf's ranks are 1..=n (a float: clamped against rounding).
+        (self.zipf.sample(rng) as u64).clamp(1, self.n) - 1
+    }
 }
 
 #[cfg(test)]
@@ -62,6 +98,26 @@ mod tests {
             assert!(c.abs_diff(want) < want / 10, "{i}: {c} vs {want}");
         }
         assert_eq!(pick(&mut rng, &[0, 0, 7]), 2);
+    }
+
+    #[test]
+    fn zipfian_is_skewed_in_range_and_refuses_bad_thetas() {
+        let mut rng = rand_pcg::Pcg64Mcg::seed_from_u64(3);
+        let z = Zipfian::new("t", 1000, 0.99).unwrap().unwrap();
+        let mut hits = vec![0u32; 1000];
+        for _ in 0..100_000 {
+            hits[z.sample(&mut rng) as usize] += 1;
+        }
+        // Uniform would give each rank about 100; zipf 0.99 over 1,000 gives rank 0 about 13%.
+        assert!(hits[0] > 10_000, "{}", hits[0]);
+        assert!(hits[0] > hits[1] && hits[1] > hits[10] && hits[10] > hits[999]);
+        assert!(Zipfian::new("t", 1000, 0.0).unwrap().is_none());
+        for bad in [-1.0, f64::NAN, f64::INFINITY] {
+            let e = Zipfian::new("kv: --theta", 1000, bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("kv: --theta"), "{e}");
+        }
     }
 
     #[test]

@@ -21,14 +21,17 @@
 //!
 //! Each transaction picks its accounts from the `hot` ones with probability `hot_pct`% (FORD's
 //! `TX_HOT` 90 over 4,000 hot of 100,000 accounts: 90% of transactions on 4% of the accounts),
-//! otherwise from all accounts. Every transaction's records are fetched in one batch.
+//! otherwise from all accounts; or, with `theta` (`--theta`), every account from a zipf
+//! distribution of that parameter over all accounts, account 0 the hottest (Scythe's skew:
+//! 0.99; 0 is uniform), the hot set unused. Every transaction's records are fetched in one
+//! batch.
 //!
 //! [`Mix::Transfer`] runs only Amalgamate and SendPayment (60:40 of their standard weights,
 //! 15:25), which move money without creating any: the total is then conserved, which
 //! `--verify` checks on top of the per-account check (every balance equals its initial value
 //! plus the deltas of the committed transactions that touched it).
 
-use crate::rng::{mix, pick};
+use crate::rng::{mix, pick, Zipfian};
 use crate::{field, loader_error, LocalRecord, WlRng, Workload, WorkloadError};
 use dtxn_fabric::Pool;
 use dtxn_store::{Loader, Plan, TableSpec};
@@ -84,6 +87,10 @@ pub struct Options {
     /// Percentage of transactions on hot accounts.
     pub hot_pct: u32,
     pub mix: Mix,
+    /// Accounts drawn from zipf(theta) over all of them instead of the hot set (0: uniform);
+    /// `None`: the hot set (and the options of runs before this one describe the same run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub theta: Option<f64>,
 }
 
 impl Default for Options {
@@ -93,6 +100,7 @@ impl Default for Options {
             hot: 4_000,
             hot_pct: 90,
             mix: Mix::Standard,
+            theta: None,
         }
     }
 }
@@ -101,6 +109,8 @@ impl Default for Options {
 #[derive(Debug, Clone)]
 pub struct SmallBank {
     o: Options,
+    /// With `theta` above 0.
+    zipf: Option<Zipfian>,
 }
 
 impl SmallBank {
@@ -112,7 +122,8 @@ impl SmallBank {
                 o.accounts
             ));
         }
-        if o.hot < 2 || o.hot > o.accounts {
+        // With `theta` the hot set is unused.
+        if o.theta.is_none() && (o.hot < 2 || o.hot > o.accounts) {
             return bad(format!(
                 "smallbank: --hot-accounts must be 2 to --accounts ({}), got {}",
                 o.accounts, o.hot
@@ -124,7 +135,11 @@ impl SmallBank {
                 o.hot_pct
             ));
         }
-        Ok(SmallBank { o })
+        let zipf = match o.theta {
+            Some(t) => Zipfian::new("smallbank: --theta", o.accounts, t)?,
+            None => None,
+        };
+        Ok(SmallBank { o, zipf })
     }
 
     pub fn options(&self) -> &Options {
@@ -137,6 +152,15 @@ impl SmallBank {
     }
 
     fn two_accounts(&self, rng: &mut WlRng) -> (u64, u64) {
+        if let Some(z) = &self.zipf {
+            let a = z.sample(rng);
+            // Distinct: drawn again (at most a handful of times: the hottest account has
+            // about 8% of the draws at theta 0.99 over 100,000).
+            let b = std::iter::repeat_with(|| z.sample(rng))
+                .find(|&b| b != a)
+                .expect("an endless iterator");
+            return (a, b);
+        }
         let range = self.range(rng);
         let a = rng.random_range(0..range);
         let mut b = rng.random_range(0..range - 1);
@@ -147,6 +171,10 @@ impl SmallBank {
     }
 
     fn range(&self, rng: &mut WlRng) -> u64 {
+        if self.o.theta.is_some() {
+            // Uniform over all (theta 0): the zipf case never gets here.
+            return self.o.accounts;
+        }
         if rng.random_range(0..100) < self.o.hot_pct {
             self.o.hot
         } else {
@@ -155,6 +183,9 @@ impl SmallBank {
     }
 
     fn one_account(&self, rng: &mut WlRng) -> u64 {
+        if let Some(z) = &self.zipf {
+            return z.sample(rng);
+        }
         let range = self.range(rng);
         rng.random_range(0..range)
     }
@@ -516,6 +547,74 @@ mod tests {
         }
         // 90% chosen hot, plus the cold picks that land on hot ids by chance.
         assert!((8_900..9_300).contains(&hot), "{hot}");
+    }
+
+    #[test]
+    fn without_theta_the_draws_are_the_hot_set_rule_unchanged() {
+        use rand::SeedableRng;
+        let sb = SmallBank::new(Options::default()).unwrap();
+        let (mut mine, mut old) = (WlRng::seed_from_u64(5), WlRng::seed_from_u64(5));
+        // The rule as it was before `theta`: the same calls on the generator, in order.
+        let range = |rng: &mut WlRng| {
+            if rng.random_range(0..100) < 90 {
+                4_000
+            } else {
+                100_000
+            }
+        };
+        for _ in 0..1_000 {
+            let r = range(&mut old);
+            assert_eq!(sb.one_account(&mut mine), old.random_range(0..r));
+            let r = range(&mut old);
+            let a = old.random_range(0..r);
+            let mut b = old.random_range(0..r - 1);
+            if b >= a {
+                b += 1;
+            }
+            assert_eq!(sb.two_accounts(&mut mine), (a, b));
+        }
+    }
+
+    #[test]
+    fn with_theta_accounts_are_zipf_over_all_and_distinct() {
+        use rand::SeedableRng;
+        let sb = SmallBank::new(Options {
+            theta: Some(0.99),
+            ..Options::default()
+        })
+        .unwrap();
+        let mut rng = WlRng::seed_from_u64(3);
+        let (mut zero, mut hot_set) = (0, 0);
+        for _ in 0..10_000 {
+            let (a, b) = sb.two_accounts(&mut rng);
+            assert_ne!(a, b);
+            assert!(a < 100_000 && b < 100_000);
+            zero += u32::from(a == 0);
+            hot_set += u32::from(sb.one_account(&mut rng) < 4_000);
+        }
+        // Uniform would put account 0 first 0.1 times in 10,000; zipf 0.99 over 100,000
+        // about 800 (its share, 1 / H(100000, 0.99), is about 8%).
+        assert!((600..1_000).contains(&zero), "{zero}");
+        // The hot set's 90% no longer applies: zipf puts about 70% of draws on ids below 4,000.
+        assert!((6_000..8_000).contains(&hot_set), "{hot_set}");
+        let uniform = SmallBank::new(Options {
+            theta: Some(0.0),
+            ..Options::default()
+        })
+        .unwrap();
+        let hot = (0..10_000)
+            .filter(|_| uniform.one_account(&mut rng) < 4_000)
+            .count();
+        assert!((300..500).contains(&hot), "theta 0 is uniform: {hot}");
+        for bad in [-0.5, f64::NAN] {
+            let e = SmallBank::new(Options {
+                theta: Some(bad),
+                ..Options::default()
+            })
+            .unwrap_err()
+            .to_string();
+            assert!(e.starts_with("smallbank: --theta must be 0"), "{e}");
+        }
     }
 
     fn tally(deltas: &[(u32, u64, i64)]) -> Tally {

@@ -51,6 +51,10 @@
 //! | Delivery | 4 | for all 10 districts at once: update DELIVERY_HEADs; update the head NEW_ORDERs (and delete them); update the ORDERs (carrier); update their ORDER_LINEs (delivery date) and CUSTOMERs (balance, delivery count) |
 //! | StockLevel | 4 | read-only: DISTRICT; the last 20 ORDERs; their ORDER_LINEs; the STOCK of their items |
 //!
+//! NewOrder's item ids are NURand(8191, 1, items), the spec's; with `theta` (`--theta`) they
+//! are drawn from a zipf distribution of that parameter instead, item 1 the hottest (Scythe's
+//! skew: "order items" at 0.99; 0 is uniform).
+//!
 //! Each coordinator is a terminal with a home warehouse (coordinator index mod warehouses, as
 //! the spec binds terminals to warehouses), and runs the mix without keying or think times.
 //!
@@ -64,7 +68,7 @@
 //! district, the delivery head (it equals min(NO_O_ID), or D_NEXT_O_ID when no order is
 //! pending), condition 6 (every order has O_OL_CNT lines), and that no lock is left behind.
 
-use crate::rng::{mix, nurand, pick};
+use crate::rng::{mix, nurand, pick, Zipfian};
 use crate::{field, loader_error, scan_table, LocalRecord, WlRng, Workload, WorkloadError};
 use arrayvec::{ArrayString, ArrayVec};
 use dtxn_fabric::Pool;
@@ -187,6 +191,10 @@ pub struct Options {
     /// Weights of the transaction types, in the order of [`TXN_TYPES`] ([`STANDARD_MIX`]
     /// by default; e.g. `[0, 0, 0, 0, 1]` runs StockLevel alone, to profile one type).
     pub mix: [u32; 5],
+    /// NewOrder's item ids drawn from zipf(theta) instead of NURand (0: uniform); `None`:
+    /// NURand (and the options of runs before this one describe the same run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub theta: Option<f64>,
 }
 
 impl Default for Options {
@@ -201,6 +209,7 @@ impl Default for Options {
             remote_item_pct: 1,
             remote_payment_pct: 15,
             mix: STANDARD_MIX,
+            theta: None,
         }
     }
 }
@@ -255,6 +264,8 @@ impl Options {
 #[derive(Debug, Clone)]
 pub struct Tpcc {
     o: Options,
+    /// NewOrder's item ranks, with `theta` above 0.
+    items: Option<Zipfian>,
 }
 
 pub fn dkey(w: u32, d: u32) -> u64 {
@@ -367,7 +378,11 @@ impl Tpcc {
                 o.mix
             ));
         }
-        Ok(Tpcc { o })
+        let items = match o.theta {
+            Some(t) => Zipfian::new("tpcc: --theta", u64::from(o.items), t)?,
+            None => None,
+        };
+        Ok(Tpcc { o, items })
     }
 
     pub fn options(&self) -> &Options {
@@ -697,6 +712,15 @@ struct Line {
 }
 
 impl Tpcc {
+    /// A NewOrder line's item id, `1..=items`.
+    fn item_id(&self, rng: &mut WlRng) -> u32 {
+        match (&self.items, self.o.theta) {
+            (Some(z), _) => z.sample(rng) as u32 + 1,
+            (None, Some(_)) => rng.random_range(1..=self.o.items),
+            (None, None) => nurand(rng, 8191, C_ITEM, 1, u64::from(self.o.items)) as u32,
+        }
+    }
+
     async fn new_order(&self, c: &mut Coordinator, rng: &mut WlRng, w: u32) -> Result<(), Abort> {
         let d = rng.random_range(1..=DISTRICTS);
         let cid = self.customer_id(rng);
@@ -704,7 +728,7 @@ impl Tpcc {
         let rollback = rng.random_range(1..=100) == 1;
         let mut lines: PerLine<Line> = PerLine::new();
         while lines.len() < n {
-            let item = nurand(rng, 8191, C_ITEM, 1, u64::from(self.o.items)) as u32;
+            let item = self.item_id(rng);
             let supply_w =
                 if self.o.warehouses > 1 && rng.random_range(0..100) < self.o.remote_item_pct {
                     self.other_warehouse(rng, w)
@@ -1260,6 +1284,57 @@ mod tests {
         assert_eq!(district_of(dkey(65536, 10)), (65536, 10));
         assert_ne!(ckey(1, 2, 4095), ckey(1, 3, 0));
         assert_ne!(skey(1, MAX_ITEMS), skey(2, 0));
+    }
+
+    #[test]
+    fn item_ids_are_nurand_by_default_and_zipf_with_theta() {
+        use rand::SeedableRng;
+        let count = |t: &Tpcc, seed| {
+            let mut rng = WlRng::seed_from_u64(seed);
+            let mut hits = vec![0u32; 10_001];
+            for _ in 0..100_000 {
+                let i = t.item_id(&mut rng);
+                assert!((1..=10_000).contains(&i), "{i}");
+                hits[i as usize] += 1;
+            }
+            hits
+        };
+        // Without theta, the spec's NURand, drawn exactly as before the option existed.
+        let d = Tpcc::new(Options::default()).unwrap();
+        let (mut a, mut b) = (WlRng::seed_from_u64(9), WlRng::seed_from_u64(9));
+        for _ in 0..1_000 {
+            assert_eq!(
+                d.item_id(&mut a) as u64,
+                nurand(&mut b, 8191, C_ITEM, 1, 10_000)
+            );
+        }
+        let z = Tpcc::new(Options {
+            theta: Some(0.99),
+            ..Options::default()
+        })
+        .unwrap();
+        let (nu, zi) = (count(&d, 1), count(&z, 1));
+        // Uniform would give each item 10 draws; zipf 0.99 over 10,000 gives item 1 about 10%,
+        // NURand's hottest item about 2%.
+        assert!(zi[1] > 8_000, "{}", zi[1]);
+        let nu_max = *nu.iter().max().unwrap();
+        assert!(nu_max < 3_000, "NURand hottest: {nu_max}");
+        let u = Tpcc::new(Options {
+            theta: Some(0.0),
+            ..Options::default()
+        })
+        .unwrap();
+        assert!(
+            *count(&u, 1).iter().max().unwrap() < 40,
+            "theta 0 is uniform"
+        );
+        let e = Tpcc::new(Options {
+            theta: Some(-1.0),
+            ..Options::default()
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("tpcc: --theta must be 0"), "{e}");
     }
 
     #[test]

@@ -336,6 +336,54 @@ fn tpcc_meets_consistency_conditions_and_the_history_is_serializable() {
     assert!(per_type.iter().all(|&n| n > 0), "{per_type:?}");
 }
 
+/// Scythe's skew (`--theta 0.99` on SmallBank's accounts and TPC-C's items): hot records that
+/// make Scythe's retries run TOCC (also with OCC's commit locks queued, `occ_tickets`), with
+/// FORD beside it; invariants and histories checked.
+#[test]
+fn zipf_skewed_smallbank_and_tpcc_under_scythe_and_ford() {
+    let sb = smallbank::SmallBank::new(smallbank::Options {
+        accounts: 200,
+        theta: Some(0.99),
+        ..smallbank::Options::default()
+    })
+    .unwrap();
+    let tp = tpcc::Tpcc::new(tpcc::Options {
+        warehouses: 1,
+        customers_per_district: 30,
+        items: 200,
+        new_orders_per_district: 200,
+        theta: Some(0.99),
+        ..tpcc::Options::default()
+    })
+    .unwrap();
+    let mut tocc = TxnConfig {
+        protocol: Protocol::Scythe,
+        ..TxnConfig::default()
+    };
+    tocc.scythe.mode = dtxn_txn::ScytheMode::Tocc;
+    let mut occ_tickets = TxnConfig {
+        protocol: Protocol::Scythe,
+        ..TxnConfig::default()
+    };
+    occ_tickets.scythe.occ_tickets = true;
+    for txn in [
+        TxnConfig {
+            protocol: Protocol::Scythe,
+            ..TxnConfig::default()
+        },
+        tocc,
+        occ_tickets,
+        TxnConfig::default(),
+    ] {
+        for seed in 1..=2 {
+            let o = run(&sb, seed, topo(2, 3), 60, txn.clone());
+            assert!(o.committed > 0, "smallbank seed {seed}");
+            let o = run(&tp, seed, topo(2, 2), 30, txn.clone());
+            assert!(o.committed > 0, "tpcc seed {seed}");
+        }
+    }
+}
+
 /// Overwrites the value of `key` in `table` on its primary, as a bug in a protocol would.
 fn corrupt(pool: &Pool, plan: &Plan, table: u32, key: u64, f: impl Fn(&mut [u8])) {
     let t = plan.table(table).unwrap();

@@ -39,8 +39,10 @@ pub struct WorkloadArgs {
     /// kv: value size in bytes [default: 40, FORD's].
     #[arg(long, help_heading = "kv")]
     pub value_size: Option<usize>,
-    /// kv: zipf theta, 0 (uniform) or more [default: 0.99, YCSB's].
-    #[arg(long, help_heading = "kv")]
+    /// kv: zipf theta of the keys, 0 (uniform) or more [default: 0.99, YCSB's]. smallbank:
+    /// accounts drawn zipf(theta) instead of the hot set. tpcc: NewOrder's items drawn
+    /// zipf(theta) instead of NURand (Scythe's skew: 0.99) [default: off].
+    #[arg(long, help_heading = "kv, SmallBank and TPC-C")]
     pub theta: Option<f64>,
     /// kv: percentage of read-only transactions [default: 75].
     #[arg(long, help_heading = "kv")]
@@ -195,6 +197,19 @@ pub struct BenchArgs {
     /// per phase.
     #[arg(long)]
     pub breakdown: bool,
+    /// Retry a transaction that aborted on a conflict, the same one (same type and inputs),
+    /// until it commits, as the clients of Scythe's evaluation do (FORD's drive the next
+    /// transaction instead); a committed transaction's latency then runs from its first
+    /// attempt, and aborts count every failed attempt.
+    #[arg(long)]
+    pub retry: bool,
+    /// sim: RRPC's packing of RPC requests into messages: requests up to BYTES to one memory
+    /// node share one message per batch (message batching), larger ones travel alone
+    /// (doorbell batching); 512 is Scythe's threshold, 0 a message per request [default:
+    /// every request shares its node's message]. Profiles charge `rpc_msg_cpu_ns` per
+    /// message (0 in the presets).
+    #[arg(long, value_name = "BYTES")]
+    pub rpc_pack_limit: Option<u32>,
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     pub json: bool,

@@ -1,8 +1,10 @@
 //! Running a workload's coordinators on a pool, and what they measure.
 //!
 //! Every coordinator runs transactions of the mix back to back (an abort is not retried: the
-//! next transaction is drawn, as in the papers' drivers) until the run's end, and records each
-//! attempt that started after the warm-up: its type, outcome, latency and fabric counters.
+//! next transaction is drawn, as in FORD's driver; with `--retry` a conflict's abort runs the
+//! same transaction again until it commits, as Scythe's clients do, and its latency runs from
+//! its first attempt) until the run's end, and records each attempt that started after the
+//! warm-up: its type, outcome, latency and fabric counters.
 //! On `sim` all coordinators share one collector (they run on one OS thread); on `shm` each
 //! has its own, merged at the end, so that worker threads never share a cache line per
 //! transaction.
@@ -208,6 +210,10 @@ pub struct Shared {
     pub fabric_time: bool,
     /// `--breakdown`: every coordinator times its transactions' phases.
     pub breakdown: bool,
+    /// `--retry`: an aborted transaction is run again, the same one, until it commits.
+    pub retry: bool,
+    /// `--rpc-pack-limit` (sim).
+    pub rpc_pack_limit: Option<u32>,
     pub coordinators: u32,
     pub progress: ProgressBar,
     record: Option<Arc<Mutex<HistoryWriter<File>>>>,
@@ -261,6 +267,22 @@ struct CoordOut<T> {
     fenced: bool,
 }
 
+/// `--retry`: the aborts a client retries (conflicts, which a retry may not meet again); not
+/// the application's rollbacks, a full table, or a failure.
+fn retried(o: &TxnOutcome) -> bool {
+    matches!(
+        o.result,
+        Err(a) if matches!(
+            a.reason,
+            AbortReason::LockConflict
+                | AbortReason::Validation
+                | AbortReason::Invisible
+                | AbortReason::NewerVersion
+                | AbortReason::VersionGone
+        )
+    )
+}
+
 /// Attempts between two progress-bar updates (a shared atomic: not every transaction).
 const PROGRESS_EVERY: u64 = 256;
 
@@ -276,6 +298,7 @@ async fn coordinator<W: Workload>(
 ) -> Result<(u64, bool), String> {
     let index = ep.id().index;
     ep.time_fabric(sh.fabric_time);
+    ep.set_rpc_pack_limit(sh.rpc_pack_limit);
     let map = Rc::new(
         PoolMap::bootstrap(&mut ep)
             .await
@@ -350,6 +373,9 @@ async fn coordinator<W: Workload>(
         Err(dtxn_fabric::FabricError::LeaseExpired) => Ok(true),
         Err(e) => Err(format!("coordinator {index}: recovery service: {e}")),
     };
+    // `--retry`: the generator as the transaction being retried drew from it (drawn again
+    // from there, it is the same transaction), and when its first attempt started.
+    let mut retrying: Option<(WlRng, u64)> = None;
     loop {
         let now = c.endpoint().now_ns();
         if now >= end || measured >= quota {
@@ -362,6 +388,13 @@ async fn coordinator<W: Workload>(
             }
         }
         w.forget_in_flight(&mut tally);
+        let drawn_from = sh.retry.then(|| match &retrying {
+            Some((r, _)) => r.clone(),
+            None => rng.clone(),
+        });
+        if let Some((r, _)) = &retrying {
+            rng = r.clone();
+        }
         let (ty, _) = w.run_one(&mut c, &mut rng, &mut tally).await;
         all += 1;
         since_progress += 1;
@@ -370,7 +403,13 @@ async fn coordinator<W: Workload>(
             fenced = true;
             break;
         }
-        if let Some(o) = c.last_outcome() {
+        if let Some(mut o) = c.last_outcome() {
+            let first = retrying.take().map_or(o.start_ns, |(_, t)| t);
+            if let Some(r) = drawn_from.filter(|_| retried(&o)) {
+                retrying = Some((r, first));
+            }
+            // A committed transaction's latency runs from its first attempt (with --retry).
+            o.start_ns = first;
             if o.start_ns >= warm_end {
                 measured += 1;
                 let mut s = sink.borrow_mut();
@@ -436,6 +475,8 @@ impl Shared {
             verify,
             fabric_time: false,
             breakdown: false,
+            retry: false,
+            rpc_pack_limit: None,
             coordinators,
             progress,
             record,

@@ -76,7 +76,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
         ("--mix", a.mix.is_some(), &["smallbank", "tpcc"]),
         ("--keys", a.keys.is_some(), &["kv"]),
         ("--value-size", a.value_size.is_some(), &["kv"]),
-        ("--theta", a.theta.is_some(), &["kv"]),
+        ("--theta", a.theta.is_some(), &["kv", "smallbank", "tpcc"]),
         ("--read-only-pct", a.read_only_pct.is_some(), &["kv"]),
         ("--items", a.items.is_some(), &["kv"]),
         ("--compute", a.compute.is_some(), &["kv"]),
@@ -117,6 +117,9 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
     }
     Ok(match a.workload.as_str() {
         "smallbank" => {
+            if a.theta.is_some() && (a.hot_accounts.is_some() || a.hot_pct.is_some()) {
+                bail!("smallbank: --theta replaces the hot set (--hot-accounts, --hot-pct)");
+            }
             let d = smallbank::Options::default();
             let accounts = a.accounts.unwrap_or(d.accounts);
             let mix = match a.mix.as_deref() {
@@ -136,6 +139,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
                     .unwrap_or((accounts * d.hot / d.accounts).max(2).min(accounts)),
                 hot_pct: a.hot_pct.unwrap_or(d.hot_pct),
                 mix,
+                theta: a.theta,
             })?)
         }
         "kv" => {
@@ -171,6 +175,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             if let Some(m) = a.mix.as_deref() {
                 o.mix = tpcc_mix(m)?;
             }
+            o.theta = a.theta;
             let (orders, payments) = tpcc::Options::room_for(txns_hint, o.warehouses, &o.mix);
             o.new_orders_per_district = a.new_orders_per_district.unwrap_or(orders);
             // Given, the room is the same for both (as it was before there were two).
@@ -371,6 +376,9 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     check_tally_out(&a)?;
     if a.record_warmup && a.record.is_none() {
         bail!("--record-warmup is an option of --record FILE");
+    }
+    if a.rpc_pack_limit.is_some() && a.kind() != Backend::Sim {
+        bail!("--rpc-pack-limit is an option of --backend sim (shm and ucx pack per node)");
     }
     for (flag, path) in [
         ("--csv", &a.csv),
@@ -782,6 +790,8 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         None => None,
     };
     sh.lease = lease;
+    sh.retry = a.retry;
+    sh.rpc_pack_limit = a.rpc_pack_limit;
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));

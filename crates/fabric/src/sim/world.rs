@@ -176,10 +176,18 @@ struct Rec {
     msgs: Vec<RpcMsg>,
 }
 
-/// The RPC ops of one batch to one memory node, travelling as one message.
+/// The RPC ops of one batch to one memory node, travelling as one message; with the batch's
+/// `rpc_pack_limit`, those above it as messages of their own, posted with one doorbell and
+/// still served in post order by one core (they go to the same receive ring), each costing
+/// its NIC op and `rpc_msg_cpu_ns`.
 #[derive(Default)]
 struct RpcMsg {
     node: NodeId,
+    /// Wire messages: the packed requests' one (if any), plus one per request alone.
+    messages: u32,
+    has_packed: bool,
+    /// Per op of `ops`: it starts a wire message (charged `rpc_msg_cpu_ns` when served).
+    starts: Vec<bool>,
     /// Op indices, in post order.
     ops: Vec<u32>,
     /// Index into `ops` of the next request to serve.
@@ -502,6 +510,7 @@ impl World {
                 let epoch = self.nodes[node].epoch;
                 let rec = &mut self.recs[r as usize];
                 rec.epochs.push(epoch);
+                let packed = rec.batch.rpc_packed(op);
                 let k = match rec.msgs.iter().position(|m| m.node == op.node) {
                     Some(k) => k,
                     None => {
@@ -514,6 +523,11 @@ impl World {
                     }
                 };
                 let m = &mut rec.msgs[k];
+                // A request alone is a message of its own; the packed ones share one.
+                let starts = !packed || !m.has_packed;
+                m.has_packed |= packed;
+                m.messages += u32::from(starts);
+                m.starts.push(starts);
                 m.ops.push(i as u32);
                 m.depart = depart;
                 m.req_bytes += u64::from(op.len);
@@ -628,11 +642,12 @@ impl World {
         for k in 0..msgs {
             let m = &self.recs[r as usize].msgs[k];
             let (node, depart, bytes) = (m.node as usize, m.depart, m.req_bytes);
+            let m_messages = m.messages;
             let mut arrive = depart + one_way + self.profile.transfer_ns(bytes);
             if self.delay_prob > 0.0 && self.rng.random_bool(self.delay_prob.min(1.0)) {
                 arrive += self.rand_below(self.delay_max_ns);
             }
-            let service = self.profile.nic_service_ns(bytes);
+            let service = self.rpc_nic_ns(bytes, m_messages);
             let mn = &mut self.nodes[node];
             let nic_start = arrive.max(mn.nic_free_at);
             mn.nic_free_at = nic_start + service;
@@ -998,7 +1013,12 @@ impl World {
         handler.handle(node, now, &mut mem, &req, &mut rec.batch.resp);
         let len = rec.batch.resp.len() - off;
         rec.batch.words[i] = ((off as u64) << 32) | len as u64;
-        let cost = self.profile.rpc_service_ns(req.len() as u64 + len as u64);
+        let mut cost = self.profile.rpc_service_ns(req.len() as u64 + len as u64);
+        let m = &rec.msgs[k as usize];
+        if m.starts[m.next as usize] {
+            // The message's own: finding it in the ring, its header, the response's post.
+            cost += self.profile.rpc_msg_cpu_ns;
+        }
         rec.batch.mn_cpu_ns += cost;
         let m = &mut rec.msgs[k as usize];
         m.next += 1;
@@ -1038,14 +1058,21 @@ impl World {
         self.push(now + cost, ev);
     }
 
+    /// NIC time of `messages` wire messages carrying `bytes` in all: the payload's, and one
+    /// op's minimum for each message beyond the first (the same as one message when packed).
+    fn rpc_nic_ns(&self, bytes: u64, messages: u32) -> u64 {
+        self.profile.nic_service_ns(bytes)
+            + u64::from(messages.saturating_sub(1)) * self.profile.nic_service_ns(0)
+    }
+
     /// The core is done with the message: it takes the next waiting one, and the response
     /// (one NIC op) returns to the compute node.
     fn rpc_served(&mut self, r: u32, k: u32) {
         let m = &self.recs[r as usize].msgs[k as usize];
         let (node, bytes) = (m.node as usize, m.resp_bytes);
+        let service = self.rpc_nic_ns(bytes, m.messages);
         let n = &mut self.nodes[node];
         n.cores_busy -= 1;
-        let service = self.profile.nic_service_ns(bytes);
         let nic_start = self.now.max(n.nic_free_at);
         n.nic_free_at = nic_start + service;
         let back = nic_start + service + self.profile.one_way_ns;

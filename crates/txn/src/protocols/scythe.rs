@@ -57,14 +57,18 @@
 //! transaction, so "the retries" are the coordinator's next attempts until one commits.
 //! Read-only transactions always run OCC.
 //!
+//! `scythe.occ_tickets=true` (the paper's OCC): before its lock round an OCC attempt takes a
+//! timestamp and a `TICKET(ts, 3)` per written record and waits for its turns (2 more RTs); a
+//! refusal for a queue above the cold watermark makes the retries TOCC.
+//!
 //! `scythe.takeout_lock=false` (the paper's CAS-lock ablation): TOCC takes no tickets, only
 //! the header lock in timestamp order (waiting for older holders, dying for younger ones).
 //!
 //! Limits: a crashed coordinator's tickets are never released (its queues stall until leases
 //! expire them, issue #23), and recovery's roll-back writes whole images over the takeout
-//! words (do not run Scythe with `--faults`); timestamps come from the pool's oracle, one FAA
-//! each (the batched TSO is next); tickets and reads are two round trips, not the paper's one
-//! RPC; no RRPC batching beyond the fabric's per-node message packing.
+//! words (do not run Scythe with `--faults`); tickets and reads are two round trips, not the
+//! paper's one RPC; RRPC is the fabric's: a batch's requests to one memory node share one
+//! message (`--rpc-pack-limit 512` on sim: the paper's size rule; Scythe's are 32 B).
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::{ScytheMode, TxnConfig};
@@ -153,7 +157,7 @@ impl Protocol for Scythe {
         if tx.st.tocc {
             stamp(tx).await?;
             if tx.c.cfg.scythe.takeout_lock {
-                tickets(tx, accesses).await?;
+                tickets(tx, accesses, takeout::HOT_WATERMARK).await?;
             }
             fetch::records(tx, accesses, Locking::Ordered).await?;
         } else {
@@ -171,6 +175,9 @@ impl Protocol for Scythe {
     async fn lock(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
         if tx.st.tocc {
             return lock_cold(tx).await;
+        }
+        if tx.c.cfg.scythe.occ_tickets && tx.c.cfg.scythe.takeout_lock {
+            occ_tickets(tx).await?;
         }
         let r = lock_round(tx, |it| {
             if cold_rw(it) {
@@ -342,6 +349,38 @@ async fn stamp(tx: &mut Tx<'_, Scythe>) -> Result<(), Abort> {
     Ok(())
 }
 
+/// OCC with `scythe.occ_tickets` (the paper's OCC): before its commit locks, a ticket for
+/// every record it writes, refused above the cold watermark, and its turn waited for. A
+/// refusal for the queue (above 3: the record is hot) makes the retries TOCC. The timestamp
+/// orders the tickets only (R1 keeps every wait pointing to an older ticket); the header
+/// lock word stays OCC's (its owner alone: TOCC waits for an OCC committer, which, its turns
+/// come, never waits).
+async fn occ_tickets(tx: &mut Tx<'_, Scythe>) -> Result<(), Abort> {
+    let writes: Vec<Access> = tx
+        .items
+        .iter()
+        .filter(|it| it.rw && it.exists)
+        .map(|it| Access::update(it.table, it.key))
+        .collect();
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let word = tx.c.lock_word;
+    let r = stamp(tx).await;
+    tx.c.lock_word = word;
+    r?;
+    let r = tickets(tx, &writes, takeout::COLD_WATERMARK).await;
+    if r.is_err()
+        && tx.s.requests.iter().any(|&(_, _, id)| {
+            takeout::reply(&tx.c.ep, id)
+                .is_some_and(|r| !r.granted && r.queue() > takeout::COLD_WATERMARK)
+        })
+    {
+        tx.s.next_tocc = true;
+    }
+    r
+}
+
 /// OCC: an attempt that read a record with a queue above the cold watermark aborts now (its
 /// validation would meet the queue's holder) and its retries run TOCC.
 fn too_hot(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(), Abort> {
@@ -362,7 +401,7 @@ fn too_hot(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(), Abort> {
 /// TOCC: a ticket for every accessed record whose address is cached and that holds none of
 /// ours yet, in one round; then the wait for their turns. A rejection aborts (after every
 /// reply is looked at, so that each granted ticket is recorded and released).
-async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(), Abort> {
+async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access], limit: u64) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let ts = tx.st.ts;
     let mut requests = std::mem::take(&mut tx.s.requests);
@@ -384,7 +423,7 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(), Abo
             continue;
         };
         let at = off + META_OFF as u64;
-        let id = takeout::request(&mut tx.c.ep, t.primary(), at, ts, takeout::HOT_WATERMARK);
+        let id = takeout::request(&mut tx.c.ep, t.primary(), at, ts, limit);
         requests.push((j, at, id));
     }
     if requests.is_empty() {
