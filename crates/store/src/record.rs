@@ -47,6 +47,16 @@
 //! With no words (every protocol before them) the layout and the codec's code are the ones
 //! above.
 //!
+//! # Copies (RCC's MVCC version slots)
+//!
+//! A table may keep `copies` (1 to [`MAX_COPIES`]) copies of each record back to back in its
+//! slot: copy 0 is the record above, which every mechanism reads, locks and writes as if it
+//! were alone; copies 1.. are older versions, each a whole encoded record (its own header,
+//! its lines stamped with its own version), written only by a commit that displaces copy 0.
+//! The codec sees one copy: [`SingleVersion::bytes`] is a copy's size, and its functions
+//! take a longer buffer (a whole slot) by its first copy; [`SingleVersion::check_copies`]
+//! checks every copy's stamps. What the copies mean is the protocol's (`mvcc.rs`).
+//!
 //! Motor's multi-version CVTs ([`RecordFormat::Cvt`], [`crate::cvt`]) reuse this encoding: a
 //! CVT is a record whose value is its array of version cells.
 
@@ -71,6 +81,9 @@ pub const VERSION_OFF: u64 = 8;
 pub const KEY_OFF: u64 = 16;
 pub const TABLE_OFF: u64 = 24;
 pub const VALID_OFF: u64 = 28;
+
+/// The most copies of a record a slot may hold.
+pub const MAX_COPIES: usize = 8;
 
 /// The most metadata words a record may have: all of line 0 after the header.
 pub const MAX_META_WORDS: usize = (LINE - HEADER_BYTES) / 8;
@@ -338,8 +351,12 @@ impl SingleVersion {
     /// [`Self::encode`] with a zero value: the header and the stamps, for a caller that writes
     /// the value in parts with [`Self::write_value`] (without assembling it first). The
     /// metadata words keep what `out` held, as with [`Self::encode`].
+    /// A longer `out` (a slot of several copies) gets the record as its first copy and zeros
+    /// after it: older copies of nothing.
     pub fn encode_header(&self, h: &RecordHeader, out: &mut [u8]) {
-        assert_eq!(out.len(), self.bytes());
+        assert!(out.len() >= self.bytes(), "a record's bytes");
+        let (out, rest) = out.split_at_mut(self.bytes());
+        rest.fill(0);
         if self.meta == 0 {
             out.fill(0);
         } else {
@@ -412,8 +429,9 @@ impl SingleVersion {
 
     /// [`Self::decode`] without the value: the header, or [`Torn`] if the record's lines
     /// disagree on the version. The value is then read in parts with [`Self::read_value`].
+    /// (A longer `rec`, a slot of several copies: its first copy.)
     pub fn check(&self, rec: &[u8]) -> Result<RecordHeader, Torn> {
-        assert_eq!(rec.len(), self.bytes());
+        assert!(rec.len() >= self.bytes(), "a record's bytes");
         let h = self.header(rec);
         for line in 1..self.lines {
             let stamp = word(rec, line * LINE);
@@ -426,6 +444,20 @@ impl SingleVersion {
             }
         }
         Ok(h)
+    }
+
+    /// Every copy of a slot's `copies` (`rec` holds them all) checked as [`Self::check`]
+    /// checks one: each copy's lines agree with its own line 0. Returns copy 0's header.
+    pub fn check_copies(&self, rec: &[u8], copies: usize) -> Result<RecordHeader, Torn> {
+        assert!(rec.len() >= copies * self.bytes(), "a slot's copies");
+        for c in 1..copies {
+            let at = c * self.bytes();
+            self.check(&rec[at..at + self.bytes()]).map_err(|t| Torn {
+                line: c * self.lines + t.line,
+                ..t
+            })?;
+        }
+        self.check(rec)
     }
 
     /// Copies value bytes `from..from + out.len()` of the record `rec` into `out` (the stamps
@@ -485,6 +517,27 @@ mod tests {
         assert_eq!((f.head_bytes(), f.value_off()), (56, 56));
         let plain = SingleVersion::new(8);
         assert_eq!((plain.head_bytes(), plain.value_off()), (HEADER_BYTES, 32));
+    }
+
+    #[test]
+    fn copies_are_each_checked_by_their_own_stamps() {
+        let f = SingleVersion::with_meta(100, 1);
+        let b = f.bytes();
+        let mut slot = vec![0u8; 3 * b];
+        f.encode(&hdr(9), &[1; 100], &mut slot);
+        // Encoding into a slot zeroes the older copies: empty, and whole.
+        assert!(slot[b..].iter().all(|&x| x == 0));
+        assert_eq!(f.check_copies(&slot, 3), Ok(hdr(9)));
+        f.encode(&hdr(5), &[2; 100], &mut slot[b..2 * b]);
+        assert_eq!(f.check_copies(&slot, 3), Ok(hdr(9)));
+        let mut out = [0u8; 100];
+        assert_eq!(f.decode(&slot[b..2 * b], &mut out), Ok(hdr(5)));
+        assert_eq!(out, [2; 100]);
+        // Copy 1's second line from another version: torn, though copy 0 is whole.
+        slot[b + LINE..b + LINE + 8].copy_from_slice(&7u64.to_le_bytes());
+        let t = f.check_copies(&slot, 3).unwrap_err();
+        assert_eq!((t.line, t.version, t.stamp), (f.lines + 1, 5, 7));
+        assert_eq!(f.check(&slot), Ok(hdr(9)));
     }
 
     #[test]

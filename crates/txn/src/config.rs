@@ -180,6 +180,22 @@ pub struct RccOptions {
     pub hybrid: HybridCode,
 }
 
+/// RCC's MVCC's switches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MvccOptions {
+    /// Version slots per record (RCC's static slots: the record and `slots - 1` older
+    /// versions beside it), 1 to [`dtxn_store::record::MAX_COPIES`]. A layout switch: the
+    /// pool's tables are laid out with it ([`TxnConfig::copies`]).
+    pub slots: u8,
+}
+
+impl Default for MvccOptions {
+    fn default() -> MvccOptions {
+        MvccOptions { slots: 4 }
+    }
+}
+
 /// Which mode Scythe's attempts run in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -226,6 +242,7 @@ pub struct TxnConfig {
     pub motor: MotorOptions,
     pub rcc: RccOptions,
     pub scythe: ScytheOptions,
+    pub mvcc: MvccOptions,
     /// Entries of each coordinator's address cache.
     pub addr_cache_entries: usize,
     /// How often a torn or invisible record is re-read before the transaction aborts.
@@ -240,6 +257,7 @@ impl Default for TxnConfig {
             motor: MotorOptions::default(),
             rcc: RccOptions::default(),
             scythe: ScytheOptions::default(),
+            mvcc: MvccOptions::default(),
             addr_cache_entries: 1 << 16,
             reread_limit: 16,
         }
@@ -293,6 +311,20 @@ impl TxnConfig {
                 p.name()
             ));
         }
+        if self.mvcc != MvccOptions::default() && p != Protocol::Mvcc {
+            return Err(format!(
+                "--set mvcc.slots={}: a switch of mvcc, not of {}",
+                self.mvcc.slots,
+                p.name()
+            ));
+        }
+        let max = dtxn_store::record::MAX_COPIES;
+        if !(1..=max).contains(&usize::from(self.mvcc.slots)) {
+            return Err(format!(
+                "--set mvcc.slots={}: version slots per record must be 1 to {max}",
+                self.mvcc.slots
+            ));
+        }
         let asked = p.rpc_stages(self);
         let missing = asked.minus(p.rpc_forms());
         if !missing.is_empty() {
@@ -310,6 +342,18 @@ impl TxnConfig {
             ));
         }
         Ok(())
+    }
+}
+
+impl TxnConfig {
+    /// Copies of each record the protocol's tables are laid out with: MVCC's version slots
+    /// (`mvcc.slots`), 1 for every other protocol.
+    pub fn copies(&self) -> u8 {
+        if self.protocol.copies() > 1 {
+            self.mvcc.slots
+        } else {
+            1
+        }
     }
 }
 

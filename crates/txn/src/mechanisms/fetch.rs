@@ -24,7 +24,7 @@ use dtxn_fabric::{Endpoint, NodeId};
 use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::record::{RecordHeader, SingleVersion, Torn};
-use dtxn_store::PoolMap;
+use dtxn_store::{PoolMap, TableInfo};
 
 /// How execution locks what it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -413,7 +413,7 @@ fn on_record<P: Protocol>(
     }
     let it = &mut tx.items[i];
     let bytes = done.bytes(&tx.c.ep);
-    let decoded = decode(codec, bytes, &mut it.value, trust_inv);
+    let decoded = decode(t, bytes, &mut it.value, trust_inv);
     let Ok(h) = decoded else {
         out.reread(i, off, expect);
         return;
@@ -457,7 +457,8 @@ fn on_record<P: Protocol>(
 /// An item found: present at `off`, with the version and metadata word 0 of the record read
 /// (`rec`: line 0 is read atomically, G3, so the word is the one that went with the version),
 /// and, for an item that may be written, the record as its undo image (a read-only item that
-/// is upgraded later is read again, under its lock).
+/// is upgraded later is read again, under its lock). A record kept with older copies (MVCC's
+/// version slots) keeps them in the image, written or not: the protocol reads them there.
 fn fill<X>(it: &mut Item<X>, codec: SingleVersion, h: &RecordHeader, off: u64, rec: &[u8]) {
     it.exists = true;
     it.version = h.version;
@@ -469,22 +470,28 @@ fn fill<X>(it: &mut Item<X>, codec: SingleVersion, h: &RecordHeader, off: u64, r
         it.meta1 = codec.meta_word(rec, 1);
     }
     it.image.clear();
-    if it.rw {
+    if it.rw || rec.len() > codec.bytes() {
         it.image.extend_from_slice(rec);
     }
 }
 
 /// A record's header and value, its stamps checked, unless `trust_invisible_bit` (the
-/// negative control: the published FORD's read path).
+/// negative control: the published FORD's read path). A record kept with older copies has
+/// every copy's stamps checked: a READ that caught one mid-write is read again, so that what
+/// the protocol finds in an older copy is exact too.
 #[inline]
 fn decode(
-    codec: SingleVersion,
+    t: &TableInfo,
     rec: &[u8],
     value: &mut [u8],
     trust_invisible_bit: bool,
 ) -> Result<RecordHeader, Torn> {
+    let codec = t.codec();
     if trust_invisible_bit {
         Ok(codec.decode_unchecked(rec, value))
+    } else if t.copies > 1 {
+        codec.check_copies(rec, usize::from(t.copies))?;
+        codec.decode(rec, value)
     } else {
         codec.decode(rec, value)
     }
@@ -633,7 +640,7 @@ fn on_bucket<P: Protocol>(
     } else if let Some((slot, off)) = scan.found {
         tx.c.cache.insert(table_id, key, off);
         let rec = t.slot_bytes(bytes, slot);
-        let decoded = decode(codec, rec, &mut it.value, trust_inv);
+        let decoded = decode(t, rec, &mut it.value, trust_inv);
         match decoded {
             Ok(h) if h.lock & INVISIBLE == 0 => {
                 fill(it, codec, &h, off, rec);

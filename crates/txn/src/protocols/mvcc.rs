@@ -5,21 +5,39 @@
 //! `ctts` order, with no validation phase: a read raises the record's read timestamp `rts`, a
 //! write must be above every committed version's `wts` and above `rts` (`--protocol mvcc`).
 //!
-//! **Layout, and why.** Single-version stamped records (FORD's, [`RecordFormat::Single`]) with
-//! one metadata word: the record's header `lock` is RCC's `tts` (the holder's lock word is its
-//! `ctts`, owner id in the low bits as every lock word here), its header `version` is the `wts`
-//! of the one committed version kept, stamped on every line, and metadata word 0 (in line 0, so
-//! one atomic line holds `tts`, `wts` and `rts` together, G3) is the **rts word**:
-//! `FROZEN (bit 63) | rts`. So this is RCC's MVCC with **one version slot, not four**. Motor's
-//! CVT (the brief's preferred layout) holds the versions as a newest value plus *pre-images*:
-//! an older version is rebuilt, and a pre-image longer than 8 bytes lives in the slot's
-//! attribute bar, a second READ (not RCC's one READ of four record copies); and Motor's code
-//! that reads, installs, inserts and recovers CVTs is typed on Motor's transaction
-//! (`Tx<'_, Motor>`, its oracle and committing marks), so sharing it is a refactor of Motor
-//! first. The single-version format gives every shared mechanism for free (stamped fetch,
-//! inserts, the undo log, `settle`, the RPC forms) and the protocol's rules are the same; what
-//! one slot costs is read aborts (a reader older than the newest version aborts, RCC's
-//! "no suitable slot"), which RCC measured at 4.2% of read aborts with four slots.
+//! **Layout, and why.** RCC's static version slots, `--set mvcc.slots=K` (K = 4 by default,
+//! 1 to 8; 1 is a single version): each record slot holds K copies of the record back to
+//! back ([`dtxn_store::record`]'s *copies*). Copy 0 is a single-version stamped record
+//! (FORD's, [`RecordFormat::Single`]) with one metadata word: its header `lock` is RCC's `tts`
+//! (the holder's lock word is its `ctts`, owner id in the low bits as every lock word here),
+//! its header `version` is the newest committed version's `wts`, stamped on every line, and
+//! metadata word 0 (in line 0, so one atomic line holds `tts`, `wts` and `rts` together, G3)
+//! is the **rts word**: `FROZEN (bit 63) | rts`. Copies 1..K hold older versions, each a whole
+//! encoded record stamped with its own `wts`, its lock word holding the `wts` of the version
+//! that replaced it. A commit displaces copy 0 into the oldest older copy (RCC's "overwrite
+//! the oldest slot") and writes the new version over copy 0, in one batch (the shared
+//! install, [`crate::mechanisms::install`]).
+//!
+//! Why copies rather than RCC's `wts[4]` array in the header, or Motor's CVTs: every shared
+//! mechanism keeps working on copy 0 as on any single-version record (the stamped fetch and
+//! its torn re-read, the hitchhiked lock, inserts, the undo log, `settle`'s roll forward and
+//! back, the RPC forms, the install), and the older copies ride along as bytes: the fetch's
+//! READ covers the whole slot (K copies, K x the bytes), the undo image is the whole slot (so
+//! every roll-back, the install's or `settle`'s, puts the older copies back too), and the
+//! install posts one more WRITE per record. Per-line stamps stay exact for every copy (the
+//! fetch checks each copy's lines against its own version, and reads a torn slot again). A
+//! `wts[K]` array would not fit line 0 beside the header and the rts word (K = 4 needs 32
+//! bytes of its 24 free), and copies written in place under it would need stamps tied to
+//! the array anyway. Motor's CVT code holds versions as a newest value plus pre-images (an
+//! older version is rebuilt, and a pre-image longer than 8 bytes lives in the slot's
+//! attribute bar, a second READ), and it is typed on Motor's transaction (`Tx<'_, Motor>`,
+//! its oracle and committing marks): sharing it would be a refactor of Motor first, for a
+//! layout that is not RCC's.
+//!
+//! A reader does not trust an older copy because its `wts` is the largest below `ctts` (the
+//! lines of one READ come from different moments, and a copy displaced by a commit that was
+//! rolled back names a successor that never was): it follows the chain of copies from the
+//! newest version down, each copy naming the version that replaced it ([`read_older`]).
 //!
 //! The rts word is **frozen** (bit 63) by a writer that holds the record's lock and has
 //! checked W1: a reader's CAS then fails, so no reader is admitted below a version about to be
@@ -30,8 +48,11 @@
 //!
 //! 1. **Fetch** (1 RT per batch of reads): read-write items CAS(lock: 0 -> ctts) + READ (W2,
 //!    RCC's lock, hitchhiked on the fetch; the READ after the CAS is RCC's second READ, and W1
-//!    is checked atomically by the freeze below), read-only items READ. Per-line stamps make
-//!    a torn READ exact: it is read again. The undo log in the background.
+//!    is checked atomically by the freeze below), read-only items READ. Each READ takes the
+//!    record's K copies. Per-line stamps make a torn READ exact: it is read again. R1 for a
+//!    read-only item whose newest version is not below `ctts`: it reads the newest older copy
+//!    below `ctts`, found down the chain of copies, or aborts at once (`no-slot`: no slot
+//!    holds its version). The undo log (whole slots) in the background.
 //! 2. **Lock** (only inserts' free slots and cold items): CAS + READ(header).
 //! 3. **Raise + freeze** (1 RT when anything needs it; RCC's rts CAS and W1 re-check). R1:
 //!    every item's `wts < ctts` (for a key read absent: its tombstone's), else abort. Each
@@ -46,11 +67,13 @@
 //!    bucket's chain word the same way; inserts freeze it.
 //! 4. **Validate absence** (only for keys read absent): FORD's chain re-read.
 //! 5. **Commit** (1 RT): FORD's coalescent install, each written record with version `ctts`
-//!    and an unfrozen rts word `ctts`.
+//!    and an unfrozen rts word `ctts`, its previous version first written over the oldest
+//!    older copy (same batch, same QP: applied before the new version).
 //! 6. **Release** (detached): frozen chain words written back unfrozen, then the locks.
 //!
-//! So a read-only transaction costs 2 RTs (fetch, raise; 1 if every rts is high enough), a
-//! read-write one 3 (fetch, freeze, commit). Every stage follows RCC's hybrid code (`--set
+//! So a read-only transaction costs 2 RTs (fetch, raise; 1 if every rts is high enough or
+//! every item was read from an older copy), a read-write one 3 (fetch, freeze, commit): the
+//! slots add bytes, not round trips. Every stage follows RCC's hybrid code (`--set
 //! rcc.hybrid=CODE`); every atomic on an rts word (raise, freeze, unfreeze) goes the fetch
 //! stage's way (G11). As RPCs, a raise is one RAISE request (the memory node raises whatever
 //! the word holds, unless frozen, and READs the header after it: no retry), a freeze a LOCK
@@ -81,14 +104,15 @@
 //! transaction that starts after another ended, on a coordinator whose clock is behind, is
 //! ordered before it. Histories are checked without real-time order.
 //!
-//! Limits: one version slot (above). A crashed coordinator's logged undo image holds the rts
+//! Limits: a read-write item (and a key read absent) still needs the newest version below
+//! `ctts` (W1; a tombstone has no older copies). A crashed coordinator's logged undo image holds the rts
 //! word as its fetch read it, so settling may lower `rts` (as SUNDIAL's leases); a freeze left
 //! by a crash stays until the record's next writer takes it over. Readers raise `rts` on the
 //! primary only: after a fail-over to a backup, earlier raises are lost.
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
-use crate::item::{Access, NewValue};
+use crate::item::{Access, Item, NewValue};
 use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::rpc::{self, CasRead, Read};
@@ -103,8 +127,8 @@ use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::log::{LogEntry, LogStatus};
 use dtxn_store::record::{RecordHeader, HEADER_BYTES, META_OFF};
-use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
+use dtxn_store::{PoolMap, TableInfo};
 
 // The rts word's freeze bit (the memory nodes' RAISE requests know it).
 use crate::mechanisms::rpc::FROZEN;
@@ -138,6 +162,9 @@ pub(crate) struct Word {
     check: bool,
     /// The frozen word our CAS may have put there (what an abort turns back).
     frozen: Option<u64>,
+    /// A read of an older version slot (the record's newest is above us): exact as read, so
+    /// no rts raise and no re-check (see [`read_older`]).
+    older: bool,
 }
 
 impl Word {
@@ -159,6 +186,8 @@ pub(crate) struct Scratch {
 impl Protocol for Mvcc {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const META_WORDS: u8 = 1;
+    /// RCC's four version slots (`--set mvcc.slots=K`).
+    const COPIES: u8 = 4;
     const OPTIONS: Option<&'static str> = Some("rcc");
     const LOCK_FLAGS: u64 = INVISIBLE;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
@@ -185,6 +214,7 @@ impl Protocol for Mvcc {
             needs_meta_words(&tx.c.map, a.table, a.key, 1)?;
         }
         fetch::records(tx, accesses, Locking::Optimistic { hitchhike: true }).await?;
+        read_older(tx)?;
         undo::log_undo(tx).await
     }
 
@@ -275,6 +305,9 @@ fn plan(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
     // (the release writes the word back at `ctts` or above).
     let mut frozen_chains: Vec<(NodeId, u64)> = Vec::new();
     for it in tx.items.iter_mut() {
+        if it.ext.older {
+            continue;
+        }
         let t = table(&map, it.table);
         let chain = (t.primary(), t.home_bucket(it.key) + CHAIN_META_OFF);
         let (job, at) = match it.offset {
@@ -320,6 +353,68 @@ fn plan(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
     }
     tx.s.last = tx.s.last.max(seen_max);
     Ok(())
+}
+
+/// R1 over the version slots, at the fetch: a read-only item whose record's newest version is
+/// not below us (`wts >= ctts`) reads the newest older copy below us instead, or aborts
+/// ([`AbortReason::NoSlot`]) if no copy holds it. The copy is trusted only at the end of a
+/// chain from the newest version down: each older copy carries the version that replaced it
+/// (its lock word, written by that version's commit, [`crate::mechanisms::install`]), and
+/// the chain is `v0` (the newest, visible: committed) -> the copy replaced by `v0` -> the copy
+/// replaced by that one ... -> the first copy below us. Each link is a fact written once by a
+/// committed writer holding the lock (a version `v`'s commit displaces exactly its
+/// predecessor), so the chain names consecutive committed versions whatever moment each copy
+/// was read at (the fetch checked every copy's stamps: none is torn), and the copy read is
+/// the newest committed version below us: its successor is above us, committed, and every
+/// later version is above that. So the read needs no rts raise and no re-check (no version
+/// can ever be installed between it and us). A copy that merely has the largest `wts` below
+/// us is not enough: lines of one READ come from different moments, and a copy written by a
+/// commit that was then rolled back names a successor that never was.
+fn read_older(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let ts = tx.st;
+    for it in tx.items.iter_mut() {
+        if it.rw || !it.exists || it.ext.older || it.version < ts {
+            continue;
+        }
+        tx.s.last = tx.s.last.max(it.version);
+        let t = table(&map, it.table);
+        let Some((c, v)) = older_copy(t, it, ts) else {
+            return Err(abort(AbortReason::NoSlot, it));
+        };
+        let b = t.copy_bytes();
+        let Item { image, value, .. } = it;
+        if t.codec().decode(&image[c * b..(c + 1) * b], value).is_err() {
+            return Err(abort(AbortReason::NoSlot, it));
+        }
+        it.version = v;
+        it.ext.older = true;
+    }
+    Ok(())
+}
+
+/// The copy (index, version) at the end of the chain from the item's newest version down to
+/// the first version below `ts` (see [`read_older`]), if the record keeps one.
+fn older_copy<X>(t: &TableInfo, it: &Item<X>, ts: u64) -> Option<(usize, u64)> {
+    let (copies, b) = (usize::from(t.copies), t.copy_bytes());
+    if it.image.len() < copies * b {
+        return None;
+    }
+    let codec = t.codec();
+    let replaced_by = |c: usize, next: u64| {
+        let h = codec.header(&it.image[c * b..]);
+        (h.valid && h.key == it.key && h.table == it.table && h.lock == next && h.version < next)
+            .then_some(h.version)
+    };
+    let mut next = it.version;
+    for _ in 1..copies {
+        let (c, v) = (1..copies).find_map(|c| replaced_by(c, next).map(|v| (c, v)))?;
+        if v < ts {
+            return Some((c, v));
+        }
+        next = v;
+    }
+    None
 }
 
 /// The raise + freeze rounds (the module's phase 3): again while a CAS found the word

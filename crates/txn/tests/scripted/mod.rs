@@ -31,6 +31,22 @@ where
     F0: AsyncFn(&mut Coordinator) -> Steps + 'static,
     F1: AsyncFn(&mut Coordinator) -> Steps + 'static,
 {
+    script_with(protocol, code, protocol.copies(), s0, s1)
+}
+
+/// [`script`] with the table's records kept in `copies` copies (MVCC's version slots).
+#[allow(dead_code)] // (not every test binary that includes this module uses it)
+pub fn script_with<F0, F1>(
+    protocol: Protocol,
+    code: u64,
+    copies: u8,
+    s0: F0,
+    s1: F1,
+) -> (Steps, Steps, Vec<HTxn>)
+where
+    F0: AsyncFn(&mut Coordinator) -> Steps + 'static,
+    F1: AsyncFn(&mut Coordinator) -> Steps + 'static,
+{
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -38,7 +54,9 @@ where
         log_slice_bytes: 4096,
         region_bytes: None,
     };
-    let spec = TableSpec::new(T, "t", 8, 64).with_meta_words(protocol.meta_words());
+    let spec = TableSpec::new(T, "t", 8, 64)
+        .with_meta_words(protocol.meta_words())
+        .with_copies(copies);
     let plan = Plan::new(&[spec], &shape).unwrap();
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = Profile::ideal();
