@@ -54,8 +54,9 @@
 //! were alone; copies 1.. are older versions, each a whole encoded record (its own header,
 //! its lines stamped with its own version), written only by a commit that displaces copy 0.
 //! The codec sees one copy: [`SingleVersion::bytes`] is a copy's size, and its functions
-//! take a longer buffer (a whole slot) by its first copy; [`SingleVersion::check_copies`]
-//! checks every copy's stamps. What the copies mean is the protocol's (`mvcc.rs`).
+//! take a longer buffer (a whole slot) by its first copy; an older copy is checked by
+//! [`SingleVersion::check`] on its own bytes. What the copies mean is the protocol's
+//! (`mvcc.rs`).
 //!
 //! Motor's multi-version CVTs ([`RecordFormat::Cvt`], [`crate::cvt`]) reuse this encoding: a
 //! CVT is a record whose value is its array of version cells.
@@ -446,20 +447,6 @@ impl SingleVersion {
         Ok(h)
     }
 
-    /// Every copy of a slot's `copies` (`rec` holds them all) checked as [`Self::check`]
-    /// checks one: each copy's lines agree with its own line 0. Returns copy 0's header.
-    pub fn check_copies(&self, rec: &[u8], copies: usize) -> Result<RecordHeader, Torn> {
-        assert!(rec.len() >= copies * self.bytes(), "a slot's copies");
-        for c in 1..copies {
-            let at = c * self.bytes();
-            self.check(&rec[at..at + self.bytes()]).map_err(|t| Torn {
-                line: c * self.lines + t.line,
-                ..t
-            })?;
-        }
-        self.check(rec)
-    }
-
     /// Copies value bytes `from..from + out.len()` of the record `rec` into `out` (the stamps
     /// are [`Self::check`]'s business).
     pub fn read_value(&self, rec: &[u8], from: usize, out: &mut [u8]) {
@@ -525,19 +512,20 @@ mod tests {
         let b = f.bytes();
         let mut slot = vec![0u8; 3 * b];
         f.encode(&hdr(9), &[1; 100], &mut slot);
-        // Encoding into a slot zeroes the older copies: empty, and whole.
+        // Encoding into a slot zeroes the older copies: empty.
         assert!(slot[b..].iter().all(|&x| x == 0));
-        assert_eq!(f.check_copies(&slot, 3), Ok(hdr(9)));
         f.encode(&hdr(5), &[2; 100], &mut slot[b..2 * b]);
-        assert_eq!(f.check_copies(&slot, 3), Ok(hdr(9)));
         let mut out = [0u8; 100];
         assert_eq!(f.decode(&slot[b..2 * b], &mut out), Ok(hdr(5)));
         assert_eq!(out, [2; 100]);
-        // Copy 1's second line from another version: torn, though copy 0 is whole.
+        // Copy 1's second line from another version: torn, though copy 0 (the slot's first
+        // copy, what the codec sees of a whole slot) is whole.
         slot[b + LINE..b + LINE + 8].copy_from_slice(&7u64.to_le_bytes());
-        let t = f.check_copies(&slot, 3).unwrap_err();
-        assert_eq!((t.line, t.version, t.stamp), (f.lines + 1, 5, 7));
+        let t = f.check(&slot[b..2 * b]).unwrap_err();
+        assert_eq!((t.line, t.version, t.stamp), (1, 5, 7));
         assert_eq!(f.check(&slot), Ok(hdr(9)));
+        assert_eq!(f.decode(&slot, &mut out), Ok(hdr(9)));
+        assert_eq!(out, [1; 100]);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use dtxn_fabric::{Endpoint, NodeId};
 use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::record::{RecordHeader, SingleVersion, Torn};
-use dtxn_store::{PoolMap, TableInfo};
+use dtxn_store::PoolMap;
 
 /// How execution locks what it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -413,7 +413,7 @@ fn on_record<P: Protocol>(
     }
     let it = &mut tx.items[i];
     let bytes = done.bytes(&tx.c.ep);
-    let decoded = decode(t, bytes, &mut it.value, trust_inv);
+    let decoded = decode(codec, bytes, &mut it.value, trust_inv);
     let Ok(h) = decoded else {
         out.reread(i, off, expect);
         return;
@@ -476,22 +476,17 @@ fn fill<X>(it: &mut Item<X>, codec: SingleVersion, h: &RecordHeader, off: u64, r
 }
 
 /// A record's header and value, its stamps checked, unless `trust_invisible_bit` (the
-/// negative control: the published FORD's read path). A record kept with older copies has
-/// every copy's stamps checked: a READ that caught one mid-write is read again, so that what
-/// the protocol finds in an older copy is exact too.
+/// negative control: the published FORD's read path). (A record kept with older copies: its
+/// copy 0, the codec's; the older copies are the protocol's to check.)
 #[inline]
 fn decode(
-    t: &TableInfo,
+    codec: SingleVersion,
     rec: &[u8],
     value: &mut [u8],
     trust_invisible_bit: bool,
 ) -> Result<RecordHeader, Torn> {
-    let codec = t.codec();
     if trust_invisible_bit {
         Ok(codec.decode_unchecked(rec, value))
-    } else if t.copies > 1 {
-        codec.check_copies(rec, usize::from(t.copies))?;
-        codec.decode(rec, value)
     } else {
         codec.decode(rec, value)
     }
@@ -640,7 +635,7 @@ fn on_bucket<P: Protocol>(
     } else if let Some((slot, off)) = scan.found {
         tx.c.cache.insert(table_id, key, off);
         let rec = t.slot_bytes(bytes, slot);
-        let decoded = decode(t, rec, &mut it.value, trust_inv);
+        let decoded = decode(codec, rec, &mut it.value, trust_inv);
         match decoded {
             Ok(h) if h.lock & INVISIBLE == 0 => {
                 fill(it, codec, &h, off, rec);

@@ -401,8 +401,10 @@ fn older_copy<X>(t: &TableInfo, it: &Item<X>, ts: u64) -> Option<(usize, u64)> {
         return None;
     }
     let codec = t.codec();
+    // A torn copy (being overwritten, or left torn by a crashed commit: the undo log restores
+    // copy 0 alone) is no link: its stamps are checked, as copy 0's were by the fetch.
     let replaced_by = |c: usize, next: u64| {
-        let h = codec.header(&it.image[c * b..]);
+        let h = codec.check(&it.image[c * b..(c + 1) * b]).ok()?;
         (h.valid && h.key == it.key && h.table == it.table && h.lock == next && h.version < next)
             .then_some(h.version)
     };
@@ -586,5 +588,95 @@ fn frozen_into_images(tx: &mut Tx<'_, Mvcc>) {
                     .set_meta_word(&mut it.image, 0, f);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dtxn_store::{Plan, PoolShape, TableSpec};
+
+    const T: u32 = 1;
+
+    /// A 4-copy table, and an item of key 1 whose newest version is `copies[0]`'s and whose
+    /// image is the slot: each copy given as (version, successor), `None` for an empty one.
+    fn slot(copies: [Option<(u64, u64)>; 4]) -> (TableInfo, Item<Word>) {
+        // 64 value bytes: two lines per copy, so that a copy can be torn.
+        let spec = TableSpec::new(T, "t", 64, 16)
+            .with_meta_words(1)
+            .with_copies(4);
+        let plan = Plan::new(&[spec], &PoolShape::default()).unwrap();
+        let t = plan.table(T).unwrap().clone();
+        let (codec, b) = (t.codec(), t.copy_bytes());
+        let mut image = vec![0u8; t.record_bytes as usize];
+        for (c, copy) in copies.iter().enumerate() {
+            let Some((version, next)) = *copy else {
+                continue;
+            };
+            let h = RecordHeader {
+                lock: next,
+                version,
+                key: 1,
+                table: T,
+                valid: true,
+            };
+            codec.encode(&h, &[version as u8; 64], &mut image[c * b..(c + 1) * b]);
+        }
+        let it = Item {
+            table: T,
+            key: 1,
+            rw: false,
+            offset: Some(0),
+            node: 0,
+            exists: true,
+            version: copies[0].expect("a newest version").0,
+            locked: false,
+            shared: false,
+            cold: false,
+            value: vec![0; 64],
+            image,
+            seen: None,
+            new: NewValue::Keep,
+            chain_lock: None,
+            in_log: false,
+            install: None,
+            meta: 0,
+            meta1: 0,
+            ext: Word::default(),
+        };
+        (t, it)
+    }
+
+    #[test]
+    fn an_older_read_follows_the_chain_of_successors() {
+        // Committed: 5, 10, 30, 50 (copy 0). The copies in slot order, not version order.
+        let (t, it) = slot([Some((50, 0)), Some((10, 30)), Some((30, 50)), Some((5, 10))]);
+        assert_eq!(older_copy(&t, &it, 40), Some((2, 30)));
+        assert_eq!(older_copy(&t, &it, 30), Some((1, 10)));
+        assert_eq!(older_copy(&t, &it, 6), Some((3, 5)));
+        // Older than every version kept: no slot.
+        assert_eq!(older_copy(&t, &it, 5), None);
+    }
+
+    /// A copy whose successor never committed (displaced by a commit that was rolled back,
+    /// seen before the roll-back restored it) is off the chain, though its `wts` is the
+    /// largest below the reader: 10's successor 45 was rolled back, then 30 and 50 committed,
+    /// and this READ took copy 1 before 50's commit wrote `(30, 50)` there. Taking the copy
+    /// with the largest `wts` below 40 (RCC's rule) would read 10, below the committed 30.
+    #[test]
+    fn a_copy_off_the_chain_is_never_read() {
+        let (t, it) = slot([Some((50, 0)), Some((10, 45)), Some((5, 10)), None]);
+        assert_eq!(older_copy(&t, &it, 40), None);
+        // Another key's copy (a slot reused) is off the chain too.
+        let (t, mut it) = slot([Some((50, 0)), Some((30, 50)), None, None]);
+        assert_eq!(older_copy(&t, &it, 40), Some((1, 30)));
+        it.key = 2;
+        assert_eq!(older_copy(&t, &it, 40), None);
+        // A torn copy (caught mid-write, or left torn by a crash) is no link either.
+        let (t, mut it) = slot([Some((50, 0)), Some((30, 50)), None, None]);
+        let b = t.copy_bytes();
+        assert_eq!(b, 128);
+        it.image[b + 64..b + 72].copy_from_slice(&31u64.to_le_bytes());
+        assert_eq!(older_copy(&t, &it, 40), None);
     }
 }
