@@ -181,18 +181,25 @@ pub struct RccOptions {
 }
 
 /// RCC's MVCC's switches.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MvccOptions {
     /// Version slots per record (RCC's static slots: the record and `slots - 1` older
     /// versions beside it), 1 to [`dtxn_store::record::MAX_COPIES`]. A layout switch: the
     /// pool's tables are laid out with it ([`TxnConfig::copies`]).
     pub slots: u8,
+    /// A read-only item's READ takes the record's newest version alone, and the older slots
+    /// in a second READ only when the newest is too new (RCC's READ takes every slot at once:
+    /// K times the bytes of every read, for the few that need an older version).
+    pub lazy_slots: bool,
 }
 
 impl Default for MvccOptions {
     fn default() -> MvccOptions {
-        MvccOptions { slots: 4 }
+        MvccOptions {
+            slots: 4,
+            lazy_slots: false,
+        }
     }
 }
 
@@ -313,8 +320,7 @@ impl TxnConfig {
         }
         if self.mvcc != MvccOptions::default() && p != Protocol::Mvcc {
             return Err(format!(
-                "--set mvcc.slots={}: a switch of mvcc, not of {}",
-                self.mvcc.slots,
+                "--set mvcc.*: the switches of mvcc, not of {}",
                 p.name()
             ));
         }

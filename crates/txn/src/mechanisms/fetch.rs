@@ -15,6 +15,7 @@ use super::lock::{give_back_after_failure, unshare};
 use super::rpc::{CasRead, Read};
 use super::{abort, next_bucket, table, INVISIBLE, SHARED};
 use crate::abort::{Abort, AbortReason};
+use crate::config::TxnConfig;
 use crate::item::{Access, Item};
 use crate::protocol::Protocol;
 use crate::stage::Stage as Step;
@@ -24,7 +25,7 @@ use dtxn_fabric::{Endpoint, NodeId};
 use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::record::{RecordHeader, SingleVersion, Torn};
-use dtxn_store::PoolMap;
+use dtxn_store::{PoolMap, TableInfo};
 
 /// How execution locks what it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -350,7 +351,7 @@ fn post<P: Protocol>(
                 fetch_via,
                 it.node,
                 off,
-                t.record_bytes as usize,
+                read_len(&tx.c.cfg, t, it.rw),
             )),
             Stage::Bucket { at, .. } => Fetched::Read(Read::post(
                 ep,
@@ -360,6 +361,18 @@ fn post<P: Protocol>(
                 t.bucket_bytes as usize,
             )),
         });
+    }
+}
+
+/// Bytes a record READ takes: the whole slot, except for a read-only item of a table kept
+/// with older copies (MVCC's version slots) under `mvcc.lazy_slots`: its copy 0 alone (the
+/// protocol READs the older copies when it needs one).
+#[inline]
+fn read_len(cfg: &TxnConfig, t: &TableInfo, rw: bool) -> usize {
+    if t.copies > 1 && !rw && cfg.mvcc.lazy_slots {
+        t.copy_bytes()
+    } else {
+        t.record_bytes as usize
     }
 }
 
@@ -407,7 +420,7 @@ fn on_record<P: Protocol>(
     let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
     let t = table(map, table_id);
     let codec = t.codec();
-    let len = t.record_bytes as usize;
+    let len = read_len(&tx.c.cfg, t, rw);
     if !locked_and_read(tx, (i, expect, len), (off, lock, locking), done, out) {
         return;
     }

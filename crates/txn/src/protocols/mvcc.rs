@@ -22,10 +22,14 @@
 //! mechanism keeps working on copy 0 as on any single-version record (the stamped fetch and
 //! its torn re-read, the hitchhiked lock, inserts, the undo log, `settle`'s roll forward and
 //! back, the RPC forms, the install), and the older copies ride along as bytes: the fetch's
-//! READ covers the whole slot (K copies, K x the bytes), the undo image is the whole slot (so
-//! every roll-back, the install's or `settle`'s, puts the older copies back too), and the
-//! install posts one more WRITE per record. Per-line stamps stay exact for every copy (the
-//! fetch checks each copy's lines against its own version, and reads a torn slot again). A
+//! READ covers the whole slot (K copies, K x the bytes; under `mvcc.lazy_slots` a read-only
+//! item's READ takes copy 0 alone and the older copies come in a second READ when needed),
+//! the undo log keeps copy 0 alone, and the install posts one more WRITE per record.
+//! Per-line stamps stay exact for every copy: the fetch checks copy 0's (a torn one is read
+//! again), the chain walk each older copy's (a torn one, caught mid-write or left by a
+//! crashed commit, is no link). A roll-back from the log leaves the older copy the commit
+//! overwrote as it wrote it (the version it replaced, naming a successor that never
+//! committed): harmless, since readers follow only links from committed versions. A
 //! `wts[K]` array would not fit line 0 beside the header and the rts word (K = 4 needs 32
 //! bytes of its 24 free), and copies written in place under it would need stamps tied to
 //! the array anyway. Motor's CVT code holds versions as a newest value plus pre-images (an
@@ -52,7 +56,9 @@
 //!    record's K copies. Per-line stamps make a torn READ exact: it is read again. R1 for a
 //!    read-only item whose newest version is not below `ctts`: it reads the newest older copy
 //!    below `ctts`, found down the chain of copies, or aborts at once (`no-slot`: no slot
-//!    holds its version). The undo log (whole slots) in the background.
+//!    holds its version); under `mvcc.lazy_slots` its READ took copy 0 alone, and its older
+//!    copies are READ now (1 RT more, for those items only). The undo log (copy 0) in the
+//!    background.
 //! 2. **Lock** (only inserts' free slots and cold items): CAS + READ(header).
 //! 3. **Raise + freeze** (1 RT when anything needs it; RCC's rts CAS and W1 re-check). R1:
 //!    every item's `wts < ctts` (for a key read absent: its tombstone's), else abort. Each
@@ -214,7 +220,7 @@ impl Protocol for Mvcc {
             needs_meta_words(&tx.c.map, a.table, a.key, 1)?;
         }
         fetch::records(tx, accesses, Locking::Optimistic { hitchhike: true }).await?;
-        read_older(tx)?;
+        read_older(tx).await?;
         undo::log_undo(tx).await
     }
 
@@ -361,20 +367,52 @@ fn plan(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
 /// chain from the newest version down: each older copy carries the version that replaced it
 /// (its lock word, written by that version's commit, [`crate::mechanisms::install`]), and
 /// the chain is `v0` (the newest, visible: committed) -> the copy replaced by `v0` -> the copy
-/// replaced by that one ... -> the first copy below us. Each link is a fact written once by a
-/// committed writer holding the lock (a version `v`'s commit displaces exactly its
-/// predecessor), so the chain names consecutive committed versions whatever moment each copy
-/// was read at (the fetch checked every copy's stamps: none is torn), and the copy read is
+/// replaced by that one ... -> the first copy below us. A copy naming `x` as its successor is
+/// written only by `x`'s commit, holding the lock (a version's commit displaces exactly its
+/// predecessor, which was in copy 0 under its lock: committed), so the chain names
+/// consecutive committed versions whatever moment each copy was read at (each copy's stamps
+/// checked: a torn one is no link), and the copy read is
 /// the newest committed version below us: its successor is above us, committed, and every
 /// later version is above that. So the read needs no rts raise and no re-check (no version
 /// can ever be installed between it and us). A copy that merely has the largest `wts` below
 /// us is not enough: lines of one READ come from different moments, and a copy written by a
 /// commit that was then rolled back names a successor that never was.
-fn read_older(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
+///
+/// Under `mvcc.lazy_slots` the fetch READ took the newest version alone: the older copies of
+/// the items that need one are READ now (one round trip more, for those reads only; the
+/// chain's links hold whenever they are read).
+async fn read_older(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let ts = tx.st;
+    let needs = |it: &Item<Word>| !(it.rw || !it.exists || it.ext.older || it.version < ts);
+    let mut reads = std::mem::take(&mut tx.s.reads);
+    reads.clear();
+    let via = tx.c.via(Stage::Fetch);
+    for (i, it) in tx.items.iter().enumerate().filter(|(_, it)| needs(it)) {
+        let t = table(&map, it.table);
+        let (copies, b) = (usize::from(t.copies), t.copy_bytes());
+        if copies > 1 && it.image.len() < copies * b {
+            let off = it.offset.expect("exists") + b as u64;
+            let len = (copies - 1) * b;
+            reads.push((i, Read::post(&mut tx.c.ep, via, it.node, off, len)));
+        }
+    }
+    if let Some(&(first, _)) = reads.first() {
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[first]));
+        }
+        for &(i, r) in &reads {
+            let it = &mut tx.items[i];
+            let (b, bytes) = (table(&map, it.table).copy_bytes(), r.bytes(&tx.c.ep));
+            // Copy 0 is not looked at again: zeros stand for it.
+            it.image.clear();
+            it.image.resize(b, 0);
+            it.image.extend_from_slice(bytes);
+        }
+    }
+    tx.s.reads = reads;
     for it in tx.items.iter_mut() {
-        if it.rw || !it.exists || it.ext.older || it.version < ts {
+        if !needs(it) {
             continue;
         }
         tx.s.last = tx.s.last.max(it.version);
