@@ -334,7 +334,8 @@ fn a_row_this_coordinator_inserted_is_updated_through_its_cached_address() {
 
 /// RCC's protocols' critical-path round trips (the RCC digest's section 3.7), one-sided and
 /// with every stage as RPCs (hybrid code 0): the same, since every stage is one round trip
-/// to each memory node either way.
+/// to each memory node either way (but MVCC's read-only transactions: one RAISE request reads
+/// and raises).
 #[test]
 fn rccs_protocols_cost_what_their_stage_lists_say() {
     use dtxn_txn::{HybridCode, Protocol, RccOptions};
@@ -394,7 +395,11 @@ fn rccs_protocols_cost_what_their_stage_lists_say() {
         // slots change none of these: the older copies come with the fetch's READ (4x its
         // bytes) and the displaced version's WRITE goes in the commit's batch. A read-only
         // transaction older than a record's newest version reads an older slot and needs no
-        // raise: 1 round trip (asserted in tests/mvcc.rs).
+        // raise: 1 round trip (asserted in tests/mvcc.rs). With the fetch as RPCs (the READ
+        // bit clear, code 0 here, RCC's 28), a read-only item's READ is one RAISE request that
+        // raises the rts and READs after it (RCC's one-request RPC read): read-only
+        // transactions whose records' addresses are cached take 1 round trip.
+        let read_only = if code & 2 == 0 { 1 } else { 2 };
         assert_eq!(
             measure(Protocol::Mvcc),
             [
@@ -402,8 +407,8 @@ fn rccs_protocols_cost_what_their_stage_lists_say() {
                 ("cold read-write + read-only", 4),
                 ("read-write", 3),
                 ("read-write + read-only", 3),
-                ("read-only", 2),
-                ("read-only, one item", 2),
+                ("read-only", read_only),
+                ("read-only, one item", read_only),
             ],
             "mvcc hybrid {code}"
         );

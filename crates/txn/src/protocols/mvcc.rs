@@ -83,7 +83,13 @@
 //! rcc.hybrid=CODE`); every atomic on an rts word (raise, freeze, unfreeze) goes the fetch
 //! stage's way (G11). As RPCs, a raise is one RAISE request (the memory node raises whatever
 //! the word holds, unless frozen, and READs the header after it: no retry), a freeze a LOCK
-//! request (CAS + READ).
+//! request (CAS + READ). A read-only item's fetch as RPCs is itself a RAISE request, with the
+//! READ of the whole record after the raise (RCC's one-request RPC read,
+//! [`Locking::Timestamped`]): the rts word it returns is raised already (or frozen, or
+//! higher), so phase 3 has nothing to raise, and a read-only transaction whose addresses are
+//! cached costs 1 RT. Exact for the same reason as a raise with its READ after it: a writer
+//! below us either froze before the raise (the word comes back frozen: we abort) or freezes
+//! after it (W1 fails on the raised word).
 //!
 //! **The rts-bump ordering race** (digest 3.4, note 1): in RCC, a reader checks its READ and
 //! raises `rts` afterwards, and a writer checks W1 on a READ after its lock; a writer below the
@@ -219,7 +225,8 @@ impl Protocol for Mvcc {
         for a in accesses {
             needs_meta_words(&tx.c.map, a.table, a.key, 1)?;
         }
-        fetch::records(tx, accesses, Locking::Optimistic { hitchhike: true }).await?;
+        let ts = tx.st;
+        fetch::records(tx, accesses, Locking::Timestamped { ts }).await?;
         read_older(tx).await?;
         undo::log_undo(tx).await
     }
