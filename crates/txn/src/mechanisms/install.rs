@@ -160,8 +160,10 @@ pub(crate) fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, l
 /// version that followed it: a reader checks a chain of copies against it, `mvcc.rs`).
 /// Returns where it goes: over the oldest of the older copies (an empty one first). Posted
 /// on each replica before the new record, on the same QP, so applied before it (G4): a
-/// replica whose new record is whole has the copy too (what recovery's roll forward needs),
-/// and a roll-back writes the whole image back, the older copies with it. `None` if the
+/// replica whose new record is whole has the copy too (what recovery's roll forward needs).
+/// The install's own roll-back writes the whole image back, the older copies with it;
+/// recovery's, from the undo log, copy 0 alone (the copy left behind names a successor that
+/// never committed: off every reader's chain, `mvcc.rs`). `None` if the
 /// table keeps one copy, or the commit replaces no version (an insert, a re-created key).
 fn displace<X>(copy: &mut Vec<u8>, t: &TableInfo, it: &Item<X>) -> Option<u64> {
     let (copies, b) = (usize::from(t.copies), t.copy_bytes());

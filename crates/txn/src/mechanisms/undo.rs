@@ -60,8 +60,9 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
         // For an insert, the free slot as it was (a tombstone keeps its key and version).
         // A record kept with older copies (MVCC's version slots): its copy 0 alone. A
         // roll-back from the log then leaves the older copy the commit overwrote as the
-        // commit wrote it (the version it replaced, naming it as its successor, or torn):
-        // readers follow only links from committed versions, and skip torn copies.
+        // commit wrote it (the version it replaced, naming the rolled-back one as its
+        // successor, or torn): readers follow only links from committed versions, and skip
+        // torn copies.
         let copy = table(&map, it.table).copy_bytes();
         let image: &[u8] = &it.image[..it.image.len().min(copy)];
         let offset = it.offset.expect("exists");
