@@ -342,7 +342,8 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
 /// coordinator's commit that had landed everywhere (acknowledged, its release cut off) was
 /// rolled back (the kv check: "written 3 times, committed transactions wrote it 4 times").
 /// A whole record newer than the image is new, whatever the step (SUNDIAL's commit timestamps
-/// too).
+/// too). (Seed 2 crashes a coordinator whose commit had landed, with MVCC's four version
+/// slots and leases; the test fails with recovery's old `version + 1` rule.)
 #[test]
 fn recovery_rolls_forward_a_commit_whose_version_is_its_timestamp() {
     let o = dtxn(&[
@@ -354,7 +355,7 @@ fn recovery_rolls_forward_a_commit_whose_version_is_its_timestamp() {
         "--protocol",
         "mvcc",
         "--seed",
-        "10",
+        "2",
         "--txns",
         "2000",
         "--compute-nodes",

@@ -41,7 +41,9 @@ pub struct TableInfo {
     /// Metadata words per record, after the header in line 0 (single-version tables only;
     /// see [`crate::record`]).
     pub meta_words: u8,
-    /// Bytes of one record (what a READ of it fetches).
+    /// Copies of each record in its slot (RCC's MVCC version slots; 1 otherwise).
+    pub copies: u8,
+    /// Bytes of one record, all its copies (what a READ of it fetches).
     pub record_bytes: u32,
     /// Distance between slots (record bytes, padded for the mod-4096 spread).
     pub slot_stride: u64,
@@ -104,6 +106,12 @@ impl TableInfo {
             ),
             _ => SingleVersion::with_meta(self.value_size as usize, self.meta_words),
         }
+    }
+
+    /// Bytes of one copy of a record (all of it unless the table keeps several copies).
+    #[inline]
+    pub fn copy_bytes(&self) -> usize {
+        self.codec().bytes()
     }
 
     /// The word counting allocated overflow buckets.

@@ -27,12 +27,13 @@
 //! 8 replica nodes [u16; 8], by rank | 24 value size u32 | 28 record bytes u32
 //! 32 table offset u64 | 40 bucket count u64 | 48 slots per bucket u32 | 52 bucket bytes u32
 //! 56 overflow offset u64 | 64 overflow buckets u64 | 72 name, 48 bytes UTF-8, zero-padded
+//! 120 copies of each record u8 (0 in pools from before them: 1)
 //! 128 multi-version tables only (vnum 0 otherwise): vnum u8 | 129 attributes u8 | 132 bar
 //! lines u32 | 136 value region offset u64 | 144 value stride u64 | 152 attribute ends [u32; 24]
 //! ```
 
 use crate::error::StoreError;
-use crate::record::{RecordFormat, SingleVersion, MAX_META_WORDS};
+use crate::record::{RecordFormat, SingleVersion, MAX_COPIES, MAX_META_WORDS};
 use dtxn_fabric::NodeId;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DTXNPOOL");
@@ -168,6 +169,8 @@ pub struct CatalogEntry {
     pub value_size: u32,
     /// Metadata words per record (see [`crate::record`]).
     pub meta_words: u8,
+    /// Copies of each record in its slot (see [`crate::record`]).
+    pub copies: u8,
     pub record_bytes: u32,
     pub table_off: u64,
     pub bucket_count: u64,
@@ -202,6 +205,7 @@ impl CatalogEntry {
         let name = self.name.as_bytes();
         let n = name.len().min(NAME_BYTES);
         b[72..72 + n].copy_from_slice(&name[..n]);
+        b[120] = self.copies;
         if let Some(mv) = &self.mv {
             assert!(mv.attr_ends.len() <= crate::cvt::MAX_ATTRS);
             b[128] = mv.vnum;
@@ -236,6 +240,7 @@ impl CatalogEntry {
             replicas,
             value_size: u32_at(b, 24),
             meta_words: b[7],
+            copies: b[120].max(1),
             record_bytes: u32_at(b, 28),
             table_off: u64_at(b, 32),
             bucket_count: u64_at(b, 40),
@@ -280,9 +285,18 @@ impl CatalogEntry {
                 format.name()
             )));
         }
+        if usize::from(e.copies) > MAX_COPIES || (e.copies > 1 && format != RecordFormat::Single) {
+            return Err(corrupt(format!(
+                "table {} has {} copies per {} record",
+                e.table,
+                e.copies,
+                format.name()
+            )));
+        }
         if format == RecordFormat::Single
             && (e.record_bytes as usize)
                 < SingleVersion::with_meta(e.value_size as usize, e.meta_words).bytes()
+                    * usize::from(e.copies)
         {
             return Err(corrupt(format!(
                 "table {} has records of {} bytes, too small for {} value bytes and {meta} \
@@ -362,6 +376,7 @@ mod tests {
             replicas: vec![2, 0],
             value_size: 300,
             meta_words: 0,
+            copies: 1,
             record_bytes: 384,
             table_off: 1 << 16,
             bucket_count: 1000,
@@ -373,7 +388,26 @@ mod tests {
         };
         let mut b = [0u8; ENTRY_BYTES];
         e.encode(&mut b);
-        assert_eq!(CatalogEntry::decode(0, &b), Ok(e));
+        assert_eq!(CatalogEntry::decode(0, &b), Ok(e.clone()));
+        // Copies: kept; too few bytes for them, or too many, refused.
+        let four = CatalogEntry {
+            copies: 4,
+            record_bytes: 4 * 384,
+            bucket_bytes: 64 + 4 * 4 * 384,
+            ..e.clone()
+        };
+        four.encode(&mut b);
+        assert_eq!(CatalogEntry::decode(0, &b), Ok(four.clone()));
+        for (copies, record_bytes) in [(4, 3 * 384), (MAX_COPIES as u8 + 1, 4 * 384)] {
+            CatalogEntry {
+                copies,
+                record_bytes,
+                ..four.clone()
+            }
+            .encode(&mut b);
+            assert!(CatalogEntry::decode(0, &b).is_err(), "{copies} copies");
+        }
+        e.encode(&mut b);
         b[4] = 9;
         assert!(CatalogEntry::decode(0, &b).is_err());
     }
@@ -389,6 +423,7 @@ mod tests {
             replicas: vec![1],
             value_size: value_size as u32,
             meta_words,
+            copies: 1,
             record_bytes,
             table_off: 1 << 16,
             bucket_count: 10,

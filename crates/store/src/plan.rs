@@ -4,7 +4,7 @@
 use crate::error::StoreError;
 use crate::index::TableInfo;
 use crate::layout::{CATALOG_OFF, ENTRY_BYTES, MAX_REPLICAS, NAME_BYTES};
-use crate::record::{RecordFormat, SingleVersion, MAX_META_WORDS};
+use crate::record::{RecordFormat, SingleVersion, MAX_COPIES, MAX_META_WORDS};
 use dtxn_fabric::NodeId;
 
 /// What a workload asks of the store for one table.
@@ -35,6 +35,10 @@ pub struct TableSpec {
     /// timestamps, queue locks), 0 to [`MAX_META_WORDS`]; they follow the header in line 0
     /// (see [`crate::record`]). Single-version tables only.
     pub meta_words: u8,
+    /// Copies of the record per slot, 1 to [`MAX_COPIES`]: copy 0 is the record, the others
+    /// hold older versions (RCC's MVCC version slots, see [`crate::record`]). Single-version
+    /// tables only.
+    pub copies: u8,
 }
 
 impl TableSpec {
@@ -52,7 +56,14 @@ impl TableSpec {
             update_mix: Vec::new(),
             vnum: 4,
             meta_words: 0,
+            copies: 1,
         }
+    }
+
+    /// This table with `copies` copies of each record (RCC's MVCC version slots).
+    pub fn with_copies(mut self, copies: u8) -> TableSpec {
+        self.copies = copies;
+        self
     }
 
     /// This table with `words` metadata words per record.
@@ -182,6 +193,7 @@ impl Plan {
             let record_bytes = match s.format {
                 RecordFormat::Single => {
                     SingleVersion::with_meta(s.value_size, s.meta_words).bytes()
+                        * usize::from(s.copies)
                 }
                 RecordFormat::Cvt => crate::cvt::cvt_bytes(usize::from(s.vnum), s.value_size),
             } as u64;
@@ -229,6 +241,7 @@ impl Plan {
                 format: s.format,
                 value_size: s.value_size as u32,
                 meta_words: s.meta_words,
+                copies: s.copies,
                 record_bytes: record_bytes as u32,
                 slot_stride: stride,
                 slots_per_bucket: slots,
@@ -310,6 +323,14 @@ fn check_spec(s: &TableSpec) -> Result<(), StoreError> {
                 s.attributes, s.value_size
             )));
         }
+    }
+    if !(1..=MAX_COPIES).contains(&usize::from(s.copies))
+        || (s.copies > 1 && s.format != RecordFormat::Single)
+    {
+        return Err(bad(format!(
+            "records have 1 to {MAX_COPIES} copies (single-version tables only), not {}",
+            s.copies
+        )));
     }
     if usize::from(s.meta_words) > MAX_META_WORDS {
         return Err(bad(format!(
@@ -469,6 +490,31 @@ mod tests {
             assert_eq!(t.codec().bytes(), t.record_bytes as usize);
             assert!(t.slot_stride >= u64::from(t.record_bytes));
         }
+    }
+
+    #[test]
+    fn copies_multiply_the_record_and_are_bounded() {
+        let specs = [
+            TableSpec::new(1, "one", 24, 100).with_meta_words(1),
+            TableSpec::new(2, "four", 24, 100)
+                .with_meta_words(1)
+                .with_copies(4),
+        ];
+        let p = Plan::new(&specs, &shape(2, 2)).unwrap();
+        let records: Vec<(u8, u32, usize)> = p
+            .tables
+            .iter()
+            .map(|t| (t.copies, t.record_bytes, t.copy_bytes()))
+            .collect();
+        assert_eq!(records, [(1, 64, 64), (4, 256, 64)]);
+        for bad in [0, MAX_COPIES as u8 + 1] {
+            let s = [TableSpec::new(1, "t", 24, 100).with_copies(bad)];
+            assert!(Plan::new(&s, &shape(2, 2)).is_err(), "{bad} copies");
+        }
+        let cvt = [TableSpec::new(1, "t", 24, 100)
+            .multi_version(2)
+            .with_copies(2)];
+        assert!(Plan::new(&cvt, &shape(2, 2)).is_err());
     }
 
     #[test]

@@ -47,6 +47,17 @@
 //! With no words (every protocol before them) the layout and the codec's code are the ones
 //! above.
 //!
+//! # Copies (RCC's MVCC version slots)
+//!
+//! A table may keep `copies` (1 to [`MAX_COPIES`]) copies of each record back to back in its
+//! slot: copy 0 is the record above, which every mechanism reads, locks and writes as if it
+//! were alone; copies 1.. are older versions, each a whole encoded record (its own header,
+//! its lines stamped with its own version), written only by a commit that displaces copy 0.
+//! The codec sees one copy: [`SingleVersion::bytes`] is a copy's size, and its functions
+//! take a longer buffer (a whole slot) by its first copy; an older copy is checked by
+//! [`SingleVersion::check`] on its own bytes. What the copies mean is the protocol's
+//! (`mvcc.rs`).
+//!
 //! Motor's multi-version CVTs ([`RecordFormat::Cvt`], [`crate::cvt`]) reuse this encoding: a
 //! CVT is a record whose value is its array of version cells.
 
@@ -71,6 +82,9 @@ pub const VERSION_OFF: u64 = 8;
 pub const KEY_OFF: u64 = 16;
 pub const TABLE_OFF: u64 = 24;
 pub const VALID_OFF: u64 = 28;
+
+/// The most copies of a record a slot may hold.
+pub const MAX_COPIES: usize = 8;
 
 /// The most metadata words a record may have: all of line 0 after the header.
 pub const MAX_META_WORDS: usize = (LINE - HEADER_BYTES) / 8;
@@ -338,8 +352,12 @@ impl SingleVersion {
     /// [`Self::encode`] with a zero value: the header and the stamps, for a caller that writes
     /// the value in parts with [`Self::write_value`] (without assembling it first). The
     /// metadata words keep what `out` held, as with [`Self::encode`].
+    /// A longer `out` (a slot of several copies) gets the record as its first copy and zeros
+    /// after it: older copies of nothing.
     pub fn encode_header(&self, h: &RecordHeader, out: &mut [u8]) {
-        assert_eq!(out.len(), self.bytes());
+        assert!(out.len() >= self.bytes(), "a record's bytes");
+        let (out, rest) = out.split_at_mut(self.bytes());
+        rest.fill(0);
         if self.meta == 0 {
             out.fill(0);
         } else {
@@ -412,8 +430,9 @@ impl SingleVersion {
 
     /// [`Self::decode`] without the value: the header, or [`Torn`] if the record's lines
     /// disagree on the version. The value is then read in parts with [`Self::read_value`].
+    /// (A longer `rec`, a slot of several copies: its first copy.)
     pub fn check(&self, rec: &[u8]) -> Result<RecordHeader, Torn> {
-        assert_eq!(rec.len(), self.bytes());
+        assert!(rec.len() >= self.bytes(), "a record's bytes");
         let h = self.header(rec);
         for line in 1..self.lines {
             let stamp = word(rec, line * LINE);
@@ -485,6 +504,28 @@ mod tests {
         assert_eq!((f.head_bytes(), f.value_off()), (56, 56));
         let plain = SingleVersion::new(8);
         assert_eq!((plain.head_bytes(), plain.value_off()), (HEADER_BYTES, 32));
+    }
+
+    #[test]
+    fn copies_are_each_checked_by_their_own_stamps() {
+        let f = SingleVersion::with_meta(100, 1);
+        let b = f.bytes();
+        let mut slot = vec![0u8; 3 * b];
+        f.encode(&hdr(9), &[1; 100], &mut slot);
+        // Encoding into a slot zeroes the older copies: empty.
+        assert!(slot[b..].iter().all(|&x| x == 0));
+        f.encode(&hdr(5), &[2; 100], &mut slot[b..2 * b]);
+        let mut out = [0u8; 100];
+        assert_eq!(f.decode(&slot[b..2 * b], &mut out), Ok(hdr(5)));
+        assert_eq!(out, [2; 100]);
+        // Copy 1's second line from another version: torn, though copy 0 (the slot's first
+        // copy, what the codec sees of a whole slot) is whole.
+        slot[b + LINE..b + LINE + 8].copy_from_slice(&7u64.to_le_bytes());
+        let t = f.check(&slot[b..2 * b]).unwrap_err();
+        assert_eq!((t.line, t.version, t.stamp), (1, 5, 7));
+        assert_eq!(f.check(&slot), Ok(hdr(9)));
+        assert_eq!(f.decode(&slot, &mut out), Ok(hdr(9)));
+        assert_eq!(out, [1; 100]);
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub enum AbortReason {
     /// Multi-versioning: the version the snapshot needs was garbage-collected (the CVT has
     /// no version old enough: more versions per record, `vnum`, help).
     VersionGone,
+    /// Multi-versioning with static version slots (RCC's MVCC): no slot of the record holds
+    /// the version the transaction must read (every one kept is newer than it, or the chain
+    /// down to one older is gone): more slots, `mvcc.slots`, help.
+    NoSlot,
     /// The request itself was wrong (no such table, a value of the wrong size, an update of
     /// an item never read for update). A bug in the caller, reported as an abort so that a
     /// workload never panics on it.
@@ -46,7 +50,7 @@ pub enum AbortReason {
 }
 
 impl AbortReason {
-    pub const ALL: [AbortReason; 14] = [
+    pub const ALL: [AbortReason; 15] = [
         AbortReason::LockConflict,
         AbortReason::Validation,
         AbortReason::Invisible,
@@ -58,6 +62,7 @@ impl AbortReason {
         AbortReason::TableFull,
         AbortReason::NewerVersion,
         AbortReason::VersionGone,
+        AbortReason::NoSlot,
         AbortReason::BadRequest,
         AbortReason::CorruptChain,
         AbortReason::LeaseExpired,
@@ -76,6 +81,7 @@ impl AbortReason {
             AbortReason::TableFull => "table-full",
             AbortReason::NewerVersion => "newer-version",
             AbortReason::VersionGone => "version-gone",
+            AbortReason::NoSlot => "no-slot",
             AbortReason::BadRequest => "bad-request",
             AbortReason::CorruptChain => "corrupt-chain",
             AbortReason::LeaseExpired => "lease-expired",

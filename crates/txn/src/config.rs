@@ -176,6 +176,29 @@ pub struct RccOptions {
     pub hybrid: HybridCode,
 }
 
+/// RCC's MVCC's switches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MvccOptions {
+    /// Version slots per record (RCC's static slots: the record and `slots - 1` older
+    /// versions beside it), 1 to [`dtxn_store::record::MAX_COPIES`]. A layout switch: the
+    /// pool's tables are laid out with it ([`TxnConfig::copies`]).
+    pub slots: u8,
+    /// A read-only item's READ takes the record's newest version alone, and the older slots
+    /// in a second READ only when the newest is too new (RCC's READ takes every slot at once:
+    /// K times the bytes of every read, for the few that need an older version).
+    pub lazy_slots: bool,
+}
+
+impl Default for MvccOptions {
+    fn default() -> MvccOptions {
+        MvccOptions {
+            slots: 4,
+            lazy_slots: false,
+        }
+    }
+}
+
 /// Which mode Scythe's attempts run in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -234,6 +257,7 @@ pub struct TxnConfig {
     /// it: its log before any in-place write, and each backup after its last commit WRITE
     /// (FORD's selective remote flush; a lost primary is rebuilt from its backups).
     pub flush: bool,
+    pub mvcc: MvccOptions,
     /// Entries of each coordinator's address cache.
     pub addr_cache_entries: usize,
     /// How often a torn or invisible record is re-read before the transaction aborts.
@@ -249,6 +273,7 @@ impl Default for TxnConfig {
             rcc: RccOptions::default(),
             scythe: ScytheOptions::default(),
             flush: false,
+            mvcc: MvccOptions::default(),
             addr_cache_entries: 1 << 16,
             reread_limit: 16,
         }
@@ -302,6 +327,19 @@ impl TxnConfig {
                 p.name()
             ));
         }
+        if self.mvcc != MvccOptions::default() && p != Protocol::Mvcc {
+            return Err(format!(
+                "--set mvcc.*: the switches of mvcc, not of {}",
+                p.name()
+            ));
+        }
+        let max = dtxn_store::record::MAX_COPIES;
+        if !(1..=max).contains(&usize::from(self.mvcc.slots)) {
+            return Err(format!(
+                "--set mvcc.slots={}: version slots per record must be 1 to {max}",
+                self.mvcc.slots
+            ));
+        }
         let asked = p.rpc_stages(self);
         let missing = asked.minus(p.rpc_forms());
         if !missing.is_empty() {
@@ -319,6 +357,18 @@ impl TxnConfig {
             ));
         }
         Ok(())
+    }
+}
+
+impl TxnConfig {
+    /// Copies of each record the protocol's tables are laid out with: MVCC's version slots
+    /// (`mvcc.slots`), 1 for every other protocol.
+    pub fn copies(&self) -> u8 {
+        if self.protocol.copies() > 1 {
+            self.mvcc.slots
+        } else {
+            1
+        }
     }
 }
 

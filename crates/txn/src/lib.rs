@@ -32,8 +32,8 @@ pub use attach::{attach, detach, AttachError, Attachment};
 pub use breakdown::{Breakdown, Phase};
 pub use clock::{LocalOracle, StartClock, LOCAL_ORACLE_BLOCK};
 pub use config::{
-    FordOptions, HybridCode, Isolation, MotorOptions, Protocol, RccOptions, ScytheMode,
-    ScytheOptions, TxnConfig,
+    FordOptions, HybridCode, Isolation, MotorOptions, MvccOptions, Protocol, RccOptions,
+    ScytheMode, ScytheOptions, TxnConfig,
 };
 pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use item::Access;

@@ -38,6 +38,9 @@ pub(crate) trait Protocol: Sized + 'static {
     /// Extra 8-byte words per record (timestamps, leases, queue-lock words) that the store
     /// lays out beside each record's header, for the protocol's own metadata.
     const META_WORDS: u8 = 0;
+    /// Copies of each record its tables keep by default (RCC's MVCC version slots: older
+    /// versions beside the record; see `dtxn_store::record`). 1: the record alone.
+    const COPIES: u8 = 1;
     /// Whether others change its metadata words while a transaction holds the record (Scythe's
     /// takeout lock): commits then write a primary's record around them, never over them.
     const LIVE_META: bool = false;

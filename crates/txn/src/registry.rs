@@ -77,6 +77,15 @@ macro_rules! registry {
                 }
             }
 
+            /// Copies of each record the protocol's tables keep by default (RCC's MVCC
+            /// version slots; `--set mvcc.slots=K` lays them out with K, see
+            /// [`TxnConfig::copies`]).
+            pub fn copies(self) -> u8 {
+                match self {
+                    $( Protocol::$variant => <$ty>::COPIES, )*
+                }
+            }
+
             /// The section of the configuration holding the protocol's switches.
             pub fn options_key(self) -> Option<&'static str> {
                 match self {

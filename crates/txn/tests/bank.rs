@@ -96,7 +96,8 @@ fn run_with(
     };
     let plan = Plan::new(
         &[TableSpec::new(CHECKING, "checking", value_size, ACCOUNTS)
-            .with_meta_words(PROTOCOL.with(|p| p.get()).meta_words())],
+            .with_meta_words(PROTOCOL.with(|p| p.get()).meta_words())
+            .with_copies(PROTOCOL.with(|p| p.get()).copies())],
         &shape,
     )
     .unwrap();

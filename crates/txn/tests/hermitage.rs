@@ -158,8 +158,10 @@ where
         log_slice_bytes: 4096,
         region_bytes: None,
     };
-    let mut spec =
-        TableSpec::new(T, "test", 72, 16).with_meta_words(PROTOCOL.with(Cell::get).meta_words());
+    let p = PROTOCOL.with(Cell::get);
+    let mut spec = TableSpec::new(T, "test", 72, 16)
+        .with_meta_words(p.meta_words())
+        .with_copies(p.copies());
     if multi_version() {
         spec = spec.multi_version(4);
         spec.attributes = vec![8, 56, 8];

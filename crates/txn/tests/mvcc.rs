@@ -3,14 +3,16 @@
 //! from the coordinators' clocks (virtual time here), so the coordinator that begins first is
 //! the older. A reader's rts raise racing an older writer's lock and commit, on both sides
 //! (the writer's W1 re-check is its freeze CAS; the reader re-reads the version after a raise
-//! that found the word changed); an older insert of a key a younger reader saw absent.
+//! that found the word changed); an older insert of a key a younger reader saw absent; a
+//! reader older than the newest version reading an older version slot (RCC's four), through
+//! the chain of copies, or aborting when no slot holds its version.
 
 use dtxn_check::{check, Isolation, Options, Status, Txn as HTxn};
 use dtxn_txn::TxKind;
-use dtxn_txn::{AbortReason, Access, Coordinator, Protocol};
+use dtxn_txn::{AbortReason, Access, Coordinator, MvccOptions, Protocol};
 
 mod scripted;
-use scripted::{res, script, T};
+use scripted::{res, script, script_with, T};
 
 /// When the scripts' transactions start (virtual ns): after the bootstrap.
 const T0: u64 = 400_000;
@@ -180,5 +182,81 @@ fn an_older_insert_of_a_key_a_younger_reader_saw_absent_aborts() {
             [("insert", ok), ("commit", Err(AbortReason::NewerVersion))],
             "hybrid {code}"
         );
+    }
+}
+
+/// RCC's version slots. R (oldest) begins; W (younger) then commits key 1 = 7 and, later,
+/// key 1 = 8; R reads key 1 after both. Its newest version is above R, and so is the one it
+/// replaced: R must read the loaded version (value 1, version 0), two links down the chain of
+/// older copies. With four slots it does, and commits (read-only: no raise, one round trip).
+/// With two, the copy of version 0 was overwritten by W's second commit (the oldest slot), and
+/// with one there are no older copies: R aborts, "no suitable slot", at the read. (The
+/// one-slot form, before the slots, aborted R at its commit with `NewerVersion`.) Under
+/// `mvcc.lazy_slots` R's fetch READs the newest version alone, then the older slots: one
+/// round trip more.
+#[test]
+fn an_older_reader_reads_an_older_version_slot() {
+    for code in [511, 0, 28] {
+        for (slots, lazy_slots) in [(4u8, false), (4, true), (2, false), (2, true), (1, false)] {
+            let mvcc = MvccOptions { slots, lazy_slots };
+            let (r, w, h) = script_with(
+                Protocol::Mvcc,
+                code,
+                mvcc,
+                async move |c: &mut Coordinator| {
+                    // Key 1's address cached first, so that the read below READs its record
+                    // (a bucket READ takes every copy, lazy or not).
+                    until(c, T0 - 100_000).await;
+                    let mut tx = c.begin(TxKind::ReadOnly);
+                    tx.fetch(&[Access::read(T, 1)]).await.unwrap();
+                    tx.commit().await.unwrap();
+                    until(c, T0).await;
+                    let mut tx = c.begin(TxKind::ReadOnly);
+                    let now = tx.endpoint().now_ns();
+                    tx.endpoint().sleep(T0 + 120_000 - now).await;
+                    let rtts = tx.endpoint().stats().round_trips;
+                    let f = res(tx.fetch(&[Access::read(T, 1)]).await);
+                    if f.is_err() {
+                        return vec![("read", f)];
+                    }
+                    let value = tx
+                        .get(T, 1)
+                        .map(|v| u64::from_le_bytes(v.try_into().unwrap()));
+                    let commit = res(tx.commit().await);
+                    let rtts = c.endpoint().stats().round_trips - rtts;
+                    let steps = vec![("read", f), ("commit", commit)];
+                    assert_eq!(value, Some(1), "hybrid {code}, {slots} slots: {steps:?}");
+                    let want = if lazy_slots { 2 } else { 1 };
+                    assert_eq!(rtts, want, "hybrid {code}, {mvcc:?}: round trips");
+                    steps
+                },
+                async |c: &mut Coordinator| {
+                    let mut steps = Vec::new();
+                    for (at, v) in [(T0 + 10_000, 7u64), (T0 + 50_000, 8)] {
+                        until(c, at).await;
+                        let mut tx = c.begin(TxKind::ReadWrite);
+                        steps.push(("fetch", res(tx.fetch(&[Access::update(T, 1)]).await)));
+                        tx.update(T, 1, &v.to_le_bytes()).await.unwrap();
+                        steps.push(("commit", res(tx.commit().await)));
+                    }
+                    steps
+                },
+            );
+            let ok = Ok(());
+            let at = format!("hybrid {code}, {mvcc:?}");
+            assert!(serializable(&h), "{at}: not serializable");
+            assert_eq!(w, [("fetch", ok), ("commit", ok)].repeat(2), "{at}");
+            if slots == 4 {
+                assert_eq!(r, [("read", ok), ("commit", ok)], "{at}");
+                let read = h
+                    .iter()
+                    .filter(|t| t.status == Status::Committed && t.writes.is_empty())
+                    .nth(1)
+                    .expect("the reader committed");
+                assert_eq!(read.reads[0].version, 0, "{at}: the loaded version");
+            } else {
+                assert_eq!(r, [("read", Err(AbortReason::NoSlot))], "{at}");
+            }
+        }
     }
 }

@@ -83,11 +83,19 @@ pub trait Workload: Send + Sync + 'static {
     }
 
     /// The tables as `protocol` needs them laid out: multi-version CVTs with `vnum` versions
-    /// per record (default [`default_vnum`](Self::default_vnum)) for a multi-version protocol.
+    /// per record (default [`default_vnum`](Self::default_vnum)) for a multi-version protocol;
+    /// for one that keeps version slots beside each record (RCC's MVCC), `vnum` slots (default
+    /// the protocol's, [`dtxn_txn::TxnConfig::copies`] gives `mvcc.slots`).
     fn tables_for(&self, protocol: dtxn_txn::Protocol, vnum: Option<u8>) -> Vec<TableSpec> {
         let mut t = self.tables();
-        t.iter_mut()
-            .for_each(|s| s.meta_words = protocol.meta_words());
+        let copies = match protocol.copies() {
+            1 => 1,
+            c => vnum.unwrap_or(c),
+        };
+        t.iter_mut().for_each(|s| {
+            s.meta_words = protocol.meta_words();
+            s.copies = copies;
+        });
         if protocol.multi_version() {
             let v = vnum.unwrap_or_else(|| self.default_vnum());
             t = t.into_iter().map(|s| s.multi_version(v)).collect();

@@ -502,6 +502,16 @@ fn load_remote(a: &BenchArgs, w: &Chosen, plan: &Plan, pool: &dtxn_fabric::Pool)
     crate::remote::load(pool, plan, &a.backend.pool.memnodes, fill)
 }
 
+/// Versions per record the tables are laid out with: Motor's `--vnum`, or MVCC's version
+/// slots (`--set mvcc.slots=K`).
+fn versions(a: &BenchArgs, cfg: &TxnConfig) -> Option<u8> {
+    if cfg.protocol.copies() > 1 {
+        Some(cfg.copies())
+    } else {
+        a.vnum
+    }
+}
+
 /// `--load-only`: formats and loads the pool on the memory nodes, and exits.
 fn load_only(a: &BenchArgs) -> Result<ExitCode> {
     let topo = topology(a)?;
@@ -510,7 +520,8 @@ fn load_only(a: &BenchArgs) -> Result<ExitCode> {
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
     let cfg = a.txn_config()?;
-    let plan = Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
+    let plan = Plan::new(&w.tables(cfg.protocol, versions(a, &cfg)), &shape)
+        .map_err(|e| anyhow!("{e}"))?;
     let start = Instant::now();
     let pool = a
         .backend
@@ -610,7 +621,8 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     }
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
-    let plan = Plan::new(&w.tables(cfg.protocol, a.vnum), &shape).map_err(|e| anyhow!("{e}"))?;
+    let plan = Plan::new(&w.tables(cfg.protocol, versions(a, &cfg)), &shape)
+        .map_err(|e| anyhow!("{e}"))?;
     check_fits(a, &plan, topo.coordinators(), &cfg)?;
     let remote_loaded = if a.kind() == Backend::Ucx && a.load {
         let pool = a
@@ -898,7 +910,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             options: w.options_json(),
             seed: a.backend.seed,
             protocol: cfg.protocol.name().to_string(),
-            vnum: a.vnum,
+            vnum: versions(a, &cfg),
             pool: (&plan.shape).into(),
             compute_nodes: topo.compute_nodes,
             threads: topo.threads,

@@ -845,6 +845,7 @@ fn meaning(reason: &str) -> Option<&'static str> {
         "table-full" => "a table had no room for an insert",
         "newer-version" => "a record had a version newer than the transaction's start",
         "version-gone" => "the version a snapshot needs was overwritten (raise --vnum)",
+        "no-slot" => "no version slot held the version a read needs (raise --set mvcc.slots)",
         "bad-request" => "the workload asked for something the protocol refuses (a bug)",
         "corrupt-chain" => "a hash chain in memory was corrupt (a bug)",
         _ => return None,

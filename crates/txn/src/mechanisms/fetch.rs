@@ -12,9 +12,10 @@
 //! (WAIT_DIE); a younger one, or a writer meeting read shares, dies.
 
 use super::lock::{give_back_after_failure, unshare};
-use super::rpc::{CasRead, Read};
+use super::rpc::{CasRead, Read, Via};
 use super::{abort, next_bucket, table, INVISIBLE, SHARED};
 use crate::abort::{Abort, AbortReason};
+use crate::config::TxnConfig;
 use crate::item::{Access, Item};
 use crate::protocol::Protocol;
 use crate::stage::Stage as Step;
@@ -23,8 +24,8 @@ use crate::txn::TxKind;
 use dtxn_fabric::{Endpoint, NodeId};
 use dtxn_store::cache::{check_slot, SlotCheck};
 use dtxn_store::index::CHAIN_META_OFF;
-use dtxn_store::record::{RecordHeader, SingleVersion, Torn};
-use dtxn_store::PoolMap;
+use dtxn_store::record::{RecordHeader, SingleVersion, Torn, META_OFF};
+use dtxn_store::{PoolMap, TableInfo};
 
 /// How execution locks what it reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +36,12 @@ pub(crate) enum Locking {
     /// 2PL: every item locked before it is read (read-only items with a read share). On a
     /// conflict, `wait`: WAIT_DIE (the older waits, the younger dies); else NO_WAIT (abort).
     TwoPhase { wait: bool },
+    /// MVCC's: optimistic with hitchhiking, and a read-only item's READ, when the fetch runs
+    /// as RPCs, is one RAISE request (RCC's one-request RPC read): the memory node raises the
+    /// record's read timestamp (metadata word 0) to `ts`, unless frozen or higher, and READs
+    /// the record after it, so the word the READ returns is raised already (one-sided, a plain
+    /// READ: the raise is a CAS from the word read, later).
+    Timestamped { ts: u64 },
     /// Scythe's TOCC: every item locked exclusively before it is read (reads too); on a
     /// conflict, a younger transaction waits for an older holder and an older one dies, the
     /// direction of the takeout lock's queues (a wait points from a larger timestamp to a
@@ -54,6 +61,11 @@ enum Lock {
     /// CAS(`expect` -> one share more), `expect` the shares we believe the word holds.
     Share {
         expect: u64,
+    },
+    /// No lock: the read timestamp raised to `ts` before the READ, in one RAISE request
+    /// ([`Locking::Timestamped`]; a plain READ one-sided).
+    Raise {
+        ts: u64,
     },
 }
 
@@ -87,6 +99,8 @@ pub(crate) struct ExecuteScratch {
 enum Fetched {
     Locked(CasRead),
     Read(Read),
+    /// A RAISE request and its READ ([`Lock::Raise`]).
+    Raised(CasRead),
 }
 
 impl Fetched {
@@ -94,7 +108,7 @@ impl Fetched {
     #[inline]
     fn bytes<'e>(&self, ep: &'e Endpoint) -> &'e [u8] {
         match self {
-            Fetched::Locked(c) => c.bytes(ep),
+            Fetched::Locked(c) | Fetched::Raised(c) => c.bytes(ep),
             Fetched::Read(r) => r.bytes(ep),
         }
     }
@@ -300,9 +314,14 @@ fn plan<P: Protocol>(
 /// The lock an item's first record READ takes.
 fn first_lock(locking: Locking, for_update: bool) -> Lock {
     match locking {
-        Locking::Optimistic { hitchhike: true } | Locking::TwoPhase { .. } if for_update => {
+        Locking::Optimistic { hitchhike: true }
+        | Locking::Timestamped { .. }
+        | Locking::TwoPhase { .. }
+            if for_update =>
+        {
             Lock::Exclusive { expect: 0 }
         }
+        Locking::Timestamped { ts } => Lock::Raise { ts },
         Locking::Ordered => Lock::Exclusive { expect: 0 },
         Locking::TwoPhase { .. } => Lock::Share { expect: 0 },
         Locking::Optimistic { .. } => Lock::None,
@@ -344,13 +363,22 @@ fn post<P: Protocol>(
             )),
             Stage::Record {
                 off,
-                lock: Lock::None,
+                lock: Lock::Raise { ts },
+            } if fetch_via == Via::Rpc => {
+                let len = read_len(&tx.c.cfg, t, it.rw);
+                let word = off + META_OFF as u64;
+                let (n, read) = (it.node, Some((off, len)));
+                Fetched::Raised(CasRead::raise(ep, fetch_via, n, word, (0, ts), read))
+            }
+            Stage::Record {
+                off,
+                lock: Lock::None | Lock::Raise { .. },
             } => Fetched::Read(Read::post(
                 ep,
                 fetch_via,
                 it.node,
                 off,
-                t.record_bytes as usize,
+                read_len(&tx.c.cfg, t, it.rw),
             )),
             Stage::Bucket { at, .. } => Fetched::Read(Read::post(
                 ep,
@@ -360,6 +388,18 @@ fn post<P: Protocol>(
                 t.bucket_bytes as usize,
             )),
         });
+    }
+}
+
+/// Bytes a record READ takes: the whole slot, except for a read-only item of a table kept
+/// with older copies (MVCC's version slots) under `mvcc.lazy_slots`: its copy 0 alone (the
+/// protocol READs the older copies when it needs one).
+#[inline]
+fn read_len(cfg: &TxnConfig, t: &TableInfo, rw: bool) -> usize {
+    if t.copies > 1 && !rw && cfg.mvcc.lazy_slots {
+        t.copy_bytes()
+    } else {
+        t.record_bytes as usize
     }
 }
 
@@ -407,7 +447,7 @@ fn on_record<P: Protocol>(
     let (table_id, key, rw) = (tx.items[i].table, tx.items[i].key, tx.items[i].rw);
     let t = table(map, table_id);
     let codec = t.codec();
-    let len = t.record_bytes as usize;
+    let len = read_len(&tx.c.cfg, t, rw);
     if !locked_and_read(tx, (i, expect, len), (off, lock, locking), done, out) {
         return;
     }
@@ -422,7 +462,7 @@ fn on_record<P: Protocol>(
         // The slot was freed or reused: drop the address, give back a lock
         // taken through it, and find the record through its bucket.
         tx.c.cache.invalidate(table_id, key);
-        if lock != Lock::None {
+        if matches!(lock, Lock::Exclusive { .. } | Lock::Share { .. }) {
             out.give_back.push((t.primary(), off, it.shared));
             it.locked = false;
             it.shared = false;
@@ -457,7 +497,8 @@ fn on_record<P: Protocol>(
 /// An item found: present at `off`, with the version and metadata word 0 of the record read
 /// (`rec`: line 0 is read atomically, G3, so the word is the one that went with the version),
 /// and, for an item that may be written, the record as its undo image (a read-only item that
-/// is upgraded later is read again, under its lock).
+/// is upgraded later is read again, under its lock). A record kept with older copies (MVCC's
+/// version slots) keeps them in the image, written or not: the protocol reads them there.
 fn fill<X>(it: &mut Item<X>, codec: SingleVersion, h: &RecordHeader, off: u64, rec: &[u8]) {
     it.exists = true;
     it.version = h.version;
@@ -469,13 +510,14 @@ fn fill<X>(it: &mut Item<X>, codec: SingleVersion, h: &RecordHeader, off: u64, r
         it.meta1 = codec.meta_word(rec, 1);
     }
     it.image.clear();
-    if it.rw {
+    if it.rw || rec.len() > codec.bytes() {
         it.image.extend_from_slice(rec);
     }
 }
 
 /// A record's header and value, its stamps checked, unless `trust_invisible_bit` (the
-/// negative control: the published FORD's read path).
+/// negative control: the published FORD's read path). (A record kept with older copies: its
+/// copy 0, the codec's; the older copies are the protocol's to check.)
 #[inline]
 fn decode(
     codec: SingleVersion,

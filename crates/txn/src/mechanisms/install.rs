@@ -98,13 +98,21 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
         // Encoded once; the replicas' copies differ only in the lock word (line 0's first).
         let record = &mut tx.c.mech.record;
         encode_new(record, t, it, INVISIBLE);
+        let copy = &mut tx.c.mech.copy;
+        let displaced = displace(copy, t, it);
         for &n in t.backups() {
+            if let Some(at) = displaced {
+                rpc::write(&mut tx.c.ep, via, n, at, copy);
+            }
             rpc::write(&mut tx.c.ep, via, n, off, record);
             if flush && !flushed.contains(&n) {
                 flushed.push(n);
             }
         }
         if mode == Install::Coalescent {
+            if let Some(at) = displaced {
+                rpc::write(&mut tx.c.ep, via, t.primary(), at, copy);
+            }
             SingleVersion::set_lock(record, word | INVISIBLE);
             write_primary::<P>(&mut tx.c.ep, via, t, off, record);
         }
@@ -135,7 +143,8 @@ pub(crate) fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, l
         table: it.table,
         valid: it.new != NewValue::Delete,
     };
-    record.resize(t.record_bytes as usize, 0);
+    // One copy: a table's older copies (MVCC's version slots) are [`displace`]'s.
+    record.resize(t.copy_bytes(), 0);
     let codec = t.codec();
     codec.encode(&h, &it.value, record);
     // The buffer is reused across records, and encoding leaves metadata words as they were:
@@ -143,6 +152,33 @@ pub(crate) fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, l
     if codec.meta_words() > 0 {
         codec.set_meta_word(record, 0, it.meta);
     }
+}
+
+/// A table that keeps older copies of its records (RCC's MVCC version slots, see
+/// `dtxn_store::record`): the version the commit of `it` replaces, as its undo image holds it
+/// (read under our lock: stable), into `copy`, with the new version in its lock word (the
+/// version that followed it: a reader checks a chain of copies against it, `mvcc.rs`).
+/// Returns where it goes: over the oldest of the older copies (an empty one first). Posted
+/// on each replica before the new record, on the same QP, so applied before it (G4): a
+/// replica whose new record is whole has the copy too (what recovery's roll forward needs).
+/// The install's own roll-back writes the whole image back, the older copies with it;
+/// recovery's, from the undo log, copy 0 alone (the copy left behind names a successor that
+/// never committed: off every reader's chain, `mvcc.rs`). `None` if the
+/// table keeps one copy, or the commit replaces no version (an insert, a re-created key).
+fn displace<X>(copy: &mut Vec<u8>, t: &TableInfo, it: &Item<X>) -> Option<u64> {
+    let (copies, b) = (usize::from(t.copies), t.copy_bytes());
+    if copies < 2 || !it.exists || it.new == NewValue::Insert || it.image.len() < copies * b {
+        return None;
+    }
+    let codec = t.codec();
+    let oldest = (1..copies).min_by_key(|&c| {
+        let h = codec.header(&it.image[c * b..]);
+        (h.valid && h.key == it.key && h.table == it.table, h.version)
+    })?;
+    copy.clear();
+    copy.extend_from_slice(&it.image[..b]);
+    SingleVersion::set_lock(copy, it.new_version());
+    Some(it.offset? + (oldest * b) as u64)
 }
 
 /// Two-phase commit's second phase: the primaries' WRITEs.
@@ -162,6 +198,9 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
         let off = it.offset.expect("written items exist");
         let record = &mut tx.c.mech.record;
         encode_new(record, t, it, word | INVISIBLE);
+        if let Some(at) = displace(&mut tx.c.mech.copy, t, it) {
+            rpc::write(&mut tx.c.ep, via, t.primary(), at, &tx.c.mech.copy);
+        }
         write_primary::<P>(&mut tx.c.ep, via, t, off, record);
     }
 }

@@ -58,8 +58,10 @@ pub(crate) struct Scratch {
     pub execute: fetch::ExecuteScratch,
     /// Memory nodes: those the undo log goes to; at commit, the backups to flush.
     pub nodes: Vec<NodeId>,
-    /// Commit: a written record, encoded once for all its replicas.
+    /// Commit: a written record, encoded once for all its replicas, and the version it
+    /// displaces into an older copy (MVCC's version slots).
     pub record: Vec<u8>,
+    pub copy: Vec<u8>,
     /// Lock rounds: each item's probe, and whether its header was read.
     pub locks: Vec<(usize, lock::Probe, bool)>,
     /// Validation rounds (one-sided or RPC): each item's READ of its header.

@@ -61,12 +61,13 @@ fn read_replicas(ep: &mut Endpoint, map: &PoolMap, e: &LogEntry) -> Vec<(usize, 
         let Ok(t) = map.table(it.table) else { continue };
         // An image of the wrong size is a corrupt entry (its crc passed, but trust nothing
         // remote): leave the item to the lock release.
-        let sized = it.image.len() == t.record_bytes as usize;
+        // (A record kept with older copies logs its copy 0 alone.)
+        let sized = it.image.len() == t.record_bytes as usize || it.image.len() == t.copy_bytes();
         if !(sized || it.insert && it.image.is_empty()) {
             continue;
         }
         for &n in &t.replicas {
-            reads.push((i, n, ep.read(n, it.offset, t.record_bytes as usize)));
+            reads.push((i, n, ep.read(n, it.offset, t.copy_bytes())));
         }
     }
     reads

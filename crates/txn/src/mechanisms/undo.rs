@@ -56,10 +56,17 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
         return Err(abort(AbortReason::LogFull, &tx.items[first]));
     };
     let old_len = tx.undo.body.len();
+    let map = tx.c.map.clone();
     for it in tx.items.iter_mut().filter(|i| logged(i) && !i.in_log) {
         let insert = it.new == NewValue::Insert;
         // For an insert, the free slot as it was (a tombstone keeps its key and version).
-        let image: &[u8] = &it.image;
+        // A record kept with older copies (MVCC's version slots): its copy 0 alone. A
+        // roll-back from the log then leaves the older copy the commit overwrote as the
+        // commit wrote it (the version it replaced, naming the rolled-back one as its
+        // successor, or torn): readers follow only links from committed versions, and skip
+        // torn copies.
+        let copy = table(&map, it.table).copy_bytes();
+        let image: &[u8] = &it.image[..it.image.len().min(copy)];
         let offset = it.offset.expect("exists");
         dtxn_store::log::encode_item(it.table, offset, insert, image, &mut tx.undo.body);
         it.in_log = true;

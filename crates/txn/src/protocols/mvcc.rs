@@ -5,21 +5,43 @@
 //! `ctts` order, with no validation phase: a read raises the record's read timestamp `rts`, a
 //! write must be above every committed version's `wts` and above `rts` (`--protocol mvcc`).
 //!
-//! **Layout, and why.** Single-version stamped records (FORD's, [`RecordFormat::Single`]) with
-//! one metadata word: the record's header `lock` is RCC's `tts` (the holder's lock word is its
-//! `ctts`, owner id in the low bits as every lock word here), its header `version` is the `wts`
-//! of the one committed version kept, stamped on every line, and metadata word 0 (in line 0, so
-//! one atomic line holds `tts`, `wts` and `rts` together, G3) is the **rts word**:
-//! `FROZEN (bit 63) | rts`. So this is RCC's MVCC with **one version slot, not four**. Motor's
-//! CVT (the brief's preferred layout) holds the versions as a newest value plus *pre-images*:
-//! an older version is rebuilt, and a pre-image longer than 8 bytes lives in the slot's
-//! attribute bar, a second READ (not RCC's one READ of four record copies); and Motor's code
-//! that reads, installs, inserts and recovers CVTs is typed on Motor's transaction
-//! (`Tx<'_, Motor>`, its oracle and committing marks), so sharing it is a refactor of Motor
-//! first. The single-version format gives every shared mechanism for free (stamped fetch,
-//! inserts, the undo log, `settle`, the RPC forms) and the protocol's rules are the same; what
-//! one slot costs is read aborts (a reader older than the newest version aborts, RCC's
-//! "no suitable slot"), which RCC measured at 4.2% of read aborts with four slots.
+//! **Layout, and why.** RCC's static version slots, `--set mvcc.slots=K` (K = 4 by default,
+//! 1 to 8; 1 is a single version): each record slot holds K copies of the record back to
+//! back ([`dtxn_store::record`]'s *copies*). Copy 0 is a single-version stamped record
+//! (FORD's, [`RecordFormat::Single`]) with one metadata word: its header `lock` is RCC's `tts`
+//! (the holder's lock word is its `ctts`, owner id in the low bits as every lock word here),
+//! its header `version` is the newest committed version's `wts`, stamped on every line, and
+//! metadata word 0 (in line 0, so one atomic line holds `tts`, `wts` and `rts` together, G3)
+//! is the **rts word**: `FROZEN (bit 63) | rts`. Copies 1..K hold older versions, each a whole
+//! encoded record stamped with its own `wts`, its lock word holding the `wts` of the version
+//! that replaced it. A commit displaces copy 0 into the oldest older copy (RCC's "overwrite
+//! the oldest slot") and writes the new version over copy 0, in one batch (the shared
+//! install, [`crate::mechanisms::install`]).
+//!
+//! Why copies rather than RCC's `wts[4]` array in the header, or Motor's CVTs: every shared
+//! mechanism keeps working on copy 0 as on any single-version record (the stamped fetch and
+//! its torn re-read, the hitchhiked lock, inserts, the undo log, `settle`'s roll forward and
+//! back, the RPC forms, the install), and the older copies ride along as bytes: the fetch's
+//! READ covers the whole slot (K copies, K x the bytes; under `mvcc.lazy_slots` a read-only
+//! item's READ takes copy 0 alone and the older copies come in a second READ when needed),
+//! the undo log keeps copy 0 alone, and the install posts one more WRITE per record.
+//! Per-line stamps stay exact for every copy: the fetch checks copy 0's (a torn one is read
+//! again), the chain walk each older copy's (a torn one, caught mid-write or left by a
+//! crashed commit, is no link). A roll-back from the log leaves the older copy the commit
+//! overwrote as it wrote it (the version it replaced, naming a successor that never
+//! committed): harmless, since readers follow only links from committed versions. A
+//! `wts[K]` array would not fit line 0 beside the header and the rts word (K = 4 needs 32
+//! bytes of its 24 free), and copies written in place under it would need stamps tied to
+//! the array anyway. Motor's CVT code holds versions as a newest value plus pre-images (an
+//! older version is rebuilt, and a pre-image longer than 8 bytes lives in the slot's
+//! attribute bar, a second READ), and it is typed on Motor's transaction (`Tx<'_, Motor>`,
+//! its oracle and committing marks): sharing it would be a refactor of Motor first, for a
+//! layout that is not RCC's.
+//!
+//! A reader does not trust an older copy because its `wts` is the largest below `ctts` (the
+//! lines of one READ come from different moments, and a copy displaced by a commit that was
+//! rolled back names a successor that never was): it follows the chain of copies from the
+//! newest version down, each copy naming the version that replaced it ([`read_older`]).
 //!
 //! The rts word is **frozen** (bit 63) by a writer that holds the record's lock and has
 //! checked W1: a reader's CAS then fails, so no reader is admitted below a version about to be
@@ -30,8 +52,13 @@
 //!
 //! 1. **Fetch** (1 RT per batch of reads): read-write items CAS(lock: 0 -> ctts) + READ (W2,
 //!    RCC's lock, hitchhiked on the fetch; the READ after the CAS is RCC's second READ, and W1
-//!    is checked atomically by the freeze below), read-only items READ. Per-line stamps make
-//!    a torn READ exact: it is read again. The undo log in the background.
+//!    is checked atomically by the freeze below), read-only items READ. Each READ takes the
+//!    record's K copies. Per-line stamps make a torn READ exact: it is read again. R1 for a
+//!    read-only item whose newest version is not below `ctts`: it reads the newest older copy
+//!    below `ctts`, found down the chain of copies, or aborts at once (`no-slot`: no slot
+//!    holds its version); under `mvcc.lazy_slots` its READ took copy 0 alone, and its older
+//!    copies are READ now (1 RT more, for those items only). The undo log (copy 0) in the
+//!    background.
 //! 2. **Lock** (only inserts' free slots and cold items): CAS + READ(header).
 //! 3. **Raise + freeze** (1 RT when anything needs it; RCC's rts CAS and W1 re-check). R1:
 //!    every item's `wts < ctts` (for a key read absent: its tombstone's), else abort. Each
@@ -46,15 +73,23 @@
 //!    bucket's chain word the same way; inserts freeze it.
 //! 4. **Validate absence** (only for keys read absent): FORD's chain re-read.
 //! 5. **Commit** (1 RT): FORD's coalescent install, each written record with version `ctts`
-//!    and an unfrozen rts word `ctts`.
+//!    and an unfrozen rts word `ctts`, its previous version first written over the oldest
+//!    older copy (same batch, same QP: applied before the new version).
 //! 6. **Release** (detached): frozen chain words written back unfrozen, then the locks.
 //!
-//! So a read-only transaction costs 2 RTs (fetch, raise; 1 if every rts is high enough), a
-//! read-write one 3 (fetch, freeze, commit). Every stage follows RCC's hybrid code (`--set
+//! So a read-only transaction costs 2 RTs (fetch, raise; 1 if every rts is high enough or
+//! every item was read from an older copy), a read-write one 3 (fetch, freeze, commit): the
+//! slots add bytes, not round trips. Every stage follows RCC's hybrid code (`--set
 //! rcc.hybrid=CODE`); every atomic on an rts word (raise, freeze, unfreeze) goes the fetch
 //! stage's way (G11). As RPCs, a raise is one RAISE request (the memory node raises whatever
 //! the word holds, unless frozen, and READs the header after it: no retry), a freeze a LOCK
-//! request (CAS + READ).
+//! request (CAS + READ). A read-only item's fetch as RPCs is itself a RAISE request, with the
+//! READ of the whole record after the raise (RCC's one-request RPC read,
+//! [`Locking::Timestamped`]): the rts word it returns is raised already (or frozen, or
+//! higher), so phase 3 has nothing to raise, and a read-only transaction whose addresses are
+//! cached costs 1 RT. Exact for the same reason as a raise with its READ after it: a writer
+//! below us either froze before the raise (the word comes back frozen: we abort) or freezes
+//! after it (W1 fails on the raised word).
 //!
 //! **The rts-bump ordering race** (digest 3.4, note 1): in RCC, a reader checks its READ and
 //! raises `rts` afterwards, and a writer checks W1 on a READ after its lock; a writer below the
@@ -81,14 +116,15 @@
 //! transaction that starts after another ended, on a coordinator whose clock is behind, is
 //! ordered before it. Histories are checked without real-time order.
 //!
-//! Limits: one version slot (above). A crashed coordinator's logged undo image holds the rts
+//! Limits: a read-write item (and a key read absent) still needs the newest version below
+//! `ctts` (W1; a tombstone has no older copies). A crashed coordinator's logged undo image holds the rts
 //! word as its fetch read it, so settling may lower `rts` (as SUNDIAL's leases); a freeze left
 //! by a crash stays until the record's next writer takes it over. Readers raise `rts` on the
 //! primary only: after a fail-over to a backup, earlier raises are lost.
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
-use crate::item::{Access, NewValue};
+use crate::item::{Access, Item, NewValue};
 use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::rpc::{self, CasRead, Read};
@@ -103,8 +139,8 @@ use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::log::{LogEntry, LogStatus};
 use dtxn_store::record::{RecordHeader, HEADER_BYTES, META_OFF};
-use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
+use dtxn_store::{PoolMap, TableInfo};
 
 // The rts word's freeze bit (the memory nodes' RAISE requests know it).
 use crate::mechanisms::rpc::FROZEN;
@@ -138,6 +174,9 @@ pub(crate) struct Word {
     check: bool,
     /// The frozen word our CAS may have put there (what an abort turns back).
     frozen: Option<u64>,
+    /// A read of an older version slot (the record's newest is above us): exact as read, so
+    /// no rts raise and no re-check (see [`read_older`]).
+    older: bool,
 }
 
 impl Word {
@@ -159,6 +198,8 @@ pub(crate) struct Scratch {
 impl Protocol for Mvcc {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const META_WORDS: u8 = 1;
+    /// RCC's four version slots (`--set mvcc.slots=K`).
+    const COPIES: u8 = 4;
     const OPTIONS: Option<&'static str> = Some("rcc");
     const LOCK_FLAGS: u64 = INVISIBLE;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
@@ -184,7 +225,9 @@ impl Protocol for Mvcc {
         for a in accesses {
             needs_meta_words(&tx.c.map, a.table, a.key, 1)?;
         }
-        fetch::records(tx, accesses, Locking::Optimistic { hitchhike: true }).await?;
+        let ts = tx.st;
+        fetch::records(tx, accesses, Locking::Timestamped { ts }).await?;
+        read_older(tx).await?;
         undo::log_undo(tx).await
     }
 
@@ -275,6 +318,9 @@ fn plan(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
     // (the release writes the word back at `ctts` or above).
     let mut frozen_chains: Vec<(NodeId, u64)> = Vec::new();
     for it in tx.items.iter_mut() {
+        if it.ext.older {
+            continue;
+        }
         let t = table(&map, it.table);
         let chain = (t.primary(), t.home_bucket(it.key) + CHAIN_META_OFF);
         let (job, at) = match it.offset {
@@ -320,6 +366,102 @@ fn plan(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
     }
     tx.s.last = tx.s.last.max(seen_max);
     Ok(())
+}
+
+/// R1 over the version slots, at the fetch: a read-only item whose record's newest version is
+/// not below us (`wts >= ctts`) reads the newest older copy below us instead, or aborts
+/// ([`AbortReason::NoSlot`]) if no copy holds it. The copy is trusted only at the end of a
+/// chain from the newest version down: each older copy carries the version that replaced it
+/// (its lock word, written by that version's commit, [`crate::mechanisms::install`]), and
+/// the chain is `v0` (the newest, visible: committed) -> the copy replaced by `v0` -> the copy
+/// replaced by that one ... -> the first copy below us. A copy naming `x` as its successor is
+/// written only by `x`'s commit, holding the lock (a version's commit displaces exactly its
+/// predecessor, which was in copy 0 under its lock: committed), so the chain names
+/// consecutive committed versions whatever moment each copy was read at (each copy's stamps
+/// checked: a torn one is no link), and the copy read is
+/// the newest committed version below us: its successor is above us, committed, and every
+/// later version is above that. So the read needs no rts raise and no re-check (no version
+/// can ever be installed between it and us). A copy that merely has the largest `wts` below
+/// us is not enough: lines of one READ come from different moments, and a copy written by a
+/// commit that was then rolled back names a successor that never was.
+///
+/// Under `mvcc.lazy_slots` the fetch READ took the newest version alone: the older copies of
+/// the items that need one are READ now (one round trip more, for those reads only; the
+/// chain's links hold whenever they are read).
+async fn read_older(tx: &mut Tx<'_, Mvcc>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let ts = tx.st;
+    let needs = |it: &Item<Word>| !(it.rw || !it.exists || it.ext.older || it.version < ts);
+    let mut reads = std::mem::take(&mut tx.s.reads);
+    reads.clear();
+    let via = tx.c.via(Stage::Fetch);
+    for (i, it) in tx.items.iter().enumerate().filter(|(_, it)| needs(it)) {
+        let t = table(&map, it.table);
+        let (copies, b) = (usize::from(t.copies), t.copy_bytes());
+        if copies > 1 && it.image.len() < copies * b {
+            let off = it.offset.expect("exists") + b as u64;
+            let len = (copies - 1) * b;
+            reads.push((i, Read::post(&mut tx.c.ep, via, it.node, off, len)));
+        }
+    }
+    if let Some(&(first, _)) = reads.first() {
+        if tx.c.ep.post().await.is_err() {
+            return Err(abort(AbortReason::ReplicaFailure, &tx.items[first]));
+        }
+        for &(i, r) in &reads {
+            let it = &mut tx.items[i];
+            let (b, bytes) = (table(&map, it.table).copy_bytes(), r.bytes(&tx.c.ep));
+            // Copy 0 is not looked at again: zeros stand for it.
+            it.image.clear();
+            it.image.resize(b, 0);
+            it.image.extend_from_slice(bytes);
+        }
+    }
+    tx.s.reads = reads;
+    for it in tx.items.iter_mut() {
+        if !needs(it) {
+            continue;
+        }
+        tx.s.last = tx.s.last.max(it.version);
+        let t = table(&map, it.table);
+        let Some((c, v)) = older_copy(t, it, ts) else {
+            return Err(abort(AbortReason::NoSlot, it));
+        };
+        let b = t.copy_bytes();
+        let Item { image, value, .. } = it;
+        if t.codec().decode(&image[c * b..(c + 1) * b], value).is_err() {
+            return Err(abort(AbortReason::NoSlot, it));
+        }
+        it.version = v;
+        it.ext.older = true;
+    }
+    Ok(())
+}
+
+/// The copy (index, version) at the end of the chain from the item's newest version down to
+/// the first version below `ts` (see [`read_older`]), if the record keeps one.
+fn older_copy<X>(t: &TableInfo, it: &Item<X>, ts: u64) -> Option<(usize, u64)> {
+    let (copies, b) = (usize::from(t.copies), t.copy_bytes());
+    if it.image.len() < copies * b {
+        return None;
+    }
+    let codec = t.codec();
+    // A torn copy (being overwritten, or left torn by a crashed commit: the undo log restores
+    // copy 0 alone) is no link: its stamps are checked, as copy 0's were by the fetch.
+    let replaced_by = |c: usize, next: u64| {
+        let h = codec.check(&it.image[c * b..(c + 1) * b]).ok()?;
+        (h.valid && h.key == it.key && h.table == it.table && h.lock == next && h.version < next)
+            .then_some(h.version)
+    };
+    let mut next = it.version;
+    for _ in 1..copies {
+        let (c, v) = (1..copies).find_map(|c| replaced_by(c, next).map(|v| (c, v)))?;
+        if v < ts {
+            return Some((c, v));
+        }
+        next = v;
+    }
+    None
 }
 
 /// The raise + freeze rounds (the module's phase 3): again while a CAS found the word
@@ -491,5 +633,95 @@ fn frozen_into_images(tx: &mut Tx<'_, Mvcc>) {
                     .set_meta_word(&mut it.image, 0, f);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dtxn_store::{Plan, PoolShape, TableSpec};
+
+    const T: u32 = 1;
+
+    /// A 4-copy table, and an item of key 1 whose newest version is `copies[0]`'s and whose
+    /// image is the slot: each copy given as (version, successor), `None` for an empty one.
+    fn slot(copies: [Option<(u64, u64)>; 4]) -> (TableInfo, Item<Word>) {
+        // 64 value bytes: two lines per copy, so that a copy can be torn.
+        let spec = TableSpec::new(T, "t", 64, 16)
+            .with_meta_words(1)
+            .with_copies(4);
+        let plan = Plan::new(&[spec], &PoolShape::default()).unwrap();
+        let t = plan.table(T).unwrap().clone();
+        let (codec, b) = (t.codec(), t.copy_bytes());
+        let mut image = vec![0u8; t.record_bytes as usize];
+        for (c, copy) in copies.iter().enumerate() {
+            let Some((version, next)) = *copy else {
+                continue;
+            };
+            let h = RecordHeader {
+                lock: next,
+                version,
+                key: 1,
+                table: T,
+                valid: true,
+            };
+            codec.encode(&h, &[version as u8; 64], &mut image[c * b..(c + 1) * b]);
+        }
+        let it = Item {
+            table: T,
+            key: 1,
+            rw: false,
+            offset: Some(0),
+            node: 0,
+            exists: true,
+            version: copies[0].expect("a newest version").0,
+            locked: false,
+            shared: false,
+            cold: false,
+            value: vec![0; 64],
+            image,
+            seen: None,
+            new: NewValue::Keep,
+            chain_lock: None,
+            in_log: false,
+            install: None,
+            meta: 0,
+            meta1: 0,
+            ext: Word::default(),
+        };
+        (t, it)
+    }
+
+    #[test]
+    fn an_older_read_follows_the_chain_of_successors() {
+        // Committed: 5, 10, 30, 50 (copy 0). The copies in slot order, not version order.
+        let (t, it) = slot([Some((50, 0)), Some((10, 30)), Some((30, 50)), Some((5, 10))]);
+        assert_eq!(older_copy(&t, &it, 40), Some((2, 30)));
+        assert_eq!(older_copy(&t, &it, 30), Some((1, 10)));
+        assert_eq!(older_copy(&t, &it, 6), Some((3, 5)));
+        // Older than every version kept: no slot.
+        assert_eq!(older_copy(&t, &it, 5), None);
+    }
+
+    /// A copy whose successor never committed (displaced by a commit that was rolled back,
+    /// seen before the roll-back restored it) is off the chain, though its `wts` is the
+    /// largest below the reader: 10's successor 45 was rolled back, then 30 and 50 committed,
+    /// and this READ took copy 1 before 50's commit wrote `(30, 50)` there. Taking the copy
+    /// with the largest `wts` below 40 (RCC's rule) would read 10, below the committed 30.
+    #[test]
+    fn a_copy_off_the_chain_is_never_read() {
+        let (t, it) = slot([Some((50, 0)), Some((10, 45)), Some((5, 10)), None]);
+        assert_eq!(older_copy(&t, &it, 40), None);
+        // Another key's copy (a slot reused) is off the chain too.
+        let (t, mut it) = slot([Some((50, 0)), Some((30, 50)), None, None]);
+        assert_eq!(older_copy(&t, &it, 40), Some((1, 30)));
+        it.key = 2;
+        assert_eq!(older_copy(&t, &it, 40), None);
+        // A torn copy (caught mid-write, or left torn by a crash) is no link either.
+        let (t, mut it) = slot([Some((50, 0)), Some((30, 50)), None, None]);
+        let b = t.copy_bytes();
+        assert_eq!(b, 128);
+        it.image[b + 64..b + 72].copy_from_slice(&31u64.to_le_bytes());
+        assert_eq!(older_copy(&t, &it, 40), None);
     }
 }

@@ -6,7 +6,7 @@ use dtxn_fabric::sim::{Adversary, SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
 use dtxn_txn::TxnConfig;
-use dtxn_txn::{AbortReason, Coordinator, HybridCode, Protocol, RccOptions, Recorder};
+use dtxn_txn::{AbortReason, Coordinator, HybridCode, MvccOptions, Protocol, RccOptions, Recorder};
 use std::cell::RefCell;
 use std::rc::Rc;
 
@@ -31,6 +31,26 @@ where
     F0: AsyncFn(&mut Coordinator) -> Steps + 'static,
     F1: AsyncFn(&mut Coordinator) -> Steps + 'static,
 {
+    let mvcc = MvccOptions {
+        slots: protocol.copies(),
+        ..MvccOptions::default()
+    };
+    script_with(protocol, code, mvcc, s0, s1)
+}
+
+/// [`script`] with MVCC's switches `mvcc` (its version slots: the table laid out with them).
+#[allow(dead_code)] // (not every test binary that includes this module uses it)
+pub fn script_with<F0, F1>(
+    protocol: Protocol,
+    code: u64,
+    mvcc: MvccOptions,
+    s0: F0,
+    s1: F1,
+) -> (Steps, Steps, Vec<HTxn>)
+where
+    F0: AsyncFn(&mut Coordinator) -> Steps + 'static,
+    F1: AsyncFn(&mut Coordinator) -> Steps + 'static,
+{
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -38,7 +58,9 @@ where
         log_slice_bytes: 4096,
         region_bytes: None,
     };
-    let spec = TableSpec::new(T, "t", 8, 64).with_meta_words(protocol.meta_words());
+    let spec = TableSpec::new(T, "t", 8, 64)
+        .with_meta_words(protocol.meta_words())
+        .with_copies(mvcc.slots);
     let plan = Plan::new(&[spec], &shape).unwrap();
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = Profile::ideal();
@@ -59,6 +81,11 @@ where
             rcc
         } else {
             RccOptions::default()
+        },
+        mvcc: if protocol == Protocol::Mvcc {
+            mvcc
+        } else {
+            MvccOptions::default()
         },
         ..TxnConfig::default()
     });
