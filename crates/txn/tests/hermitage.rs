@@ -60,7 +60,8 @@ impl Recorder for Collect {
 /// RCC's two-phase locking is not among them: `tests/two_pl.rs` scripts its conflicts; nor is
 /// CALVIN, whose first read waits for its epoch to close, which needs the other role's
 /// transaction dispatched, which the script starts only after that read: `tests/calvin.rs`
-/// scripts its orders); then under snapshot-isolated Motor, checked against SI.
+/// scripts its orders and asks it G2-item, G-single and G1a with both roles in one epoch);
+/// then under snapshot-isolated Motor, checked against SI.
 fn every_protocol(scenario: fn()) {
     every_protocol_with(scenario, true);
 }
