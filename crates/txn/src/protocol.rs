@@ -104,13 +104,17 @@ pub(crate) trait Protocol: Sized + 'static {
 
     /// Recovery of a crashed coordinator (lock-owner id `owner`) whose newest log entry `e` is
     /// pending: finishes or undoes its transaction, and says which. (The recovery driver then
-    /// releases every lock the dead coordinator holds, whatever this decided.)
+    /// releases every lock the dead coordinator holds, whatever this decided.) By default the
+    /// shared undo-log settle (`mechanisms/settle.rs`), which every single-version protocol
+    /// uses; Motor rolls its op log forward instead.
     async fn settle(
         ep: &mut Endpoint,
         map: &PoolMap,
         owner: u64,
         e: &LogEntry,
-    ) -> Result<Recovered, FabricError>;
+    ) -> Result<Recovered, FabricError> {
+        crate::mechanisms::settle::settle(ep, map, owner, e).await
+    }
 
     /// The coordinator leaves for good: it will run no more transactions (CALVIN's sequencer
     /// stops holding the epochs back). Nothing for the other protocols.

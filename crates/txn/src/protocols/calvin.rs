@@ -82,14 +82,13 @@ use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::encode_new;
 use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::rpc::{self, CasRead, Read, Via};
-use crate::mechanisms::{absent, fetch, insert, release, settle, table};
+use crate::mechanisms::{absent, fetch, insert, release, table};
 use crate::protocol::{Protocol, Row};
-use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
 use crate::txn::TxKind;
-use dtxn_fabric::{Endpoint, FabricError, NodeId};
-use dtxn_store::log::{LogEntry, LogStatus, STATUS_OFF};
+use dtxn_fabric::NodeId;
+use dtxn_store::log::{LogStatus, STATUS_OFF};
 use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
@@ -245,15 +244,6 @@ impl Protocol for Calvin {
         s.word = RETIRED;
         // Should it run a transaction again, it joins again (from RETIRED, as from 0).
         s.members = 0;
-    }
-
-    async fn settle(
-        ep: &mut Endpoint,
-        map: &PoolMap,
-        owner: u64,
-        e: &LogEntry,
-    ) -> Result<Recovered, FabricError> {
-        settle::settle(ep, map, owner, e).await
     }
 }
 

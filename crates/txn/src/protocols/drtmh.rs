@@ -21,16 +21,12 @@ use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::validate::validate_reads;
+use crate::mechanisms::INVISIBLE;
 use crate::mechanisms::{fetch, insert, release, undo};
-use crate::mechanisms::{settle, INVISIBLE};
 use crate::protocol::{Protocol, Row};
-use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
-use dtxn_fabric::{Endpoint, FabricError};
-use dtxn_store::log::LogEntry;
 use dtxn_store::log::LogStatus;
-use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
 /// DrTM+H: `--protocol drtmh`; RCC's OCC (`RCC`): `--protocol occ`.
@@ -109,14 +105,5 @@ impl<const RCC: bool> Protocol for Drtmh<RCC> {
 
     async fn abort(tx: &mut Tx<'_, Self>) {
         release::release_on_abort(tx).await;
-    }
-
-    async fn settle(
-        ep: &mut Endpoint,
-        map: &PoolMap,
-        owner: u64,
-        e: &LogEntry,
-    ) -> Result<Recovered, FabricError> {
-        settle::settle(ep, map, owner, e).await
     }
 }

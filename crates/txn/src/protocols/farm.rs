@@ -15,17 +15,13 @@ use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::rpc::Read;
 use crate::mechanisms::validate::{changed, header_of};
+use crate::mechanisms::INVISIBLE;
 use crate::mechanisms::{abort, fetch, insert, release, table, undo};
-use crate::mechanisms::{settle, INVISIBLE};
 use crate::protocol::{Protocol, Row};
-use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
-use dtxn_fabric::{Endpoint, FabricError};
-use dtxn_store::log::LogEntry;
 use dtxn_store::log::LogStatus;
 use dtxn_store::record::HEADER_BYTES;
-use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
 /// FaRM: `--protocol farm`.
@@ -119,14 +115,5 @@ impl Protocol for Farm {
 
     async fn abort(tx: &mut Tx<'_, Self>) {
         release::release_on_abort(tx).await;
-    }
-
-    async fn settle(
-        ep: &mut Endpoint,
-        map: &PoolMap,
-        owner: u64,
-        e: &LogEntry,
-    ) -> Result<Recovered, FabricError> {
-        settle::settle(ep, map, owner, e).await
     }
 }

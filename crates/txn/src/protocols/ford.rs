@@ -57,16 +57,12 @@ use crate::config::TxnConfig;
 use crate::item::Access;
 use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
+use crate::mechanisms::INVISIBLE;
 use crate::mechanisms::{absent, fetch, insert, lock, release, undo, validate};
-use crate::mechanisms::{settle, INVISIBLE};
 use crate::protocol::{Protocol, Row};
-use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
-use dtxn_fabric::{Endpoint, FabricError};
-use dtxn_store::log::LogEntry;
 use dtxn_store::log::LogStatus;
-use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
 /// FORD: `--protocol ford`, its switches under `ford.*` ([`crate::FordOptions`]).
@@ -122,14 +118,5 @@ impl Protocol for Ford {
 
     async fn abort(tx: &mut Tx<'_, Self>) {
         release::release_on_abort(tx).await;
-    }
-
-    async fn settle(
-        ep: &mut Endpoint,
-        map: &PoolMap,
-        owner: u64,
-        e: &LogEntry,
-    ) -> Result<Recovered, FabricError> {
-        settle::settle(ep, map, owner, e).await
     }
 }

@@ -130,17 +130,16 @@ use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::rpc::{self, CasRead, Read};
 use crate::mechanisms::validate::header_of;
 use crate::mechanisms::{abort, absent, fetch, insert, lock, release, undo};
-use crate::mechanisms::{needs_meta_words, settle, table, timestamp, INVISIBLE};
+use crate::mechanisms::{needs_meta_words, table, timestamp, INVISIBLE};
 use crate::protocol::{Protocol, Row};
-use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
-use dtxn_fabric::{Endpoint, FabricError, NodeId};
+use dtxn_fabric::NodeId;
 use dtxn_store::index::CHAIN_META_OFF;
-use dtxn_store::log::{LogEntry, LogStatus};
+use dtxn_store::log::LogStatus;
 use dtxn_store::record::{RecordHeader, HEADER_BYTES, META_OFF};
 use dtxn_store::RecordFormat;
-use dtxn_store::{PoolMap, TableInfo};
+use dtxn_store::TableInfo;
 
 // The rts word's freeze bit (the memory nodes' RAISE requests know it).
 use crate::mechanisms::rpc::FROZEN;
@@ -292,15 +291,6 @@ impl Protocol for Mvcc {
     async fn abort(tx: &mut Tx<'_, Self>) {
         lock::unfreeze(tx, Stage::Fetch, |x| x.frozen.zip(x.at)).await;
         release::release_on_abort(tx).await;
-    }
-
-    async fn settle(
-        ep: &mut Endpoint,
-        map: &PoolMap,
-        owner: u64,
-        e: &LogEntry,
-    ) -> Result<Recovered, FabricError> {
-        settle::settle(ep, map, owner, e).await
     }
 }
 

@@ -79,14 +79,13 @@ use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_cold, lock_round, Want};
 use crate::mechanisms::takeout::{self, Ticket};
 use crate::mechanisms::validate::validate_reads;
-use crate::mechanisms::{abort, fetch, insert, release, settle, table, timestamp, undo, INVISIBLE};
+use crate::mechanisms::{abort, fetch, insert, release, table, timestamp, undo, INVISIBLE};
 use crate::protocol::{Protocol, Row};
-use crate::recovery::Recovered;
 use crate::stage::Stages;
 use crate::tx::Tx;
 use crate::txn::TxKind;
-use dtxn_fabric::{Endpoint, FabricError, OpId};
-use dtxn_store::log::{LogEntry, LogStatus};
+use dtxn_fabric::OpId;
+use dtxn_store::log::LogStatus;
 use dtxn_store::record::META_OFF;
 use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
@@ -258,15 +257,6 @@ impl Protocol for Scythe {
         tickets.clear();
         tx.st.tickets = tickets;
         tx.s.polls = polls;
-    }
-
-    async fn settle(
-        ep: &mut Endpoint,
-        map: &PoolMap,
-        owner: u64,
-        e: &LogEntry,
-    ) -> Result<Recovered, FabricError> {
-        settle::settle(ep, map, owner, e).await
     }
 }
 

@@ -71,16 +71,14 @@ use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::rpc::{self, CasRead};
 use crate::mechanisms::{abort, absent, fetch, insert, lock, release, undo};
-use crate::mechanisms::{needs_meta_words, settle, table, INVISIBLE};
+use crate::mechanisms::{needs_meta_words, table, INVISIBLE};
 use crate::protocol::{Protocol, Row};
-use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
-use dtxn_fabric::{Endpoint, FabricError, NodeId};
+use dtxn_fabric::NodeId;
 use dtxn_store::index::CHAIN_META_OFF;
-use dtxn_store::log::{LogEntry, LogStatus};
+use dtxn_store::log::LogStatus;
 use dtxn_store::record::META_OFF;
-use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
 /// The lease word's freeze bit.
@@ -224,15 +222,6 @@ impl Protocol for Sundial {
     async fn abort(tx: &mut Tx<'_, Self>) {
         lock::unfreeze(tx, Stage::Renew, |x| x.frozen.zip(x.at)).await;
         release::release_on_abort(tx).await;
-    }
-
-    async fn settle(
-        ep: &mut Endpoint,
-        map: &PoolMap,
-        owner: u64,
-        e: &LogEntry,
-    ) -> Result<Recovered, FabricError> {
-        settle::settle(ep, map, owner, e).await
     }
 }
 

@@ -43,14 +43,11 @@ use crate::item::Access;
 use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::INVISIBLE;
-use crate::mechanisms::{absent, fetch, insert, lock, release, settle, timestamp, undo};
+use crate::mechanisms::{absent, fetch, insert, lock, release, timestamp, undo};
 use crate::protocol::{Protocol, Row};
-use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
-use dtxn_fabric::{Endpoint, FabricError};
-use dtxn_store::log::{LogEntry, LogStatus};
-use dtxn_store::PoolMap;
+use dtxn_store::log::LogStatus;
 use dtxn_store::RecordFormat;
 
 /// NO_WAIT (`WAIT` false) and WAIT_DIE (`WAIT` true).
@@ -110,14 +107,5 @@ impl<const WAIT: bool> Protocol for TwoPl<WAIT> {
 
     async fn abort(tx: &mut Tx<'_, Self>) {
         release::release_on_abort(tx).await;
-    }
-
-    async fn settle(
-        ep: &mut Endpoint,
-        map: &PoolMap,
-        owner: u64,
-        e: &LogEntry,
-    ) -> Result<Recovered, FabricError> {
-        settle::settle(ep, map, owner, e).await
     }
 }
