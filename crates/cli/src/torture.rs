@@ -49,6 +49,8 @@ pub struct TortureArgs {
     /// and the pool all the same (`dtxn bench --faults`; default
     /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
     /// crashed coordinator stalls its epochs) and scythe (its tickets are not recovered yet).
+    /// `memory=N` (memory-node failover) strikes ford, farm, drtmh and ford-rpc, with two
+    /// replicas; the other protocols run the rest of the plan (no faults if nothing is left).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -92,9 +94,27 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
         "--record-warmup",
         "--verify",
     ];
+    // `--faults memory=N`: memory-node failover, for the protocols that have it (with two
+    // replicas, so that a table survives); the others run the rest of the plan.
+    let faults = a
+        .faults
+        .as_deref()
+        .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin") && !p.starts_with("scythe"));
+    let memory = faults.is_some_and(|f| f.split(',').any(|k| k.trim().starts_with("memory=")));
+    let failover = memory && FAILOVER.contains(&p);
+    let faults: Option<String> = match faults {
+        Some(f) if memory && !failover => {
+            let rest: Vec<&str> = f
+                .split(',')
+                .filter(|k| !k.trim().starts_with("memory="))
+                .collect();
+            (!rest.is_empty()).then(|| rest.join(","))
+        }
+        f => f.map(str::to_string),
+    };
     // Alternate the replication degree, and give SmallBank's transfer-only mix (whose verify
     // also checks that money is conserved) every third seed.
-    v.extend_from_slice(if seed.ends_with(['1', '3', '5', '7', '9']) {
+    v.extend_from_slice(if seed.ends_with(['1', '3', '5', '7', '9']) && !failover {
         &["--replicas", "1"]
     } else {
         &["--replicas", "2"]
@@ -147,11 +167,7 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if let Some(adv) = &a.adversary {
         v.extend_from_slice(&["--adversary", adv]);
     }
-    if let Some(f) = a
-        .faults
-        .as_deref()
-        .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin") && !p.starts_with("scythe"))
-    {
+    if let Some(f) = &faults {
         v.extend_from_slice(&["--faults", f]);
     }
     let tiny = seed.parse::<u64>().is_ok_and(|s| s % 2 == 0);
@@ -174,6 +190,8 @@ const SNAPSHOT_MOTOR: &str = "motor-si";
 const LOCAL_MOTOR: &str = "motor-local";
 /// FORD with its lock, validate and commit stages as RPCs to the memory nodes.
 const RPC_FORD: &str = "ford-rpc";
+/// The variants with memory-node failover (`--faults memory=N`).
+const FAILOVER: [&str; 4] = ["ford", "farm", "drtmh", RPC_FORD];
 /// NO_WAIT with every stage as RPCs (RCC's hybrid code 0).
 const RPC_NOWAIT: &str = "nowait-rpc";
 /// WAIT_DIE with fetch and lock as RPCs, log, release and commit one-sided (hybrid code 28:

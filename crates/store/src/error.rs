@@ -39,6 +39,8 @@ pub enum StoreError {
     Inconsistent { table: u32, what: String },
     #[error("table {0} is not in the catalog")]
     NoSuchTable(u32),
+    #[error("table {table} is lost: every memory node holding it has failed ({view})")]
+    TableLost { table: u32, view: String },
     #[error("table {table}: key {key} is already loaded")]
     DuplicateKey { table: u32, key: u64 },
     #[error("table {table}: the overflow area is full ({buckets} buckets); give the table more rows or more overflow")]

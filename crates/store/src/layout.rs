@@ -5,9 +5,10 @@
 //! 0          superblock (one line)
 //! 64         node 0 only: the compute processes' claim word (the rest of the page reserved)
 //! 128        node 0 only: the timestamp oracle (FAA only)
-//! 192        node 0 only: membership (leases): the recovery service's leader word, then a
-//!            lease word per coordinator, then a recovered word per coordinator
-//! 4096       catalog: one 128-byte entry per table replica on this node
+//! 192        node 0 only: membership (leases): the recovery service's leader word, the view
+//!            word, the repaired-view word, then a lease word per coordinator, then a recovered word per coordinator
+//! 4096       node 0 only: a view-acknowledgement word per coordinator
+//! 8192       catalog: one 256-byte entry per table replica on this node
 //! log_off    log region: log_slices x log_slice_bytes, one slice per coordinator
 //! ...        tables (hash buckets, then their overflow area), at the same offsets on
 //!            every replica
@@ -38,7 +39,7 @@ use dtxn_fabric::NodeId;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DTXNPOOL");
 /// Bumped on every incompatible change of any layout in this crate.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 pub const SUPERBLOCK_BYTES: usize = 64;
 /// Memory node 0: the compute processes' claim word, right after the superblock (CAS and FAA
 /// only). Bit 63: one process holds the pool alone (FORD's localized validation needs every
@@ -51,6 +52,12 @@ pub const ORACLE_OFF: u64 = 128;
 /// Memory node 0: the recovery service's leader word (CAS only): 0, or the lock-owner id of
 /// the coordinator running recovery (`dtxn_txn::membership`). Alone on its line.
 pub const LEADER_OFF: u64 = 192;
+/// Memory node 0: the pool's view ([`crate::view::View`]: its number and the failed memory
+/// nodes), CAS only, on the leader word's line.
+pub const VIEW_OFF: u64 = 200;
+/// Memory node 0: the number of the newest view whose promoted primaries have been repaired
+/// (`dtxn_txn::membership`), CAS only, on the leader word's line.
+pub const REPAIRED_OFF: u64 = 208;
 /// Memory node 0: coordinator `i`'s lease word at `LEASE_OFF + 8 i`, WRITten by `i` alone
 /// (`dtxn_fabric::Lease::word`: expiry, done bit, incarnation).
 pub const LEASE_OFF: u64 = 256;
@@ -59,7 +66,12 @@ pub const MAX_MEMBERS: u32 = 240;
 /// Memory node 0: coordinator `i`'s recovered word at `RECOVERED_OFF + 8 i` (CAS only): the
 /// last incarnation of `i` that recovery settled. On lines of their own: no WRITE lands there.
 pub const RECOVERED_OFF: u64 = LEASE_OFF + 8 * MAX_MEMBERS as u64;
-pub const CATALOG_OFF: u64 = 4096;
+/// Memory node 0: coordinator `i`'s view acknowledgement at `ACK_OFF + 8 i`, WRITten by `i`
+/// alone: the number of the newest view it works in (`dtxn_txn::membership`).
+pub const ACK_OFF: u64 = 4096;
+/// The end of memory node 0's membership area.
+pub const MEMBERSHIP_END: u64 = ACK_OFF + 8 * MAX_MEMBERS as u64;
+pub const CATALOG_OFF: u64 = 8192;
 pub const ENTRY_BYTES: usize = 256;
 pub const MAX_REPLICAS: usize = 8;
 pub const NAME_BYTES: usize = 48;
@@ -352,7 +364,7 @@ mod tests {
         v1[8..12].copy_from_slice(&7u32.to_le_bytes());
         assert_eq!(
             Superblock::decode(2, &v1).unwrap_err().to_string(),
-            "memory node 2 has layout v7, this binary reads v2"
+            "memory node 2 has layout v7, this binary reads v3"
         );
         let mut bad = b;
         bad[20] ^= 1;

@@ -8,6 +8,7 @@
 //! - [`cvt`]: Motor's multi-version records (version cells, newest value, pre-image bars).
 //! - [`log`]: per-coordinator log slices for recovery without the coordinator.
 //! - [`cache`]: the compute-side address cache.
+//! - [`view`]: which memory nodes have failed, and so which replica is each table's primary.
 //! - [`pool`]: bootstrap ([`PoolMap::bootstrap`]), formatting and loading.
 
 pub mod cache;
@@ -20,6 +21,7 @@ pub mod plan;
 pub mod pool;
 pub mod record;
 pub mod remote;
+pub mod view;
 
 pub use cache::{AddrCache, SlotCheck};
 pub use error::StoreError;
@@ -27,3 +29,4 @@ pub use index::TableInfo;
 pub use plan::{Plan, PoolShape, TableSpec};
 pub use pool::{Loader, PoolMap};
 pub use record::{RecordFormat, RecordHeader, SingleVersion, Torn};
+pub use view::View;

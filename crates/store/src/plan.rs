@@ -290,6 +290,23 @@ impl Plan {
     pub fn table(&self, id: u32) -> Option<&TableInfo> {
         self.tables.iter().find(|t| t.id == id)
     }
+
+    /// This plan as seen in `view`: each table's replicas are its live ones, the first its
+    /// primary (what checks after a run with failed memory nodes read). A table whose every
+    /// replica failed is an error.
+    pub fn in_view(&self, view: crate::View) -> Result<Plan, StoreError> {
+        let mut p = self.clone();
+        for t in &mut p.tables {
+            t.replicas = view.live(&t.replicas);
+            if t.replicas.is_empty() {
+                return Err(StoreError::TableLost {
+                    table: t.id,
+                    view: view.to_string(),
+                });
+            }
+        }
+        Ok(p)
+    }
 }
 
 fn check_spec(s: &TableSpec) -> Result<(), StoreError> {

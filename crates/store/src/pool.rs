@@ -3,19 +3,35 @@
 
 use crate::error::StoreError;
 use crate::index::TableInfo;
-use crate::layout::{CatalogEntry, Superblock, CATALOG_OFF, ENTRY_BYTES, SUPERBLOCK_BYTES};
+use crate::layout::{
+    CatalogEntry, Superblock, CATALOG_OFF, ENTRY_BYTES, SUPERBLOCK_BYTES, VIEW_OFF,
+};
 use crate::plan::Plan;
 use crate::record::RecordHeader;
-use dtxn_fabric::{Endpoint, LocalMem, NodeId, Pool};
+use crate::view::View;
+use dtxn_fabric::{Endpoint, FabricError, LocalMem, NodeId, Pool};
 use std::collections::BTreeMap;
 
-/// Everything a coordinator needs to find data and logs. It never changes after start-up, so
-/// compute nodes never synchronize it.
+/// Everything a coordinator needs to find data and logs, in one view of the pool
+/// ([`View`]): the catalog never changes after start-up, and a view only removes failed
+/// memory nodes from it ([`PoolMap::in_view`]), so compute nodes synchronize nothing but the
+/// view word.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolMap {
+    /// The live memory nodes' superblocks, ascending by id.
     pub nodes: Vec<Superblock>,
-    /// Ascending by id.
+    /// Memory nodes in the pool, live or failed.
+    node_count: u16,
+    view: View,
+    /// Every table as the catalog places it (failed replicas too), ascending by id.
+    catalog: Vec<TableInfo>,
+    /// The tables with a live replica, ascending by id, each with its live replicas only.
     tables: Vec<TableInfo>,
+    /// Tables whose every replica failed, ascending.
+    lost: Vec<u32>,
+    /// Recovery of a coordinator that died in an older view: its locks on the primaries that
+    /// failed since are lost ([`PoolMap::lost_locks`]).
+    older_view: bool,
     /// For table ids below [`DENSE_IDS`]: 1 + the table's position in `tables`, or 0 if there
     /// is no such table. Every verb a transaction posts looks its table up, and a map probe
     /// per verb was 2% of a TPC-C worker.
@@ -27,9 +43,27 @@ pub struct PoolMap {
 const DENSE_IDS: u32 = 1024;
 
 impl PoolMap {
-    /// A map of these tables (any order; ids unique).
-    fn new(nodes: Vec<Superblock>, tables: BTreeMap<u32, TableInfo>) -> PoolMap {
-        let tables: Vec<TableInfo> = tables.into_values().collect();
+    /// A map of these tables (any order; ids unique) in `view`.
+    fn new(
+        nodes: Vec<Superblock>,
+        node_count: u16,
+        view: View,
+        catalog: BTreeMap<u32, TableInfo>,
+    ) -> PoolMap {
+        let catalog: Vec<TableInfo> = catalog.into_values().collect();
+        let mut tables = Vec::with_capacity(catalog.len());
+        let mut lost = Vec::new();
+        for t in &catalog {
+            let replicas = view.live(&t.replicas);
+            if replicas.is_empty() {
+                lost.push(t.id);
+            } else {
+                tables.push(TableInfo {
+                    replicas,
+                    ..t.clone()
+                });
+            }
+        }
         let dense = tables
             .iter()
             .map(|t| t.id)
@@ -43,11 +77,61 @@ impl PoolMap {
                 by_id[t.id as usize] = pos as u16 + 1;
             }
         }
+        let nodes = nodes
+            .into_iter()
+            .filter(|sb| !view.is_failed(sb.node))
+            .collect();
         PoolMap {
             nodes,
+            node_count,
+            view,
+            catalog,
             tables,
+            lost,
+            older_view: false,
             by_id,
         }
+    }
+
+    /// This map, for recovering a coordinator that died in an older view than this one: the
+    /// lock words it held on a failed primary are gone, which [`PoolMap::lost_locks`] says.
+    pub fn for_older_view(&self) -> PoolMap {
+        PoolMap {
+            older_view: true,
+            ..self.clone()
+        }
+    }
+
+    /// The locks on `t`'s primary that a coordinator being recovered held are lost (it died
+    /// in an older view, before `t`'s backup was promoted: see [`PoolMap::for_older_view`]).
+    pub fn lost_locks(&self, t: &TableInfo) -> bool {
+        self.older_view && self.is_promoted(t)
+    }
+
+    /// The same pool in `view` (a later view: more memory nodes failed): each table's
+    /// replicas are its live ones, the first live one its primary.
+    pub fn in_view(&self, view: View) -> PoolMap {
+        PoolMap::new(
+            self.nodes.clone(),
+            self.node_count,
+            view,
+            self.catalog.iter().map(|t| (t.id, t.clone())).collect(),
+        )
+    }
+
+    /// The view this map is of.
+    pub fn view(&self) -> View {
+        self.view
+    }
+
+    /// The live memory nodes, ascending.
+    pub fn live_nodes(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes.iter().map(|sb| sb.node)
+    }
+
+    /// Memory nodes in the pool, live or failed.
+    pub fn node_count(&self) -> u16 {
+        self.node_count
     }
 
     #[inline]
@@ -56,13 +140,37 @@ impl PoolMap {
             Some(&p) => (p as usize).checked_sub(1),
             None => self.tables.binary_search_by_key(&id, |t| t.id).ok(),
         };
-        pos.map(|p| &self.tables[p])
-            .ok_or(StoreError::NoSuchTable(id))
+        match pos {
+            Some(p) => Ok(&self.tables[p]),
+            None if self.lost.binary_search(&id).is_ok() => Err(StoreError::TableLost {
+                table: id,
+                view: self.view.to_string(),
+            }),
+            None => Err(StoreError::NoSuchTable(id)),
+        }
     }
 
-    /// Every table, ascending by id.
+    /// Every table with a live replica, ascending by id.
     pub fn tables(&self) -> impl Iterator<Item = &TableInfo> {
         self.tables.iter()
+    }
+
+    /// The tables whose primary in this view is not the catalog's (a backup was promoted).
+    pub fn promoted(&self) -> impl Iterator<Item = &TableInfo> {
+        self.tables.iter().filter(|t| self.is_promoted(t))
+    }
+
+    /// `t` (a table of this map) has a promoted backup for its primary.
+    pub fn is_promoted(&self, t: &TableInfo) -> bool {
+        match self.catalog.binary_search_by_key(&t.id, |c| c.id) {
+            Ok(c) => self.catalog[c].replicas[0] != t.replicas[0],
+            Err(_) => false,
+        }
+    }
+
+    /// Tables whose every replica failed, ascending.
+    pub fn lost(&self) -> &[u32] {
+        &self.lost
     }
 
     pub fn table_by_name(&self, name: &str) -> Option<&TableInfo> {
@@ -81,16 +189,42 @@ impl PoolMap {
     }
 
     /// Learns the pool from its memory nodes with one-sided READs: the superblocks of all
-    /// nodes in one batch, then all catalogs in another (two round trips).
+    /// nodes and the view in one batch, then the live nodes' catalogs in another (two round
+    /// trips). If a memory node does not answer, the view is read alone first and only the
+    /// nodes it holds live are asked (one more round trip); a node down that the view still
+    /// holds live is an error (nobody has changed the view yet).
     pub async fn bootstrap(ep: &mut Endpoint) -> Result<PoolMap, StoreError> {
         let n = ep.node_sizes().len();
+        let view = ep.read(0, VIEW_OFF, 8);
+        let view_read = view;
         let reads: Vec<_> = (0..n)
             .map(|node| ep.read(node as NodeId, 0, SUPERBLOCK_BYTES))
             .collect();
-        ep.post().await?;
+        let (view, reads) = match ep.post().await {
+            Ok(()) => (View::parse(ep.word(view, 0)), reads),
+            Err(FabricError::NodeDown(down)) if down != 0 => {
+                let w = ep.read(0, VIEW_OFF, 8);
+                ep.post().await?;
+                let view = View::parse(ep.word(w, 0));
+                if !view.is_failed(down) {
+                    return Err(FabricError::NodeDown(down).into());
+                }
+                let reads = (0..n as NodeId)
+                    .map(|node| (!view.is_failed(node)).then(|| ep.read(node, 0, SUPERBLOCK_BYTES)))
+                    .collect::<Vec<_>>();
+                ep.post().await?;
+                let reads = reads.into_iter().map(|r| r.unwrap_or(view_read)).collect();
+                (view, reads)
+            }
+            Err(e) => return Err(e.into()),
+        };
+        // A failed node's superblock is not read (it may answer again, with nothing).
         let mut nodes = Vec::with_capacity(n);
         for (node, id) in reads.into_iter().enumerate() {
-            nodes.push(Superblock::decode(node as NodeId, ep.bytes(id))?);
+            let node = node as NodeId;
+            if !view.is_failed(node) {
+                nodes.push(Superblock::decode(node, ep.bytes(id))?);
+            }
         }
         for sb in &nodes {
             if usize::from(sb.nodes) != n {
@@ -105,7 +239,7 @@ impl PoolMap {
             .map(|sb| ep.read(sb.node, CATALOG_OFF, sb.catalog_bytes()))
             .collect();
         ep.post().await?;
-        let mut catalogs = Vec::with_capacity(n);
+        let mut catalogs = Vec::with_capacity(nodes.len());
         for (sb, id) in nodes.iter().zip(reads) {
             let bytes = ep.bytes(id);
             if crc32fast::hash(bytes) != sb.catalog_crc {
@@ -120,19 +254,22 @@ impl PoolMap {
                 .collect::<Result<Vec<_>, _>>()?;
             catalogs.push(entries);
         }
-        PoolMap::from_catalogs(nodes, catalogs)
+        PoolMap::from_catalogs(view, n as u16, nodes, catalogs)
     }
 
-    /// Merges the per-node catalogs, checking that every replica tells the same story.
+    /// Merges the live nodes' catalogs (`catalogs[i]` is `nodes[i]`'s), checking that every
+    /// replica tells the same story and that every live replica of every table is there.
     pub fn from_catalogs(
+        view: View,
+        node_count: u16,
         nodes: Vec<Superblock>,
         catalogs: Vec<Vec<CatalogEntry>>,
     ) -> Result<PoolMap, StoreError> {
         let mut tables: BTreeMap<u32, TableInfo> = BTreeMap::new();
         let mut seen: BTreeMap<u32, Vec<NodeId>> = BTreeMap::new();
-        for (node, entries) in catalogs.iter().enumerate() {
+        for (sb, entries) in nodes.iter().zip(&catalogs) {
             for e in entries {
-                let node = node as NodeId;
+                let node = sb.node;
                 let inconsistent = |what: String| StoreError::Inconsistent {
                     table: e.table,
                     what,
@@ -161,7 +298,9 @@ impl PoolMap {
         }
         for (table, ranks) in &mut seen {
             ranks.sort_unstable();
-            let want: Vec<NodeId> = (0..tables[table].replicas.len() as NodeId).collect();
+            let want: Vec<NodeId> = (0..tables[table].replicas.len() as NodeId)
+                .filter(|&r| !view.is_failed(tables[table].replicas[r as usize]))
+                .collect();
             if *ranks != want {
                 return Err(StoreError::Inconsistent {
                     table: *table,
@@ -169,7 +308,7 @@ impl PoolMap {
                 });
             }
         }
-        Ok(PoolMap::new(nodes, tables))
+        Ok(PoolMap::new(nodes, node_count, view, tables))
     }
 }
 
@@ -252,7 +391,7 @@ impl Plan {
         mem.write_u64(crate::layout::CLAIM_OFF, 0);
         mem.write_u64(crate::layout::ORACLE_OFF, 0);
         if node == 0 {
-            let members = crate::layout::RECOVERED_OFF + 8 * u64::from(crate::layout::MAX_MEMBERS);
+            let members = crate::layout::MEMBERSHIP_END;
             mem.write(
                 crate::layout::LEADER_OFF,
                 &vec![0u8; (members - crate::layout::LEADER_OFF) as usize],
@@ -413,7 +552,12 @@ mod tests {
     #[test]
     fn tables_are_found_by_id_below_and_above_the_dense_range() {
         let ids = [7, 1, DENSE_IDS - 1, DENSE_IDS, 70_000, 3];
-        let map = PoolMap::new(Vec::new(), ids.iter().map(|&i| (i, info(i))).collect());
+        let map = PoolMap::new(
+            Vec::new(),
+            1,
+            View::default(),
+            ids.iter().map(|&i| (i, info(i))).collect(),
+        );
         for id in ids {
             assert_eq!(map.table(id).unwrap().table_off, u64::from(id) * 4096);
         }
@@ -426,5 +570,52 @@ mod tests {
         let listed: Vec<u32> = map.tables().map(|t| t.id).collect();
         assert_eq!(listed, [1, 3, 7, DENSE_IDS - 1, DENSE_IDS, 70_000]);
         assert_eq!(map.table_by_name("t3").unwrap().id, 3);
+    }
+
+    #[test]
+    fn a_view_promotes_the_first_live_backup_and_loses_tables_with_none() {
+        let mut a = info(1);
+        a.replicas = vec![1, 2, 0];
+        let mut b = info(2);
+        b.replicas = vec![2, 3];
+        let mut c = info(3);
+        c.replicas = vec![0, 1];
+        let sb = |node| Superblock {
+            node,
+            nodes: 4,
+            region_size: 1 << 20,
+            catalog_entries: 0,
+            catalog_crc: 0,
+            log_off: 1 << 16,
+            log_slice_bytes: 4096,
+            log_slices: 4,
+        };
+        let all = PoolMap::new(
+            (0..4).map(sb).collect(),
+            4,
+            View::default(),
+            [(1, a), (2, b), (3, c)].into_iter().collect(),
+        );
+        assert_eq!(all.promoted().count(), 0);
+        let v = View::default().without(&[2]).unwrap();
+        let m = all.in_view(v);
+        assert_eq!(m.view(), v);
+        assert_eq!(m.live_nodes().collect::<Vec<_>>(), [0, 1, 3]);
+        assert_eq!(m.table(1).unwrap().replicas, [1, 0]);
+        assert_eq!(m.table(2).unwrap().replicas, [3], "promoted");
+        assert_eq!(m.table(3).unwrap().replicas, [0, 1]);
+        let promoted: Vec<u32> = m.promoted().map(|t| t.id).collect();
+        assert_eq!(promoted, [2]);
+        // Node 3 too: table 2 has no replica left, and is refused, not served.
+        let m = m.in_view(v.without(&[3]).unwrap());
+        assert_eq!(m.lost(), [2]);
+        assert!(matches!(
+            m.table(2),
+            Err(StoreError::TableLost { table: 2, .. })
+        ));
+        assert_eq!(m.tables().map(|t| t.id).collect::<Vec<_>>(), [1, 3]);
+        // A later view of the same failures is the same map (views only grow).
+        assert_eq!(all.in_view(m.view()).tables, m.tables);
+        assert_eq!(m.log_slice(1), Some(((1 << 16) + 4096, 4096)));
     }
 }

@@ -160,12 +160,12 @@ fn strangers_and_corruption_are_clear_errors() {
         bootstrap_error(&mut blank),
         "memory node 0 has no dtxn pool (bad magic 0x0000000000000000)"
     );
-    // The layout version is checked before the checksum: a v1 pool read by v2 says so.
+    // The layout version is checked before the checksum: a v1 pool read by v3 says so.
     let (mut old, _) = build(1, 3, 2);
     old.with_local(2, |m| m.write(8, &1u32.to_le_bytes()));
     assert_eq!(
         bootstrap_error(&mut old),
-        "memory node 2 has layout v1, this binary reads v2"
+        "memory node 2 has layout v1, this binary reads v3"
     );
     let (mut bad, _) = build(1, 3, 2);
     bad.with_local(1, |m| {

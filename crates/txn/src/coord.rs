@@ -190,6 +190,13 @@ impl Coordinator {
         &self.core.map
     }
 
+    /// Works in another view of the pool from the next transaction on (memory-node
+    /// failover: `membership::Service::tick` says when). Records stay at the same offsets on
+    /// every replica, so the address cache stays true.
+    pub fn set_map(&mut self, map: Rc<PoolMap>) {
+        self.core.map = map;
+    }
+
     pub fn config(&self) -> &TxnConfig {
         &self.core.cfg
     }

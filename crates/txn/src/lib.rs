@@ -14,6 +14,7 @@ mod breakdown;
 mod clock;
 mod config;
 mod coord;
+pub mod failover;
 mod item;
 mod mechanisms;
 pub mod membership;

@@ -53,11 +53,19 @@
 //! keeps serving ([`Service::drain`]) until every other coordinator is done or recovered: a
 //! coordinator that crashed late is recovered before the run ends.
 
-use crate::recovery::{recover_all, Recovered};
+use crate::failover;
+use crate::recovery::{recover_all_in_views, Recovered};
 use crate::registry::Protocol;
 use dtxn_fabric::{Endpoint, FabricError, Lease};
-use dtxn_store::layout::{LEADER_OFF, LEASE_OFF, MAX_MEMBERS, RECOVERED_OFF};
-use dtxn_store::PoolMap;
+use dtxn_store::layout::{
+    ACK_OFF, LEADER_OFF, LEASE_OFF, MAX_MEMBERS, RECOVERED_OFF, REPAIRED_OFF, VIEW_OFF,
+};
+use dtxn_store::{PoolMap, View};
+use std::rc::Rc;
+
+/// A view acknowledgement that agrees to every view: its coordinator left the run (done, out
+/// of its liveness phase) and posts nothing more.
+pub const ACK_GONE: u64 = u64::MAX;
 
 /// A run's lease terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,6 +123,8 @@ pub struct Member {
     pub incarnation: u16,
     /// The last incarnation recovery settled.
     pub recovered: u16,
+    /// The newest view it works in ([`ACK_GONE`]: it left).
+    pub ack: u64,
 }
 
 impl Member {
@@ -127,6 +137,19 @@ impl Member {
     pub fn dead(&self, posted_ns: u64) -> bool {
         !self.settled() && posted_ns >= self.expiry_ns
     }
+
+    /// Holds `view` back no longer, by a READ posted at `posted_ns`: never held, recovered,
+    /// gone, working in `view` (or a later one) already, or done and expired. A done
+    /// coordinator in its liveness phase must agree like a live one while it lives (it may be
+    /// recovering someone in an older view); once its lease expired, it posts nothing more
+    /// and its ops have landed (the fencing argument), and nobody recovers it (it was done).
+    pub fn agrees(&self, view: View, posted_ns: u64) -> bool {
+        self.incarnation == 0
+            || self.recovered == self.incarnation
+            || self.ack == ACK_GONE
+            || self.ack >= u64::from(view.number)
+            || (self.done && posted_ns >= self.expiry_ns)
+    }
 }
 
 /// The membership area as one READ saw it.
@@ -136,16 +159,21 @@ pub struct Members {
     pub posted_ns: u64,
     /// 0, or the lock-owner id of the recovery leader.
     pub leader: u64,
+    /// The pool's view, and the newest view whose promoted primaries were repaired.
+    pub view: View,
+    pub repaired: u16,
     pub members: Vec<Member>,
 }
 
-/// Reads the leader word and the first `n` coordinators' records (one round trip).
+/// Reads the leader, view and repaired words and the first `n` coordinators' records (one
+/// round trip).
 pub async fn read_members(ep: &mut Endpoint, n: u32) -> Result<Members, FabricError> {
     let n = n.min(MAX_MEMBERS) as usize;
     let posted_ns = ep.now_ns();
-    let leader = ep.read(0, LEADER_OFF, 8);
+    let line = ep.read(0, LEADER_OFF, (REPAIRED_OFF + 8 - LEADER_OFF) as usize);
     let leases = ep.read(0, LEASE_OFF, 8 * n.max(1));
     let recovered = ep.read(0, RECOVERED_OFF, 8 * n.max(1));
+    let acks = ep.read(0, ACK_OFF, 8 * n.max(1));
     ep.post().await?;
     let members = (0..n)
         .map(|i| {
@@ -155,12 +183,15 @@ pub async fn read_members(ep: &mut Endpoint, n: u32) -> Result<Members, FabricEr
                 done,
                 incarnation,
                 recovered: ep.word(recovered, 8 * i) as u16,
+                ack: ep.word(acks, 8 * i),
             }
         })
         .collect();
     Ok(Members {
         posted_ns,
-        leader: ep.word(leader, 0),
+        leader: ep.word(line, 0),
+        view: View::parse(ep.word(line, (VIEW_OFF - LEADER_OFF) as usize)),
+        repaired: ep.word(line, (REPAIRED_OFF - LEADER_OFF) as usize) as u16,
         members,
     })
 }
@@ -217,6 +248,22 @@ pub struct RecoveryEvent {
     pub locks_released: u32,
 }
 
+/// What one coordinator saw of a view change (times on the run's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewEvent {
+    pub view: View,
+    pub coordinator: u32,
+    /// This coordinator changed the view: when its probe that found the failed memory
+    /// node(s) down was posted.
+    pub changed_ns: Option<u64>,
+    /// When it adopted the view (stopped starting transactions in the old one), and when the
+    /// view became active for it (every coordinator agreed, the promoted primaries repaired).
+    pub adopted_ns: u64,
+    pub active_ns: u64,
+    /// Promoted tables it repaired (it led the repair), if any.
+    pub repaired: u32,
+}
+
 /// One coordinator's share of the recovery service.
 pub struct Service {
     protocol: Protocol,
@@ -224,15 +271,26 @@ pub struct Service {
     /// Coordinators in the run (the membership slots to scan).
     members: u32,
     next_scan_ns: u64,
+    /// The map of the view this coordinator works in.
+    map: Rc<PoolMap>,
+    /// A transaction failed on a memory node: probe the nodes at the next tick.
+    suspect: bool,
+    /// When this coordinator's probe changed the view last (for its [`ViewEvent`]).
+    changed: Option<(View, u64)>,
     /// What this coordinator recovered, in order.
     pub events: Vec<RecoveryEvent>,
+    /// The view changes it saw, in order.
+    pub views: Vec<ViewEvent>,
     /// Told of every recovery as soon as it is settled, before it is marked: a leader that
     /// crashes later has reported it all the same (the next leader may report it again).
     sink: Option<Sink>,
+    view_sink: Option<ViewSink>,
 }
 
 /// Where a [`Service`] reports its recoveries as they happen.
 pub type Sink = Box<dyn FnMut(&RecoveryEvent)>;
+/// Where a [`Service`] reports the view changes it sees.
+pub type ViewSink = Box<dyn FnMut(&ViewEvent)>;
 
 /// What one scan found.
 struct Scan {
@@ -243,14 +301,20 @@ struct Scan {
 }
 
 impl Service {
-    pub fn new(protocol: Protocol, cfg: LeaseConfig, members: u32) -> Service {
+    /// The service of a coordinator working in `map`'s view.
+    pub fn new(protocol: Protocol, cfg: LeaseConfig, members: u32, map: Rc<PoolMap>) -> Service {
         Service {
             protocol,
             cfg,
             members,
             next_scan_ns: 0,
+            map,
+            suspect: false,
+            changed: None,
             events: Vec::new(),
+            views: Vec::new(),
             sink: None,
+            view_sink: None,
         }
     }
 
@@ -260,28 +324,52 @@ impl Service {
         self
     }
 
+    /// Reports every view change to `sink` too, once active.
+    pub fn with_view_sink(mut self, sink: ViewSink) -> Service {
+        self.view_sink = Some(sink);
+        self
+    }
+
+    /// The map of the view this coordinator works in.
+    pub fn map(&self) -> &Rc<PoolMap> {
+        &self.map
+    }
+
+    /// A transaction failed on a memory node (`AbortReason::ReplicaFailure`): the next tick
+    /// probes the memory nodes, and changes the view if one is down.
+    pub fn suspect(&mut self) {
+        self.suspect = true;
+    }
+
     fn period_ns(&self) -> u64 {
         (self.cfg.lease_ns / 4).max(1)
     }
 
-    /// Between two transactions: scans if a scan is due, and recovers whom it finds dead
-    /// if it becomes the leader.
-    pub async fn tick(&mut self, ep: &mut Endpoint, map: &PoolMap) -> Result<(), FabricError> {
-        if ep.now_ns() >= self.next_scan_ns {
-            self.scan(ep, map).await?;
+    /// Between two transactions: scans if a scan is due (or a probe), recovers whom it finds
+    /// dead if it becomes the leader, and adopts a new view. Returns the new view's map if
+    /// the view changed: the coordinator works in it from its next transaction on.
+    pub async fn tick(&mut self, ep: &mut Endpoint) -> Result<Option<Rc<PoolMap>>, FabricError> {
+        if self.suspect || ep.now_ns() >= self.next_scan_ns {
+            let before = self.map.view();
+            self.scan(ep).await?;
+            if self.map.view() != before {
+                return Ok(Some(self.map.clone()));
+            }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// The liveness phase: marks this coordinator done and serves until every other one is
-    /// done or recovered.
-    pub async fn drain(&mut self, ep: &mut Endpoint, map: &PoolMap) -> Result<(), FabricError> {
+    /// done or recovered; then acknowledges every later view ([`ACK_GONE`]) and leaves.
+    pub async fn drain(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
         ep.lease_done();
         ep.renew_lease().await?;
         loop {
-            let s = self.scan(ep, map).await?;
+            let s = self.scan(ep).await?;
             if s.unsettled == 0 {
-                return Ok(());
+                let me = ep.id().index;
+                ep.write(0, ACK_OFF + 8 * u64::from(me), &ACK_GONE.to_le_bytes());
+                return ep.post().await;
             }
             // Until the next expiry, renewing our own lease on the way (a scan per period).
             // (An expiry already past is a dead coordinator a live leader is recovering.)
@@ -292,10 +380,179 @@ impl Service {
         }
     }
 
-    async fn scan(&mut self, ep: &mut Endpoint, map: &PoolMap) -> Result<Scan, FabricError> {
-        let me = ep.id().index;
+    async fn scan(&mut self, ep: &mut Endpoint) -> Result<Scan, FabricError> {
         self.next_scan_ns = ep.now_ns() + self.period_ns();
+        let mut m = read_members(ep, self.members).await?;
+        if self.probe(ep, m.view).await? {
+            m = read_members(ep, self.members).await?;
+        }
+        while m.view != self.map.view() {
+            m = self.adopt(ep, m.view).await?;
+        }
+        self.recover_dead(ep, m).await
+    }
+
+    /// If a transaction failed on a memory node: asks every live one, and if some are down,
+    /// changes the view to one without them (a CAS of the view word: if another coordinator
+    /// changed it first, its view is the one adopted). True if the view may have changed.
+    async fn probe(&mut self, ep: &mut Endpoint, view: View) -> Result<bool, FabricError> {
+        if !std::mem::take(&mut self.suspect) {
+            return Ok(false);
+        }
+        let noticed_ns = ep.now_ns();
+        let down = failover::probe(ep, &self.map).await?;
+        if down.is_empty() || view != self.map.view() {
+            return Ok(view != self.map.view());
+        }
+        let Some(next) = view.without(&down) else {
+            return Ok(false);
+        };
+        let c = ep.cas(0, VIEW_OFF, view.word(), next.word());
+        ep.post().await?;
+        if ep.cas_ok(c) {
+            self.changed = Some((next, noticed_ns));
+        }
+        Ok(true)
+    }
+
+    /// Adopts `view`: lets this coordinator's ops under the old view land, acknowledges the
+    /// view, and waits until it is active: every other coordinator has acknowledged it (or
+    /// was recovered, or left) and the promoted primaries are repaired. Until then nobody
+    /// uses a promoted primary, so no op posted under an older view (a backup's WRITE from a
+    /// commit there) lands on a primary that a transaction of the new view has read or
+    /// locked. Returns the last membership READ: of the active view, or of a newer one.
+    async fn adopt(&mut self, ep: &mut Endpoint, view: View) -> Result<Members, FabricError> {
+        let me = ep.id().index;
+        let adopted_ns = ep.now_ns();
+        // Our ops posted under the old view (the last release, detached) land within an op's
+        // flight, which the lease guard bounds: after it none of them is left in flight.
+        let _ = ep.wait_background().await;
+        ep.sleep(self.cfg.guard_ns).await;
+        self.map = Rc::new(self.map.in_view(view));
+        ep.write(
+            0,
+            ACK_OFF + 8 * u64::from(me),
+            &u64::from(view.number).to_le_bytes(),
+        );
+        ep.post().await?;
+        let mut repaired = 0;
+        loop {
+            let m = read_members(ep, self.members).await?;
+            if m.view != view {
+                return Ok(m);
+            }
+            let agreed = m
+                .members
+                .iter()
+                .enumerate()
+                .all(|(i, x)| i as u32 == me || x.agrees(view, m.posted_ns));
+            if agreed && m.repaired == view.number {
+                let e = ViewEvent {
+                    view,
+                    coordinator: me,
+                    changed_ns: self.changed.filter(|c| c.0 == view).map(|c| c.1),
+                    adopted_ns,
+                    active_ns: ep.now_ns(),
+                    repaired,
+                };
+                if let Some(sink) = &mut self.view_sink {
+                    sink(&e);
+                }
+                self.views.push(e);
+                return Ok(m);
+            }
+            if agreed {
+                repaired += self.repair(ep, m, view).await?;
+                continue;
+            }
+            // Somebody works in an older view still, or died in one: once every live one
+            // agrees (nothing of an older view in flight but the dead's, which landed before
+            // their leases expired), recover the dead (they agree once recovered); look again
+            // a little later. (Recovery judges a promoted primary's records by what is on
+            // them, and a live commit of an older view could still be writing there.)
+            let live_behind = m.members.iter().enumerate().any(|(i, x)| {
+                i as u32 != me && !x.agrees(view, m.posted_ns) && !x.dead(m.posted_ns)
+            });
+            if !live_behind {
+                self.recover_dead(ep, m).await?;
+            }
+            if self.probe(ep, view).await? {
+                continue;
+            }
+            ep.sleep(self.period_ns() / 4).await;
+        }
+    }
+
+    /// Every coordinator works in `view` (or was recovered, or left): nothing of an older
+    /// view is in flight. The leader repairs the promoted primaries and marks the view
+    /// repaired. Returns the tables it repaired (0 if another leader did it).
+    async fn repair(
+        &mut self,
+        ep: &mut Endpoint,
+        m: Members,
+        view: View,
+    ) -> Result<u32, FabricError> {
+        let Some(mine) = self.lead(ep, &m).await? else {
+            ep.sleep(self.period_ns() / 4).await;
+            return Ok(0);
+        };
         let m = read_members(ep, self.members).await?;
+        let mut tables = 0;
+        if m.view == view && m.repaired != view.number {
+            match failover::repair_promoted(ep, &self.map).await {
+                Ok(n) => tables = n,
+                Err(FabricError::NodeDown(n)) if n != 0 => {
+                    self.suspect = true;
+                    self.give_back(ep, mine).await?;
+                    return Ok(0);
+                }
+                Err(e) => return Err(e),
+            }
+            ep.cas(
+                0,
+                REPAIRED_OFF,
+                u64::from(m.repaired),
+                u64::from(view.number),
+            );
+            ep.post().await?;
+        }
+        self.give_back(ep, mine).await?;
+        Ok(tables)
+    }
+
+    /// Takes the leader word: ours from 0, or from a leader that died with it (its lease
+    /// expired before our READ left: by the argument above it does nothing more). Our leader
+    /// value, or `None` if a live leader holds it.
+    async fn lead(&mut self, ep: &mut Endpoint, m: &Members) -> Result<Option<u64>, FabricError> {
+        let mine = u64::from(ep.id().index) + 1;
+        let from = match m.leader {
+            0 => 0,
+            l if l == mine => l,
+            l => {
+                let expired = m
+                    .members
+                    .get(l as usize - 1)
+                    .is_none_or(|x| m.posted_ns >= x.expiry_ns);
+                if !expired {
+                    return Ok(None); // a live leader is on it
+                }
+                l
+            }
+        };
+        let c = ep.cas(0, LEADER_OFF, from, mine);
+        ep.post().await?;
+        Ok(ep.cas_ok(c).then_some(mine))
+    }
+
+    async fn give_back(&mut self, ep: &mut Endpoint, mine: u64) -> Result<(), FabricError> {
+        ep.cas(0, LEADER_OFF, mine, 0);
+        ep.post().await
+    }
+
+    /// Finds the dead coordinators in `m` and, if it becomes the leader, recovers them in
+    /// this coordinator's view.
+    async fn recover_dead(&mut self, ep: &mut Endpoint, m: Members) -> Result<Scan, FabricError> {
+        let me = ep.id().index;
         let others = m
             .members
             .iter()
@@ -319,31 +576,13 @@ impl Service {
         if dead.is_empty() {
             return Ok(scan);
         }
-        // The leader word: ours from 0, or from a leader that died with it (its lease
-        // expired before our READ left: by the argument above it does nothing more).
-        let mine = u64::from(me) + 1;
-        let from = match m.leader {
-            0 => 0,
-            l if l == mine => l,
-            l => {
-                let expired = m
-                    .members
-                    .get(l as usize - 1)
-                    .is_none_or(|x| m.posted_ns >= x.expiry_ns);
-                if !expired {
-                    return Ok(scan); // a live leader is on it
-                }
-                l
-            }
-        };
-        let c = ep.cas(0, LEADER_OFF, from, mine);
-        ep.post().await?;
-        if !ep.cas_ok(c) {
+        let Some(mine) = self.lead(ep, &m).await? else {
             return Ok(scan);
-        }
+        };
         // Read again under the leader word: the first READ may predate a leader that
         // recovered (and marked) some of them and gave the word back since. Only a leader
-        // marks a recovered word, so what this READ shows stays true while we lead.
+        // marks a recovered word, so what this READ shows stays true while we lead. (It
+        // may show a newer view: then we recover nobody, adopt it first, and come back.)
         let (first_dead, first_ns) = (dead, m.posted_ns);
         let m = read_members(ep, self.members).await?;
         let dead: Vec<u32> = (0..m.members.len() as u32)
@@ -355,14 +594,28 @@ impl Service {
             .enumerate()
             .filter(|&(i, x)| i as u32 != me && !x.settled())
             .count() as u32;
-        if dead.is_empty() {
-            ep.cas(0, LEADER_OFF, mine, 0);
-            ep.post().await?;
+        if dead.is_empty() || m.view != self.map.view() {
+            self.give_back(ep, mine).await?;
             return Ok(scan);
         }
         // Every dead coordinator at once: one scan of the tables releases all their locks.
         let started_ns = ep.now_ns();
-        let settled = recover_all(ep, map, self.protocol, &dead).await?;
+        let map = self.map.clone();
+        let in_views: Vec<(u32, bool)> = dead
+            .iter()
+            .map(|&i| (i, m.members[i as usize].ack < u64::from(map.view().number)))
+            .collect();
+        let settled = match recover_all_in_views(ep, &map, self.protocol, &in_views).await {
+            Ok(s) => s,
+            // A memory node failed under us: give the word back, probe and change the view,
+            // and recover them again in it (recovery is idempotent).
+            Err(FabricError::NodeDown(n)) if n != 0 => {
+                self.suspect = true;
+                self.give_back(ep, mine).await?;
+                return Ok(scan);
+            }
+            Err(e) => return Err(e),
+        };
         let finished_ns = ep.now_ns();
         for (&i, (outcome, locks_released)) in dead.iter().zip(settled) {
             let x = m.members[i as usize];
@@ -402,8 +655,7 @@ impl Service {
             "a recovered word moved"
         );
         scan.unsettled -= dead.len() as u32;
-        ep.cas(0, LEADER_OFF, mine, 0);
-        ep.post().await?;
+        self.give_back(ep, mine).await?;
         Ok(scan)
     }
 }
@@ -434,6 +686,7 @@ mod tests {
             done: false,
             incarnation: 2,
             recovered: 1,
+            ack: 0,
         };
         assert!(!m.dead(99));
         assert!(m.dead(100));
@@ -443,5 +696,40 @@ mod tests {
         let w = Lease::word(123_456, true, 7);
         assert_eq!(Lease::parse(w), (123_456, true, 7));
         assert_eq!(Lease::next_incarnation(0x7fff), 1);
+    }
+
+    #[test]
+    fn a_member_agrees_to_a_view_once_it_cannot_act_in_an_older_one() {
+        let v1 = View::default().without(&[1]).unwrap();
+        let live = Member {
+            expiry_ns: 100,
+            done: false,
+            incarnation: 1,
+            recovered: 0,
+            ack: 0,
+        };
+        assert!(!live.agrees(v1, 50));
+        assert!(!live.agrees(v1, 200), "dead but not yet recovered");
+        assert!(Member { ack: 1, ..live }.agrees(v1, 50));
+        assert!(Member {
+            ack: ACK_GONE,
+            ..live
+        }
+        .agrees(v1, 50));
+        assert!(Member {
+            recovered: 1,
+            ..live
+        }
+        .agrees(v1, 50));
+        assert!(Member::default().agrees(v1, 50));
+        let done = Member { done: true, ..live };
+        assert!(
+            !done.agrees(v1, 50),
+            "done, but may still be recovering someone"
+        );
+        assert!(
+            done.agrees(v1, 100),
+            "done and expired: it posts nothing more"
+        );
     }
 }

@@ -72,10 +72,26 @@ pub async fn recover_all(
     protocol: Protocol,
     dead: &[u32],
 ) -> Result<Vec<(Recovered, u32)>, FabricError> {
+    let in_view: Vec<(u32, bool)> = dead.iter().map(|&d| (d, false)).collect();
+    recover_all_in_views(ep, map, protocol, &in_view).await
+}
+
+/// [`recover_all`], each dead coordinator with whether it died in an older view than
+/// `map`'s (memory-node failover: its locks on primaries that failed since are lost, and
+/// its log entry is judged by what the promoted backups hold).
+pub async fn recover_all_in_views(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    protocol: Protocol,
+    dead: &[(u32, bool)],
+) -> Result<Vec<(Recovered, u32)>, FabricError> {
     let mut out = Vec::with_capacity(dead.len());
-    for &index in dead {
+    let older = map.for_older_view();
+    for &(index, before) in dead {
+        let map = if before { &older } else { map };
         out.push(settle_log(ep, map, protocol, index).await?);
     }
+    let dead: Vec<u32> = dead.iter().map(|d| d.0).collect();
     let owners: Vec<u64> = dead.iter().map(|&i| u64::from(i) + 1).collect();
     let released = release_all(ep, map, &owners, protocol.lock_flags()).await?;
     Ok(out.into_iter().zip(released).collect())
@@ -89,12 +105,15 @@ async fn settle_log(
     index: u32,
 ) -> Result<Recovered, FabricError> {
     let owner = u64::from(index) + 1;
-    let nodes = map.nodes.len() as NodeId;
+    // The live memory nodes of the view recovery runs in (a failed node's copy of the log
+    // is gone; every entry was written to each replica of the items it logs).
+    let nodes: Vec<NodeId> = map.live_nodes().collect();
     let mut outcome = Recovered::Nothing;
     let mut entry: Option<LogEntry> = None;
     if let Some((slice, bytes)) = map.log_slice(index) {
-        let reads: Vec<_> = (0..nodes)
-            .map(|n| ep.read(n, slice, bytes as usize))
+        let reads: Vec<_> = nodes
+            .iter()
+            .map(|&n| ep.read(n, slice, bytes as usize))
             .collect();
         ep.post().await?;
         // The newest transaction on any node. It is settled if any node's copy still says
@@ -120,7 +139,7 @@ async fn settle_log(
                 Recovered::RolledForward(_) => LogStatus::Committed,
                 _ => LogStatus::Aborted,
             };
-            for n in 0..nodes {
+            for &n in &nodes {
                 ep.write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
             }
             ep.post().await?;
@@ -181,11 +200,12 @@ async fn release_all(
                         let ours = owners.iter().position(|&o| holds(h.lock, o));
                         if let (true, Some(k)) = (primary, ours) {
                             cas.push((ep.cas(n, off, h.lock, 0), k));
-                        } else if !primary && flags & INVISIBLE != 0 && h.lock == INVISIBLE {
-                            // A backup's invisible bit may be another, live, commit's: clearing
-                            // it early is safe all the same, because every reader validates at
-                            // the primary, whose lock that commit still holds.
-                            cas.push((ep.cas(n, off, INVISIBLE, 0), 0));
+                        } else if !primary && flags & INVISIBLE != 0 && h.lock & INVISIBLE != 0 {
+                            // A backup's invisible word (with its committer's id) may be
+                            // another, live, commit's: clearing it early is safe all the same,
+                            // because every reader validates at the primary, whose lock that
+                            // commit still holds.
+                            cas.push((ep.cas(n, off, h.lock, 0), 0));
                         }
                     }
                 }

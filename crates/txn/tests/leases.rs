@@ -129,7 +129,7 @@ fn a_survivor_blocked_on_a_crashed_coordinators_lock_commits_after_online_recove
                     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
                     membership::join(&mut ep, lease).await.unwrap();
                     let me = ep.id().index;
-                    let mut service = Service::new(Protocol::Ford, lease, 2);
+                    let mut service = Service::new(Protocol::Ford, lease, 2, map.clone());
                     let mut c = Coordinator::new(ep, map.clone(), txn_cfg(Protocol::Ford));
                     if me == 1 {
                         // A first transaction caches key 0's address: FORD then locks it at
@@ -147,7 +147,7 @@ fn a_survivor_blocked_on_a_crashed_coordinators_lock_commits_after_online_recove
                     c.endpoint().sleep(40_000).await;
                     let mut blocked = 0;
                     loop {
-                        service.tick(c.endpoint(), &map).await.unwrap();
+                        service.tick(c.endpoint()).await.unwrap();
                         match set(&mut c, 0, 777).await {
                             Ok(()) => break,
                             Err(AbortReason::LockConflict) => blocked += 1,
@@ -156,7 +156,7 @@ fn a_survivor_blocked_on_a_crashed_coordinators_lock_commits_after_online_recove
                         c.endpoint().sleep(20_000).await;
                     }
                     let committed_at = c.endpoint().now_ns();
-                    service.drain(c.endpoint(), &map).await.unwrap();
+                    service.drain(c.endpoint()).await.unwrap();
                     (blocked, committed_at, service.events.clone())
                 }
             })
@@ -214,7 +214,7 @@ fn a_zombie_whose_lease_expired_cannot_commit() {
                     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
                     membership::join(&mut ep, lease).await.unwrap();
                     let me = ep.id().index;
-                    let mut service = Service::new(Protocol::Ford, lease, 2);
+                    let mut service = Service::new(Protocol::Ford, lease, 2, map.clone());
                     let mut c = Coordinator::new(ep, map.clone(), txn_cfg(Protocol::Ford));
                     if me == 1 {
                         set(&mut c, 1, 1000).await.unwrap();
@@ -234,13 +234,13 @@ fn a_zombie_whose_lease_expired_cannot_commit() {
                     }
                     c.endpoint().sleep(40_000).await;
                     loop {
-                        service.tick(c.endpoint(), &map).await.unwrap();
+                        service.tick(c.endpoint()).await.unwrap();
                         if set(&mut c, 1, 999).await.is_ok() {
                             break;
                         }
                         c.endpoint().sleep(20_000).await;
                     }
-                    service.drain(c.endpoint(), &map).await.unwrap();
+                    service.drain(c.endpoint()).await.unwrap();
                     Ok(service.events.clone())
                 }
             })

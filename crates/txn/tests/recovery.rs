@@ -86,7 +86,7 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
             let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
             let mut log = Vec::new();
             entry.encode(slice_bytes, &mut log).unwrap();
-            for n in 0..map.nodes.len() as u16 {
+            for n in map.live_nodes() {
                 ep.write(n, slice, &log);
             }
             ep.post().await.unwrap();

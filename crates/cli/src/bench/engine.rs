@@ -12,7 +12,7 @@
 use dtxn_check::HistoryWriter;
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::PoolMap;
-use dtxn_txn::membership::{self, LeaseConfig, RecoveryEvent, Service};
+use dtxn_txn::membership::{self, LeaseConfig, RecoveryEvent, Service, ViewEvent};
 use dtxn_txn::Breakdown;
 use dtxn_txn::{
     AbortReason, Coordinator, LocalOracle, Recorder, StartClock, TxnConfig, TxnOutcome, Vcache,
@@ -234,6 +234,8 @@ pub struct Shared {
     pub lease: Option<LeaseConfig>,
     /// What the coordinators' recovery service did.
     recoveries: Mutex<Vec<RecoveryEvent>>,
+    /// Every coordinator's view changes (`--faults memory=N`), as they became active.
+    views: Mutex<Vec<ViewEvent>>,
 }
 
 /// What one run produced.
@@ -314,7 +316,16 @@ async fn coordinator<W: Workload>(
                 Ok(mut r) => r.push(e.clone()),
                 Err(p) => p.into_inner().push(e.clone()),
             };
-            Some(Service::new(cfg.protocol, l, sh.coordinators).with_sink(Box::new(report)))
+            let views = sh.clone();
+            let view = move |e: &ViewEvent| match views.views.lock() {
+                Ok(mut r) => r.push(e.clone()),
+                Err(p) => p.into_inner().push(e.clone()),
+            };
+            Some(
+                Service::new(cfg.protocol, l, sh.coordinators, map.clone())
+                    .with_sink(Box::new(report))
+                    .with_view_sink(Box::new(view)),
+            )
         }
         None => None,
     };
@@ -382,9 +393,15 @@ async fn coordinator<W: Workload>(
             break;
         }
         if let Some(s) = &mut service {
-            if serve(s.tick(c.endpoint(), &map).await)? {
-                fenced = true;
-                break;
+            match s.tick(c.endpoint()).await {
+                // A new view (memory nodes failed): its map from the next transaction on.
+                Ok(Some(map)) => c.set_map(map),
+                r => {
+                    if serve(r.map(|_| ()))? {
+                        fenced = true;
+                        break;
+                    }
+                }
             }
         }
         w.forget_in_flight(&mut tally);
@@ -402,6 +419,11 @@ async fn coordinator<W: Workload>(
             // Its transaction in flight stays staged in the tally: recovery decides it.
             fenced = true;
             break;
+        }
+        if let (Some(s), Some(o)) = (&mut service, c.last_outcome()) {
+            if matches!(o.result, Err(a) if a.reason == AbortReason::ReplicaFailure) {
+                s.suspect();
+            }
         }
         if let Some(mut o) = c.last_outcome() {
             let first = retrying.take().map_or(o.start_ns, |(_, t)| t);
@@ -439,7 +461,7 @@ async fn coordinator<W: Workload>(
         if !fenced {
             // The liveness phase: this coordinator is done; it serves recovery until every
             // other one is done or recovered.
-            fenced = serve(s.drain(c.endpoint(), &map).await)?;
+            fenced = serve(s.drain(c.endpoint()).await)?;
         }
     }
     Ok((all, fenced))
@@ -489,10 +511,18 @@ impl Shared {
             local_oracle: None,
             lease: None,
             recoveries: Mutex::default(),
+            views: Mutex::default(),
         })
     }
 
     /// What the recovery service did, in the order the coordinators finished.
+    pub fn take_views(&self) -> Vec<ViewEvent> {
+        match self.views.lock() {
+            Ok(mut r) => std::mem::take(&mut *r),
+            Err(p) => std::mem::take(&mut *p.into_inner()),
+        }
+    }
+
     pub fn take_recoveries(&self) -> Vec<RecoveryEvent> {
         match self.recoveries.lock() {
             Ok(mut r) => std::mem::take(&mut *r),

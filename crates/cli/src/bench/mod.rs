@@ -584,7 +584,18 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
                     dtxn_store::layout::MAX_MEMBERS
                 );
             }
-            Some(faults(spec, a, topo)?)
+            let (plan, knobs) = faults(spec, a, topo)?;
+            let failover = [Protocol::Ford, Protocol::Farm, Protocol::Drtmh];
+            if plan.memory_crashes.iter().any(|c| c.is_failure())
+                && !failover.contains(&cfg.protocol)
+            {
+                bail!(
+                    "--faults memory=N: memory-node failover is FORD's, FaRM's and DrTM+H's for \
+                     now ({} keeps state on its primaries that a promoted backup lacks)",
+                    cfg.protocol.name()
+                );
+            }
+            Some((plan, knobs))
         }
         None => None,
     };
@@ -846,6 +857,12 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     // (and its liveness phase). After the run, as a fallback, only those it did not know of:
     // a coordinator that died before its lease was written, or one done before it died.
     let mut online = sh.take_recoveries();
+    let views = sh.take_views();
+    // The pool as the run left it: with failed memory nodes, each table's live replicas
+    // (every check below reads those).
+    let final_view =
+        dtxn_store::View::parse(pool.with_local(0, |m| m.read_u64(dtxn_store::layout::VIEW_OFF)));
+    let plan = &plan.in_view(final_view)?;
     let recovered = match (&out, &faults) {
         (Ok(out), Some(_)) => {
             let known: std::collections::HashSet<u32> =
@@ -948,7 +965,8 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             f.guard_ns = l.guard_ns;
         }
         f.max_flight_ns = out.max_flight_ns;
-        f.pool_checks = pool_checks(&pool, plan, &cfg, out.max_flight_ns, lease);
+        f.pool_checks = pool_checks(&pool, plan, final_view, &cfg, out.max_flight_ns, lease);
+        view_report(&mut f, fplan, &views, final_view, run_start_ns);
         report.faults = Some(f);
     }
     Ok(report)
@@ -996,6 +1014,28 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
                 }
                 rates.compute_crashes = n;
             }
+            "memory" => {
+                let n: u32 = value.parse().map_err(|_| bad("a number of memory nodes"))?;
+                if n as usize >= a.replicas {
+                    return Err(bad(&format!(
+                        "at most {} (--replicas {}: a table whose every replica failed is lost)",
+                        a.replicas - 1,
+                        a.replicas
+                    )));
+                }
+                if n >= u32::from(a.memory_nodes) {
+                    return Err(bad(&format!(
+                        "at most {} (--memory-nodes {}: node 0 holds the pool's view and never \
+                         fails)",
+                        a.memory_nodes - 1,
+                        a.memory_nodes
+                    )));
+                }
+                rates.memory_failures = n;
+                if !spec.contains("compute=") {
+                    rates.compute_crashes = 0;
+                }
+            }
             "within" => within = duration()?.max(1),
             "delay_prob" => {
                 rates.delay_prob = match value.parse::<f64>() {
@@ -1023,7 +1063,15 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
 }
 
 /// The knobs `--faults` takes.
-const FAULT_KNOBS: [&str; 6] = ["compute", "within", "delay_prob", "delay", "lease", "guard"];
+const FAULT_KNOBS: [&str; 7] = [
+    "compute",
+    "memory",
+    "within",
+    "delay_prob",
+    "delay",
+    "lease",
+    "guard",
+];
 
 fn set_faults(pool: &mut dtxn_fabric::Pool, f: Faults) {
     if let dtxn_fabric::Pool::Sim(sim) = pool {
@@ -1126,6 +1174,7 @@ fn online_report(
 fn pool_checks(
     pool: &dtxn_fabric::Pool,
     plan: &Plan,
+    view: dtxn_store::View,
     cfg: &TxnConfig,
     max_flight_ns: u64,
     lease: Option<LeaseConfig>,
@@ -1155,7 +1204,7 @@ fn pool_checks(
         for s in 0..plan.shape.log_slices {
             let off = plan.log_off + u64::from(s) * slice_bytes;
             let mut newest: Option<(u64, bool, u16)> = None;
-            for n in 0..plan.shape.memory_nodes {
+            for n in (0..plan.shape.memory_nodes).filter(|&n| !view.is_failed(n)) {
                 pool.with_local(n, |m| m.read(off, &mut buf));
                 if let Ok(Some(e)) = dtxn_store::log::LogEntry::decode(&buf) {
                     let open = e.status == dtxn_store::log::LogStatus::Pending;
@@ -1237,6 +1286,53 @@ fn pool_checks(
             ok: false,
             checks: fails,
         }
+    }
+}
+
+/// Memory-node failover's part of the fault report: per view change, when its node failed,
+/// when a survivor changed the view (detection) and when the last coordinator saw it active
+/// (repair: every coordinator agreed, the promoted primaries repaired).
+fn view_report(
+    f: &mut report::FaultReport,
+    fplan: &Faults,
+    views: &[dtxn_txn::membership::ViewEvent],
+    final_view: dtxn_store::View,
+    run_start_ns: u64,
+) {
+    let us = |ns: u64| ns.saturating_sub(run_start_ns) as f64 / 1e3;
+    f.planned_memory_failures = fplan
+        .memory_crashes
+        .iter()
+        .filter(|c| c.is_failure())
+        .map(|c| (c.node, c.at_ns))
+        .collect();
+    f.final_view = final_view.to_string();
+    let mut numbers: Vec<u16> = views.iter().map(|e| e.view.number).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    for n in numbers {
+        let of: Vec<_> = views.iter().filter(|e| e.view.number == n).collect();
+        let view = of[0].view;
+        let failed_ns = fplan
+            .memory_crashes
+            .iter()
+            .filter(|c| c.is_failure() && view.is_failed(c.node))
+            .map(|c| run_start_ns + c.at_ns)
+            .max()
+            .unwrap_or(run_start_ns);
+        // The first adoption: the changer adopts its view at once (and may have crashed
+        // before reporting it).
+        let changed_ns = of.iter().map(|e| e.adopted_ns).min();
+        let active_ns = of.iter().map(|e| e.active_ns).max().unwrap_or(0);
+        f.views.push(report::ViewLine {
+            view: view.to_string(),
+            failed_us: us(failed_ns),
+            detection_us: changed_ns.map(|c| c.saturating_sub(failed_ns) as f64 / 1e3),
+            repair_us: changed_ns.map(|c| active_ns.saturating_sub(c) as f64 / 1e3),
+            active_us: us(active_ns),
+            coordinators: of.len() as u32,
+            promoted_tables: of.iter().map(|e| e.repaired).sum(),
+        });
     }
 }
 

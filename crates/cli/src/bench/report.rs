@@ -296,6 +296,31 @@ pub struct FaultReport {
     pub recoveries: Vec<RecoveryLine>,
     /// The pool after the liveness phase: log slices, replicas, op flights against the guard.
     pub pool_checks: Verdict,
+    /// Memory nodes planned to fail for good: (node, virtual instant from the start in ns).
+    pub planned_memory_failures: Vec<(u16, u64)>,
+    /// The pool's view after the run, and each view change.
+    pub final_view: String,
+    pub views: Vec<ViewLine>,
+}
+
+/// One view change (memory nodes failed), as the coordinators saw it (virtual us from the
+/// run's start).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ViewLine {
+    pub view: String,
+    /// When its newest failed node failed.
+    pub failed_us: f64,
+    /// From the failure to the view change (the first coordinator adopting the view: a
+    /// survivor's probe found the node down and changed it, and adopted it at once).
+    pub detection_us: Option<f64>,
+    /// From the view change until the last coordinator saw the view active (every
+    /// coordinator agreed, the promoted primaries repaired).
+    pub repair_us: Option<f64>,
+    pub active_us: f64,
+    /// Coordinators that adopted it.
+    pub coordinators: u32,
+    /// Tables whose backup was promoted (and so repaired).
+    pub promoted_tables: u32,
 }
 
 /// One coordinator the recovery service recovered (virtual us from the run's start).
@@ -631,6 +656,35 @@ impl BenchReport {
                         s,
                         "  ... and {} more coordinators (--json lists them all)",
                         f.recoveries.len() - LISTED
+                    );
+                }
+            }
+            if !f.planned_memory_failures.is_empty() {
+                let plan: Vec<String> = f
+                    .planned_memory_failures
+                    .iter()
+                    .map(|&(n, at)| format!("memory node {n} at {:.1} us", at as f64 / 1e3))
+                    .collect();
+                let _ = writeln!(
+                    s,
+                    "memory-node failures: {} (virtual, for good); the pool ends in {}",
+                    plan.join(", "),
+                    f.final_view
+                );
+                let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} us"));
+                for v in &f.views {
+                    let _ = writeln!(
+                        s,
+                        "  {}: failed at {:.1} us; view changed {} later (detection), active \
+                         for every coordinator {} after that (repair), at {:.1} us; {} \
+                         coordinators adopted it, {} promoted tables repaired",
+                        v.view,
+                        v.failed_us,
+                        opt(v.detection_us),
+                        opt(v.repair_us),
+                        v.active_us,
+                        v.coordinators,
+                        v.promoted_tables
                     );
                 }
             }

@@ -106,6 +106,10 @@ pub struct FaultRates {
     pub memory_crashes: u32,
     /// How long a crashed memory node stays down.
     pub memory_down_ns: u64,
+    /// Memory nodes that fail for good (fail-stop: distinct nodes, never node 0, which
+    /// holds the pool's view): the survivors change the view and promote backups.
+    #[serde(default)]
+    pub memory_failures: u32,
     pub delay_prob: f64,
     pub delay_max_ns: u64,
 }
@@ -133,14 +137,24 @@ impl Faults {
                 compute_node: victims.swap_remove(i),
             });
         }
-        let memory_crashes = (0..rates.memory_crashes)
+        let mut memory_crashes = (0..rates.memory_crashes)
             .filter(|_| memory_nodes > 0)
             .map(|_| MemoryCrash {
                 at_ns: rng.random_range(0..horizon),
                 node: rng.random_range(0..memory_nodes),
                 down_ns: rates.memory_down_ns,
             })
-            .collect();
+            .collect::<Vec<_>>();
+        // Drawn after the others, so that plans without failures stay what they were.
+        let mut candidates: Vec<u16> = (1..memory_nodes).collect();
+        for _ in 0..(rates.memory_failures as usize).min(candidates.len()) {
+            let i = rng.random_range(0..candidates.len());
+            memory_crashes.push(MemoryCrash {
+                at_ns: rng.random_range(0..horizon),
+                node: candidates.swap_remove(i),
+                down_ns: MemoryCrash::FOREVER,
+            });
+        }
         Faults {
             compute_crashes,
             memory_crashes,
@@ -166,6 +180,16 @@ pub struct MemoryCrash {
     pub at_ns: u64,
     pub node: u16,
     pub down_ns: u64,
+}
+
+impl MemoryCrash {
+    /// A `down_ns` that outlasts any run: the node fails for good.
+    pub const FOREVER: u64 = u64::MAX / 4;
+
+    /// The node never comes back.
+    pub fn is_failure(&self) -> bool {
+        self.down_ns >= MemoryCrash::FOREVER
+    }
 }
 
 /// A simulated memory pool.

@@ -96,8 +96,10 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
         let t = table(map, it.table);
         let off = it.offset.expect("written items exist");
         // Encoded once; the replicas' copies differ only in the lock word (line 0's first).
+        // A backup's is invisible with our owner id: if its primary fails, the backup is
+        // promoted, and recovery tells our install from another's by it (`settle.rs`).
         let record = &mut tx.c.mech.record;
-        encode_new(record, t, it, INVISIBLE);
+        encode_new(record, t, it, owner | INVISIBLE);
         let copy = &mut tx.c.mech.copy;
         let displaced = displace(copy, t, it);
         for &n in t.backups() {

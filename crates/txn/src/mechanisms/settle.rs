@@ -23,7 +23,11 @@ pub(crate) async fn settle(
     // Items it never locked were never written (the commit waits for every lock).
     let ours: Vec<usize> = (0..e.items.len()).filter(|&i| seen.held[i]).collect();
     // What it holds but never wrote, newer than its image: not its to roll back.
-    let ours_to_undo: Vec<usize> = ours.iter().copied().filter(|&i| !seen.foreign[i]).collect();
+    let ours_to_undo: Vec<usize> = ours
+        .iter()
+        .copied()
+        .filter(|&i| seen.undo[i] && !seen.foreign[i])
+        .collect();
     if ours.is_empty() {
         // It holds nothing it logged: it never wrote, or it released everything already.
         return Ok(Recovered::Nothing);
@@ -39,8 +43,10 @@ pub(crate) async fn settle(
 
 /// What the replicas of an entry's items hold, per logged item.
 struct Seen {
-    /// The dead coordinator still locks the primary's record.
+    /// The dead coordinator still locks the primary's record (or may have: a promoted one).
     held: Vec<bool>,
+    /// Ours to roll back: held (a promoted primary: showing our id).
+    undo: Vec<bool>,
     /// Every replica holds the new record, whole.
     everywhere: Vec<bool>,
     /// The version installed (where one was).
@@ -84,6 +90,7 @@ fn judge_replicas(
     let n_items = e.items.len();
     let mut seen = Seen {
         held: vec![false; n_items],
+        undo: vec![false; n_items],
         everywhere: vec![true; n_items],
         installed: vec![0u64; n_items],
         keys: vec![0u64; n_items],
@@ -108,9 +115,41 @@ fn judge_replicas(
             let old = t.codec().header(&it.image);
             (now.version > old.version && now.key == old.key).then_some(now.version)
         };
-        if n == t.primary() {
+        if n == t.primary() && map.lost_locks(t) && !holds(now.lock, owner) {
+            // A promoted primary, and the dead coordinator died before the promotion: its
+            // lock died with the failed primary. (A commit leaves its owner id on a backup
+            // until its release, so a record showing our id is judged in the branch below, as
+            // on a primary.) Recovery in a new view runs once no live coordinator works in an
+            // older one, so only dead coordinators' writes can be cut off here. Without our
+            // id, the record is:
+            // - torn: a write cut off, ours (or another dead one's over the same image):
+            //   held, to undo, and not installed;
+            // - still the image (a free slot, for an insert): our write never landed (our
+            //   commit was never acknowledged): held, nothing to undo, not installed;
+            // - newer: our install, released, or another's over our image (then we never
+            //   held its lock and never wrote at all): not ours to judge, as a released lock
+            //   on a primary.
+            let image = t.codec().header(&it.image);
+            let landed = if it.insert {
+                now.valid
+            } else {
+                now.version != image.version
+            };
+            if !whole {
+                seen.held[i] = true;
+                seen.undo[i] = true;
+                seen.everywhere[i] = false;
+            } else if !landed {
+                seen.held[i] = true;
+                seen.everywhere[i] = false;
+            }
+            seen.keys[i] = now.key;
+        } else if n == t.primary() {
+            // (On a promoted primary, a commit's invisible word with our id counts as our
+            // lock: recovery judges it as it would on the primary that failed.)
             seen.held[i] = holds(now.lock, owner);
             seen.keys[i] = now.key;
+            seen.undo[i] = seen.held[i];
             // Every install leaves the primary invisible until the release: a whole, newer
             // primary without the bit under our plain lock was installed by someone else.
             if !it.insert && new.is_some() && now.lock & INVISIBLE == 0 {

@@ -1,0 +1,102 @@
+//! Memory-node failover's verbs (issue #23; the protocol is [`crate::membership`]'s): probing
+//! the memory nodes after a transaction failed on one, and repairing a promoted primary.
+//!
+//! **Promotion** is the view's alone ([`dtxn_store::View`]): a table's first live replica is
+//! its primary. A backup holds every committed record (a commit writes every replica before
+//! it is acknowledged), but two things only the primary kept must be rebuilt before anyone
+//! uses it as one ([`repair_promoted`]):
+//!
+//! - its **overflow counter**: inserts claim overflow buckets with an FAA on the primary's
+//!   counter and link them on every replica, so a backup's counter is the load's; a promoted
+//!   one would hand out buckets already linked. It is raised to the highest link any bucket
+//!   of the table holds.
+//! - **invisible words**: a commit WRITEs its backups with an invisible lock word (and its
+//!   owner id) and clears it in its release; a commit cut short (its coordinator crashed,
+//!   recovered in the new view) may leave one, which on a primary would read as locked
+//!   forever. Once every coordinator works in the new view and every dead one is recovered
+//!   (nothing of an older view in flight: the repair runs only then), an invisible word on a
+//!   promoted primary is stale, and cleared.
+//!
+//! Primary-only state of other protocols (read timestamps, version slots' links, tickets) is
+//! not rebuilt: failover is FORD's, FaRM's and DrTM+H's for now.
+
+use crate::mechanisms::INVISIBLE;
+use dtxn_fabric::{Endpoint, FabricError, NodeId};
+use dtxn_store::PoolMap;
+
+/// The memory nodes of `map`'s view (but node 0, which holds the view) that do not answer a
+/// READ: one round trip per node found down, one more when none is.
+pub async fn probe(ep: &mut Endpoint, map: &PoolMap) -> Result<Vec<NodeId>, FabricError> {
+    let mut down = Vec::new();
+    loop {
+        let asked: Vec<NodeId> = map.live_nodes().filter(|n| !down.contains(n)).collect();
+        for &n in &asked {
+            ep.read(n, 0, 8);
+        }
+        match ep.post().await {
+            Ok(()) => return Ok(down),
+            Err(FabricError::NodeDown(n)) if n != 0 && asked.contains(&n) => down.push(n),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Bytes the repair's scan reads per round trip (as recovery's lock release).
+const SCAN_BYTES: u64 = 16 << 10;
+
+/// Repairs every promoted primary of `map`'s view (see the module doc): raises its overflow
+/// counter to the highest link and clears its owner-less invisible words. Idempotent (a
+/// leader that dies half-way leaves it for the next). Returns the tables repaired.
+pub async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<u32, FabricError> {
+    let mut tables = 0;
+    let mut bytes = Vec::new();
+    for t in map.promoted().filter(|t| t.mv.is_none()) {
+        tables += 1;
+        let n = t.primary();
+        let codec = t.codec();
+        let buckets = t.bucket_count + t.overflow_buckets;
+        let mut highest = 0u64;
+        let mut first = 0;
+        while first < buckets {
+            let last = buckets.min(first + (SCAN_BYTES / t.bucket_bytes).max(1));
+            let base0 = t.table_off + 64 + first * t.bucket_bytes;
+            let r = ep.read(n, base0, ((last - first) * t.bucket_bytes) as usize);
+            ep.post().await?;
+            bytes.clear();
+            bytes.extend_from_slice(ep.bytes(r));
+            for b in first..last {
+                let at = ((b - first) * t.bucket_bytes) as usize;
+                let bucket = &bytes[at..at + t.bucket_bytes as usize];
+                let link = u64::from_le_bytes(bucket[..8].try_into().expect("word"));
+                if link <= t.overflow_buckets {
+                    highest = highest.max(link);
+                }
+                let base = t.table_off + 64 + b * t.bucket_bytes;
+                for s in 0..t.slots_per_bucket {
+                    let lock = codec.header(t.slot_bytes(bucket, s)).lock;
+                    if lock & INVISIBLE != 0 {
+                        ep.cas(n, t.slot(base, s), lock, 0);
+                    }
+                }
+            }
+            ep.post().await?;
+            first = last;
+        }
+        // Only FAAs move the counter once the table is served, so a CAS from what we read
+        // either raises it or finds it raised past what we read: read again.
+        loop {
+            let r = ep.read(n, t.overflow_counter(), 8);
+            ep.post().await?;
+            let now = ep.word(r, 0);
+            if now >= highest {
+                break;
+            }
+            let c = ep.cas(n, t.overflow_counter(), now, highest);
+            ep.post().await?;
+            if ep.cas_ok(c) {
+                break;
+            }
+        }
+    }
+    Ok(tables)
+}
