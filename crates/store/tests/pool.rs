@@ -169,8 +169,8 @@ fn strangers_and_corruption_are_clear_errors() {
     );
     let (mut bad, _) = build(1, 3, 2);
     bad.with_local(1, |m| {
-        let b = m.read_u64(4096 + 40);
-        m.write_u64(4096 + 40, b ^ 1);
+        let b = m.read_u64(dtxn_store::layout::CATALOG_OFF + 40);
+        m.write_u64(dtxn_store::layout::CATALOG_OFF + 40, b ^ 1);
     });
     assert_eq!(
         bootstrap_error(&mut bad),

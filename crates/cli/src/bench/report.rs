@@ -592,7 +592,7 @@ impl BenchReport {
                 "faults: {} (virtual); {} coordinators crashed, {} recovered ({} rolled \
                  forward, {} of them unrecorded; {} rolled back; {} locks released)",
                 if plan.is_empty() {
-                    "no crash planned".to_string()
+                    "no compute crash planned".to_string()
                 } else {
                     plan.join(", ")
                 },

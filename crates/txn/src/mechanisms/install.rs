@@ -251,6 +251,24 @@ async fn roll_back<P: Protocol>(tx: &mut Tx<'_, P>) {
             }
         }
     }
+    // In persistent-memory mode the old images are flushed like the install was: a backup
+    // that kept the flushed install and lost the unflushed roll-back to a power loss would
+    // hold a version that never committed.
+    if tx.c.cfg.flush {
+        let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
+        flushed.clear();
+        for it in tx.items.iter().filter(|i| i.new != NewValue::Keep) {
+            for &n in table(&map, it.table).backups() {
+                if !flushed.contains(&n) {
+                    flushed.push(n);
+                }
+            }
+        }
+        for &n in &flushed {
+            tx.c.ep.flush(n);
+        }
+        tx.c.mech.nodes = flushed;
+    }
     // Best effort: the failed node's copy is rebuilt when it is replaced.
     let _ = tx.c.ep.post().await;
     tx.installed = false;
