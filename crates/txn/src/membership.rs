@@ -360,12 +360,22 @@ impl Service {
     }
 
     /// The liveness phase: marks this coordinator done and serves until every other one is
-    /// done or recovered; then acknowledges every later view ([`ACK_GONE`]) and leaves.
+    /// done or recovered; probes the memory nodes once; then acknowledges every later view
+    /// ([`ACK_GONE`]) and leaves.
     pub async fn drain(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
         ep.lease_done();
         ep.renew_lease().await?;
+        // Before leaving, every memory node is asked once: one that failed unnoticed (no
+        // transaction touched it since) is failed over now, while coordinators remain to
+        // agree, and not found by whoever bootstraps the pool next.
+        let mut probed = false;
         loop {
             let s = self.scan(ep).await?;
+            if s.unsettled == 0 && !probed {
+                probed = true;
+                self.suspect = true;
+                continue;
+            }
             if s.unsettled == 0 {
                 let me = ep.id().index;
                 ep.write(0, ACK_OFF + 8 * u64::from(me), &ACK_GONE.to_le_bytes());
