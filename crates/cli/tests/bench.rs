@@ -753,3 +753,66 @@ fn retry_runs_the_same_transaction_until_it_commits() {
     let (once, retried) = (run(false), run(true));
     assert!(retried > 1.5 * once, "{once} us without, {retried} with");
 }
+
+/// `--warm-caches`: FORD's read-write transactions cost their paper's 2 round trips from the
+/// first transaction on (3 with a read-only item: WriteCheck), where a cold cache pays
+/// bucket READs; without an address cache the flag changes nothing.
+#[test]
+fn warm_caches_give_every_transaction_its_warm_round_trips() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--backend",
+            "sim",
+            "--profile",
+            "ideal",
+            "--accounts",
+            "20000",
+            "--threads",
+            "1",
+            "--coroutines",
+            "1",
+            "--duration",
+            "2ms",
+            "--warmup",
+            "0",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        json(&dtxn(&args))
+    };
+    let rts = |v: &serde_json::Value| -> Vec<(String, f64)> {
+        v["per_type"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap().to_string(),
+                    t["round_trips"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let warm = run(&["--warm-caches"]);
+    for (name, rt) in rts(&warm) {
+        let want = match name.as_str() {
+            "WriteCheck" => 3.0,
+            _ => 2.0,
+        };
+        assert_eq!(rt, want, "{name} warm");
+    }
+    let cold = run(&[]);
+    assert!(
+        cold["all"]["round_trips"].as_f64().unwrap()
+            > warm["all"]["round_trips"].as_f64().unwrap() + 0.5,
+        "cold {} warm {}",
+        cold["all"]["round_trips"],
+        warm["all"]["round_trips"]
+    );
+    let none = run(&["--set", "addr_cache_entries=0"]);
+    let none_warm = run(&["--set", "addr_cache_entries=0", "--warm-caches"]);
+    assert_eq!(none["all"], none_warm["all"]);
+    let e = dtxn(&["bench", "--backend", "ucx", "--warm-caches"]);
+    assert!(stderr(&e).contains("--warm-caches"), "{}", stderr(&e));
+}

@@ -39,6 +39,23 @@ pub struct Profile {
     /// per request.
     #[serde(default)]
     pub rpc_msg_cpu_ns: u64,
+    /// Ops per second one compute node's NIC posts, in millions (0 = unlimited): every
+    /// one-sided op and RPC message its coordinators post leaves through it, one at a time.
+    #[serde(default)]
+    pub cn_nic_mops: f64,
+    /// Link bandwidth of one compute node's NIC (0 = infinite): an op holds the NIC for the
+    /// longer of its request's and its response's transfer (the two directions share one
+    /// timeline: a simplification, pessimistic for a mix of large READs and WRITEs).
+    #[serde(default)]
+    pub cn_link_gbps: f64,
+    /// Compute-side CPU cost of a transaction's own logic, once per attempt (beginning it,
+    /// the workload's code between its fetches, finishing it), on its thread.
+    #[serde(default)]
+    pub cpu_per_txn_ns: u64,
+    /// Compute-side CPU cost per item a transaction touches (read, locked or inserted: its
+    /// read/write-set entry, copying its record in and out), on its thread.
+    #[serde(default)]
+    pub cpu_per_item_ns: u64,
 }
 
 impl Profile {
@@ -65,6 +82,10 @@ impl Profile {
             rpc_cpu_per_kib_ns: 100,
             mn_cores: 2,
             rpc_msg_cpu_ns: 0,
+            cn_nic_mops: 0.0,
+            cn_link_gbps: 0.0,
+            cpu_per_txn_ns: 0,
+            cpu_per_item_ns: 0,
         }
     }
 
@@ -93,6 +114,10 @@ impl Profile {
             rpc_cpu_per_kib_ns: 0,
             mn_cores: 0,
             rpc_msg_cpu_ns: 0,
+            cn_nic_mops: 0.0,
+            cn_link_gbps: 0.0,
+            cpu_per_txn_ns: 0,
+            cpu_per_item_ns: 0,
         }
     }
 
@@ -132,6 +157,8 @@ impl Profile {
             ("link_gbps", self.link_gbps),
             ("nic_mops", self.nic_mops),
             ("pm_write_gbps", self.pm_write_gbps),
+            ("cn_nic_mops", self.cn_nic_mops),
+            ("cn_link_gbps", self.cn_link_gbps),
         ] {
             if !v.is_finite() || v < 0.0 {
                 return Err(format!("{name} must be a non-negative number, not {v}"));
@@ -153,6 +180,22 @@ impl Profile {
             0
         };
         op.max(self.transfer_ns(bytes))
+    }
+
+    /// Nanoseconds a compute node's NIC is busy posting one op whose request carries `out`
+    /// bytes and whose response `inb` (0 when the profile has no compute NIC).
+    pub(crate) fn cn_nic_service_ns(&self, out: u64, inb: u64) -> u64 {
+        let op = if self.cn_nic_mops > 0.0 {
+            (1000.0 / self.cn_nic_mops) as u64
+        } else {
+            0
+        };
+        op.max(per_byte_ns(self.cn_link_gbps, out.max(inb)))
+    }
+
+    /// Whether compute nodes have a NIC that costs anything.
+    pub(crate) fn has_cn_nic(&self) -> bool {
+        self.cn_nic_mops > 0.0 || self.cn_link_gbps > 0.0
     }
 
     /// Memory-node CPU time to serve one RPC request whose request and response carry `bytes`.
@@ -217,6 +260,34 @@ mod tests {
         let p = Profile::from_toml(&t).unwrap();
         assert_eq!((p.mn_cores, p.rpc_cpu_per_kib_ns), (0, 0));
         assert_eq!(p.rpc_cpu_ns, 500);
+    }
+
+    #[test]
+    fn profiles_from_before_compute_nics_and_logic_cpu_load_as_free() {
+        let t = toml::to_string(&Profile::ideal()).unwrap();
+        let t = t
+            .lines()
+            .filter(|l| {
+                !l.starts_with("cn_")
+                    && !l.starts_with("cpu_per_txn")
+                    && !l.starts_with("cpu_per_item")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(Profile::from_toml(&t).unwrap(), Profile::ideal());
+        let mut p = Profile::ideal();
+        p.cn_nic_mops = -1.0;
+        let e = Profile::from_toml(&toml::to_string(&p).unwrap()).unwrap_err();
+        assert!(e.contains("cn_nic_mops"), "{e}");
+        let p = Profile {
+            cn_nic_mops: 100.0,
+            cn_link_gbps: 80.0,
+            ..Profile::ideal()
+        };
+        // 10 ns per op, or the larger direction's bytes at 10 bytes per ns.
+        assert_eq!(p.cn_nic_service_ns(16, 8), 10);
+        assert_eq!(p.cn_nic_service_ns(0, 1000), 100);
+        assert!(!Profile::ideal().has_cn_nic());
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub mod pool;
 pub mod record;
 pub mod remote;
 
-pub use cache::{AddrCache, SlotCheck};
+pub use cache::{AddrCache, SlotCheck, WarmAddrs};
 pub use error::StoreError;
 pub use index::TableInfo;
 pub use plan::{Plan, PoolShape, TableSpec};

@@ -150,6 +150,13 @@ pub struct BenchArgs {
     #[arg(long)]
     pub localized_validation: bool,
 
+    /// Start every coordinator's address cache warm, holding every loaded record's address
+    /// (the papers measure after a million transactions per thread; a run of milliseconds
+    /// would otherwise pay bucket READs throughout). Not with --set addr_cache_entries=0,
+    /// which stays without a cache. sim and shm.
+    #[arg(long)]
+    pub warm_caches: bool,
+
     /// Protocol switch, e.g. `--set ford.backup_reads=true` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,

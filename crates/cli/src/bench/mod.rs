@@ -380,6 +380,9 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     if a.rpc_pack_limit.is_some() && a.kind() != Backend::Sim {
         bail!("--rpc-pack-limit is an option of --backend sim (shm and ucx pack per node)");
     }
+    if a.warm_caches && a.kind() == Backend::Ucx {
+        bail!("--warm-caches is an option of --backend sim and shm (it reads the loaded pool)");
+    }
     for (flag, path) in [
         ("--csv", &a.csv),
         ("--record", &a.record),
@@ -708,6 +711,16 @@ fn lease_terms(
     Ok(Some(l))
 }
 
+/// Every loaded record's address, for `--warm-caches`: read from the primaries with the
+/// memory nodes' own CPU (the pool is this process's, sim or shm).
+fn warm_addresses(pool: &dtxn_fabric::Pool, plan: &dtxn_store::Plan) -> dtxn_store::WarmAddrs {
+    let mut warm = dtxn_store::WarmAddrs::new();
+    for t in &plan.tables {
+        warm.add_table(t.id, dtxn_workloads::record_offsets(pool, t));
+    }
+    warm
+}
+
 fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport> {
     let Go {
         a,
@@ -807,6 +820,9 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
+    }
+    if a.warm_caches {
+        sh.warm = Some(Arc::new(warm_addresses(&pool, plan)));
     }
     if cfg.motor.oracle == "local" {
         sh.local_oracle = Some(Arc::new(dtxn_txn::LocalOracle::new(topo.coordinators())));
