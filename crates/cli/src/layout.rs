@@ -358,6 +358,7 @@ mod tests {
             slot_bytes: t.slot_stride,
             buckets: t.bucket_count,
             overflow_buckets: t.overflow_buckets,
+            slots_per_bucket: t.slots_per_bucket,
             slots: t.slots(),
             bytes_per_replica: t.bytes(),
             nodes: t.replicas.clone(),
