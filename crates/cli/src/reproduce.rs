@@ -170,10 +170,16 @@ const MOTOR_EXPERIMENTS: &[Experiment] = &[
     },
 ];
 
-/// The paper's cluster, as `dtxn bench` options (sim, `cx5-100g`).
+/// The paper's cluster, as `dtxn bench` options (sim, `cx5-100g-papers`).
 fn setup(paper: Paper, quick: bool) -> Vec<&'static str> {
     // Warm address caches: the papers measure after a million transactions per thread.
-    let mut v = vec!["--backend", "sim", "--profile", "cx5-100g", "--warm-caches"];
+    let mut v = vec![
+        "--backend",
+        "sim",
+        "--profile",
+        "cx5-100g-papers",
+        "--warm-caches",
+    ];
     if quick {
         v.extend([
             "--compute-nodes",
@@ -403,7 +409,7 @@ fn report_md(paper: Paper, quick: bool, rows: &[Row<'_>], wall: f64) -> String {
     let mut md = format!(
         "# {name}'s comparisons, reproduced on dtxn's sim\n\n\
          Each row is the committed transactions per second of run *a* over run *b* (virtual \
-         time, sim profile `cx5-100g`), beside the paper's ratio; *within 25%* compares the two. \
+         time, sim profile `cx5-100g-papers`), beside the paper's ratio; *within 25%* compares the two. \
          {}Wall time: {wall:.0} s.\n\n",
         if quick {
             "**`--quick`**: 4 coordinators, 1 ms runs, TPC-C on one warehouse: the report's \

@@ -60,7 +60,7 @@ pub struct Profile {
 
 impl Profile {
     /// The built-in profiles, by name.
-    pub const PRESETS: [&'static str; 3] = ["cx5-100g", "cx5-100g-pm", "ideal"];
+    pub const PRESETS: [&'static str; 4] = ["cx5-100g", "cx5-100g-pm", "cx5-100g-papers", "ideal"];
 
     /// ConnectX-5 100 Gb/s, the FORD and Motor testbeds: round trip about 2 us.
     pub fn cx5_100g() -> Profile {
@@ -71,17 +71,7 @@ impl Profile {
             nic_mops: 60.0,
             atomic_slot_ns: 400,
             pm_write_gbps: 0.0,
-            // The compute side is calibrated against FORD's coroutine experiment (FORD, ACM
-            // TOS 2023, Fig. 22 / section 6.4): with 20 threads, FORD's throughput rises 2.2x
-            // on SmallBank and 3.4x on TATP from one coordinator per thread until the CPU
-            // saturates at 4-7. With warm address caches dtxn's sim gives 2.35x and 3.6x at
-            // 300 ns of CPU per verb posted (post, poll, copy: SmallBank's 12 verbs against
-            // TATP's 5 set the two rises apart), 300 ns per coroutine resumption and 800 ns
-            // per transaction of the transaction's own logic. The papers state no op rate of
-            // their NICs; the compute node's ConnectX-5 is taken to be the memory nodes'
-            // (60 Mops, 100 Gb/s); at FORD's and Motor's sizes it does not bind. The round
-            // trip stays 2 us (FORD cites 3-8 us for RDMA in general, section 4.9).
-            cpu_per_verb_ns: 300,
+            cpu_per_verb_ns: 60,
             cpu_per_step_ns: 300,
             // Disaggregated memory nodes have a few weak cores at most (FORD and Motor assume
             // near zero compute; RCC's and Scythe's RPC paths run on 1-2 cores per node): 2
@@ -92,10 +82,35 @@ impl Profile {
             rpc_cpu_per_kib_ns: 100,
             mn_cores: 2,
             rpc_msg_cpu_ns: 0,
-            cn_nic_mops: 60.0,
-            cn_link_gbps: 100.0,
+            cn_nic_mops: 0.0,
+            cn_link_gbps: 0.0,
+            cpu_per_txn_ns: 0,
+            cpu_per_item_ns: 0,
+        }
+    }
+
+    /// `cx5-100g` with the compute side of the papers' testbeds: their CPU per verb and per
+    /// transaction, and a compute-node NIC (what `dtxn reproduce` runs on).
+    ///
+    /// Calibrated against FORD's coroutine experiment (FORD, ACM TOS 2023, Fig. 22 and
+    /// section 6.4): with 20 threads, FORD's throughput rises 2.2x on SmallBank and 3.4x on
+    /// TATP from one coordinator per thread until the CPU saturates at 4-7 per thread. With
+    /// warm address caches dtxn's sim gives 2.35x and 3.6x, saturating at 4-7, at 300 ns of
+    /// CPU per verb posted (post, poll, copy: SmallBank's 12 verbs against TATP's 5 set the
+    /// two rises apart), 300 ns per coroutine resumption and 800 ns per transaction of its own
+    /// logic. The papers state no op rate of their NICs: the compute node's ConnectX-5 is
+    /// taken to be the memory nodes' (60 Mops, 100 Gb/s). The round trip stays 2 us (FORD
+    /// cites 3-8 us for RDMA in general, section 4.9, and measures none).
+    pub fn cx5_100g_papers() -> Profile {
+        Profile {
+            name: "cx5-100g-papers".into(),
+            cpu_per_verb_ns: 300,
+            cpu_per_step_ns: 300,
             cpu_per_txn_ns: 800,
             cpu_per_item_ns: 0,
+            cn_nic_mops: 60.0,
+            cn_link_gbps: 100.0,
+            ..Profile::cx5_100g()
         }
     }
 
@@ -135,6 +150,7 @@ impl Profile {
         match name {
             "cx5-100g" => Some(Profile::cx5_100g()),
             "cx5-100g-pm" => Some(Profile::cx5_100g_pm()),
+            "cx5-100g-papers" => Some(Profile::cx5_100g_papers()),
             "ideal" => Some(Profile::ideal()),
             _ => None,
         }
@@ -270,6 +286,24 @@ mod tests {
         let p = Profile::from_toml(&t).unwrap();
         assert_eq!((p.mn_cores, p.rpc_cpu_per_kib_ns), (0, 0));
         assert_eq!(p.rpc_cpu_ns, 500);
+    }
+
+    #[test]
+    fn the_papers_profile_is_cx5_with_a_priced_compute_side() {
+        let p = Profile::cx5_100g_papers();
+        assert_eq!(
+            Profile {
+                name: "cx5-100g".into(),
+                cpu_per_verb_ns: 60,
+                cpu_per_txn_ns: 0,
+                cn_nic_mops: 0.0,
+                cn_link_gbps: 0.0,
+                ..p.clone()
+            },
+            Profile::cx5_100g()
+        );
+        assert!(p.has_cn_nic());
+        assert_eq!((p.cpu_per_verb_ns, p.cpu_per_txn_ns), (300, 800));
     }
 
     #[test]
