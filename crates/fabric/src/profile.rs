@@ -95,7 +95,7 @@ impl Profile {
     /// Calibrated against FORD's coroutine experiment (FORD, ACM TOS 2023, Fig. 22 and
     /// section 6.4): with 20 threads, FORD's throughput rises 2.2x on SmallBank and 3.4x on
     /// TATP from one coordinator per thread until the CPU saturates at 4-7 per thread. With
-    /// warm address caches dtxn's sim gives 2.35x and 3.6x, saturating at 4-7, at 300 ns of
+    /// warm address caches dtxn's sim gives 2.4x and 3.7x, saturating at 4-7, at 300 ns of
     /// CPU per verb posted (post, poll, copy: SmallBank's 12 verbs against TATP's 5 set the
     /// two rises apart), 300 ns per coroutine resumption and 800 ns per transaction of its own
     /// logic. The papers state no op rate of their NICs: the compute node's ConnectX-5 is
