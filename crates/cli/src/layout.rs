@@ -55,6 +55,7 @@ struct TableRow {
     slot_bytes: u64,
     buckets: u64,
     overflow_buckets: u64,
+    slots_per_bucket: u32,
     slots: u64,
     bytes_per_replica: u64,
     /// Memory nodes holding it, primary first.
@@ -180,6 +181,7 @@ fn layout(a: &LayoutArgs, w: &bench::Chosen, plan: &Plan, single: Option<&Plan>)
             slot_bytes: t.slot_stride,
             buckets: t.bucket_count,
             overflow_buckets: t.overflow_buckets,
+            slots_per_bucket: t.slots_per_bucket,
             slots: (t.bucket_count + t.overflow_buckets) * u64::from(t.slots_per_bucket),
             bytes_per_replica: t.bytes(),
             nodes: t.replicas.clone(),
@@ -356,6 +358,7 @@ mod tests {
             slot_bytes: t.slot_stride,
             buckets: t.bucket_count,
             overflow_buckets: t.overflow_buckets,
+            slots_per_bucket: t.slots_per_bucket,
             slots: t.slots(),
             bytes_per_replica: t.bytes(),
             nodes: t.replicas.clone(),

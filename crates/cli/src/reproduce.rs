@@ -56,10 +56,38 @@ struct Experiment {
     b: &'static [&'static str],
 }
 
-const SMALLBANK: &[&str] = &["--workload", "smallbank"];
-const TATP: &[&str] = &["--workload", "tatp"];
+/// The workloads as FORD's code lays them out: 22 slots in every bucket of every table
+/// (`ITEM_NUM_PER_NODE`); TPC-C's NewOrder locks the district first, then fetches line by
+/// line.
+const FORD_SMALLBANK: &[&str] = &["--workload", "smallbank", "--slots-per-bucket", "22"];
+const FORD_TATP: &[&str] = &["--workload", "tatp", "--slots-per-bucket", "22"];
+const FORD_TPCC: &[&str] = &[
+    "--workload",
+    "tpcc",
+    "--warehouses",
+    "8",
+    "--tpcc-order",
+    "ford",
+    "--slots-per-bucket",
+    "22",
+];
+/// The workloads as Motor's code lays them out: its slots per bucket per table, FORD's
+/// NewOrder order.
+const MOTOR_SMALLBANK: &[&str] = &["--workload", "smallbank", "--slots-per-bucket", "1"];
+const MOTOR_TATP: &[&str] = &["--workload", "tatp", "--slots-per-bucket", "5,subscriber=1"];
+const MOTOR_TPCC: &[&str] = &[
+    "--workload",
+    "tpcc",
+    "--warehouses",
+    "24",
+    "--tpcc-order",
+    "ford",
+    "--slots-per-bucket",
+    "1,customer=3,history=15,new_order=15,order=15,order_line=15,stock=4,customer_last_order=15",
+];
 const FORD: &[&str] = &["--protocol", "ford"];
-const FARM: &[&str] = &["--protocol", "farm"];
+/// FaRM as FORD's code ran it: without an address cache (every access READs its bucket).
+const FARM: &[&str] = &["--protocol", "farm", "--set", "addr_cache_entries=0"];
 const DRTMH: &[&str] = &["--protocol", "drtmh"];
 /// Motor with its authors' timestamps (the compute process's own counter).
 const MOTOR: &[&str] = &["--protocol", "motor", "--set", "motor.oracle=local"];
@@ -69,7 +97,7 @@ const FORD_EXPERIMENTS: &[Experiment] = &[
         what: "FORD / FaRM, SmallBank",
         paper: 1.6,
         source: "FORD Fig. 10",
-        workload: SMALLBANK,
+        workload: FORD_SMALLBANK,
         a: FORD,
         b: FARM,
     },
@@ -77,7 +105,7 @@ const FORD_EXPERIMENTS: &[Experiment] = &[
         what: "FORD / DrTM+H, SmallBank",
         paper: 1.3,
         source: "FORD Fig. 10",
-        workload: SMALLBANK,
+        workload: FORD_SMALLBANK,
         a: FORD,
         b: DRTMH,
     },
@@ -85,7 +113,7 @@ const FORD_EXPERIMENTS: &[Experiment] = &[
         what: "FORD / FaRM, TATP",
         paper: 1.3,
         source: "FORD Fig. 10",
-        workload: TATP,
+        workload: FORD_TATP,
         a: FORD,
         b: FARM,
     },
@@ -93,7 +121,7 @@ const FORD_EXPERIMENTS: &[Experiment] = &[
         what: "FORD / FaRM, TPC-C (8 warehouses)",
         paper: 2.7,
         source: "FORD Fig. 10",
-        workload: &["--workload", "tpcc", "--warehouses", "8"],
+        workload: FORD_TPCC,
         a: FORD,
         b: FARM,
     },
@@ -101,7 +129,7 @@ const FORD_EXPERIMENTS: &[Experiment] = &[
         what: "FORD / DrTM+H, TPC-C (8 warehouses)",
         paper: 1.5,
         source: "FORD Fig. 10",
-        workload: &["--workload", "tpcc", "--warehouses", "8"],
+        workload: FORD_TPCC,
         a: FORD,
         b: DRTMH,
     },
@@ -109,7 +137,7 @@ const FORD_EXPERIMENTS: &[Experiment] = &[
         what: "FORD-LV / FaRM, SmallBank",
         paper: 1.7,
         source: "FORD (TOS) localized validation",
-        workload: SMALLBANK,
+        workload: FORD_SMALLBANK,
         a: &["--protocol", "ford", "--localized-validation"],
         b: FARM,
     },
@@ -120,7 +148,7 @@ const MOTOR_EXPERIMENTS: &[Experiment] = &[
         what: "Motor / FORD, TPC-C (24 warehouses)",
         paper: 1.98,
         source: "Motor Fig. 11",
-        workload: &["--workload", "tpcc", "--warehouses", "24"],
+        workload: MOTOR_TPCC,
         a: MOTOR,
         b: FORD,
     },
@@ -128,7 +156,7 @@ const MOTOR_EXPERIMENTS: &[Experiment] = &[
         what: "Motor / FORD, SmallBank",
         paper: 1.65,
         source: "Motor Fig. 11",
-        workload: SMALLBANK,
+        workload: MOTOR_SMALLBANK,
         a: MOTOR,
         b: FORD,
     },
@@ -136,15 +164,22 @@ const MOTOR_EXPERIMENTS: &[Experiment] = &[
         what: "Motor / FORD, TATP",
         paper: 1.14,
         source: "Motor Fig. 11",
-        workload: TATP,
+        workload: MOTOR_TATP,
         a: MOTOR,
         b: FORD,
     },
 ];
 
-/// The paper's cluster, as `dtxn bench` options (sim, `cx5-100g`).
+/// The paper's cluster, as `dtxn bench` options (sim, `cx5-100g-papers`).
 fn setup(paper: Paper, quick: bool) -> Vec<&'static str> {
-    let mut v = vec!["--backend", "sim", "--profile", "cx5-100g"];
+    // Warm address caches: the papers measure after a million transactions per thread.
+    let mut v = vec![
+        "--backend",
+        "sim",
+        "--profile",
+        "cx5-100g-papers",
+        "--warm-caches",
+    ];
     if quick {
         v.extend([
             "--compute-nodes",
@@ -374,7 +409,7 @@ fn report_md(paper: Paper, quick: bool, rows: &[Row<'_>], wall: f64) -> String {
     let mut md = format!(
         "# {name}'s comparisons, reproduced on dtxn's sim\n\n\
          Each row is the committed transactions per second of run *a* over run *b* (virtual \
-         time, sim profile `cx5-100g`), beside the paper's ratio; *within 25%* compares the two. \
+         time, sim profile `cx5-100g-papers`), beside the paper's ratio; *within 25%* compares the two. \
          {}Wall time: {wall:.0} s.\n\n",
         if quick {
             "**`--quick`**: 4 coordinators, 1 ms runs, TPC-C on one warehouse: the report's \

@@ -753,3 +753,132 @@ fn retry_runs_the_same_transaction_until_it_commits() {
     let (once, retried) = (run(false), run(true));
     assert!(retried > 1.5 * once, "{once} us without, {retried} with");
 }
+
+/// `--warm-caches`: FORD's read-write transactions cost their paper's 2 round trips from the
+/// first transaction on (3 with a read-only item: WriteCheck), where a cold cache pays
+/// bucket READs; without an address cache the flag changes nothing.
+#[test]
+fn warm_caches_give_every_transaction_its_warm_round_trips() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--backend",
+            "sim",
+            "--profile",
+            "ideal",
+            "--accounts",
+            "20000",
+            "--threads",
+            "1",
+            "--coroutines",
+            "1",
+            "--duration",
+            "2ms",
+            "--warmup",
+            "0",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        json(&dtxn(&args))
+    };
+    let rts = |v: &serde_json::Value| -> Vec<(String, f64)> {
+        v["per_type"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["name"].as_str().unwrap().to_string(),
+                    t["round_trips"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let warm = run(&["--warm-caches"]);
+    for (name, rt) in rts(&warm) {
+        let want = match name.as_str() {
+            "WriteCheck" => 3.0,
+            _ => 2.0,
+        };
+        assert_eq!(rt, want, "{name} warm");
+    }
+    let cold = run(&[]);
+    assert!(
+        cold["all"]["round_trips"].as_f64().unwrap()
+            > warm["all"]["round_trips"].as_f64().unwrap() + 0.5,
+        "cold {} warm {}",
+        cold["all"]["round_trips"],
+        warm["all"]["round_trips"]
+    );
+    let none = run(&["--set", "addr_cache_entries=0"]);
+    let none_warm = run(&["--set", "addr_cache_entries=0", "--warm-caches"]);
+    assert_eq!(none["all"], none_warm["all"]);
+    let e = dtxn(&["bench", "--backend", "ucx", "--warm-caches"]);
+    assert!(stderr(&e).contains("--warm-caches"), "{}", stderr(&e));
+}
+
+/// `--slots-per-bucket` lays the tables out with that many slots (a table by name, the rest
+/// by the count) and runs verified; `--tpcc-order ford` fetches NewOrder's lines one round
+/// trip each (more round trips per NewOrder than batched), still verified. Bad values are
+/// one line naming the option.
+#[test]
+fn slots_per_bucket_and_tpcc_order_change_the_layout_and_the_round_trips() {
+    let l = json(&dtxn(&[
+        "layout",
+        "--workload",
+        "tpcc",
+        "--slots-per-bucket",
+        "22,item=3",
+        "--json",
+    ]));
+    for t in l["tables"].as_array().unwrap() {
+        let want = if t["name"] == "item" { 3 } else { 22 };
+        assert_eq!(t["slots_per_bucket"], want, "{}", t["name"]);
+    }
+    let new_order_rts = |extra: &[&str]| {
+        let mut args = vec![
+            "bench",
+            "--backend",
+            "sim",
+            "--profile",
+            "ideal",
+            "--workload",
+            "tpcc",
+            "--warehouses",
+            "2",
+            "--mix",
+            "1,0,0,0,0",
+            "--threads",
+            "1",
+            "--coroutines",
+            "1",
+            "--duration",
+            "3ms",
+            "--warm-caches",
+            "--verify",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let v = json(&dtxn(&args));
+        assert_eq!(v["verify"]["ok"], true, "{extra:?}: {}", v["verify"]);
+        v["per_type"][0]["round_trips"].as_f64().unwrap()
+    };
+    let batched = new_order_rts(&["--slots-per-bucket", "22"]);
+    let ford = new_order_rts(&["--slots-per-bucket", "22", "--tpcc-order", "ford"]);
+    // 5 to 15 lines, one round trip each, after the order's head.
+    assert!(ford >= batched + 5.0, "batched {batched}, ford {ford}");
+    for (args, what) in [
+        (vec!["--slots-per-bucket", "65"], "--slots-per-bucket 65"),
+        (vec!["--slots-per-bucket", "itm=2"], "no table 'itm'"),
+        (
+            vec!["--workload", "smallbank", "--tpcc-order", "ford"],
+            "--tpcc-order",
+        ),
+    ] {
+        let mut a = vec!["bench", "--backend", "sim"];
+        a.extend(args);
+        let o = dtxn(&a);
+        assert_eq!(o.status.code(), Some(2), "{what}");
+        assert!(stderr(&o).contains(what), "{}", stderr(&o));
+    }
+}

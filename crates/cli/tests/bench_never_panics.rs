@@ -105,7 +105,17 @@ fn common_option() -> BoxedStrategy<Vec<String>> {
                 "nonsense",
             ]
         ),
-        flag("profile", &["cx5-100g", "ideal", "cx5-100g-pm"], &["nope"]),
+        flag(
+            "profile",
+            &["cx5-100g", "ideal", "cx5-100g-pm", "cx5-100g-papers"],
+            &["nope"]
+        ),
+        flag(
+            "slots-per-bucket",
+            &["1", "22", "64", "8,savings=2"],
+            &["0", "65", "-1", "x", "2,2", "nosuch=3", "savings="]
+        ),
+        switch("warm-caches"),
         switch("benign"),
         flag("delay-ns", &["0", "100"], &["-1", "2000000000"]),
         switch("verify"),
@@ -180,6 +190,7 @@ fn tpcc_option() -> BoxedStrategy<Vec<String>> {
         flag("warehouses", &["1"], &["0", "4294967295", "-1"]),
         flag("new-orders-per-district", &["100"], &["0", "99999999999"]),
         switch("spec-sizes"),
+        flag("tpcc-order", &["batched", "ford"], &["lines", ""]),
         flag(
             "mix",
             &["standard", "1,1,0,0,0"],

@@ -115,6 +115,12 @@ pub trait Fabric {
     /// backends spend real CPU instead).
     fn charge_cpu(&mut self, ns: u64);
 
+    /// What a transaction's own logic costs the CPU (`sim` only): (per transaction, per item
+    /// it touches), in nanoseconds. The real backends spend real CPU instead.
+    fn logic_cpu_ns(&self) -> (u64, u64) {
+        (0, 0)
+    }
+
     /// Region size of every memory node, in bytes.
     fn node_sizes(&self) -> &[u64];
 }

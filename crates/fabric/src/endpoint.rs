@@ -264,6 +264,17 @@ impl Endpoint {
         self.fabric.charge_cpu(ns);
     }
 
+    /// Charges the CPU cost of a transaction's own logic: `txns` transactions begun and
+    /// `items` items touched, at the backend's price ([`Fabric::logic_cpu_ns`]; nothing on the
+    /// real backends, whose CPU is real, nor on profiles without one).
+    pub fn charge_logic(&mut self, txns: u64, items: u64) {
+        let (per_txn, per_item) = self.fabric.logic_cpu_ns();
+        let ns = txns * per_txn + items * per_item;
+        if ns > 0 {
+            self.fabric.charge_cpu(ns);
+        }
+    }
+
     fn start_op(&mut self) {
         if self.completed {
             self.batch.clear();

@@ -39,11 +39,28 @@ pub struct Profile {
     /// per request.
     #[serde(default)]
     pub rpc_msg_cpu_ns: u64,
+    /// Ops per second one compute node's NIC posts, in millions (0 = unlimited): every
+    /// one-sided op and RPC message its coordinators post leaves through it, one at a time.
+    #[serde(default)]
+    pub cn_nic_mops: f64,
+    /// Link bandwidth of one compute node's NIC (0 = infinite): an op holds the NIC for the
+    /// longer of its request's and its response's transfer (the two directions share one
+    /// timeline: a simplification, pessimistic for a mix of large READs and WRITEs).
+    #[serde(default)]
+    pub cn_link_gbps: f64,
+    /// Compute-side CPU cost of a transaction's own logic, once per attempt (beginning it,
+    /// the workload's code between its fetches, finishing it), on its thread.
+    #[serde(default)]
+    pub cpu_per_txn_ns: u64,
+    /// Compute-side CPU cost per item a transaction touches (read, locked or inserted: its
+    /// read/write-set entry, copying its record in and out), on its thread.
+    #[serde(default)]
+    pub cpu_per_item_ns: u64,
 }
 
 impl Profile {
     /// The built-in profiles, by name.
-    pub const PRESETS: [&'static str; 3] = ["cx5-100g", "cx5-100g-pm", "ideal"];
+    pub const PRESETS: [&'static str; 4] = ["cx5-100g", "cx5-100g-pm", "cx5-100g-papers", "ideal"];
 
     /// ConnectX-5 100 Gb/s, the FORD and Motor testbeds: round trip about 2 us.
     pub fn cx5_100g() -> Profile {
@@ -65,6 +82,35 @@ impl Profile {
             rpc_cpu_per_kib_ns: 100,
             mn_cores: 2,
             rpc_msg_cpu_ns: 0,
+            cn_nic_mops: 0.0,
+            cn_link_gbps: 0.0,
+            cpu_per_txn_ns: 0,
+            cpu_per_item_ns: 0,
+        }
+    }
+
+    /// `cx5-100g` with the compute side of the papers' testbeds: their CPU per verb and per
+    /// transaction, and a compute-node NIC (what `dtxn reproduce` runs on).
+    ///
+    /// Calibrated against FORD's coroutine experiment (FORD, ACM TOS 2023, Fig. 22 and
+    /// section 6.4): with 20 threads, FORD's throughput rises 2.2x on SmallBank and 3.4x on
+    /// TATP from one coordinator per thread until the CPU saturates at 4-7 per thread. With
+    /// warm address caches dtxn's sim gives 2.4x and 3.7x, saturating at 4-7, at 300 ns of
+    /// CPU per verb posted (post, poll, copy: SmallBank's 12 verbs against TATP's 5 set the
+    /// two rises apart), 300 ns per coroutine resumption and 800 ns per transaction of its own
+    /// logic. The papers state no op rate of their NICs: the compute node's ConnectX-5 is
+    /// taken to be the memory nodes' (60 Mops, 100 Gb/s). The round trip stays 2 us (FORD
+    /// cites 3-8 us for RDMA in general, section 4.9, and measures none).
+    pub fn cx5_100g_papers() -> Profile {
+        Profile {
+            name: "cx5-100g-papers".into(),
+            cpu_per_verb_ns: 300,
+            cpu_per_step_ns: 300,
+            cpu_per_txn_ns: 800,
+            cpu_per_item_ns: 0,
+            cn_nic_mops: 60.0,
+            cn_link_gbps: 100.0,
+            ..Profile::cx5_100g()
         }
     }
 
@@ -93,6 +139,10 @@ impl Profile {
             rpc_cpu_per_kib_ns: 0,
             mn_cores: 0,
             rpc_msg_cpu_ns: 0,
+            cn_nic_mops: 0.0,
+            cn_link_gbps: 0.0,
+            cpu_per_txn_ns: 0,
+            cpu_per_item_ns: 0,
         }
     }
 
@@ -100,6 +150,7 @@ impl Profile {
         match name {
             "cx5-100g" => Some(Profile::cx5_100g()),
             "cx5-100g-pm" => Some(Profile::cx5_100g_pm()),
+            "cx5-100g-papers" => Some(Profile::cx5_100g_papers()),
             "ideal" => Some(Profile::ideal()),
             _ => None,
         }
@@ -132,6 +183,8 @@ impl Profile {
             ("link_gbps", self.link_gbps),
             ("nic_mops", self.nic_mops),
             ("pm_write_gbps", self.pm_write_gbps),
+            ("cn_nic_mops", self.cn_nic_mops),
+            ("cn_link_gbps", self.cn_link_gbps),
         ] {
             if !v.is_finite() || v < 0.0 {
                 return Err(format!("{name} must be a non-negative number, not {v}"));
@@ -153,6 +206,22 @@ impl Profile {
             0
         };
         op.max(self.transfer_ns(bytes))
+    }
+
+    /// Nanoseconds a compute node's NIC is busy posting one op whose request carries `out`
+    /// bytes and whose response `inb` (0 when the profile has no compute NIC).
+    pub(crate) fn cn_nic_service_ns(&self, out: u64, inb: u64) -> u64 {
+        let op = if self.cn_nic_mops > 0.0 {
+            (1000.0 / self.cn_nic_mops) as u64
+        } else {
+            0
+        };
+        op.max(per_byte_ns(self.cn_link_gbps, out.max(inb)))
+    }
+
+    /// Whether compute nodes have a NIC that costs anything.
+    pub(crate) fn has_cn_nic(&self) -> bool {
+        self.cn_nic_mops > 0.0 || self.cn_link_gbps > 0.0
     }
 
     /// Memory-node CPU time to serve one RPC request whose request and response carry `bytes`.
@@ -217,6 +286,52 @@ mod tests {
         let p = Profile::from_toml(&t).unwrap();
         assert_eq!((p.mn_cores, p.rpc_cpu_per_kib_ns), (0, 0));
         assert_eq!(p.rpc_cpu_ns, 500);
+    }
+
+    #[test]
+    fn the_papers_profile_is_cx5_with_a_priced_compute_side() {
+        let p = Profile::cx5_100g_papers();
+        assert_eq!(
+            Profile {
+                name: "cx5-100g".into(),
+                cpu_per_verb_ns: 60,
+                cpu_per_txn_ns: 0,
+                cn_nic_mops: 0.0,
+                cn_link_gbps: 0.0,
+                ..p.clone()
+            },
+            Profile::cx5_100g()
+        );
+        assert!(p.has_cn_nic());
+        assert_eq!((p.cpu_per_verb_ns, p.cpu_per_txn_ns), (300, 800));
+    }
+
+    #[test]
+    fn profiles_from_before_compute_nics_and_logic_cpu_load_as_free() {
+        let t = toml::to_string(&Profile::ideal()).unwrap();
+        let t = t
+            .lines()
+            .filter(|l| {
+                !l.starts_with("cn_")
+                    && !l.starts_with("cpu_per_txn")
+                    && !l.starts_with("cpu_per_item")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        assert_eq!(Profile::from_toml(&t).unwrap(), Profile::ideal());
+        let mut p = Profile::ideal();
+        p.cn_nic_mops = -1.0;
+        let e = Profile::from_toml(&toml::to_string(&p).unwrap()).unwrap_err();
+        assert!(e.contains("cn_nic_mops"), "{e}");
+        let p = Profile {
+            cn_nic_mops: 100.0,
+            cn_link_gbps: 80.0,
+            ..Profile::ideal()
+        };
+        // 10 ns per op, or the larger direction's bytes at 10 bytes per ns.
+        assert_eq!(p.cn_nic_service_ns(16, 8), 10);
+        assert_eq!(p.cn_nic_service_ns(0, 1000), 100);
+        assert!(!Profile::ideal().has_cn_nic());
     }
 
     #[test]

@@ -433,3 +433,100 @@ fn the_harsh_adversary_stalls_overtakes_and_delays_deterministically() {
     };
     assert_eq!(run_mixed(zero).trace_hash, base.trace_hash);
 }
+
+/// Many coordinators posting READs back to back on `profile`: (reads per second of virtual
+/// time, the run's trace hash).
+fn read_rate(profile: Profile, compute_nodes: u32) -> (f64, u64) {
+    let mut cfg = SimConfig::new(3, 2, 1 << 16);
+    cfg.profile = profile;
+    cfg.adversary = Adversary::off();
+    let mut pool = SimPool::new(cfg).unwrap();
+    let r = pool
+        .run(
+            topo(compute_nodes, 4, 8),
+            None,
+            |mut ep: Endpoint| async move {
+                for i in 0..50u64 {
+                    // Four READs per batch, spread over both memory nodes.
+                    for k in 0..4u64 {
+                        ep.read((k % 2) as u16, (i * 4 + k) % 64 * 64, 64);
+                    }
+                    ep.post().await.unwrap();
+                }
+            },
+        )
+        .unwrap();
+    let reads = f64::from(compute_nodes * 4 * 8 * 50 * 4);
+    (reads * 1e9 / r.elapsed_ns as f64, r.trace_hash)
+}
+
+/// A compute node's NIC op rate bounds what its coordinators post: 32 coordinators that
+/// alone would post ~50 M READs/s get 10 M/s through a 10 Mops NIC, and two compute nodes
+/// (two NICs) get twice that. Without the fields (an older profile), the run is unchanged.
+#[test]
+fn a_compute_nic_op_rate_bounds_the_compute_nodes_op_rate() {
+    let free = Profile {
+        cpu_per_verb_ns: 10,
+        ..Profile::ideal()
+    };
+    let (unbounded, h0) = read_rate(free.clone(), 1);
+    assert!(unbounded > 40e6, "{unbounded}");
+    let capped = Profile {
+        cn_nic_mops: 10.0,
+        ..free.clone()
+    };
+    let (one, h1) = read_rate(capped.clone(), 1);
+    assert!(
+        (9.0e6..=10.0e6).contains(&one),
+        "{one} reads/s through a 10 Mops NIC"
+    );
+    assert_ne!(h0, h1);
+    let (two, _) = read_rate(capped, 2);
+    assert!(
+        (18.0e6..=20.0e6).contains(&two),
+        "{two} reads/s through two NICs"
+    );
+    // Bandwidth: 64-byte READs through a 1.024 Gb/s link take 500 ns each: 2 M/s.
+    let thin = Profile {
+        cn_link_gbps: 1.024,
+        ..free.clone()
+    };
+    let (bw, _) = read_rate(thin, 1);
+    assert!(
+        (1.9e6..=2.0e6).contains(&bw),
+        "{bw} reads/s through a thin link"
+    );
+    // An older profile's run, bit for bit: zero means no compute NIC.
+    let (again, h2) = read_rate(free, 1);
+    assert_eq!((again, h2), (unbounded, h0));
+}
+
+/// The transaction-logic CPU charge moves the coordinator's clock by exactly what it
+/// charges on `ideal`, and delays the thread's next post by as much.
+#[test]
+fn logic_cpu_is_charged_exactly_on_the_threads_clock() {
+    let run = |per_txn: u64, per_item: u64| {
+        let mut cfg = SimConfig::new(1, 1, 4096);
+        cfg.profile = Profile {
+            cpu_per_txn_ns: per_txn,
+            cpu_per_item_ns: per_item,
+            ..Profile::ideal()
+        };
+        cfg.adversary = Adversary::off();
+        let mut pool = SimPool::new(cfg).unwrap();
+        let r = pool
+            .run(topo(1, 1, 1), None, |mut ep: Endpoint| async move {
+                let t0 = ep.now_ns();
+                ep.charge_logic(1, 3);
+                let t1 = ep.now_ns();
+                ep.read(0, 0, 64);
+                ep.post().await.unwrap();
+                (t1 - t0, ep.now_ns() - t0)
+            })
+            .unwrap();
+        r.outputs[0].unwrap()
+    };
+    assert_eq!(run(0, 0), (0, 1000));
+    assert_eq!(run(700, 0), (700, 1700));
+    assert_eq!(run(700, 50), (850, 1850));
+}

@@ -22,6 +22,47 @@ pub fn check_slot(h: &crate::record::RecordHeader, table: u32, key: u64) -> Slot
     }
 }
 
+/// Every record's address as loaded, shared read-only by the coordinators of a run: what an
+/// address cache holds once its coordinator has touched every key (the papers measure after
+/// a million transactions per thread, dtxn's runs last milliseconds). A cache consults it on
+/// a miss; its entries go stale like any cached address, and are caught the same way.
+#[derive(Debug, Default)]
+pub struct WarmAddrs {
+    /// Per table: (key, offset), sorted by key.
+    tables: Vec<(u32, Vec<(u64, u64)>)>,
+}
+
+impl WarmAddrs {
+    pub fn new() -> WarmAddrs {
+        WarmAddrs::default()
+    }
+
+    /// Adds `table`'s records as (key, offset).
+    pub fn add_table(&mut self, table: u32, mut records: Vec<(u64, u64)>) {
+        records.sort_unstable();
+        records.dedup_by_key(|r| r.0);
+        self.tables.push((table, records));
+    }
+
+    pub fn get(&self, table: u32, key: u64) -> Option<u64> {
+        let (_, recs) = self.tables.iter().find(|(t, _)| *t == table)?;
+        let i = recs.binary_search_by_key(&key, |r| r.0).ok()?;
+        Some(recs[i].1)
+    }
+
+    /// Addresses held, over all tables.
+    pub fn len(&self) -> usize {
+        self.tables.iter().map(|(_, r)| r.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A way's offset saying "known stale": the warm addresses are not to be consulted for it.
+const STALE: u64 = u64::MAX;
+
 /// One way of a set: `offset` 0 marks it empty (offset 0 is the superblock, never a record).
 #[derive(Debug, Clone, Copy, Default)]
 struct Way {
@@ -50,6 +91,8 @@ pub struct AddrCache {
     len: usize,
     hits: u64,
     misses: u64,
+    /// Consulted on a miss (`None`: the cache starts cold).
+    warm: Option<std::sync::Arc<WarmAddrs>>,
 }
 
 impl AddrCache {
@@ -65,6 +108,7 @@ impl AddrCache {
                 len: 0,
                 hits: 0,
                 misses: 0,
+                warm: None,
             };
         }
         let assoc = capacity.min(WAYS);
@@ -82,6 +126,15 @@ impl AddrCache {
             len: 0,
             hits: 0,
             misses: 0,
+            warm: None,
+        }
+    }
+
+    /// Starts the cache warm: a miss is looked up in `warm` (every record's address as
+    /// loaded). A cache of capacity 0 stays without any cache.
+    pub fn set_warm(&mut self, warm: std::sync::Arc<WarmAddrs>) {
+        if !self.ways.is_empty() {
+            self.warm = Some(warm);
         }
     }
 
@@ -127,17 +180,19 @@ impl AddrCache {
     }
 
     pub fn get(&mut self, table: u32, key: u64) -> Option<u64> {
-        match self.find(table, key) {
+        let found = match self.find(table, key) {
             Some(i) => {
-                self.hits += 1;
                 self.touch(i);
-                Some(self.ways[i].offset)
+                // Known stale: the warm address was tried and failed.
+                Some(self.ways[i].offset).filter(|&o| o != STALE)
             }
-            None => {
-                self.misses += 1;
-                None
-            }
+            None => self.warm.as_ref().and_then(|w| w.get(table, key)),
+        };
+        match found {
+            Some(_) => self.hits += 1,
+            None => self.misses += 1,
         }
+        found
     }
 
     pub fn insert(&mut self, table: u32, key: u64, offset: u64) {
@@ -176,6 +231,11 @@ impl AddrCache {
     }
 
     pub fn invalidate(&mut self, table: u32, key: u64) {
+        if self.warm.is_some() {
+            // Remember the staleness, or the next miss would try the warm address again.
+            self.insert(table, key, STALE);
+            return;
+        }
         if let Some(i) = self.find(table, key) {
             self.ways[i].offset = 0;
             self.len -= 1;
@@ -243,6 +303,36 @@ mod tests {
         assert_eq!(c.get(3, 7), Some(128_000));
         assert_eq!(c.get(4, 7), None);
         assert_eq!(c.len(), kept);
+    }
+
+    #[test]
+    fn a_warm_cache_answers_every_loaded_key_until_it_goes_stale() {
+        let mut w = WarmAddrs::new();
+        w.add_table(1, vec![(11, 704), (10, 640)]);
+        w.add_table(2, vec![(10, 768)]);
+        assert_eq!(w.len(), 3);
+        let w = std::sync::Arc::new(w);
+        let mut c = AddrCache::new(4);
+        assert_eq!(c.get(1, 10), None);
+        c.set_warm(w.clone());
+        assert_eq!(c.get(1, 10), Some(640));
+        assert_eq!(c.get(1, 11), Some(704));
+        assert_eq!(c.get(2, 10), Some(768));
+        assert_eq!(c.get(2, 11), None);
+        // Stale: the warm address is not offered again; a new one replaces it.
+        c.invalidate(1, 10);
+        assert_eq!(c.get(1, 10), None);
+        c.insert(1, 10, 832);
+        assert_eq!(c.get(1, 10), Some(832));
+        // Evicted entries fall back to the warm addresses.
+        for k in 100..200 {
+            c.insert(3, k, 64 * k);
+        }
+        assert_eq!(c.get(1, 11), Some(704));
+        // No cache at all stays no cache.
+        let mut none = AddrCache::new(0);
+        none.set_warm(w);
+        assert_eq!(none.get(1, 10), None);
     }
 
     #[test]

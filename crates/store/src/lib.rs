@@ -23,7 +23,7 @@ pub mod record;
 pub mod remote;
 pub mod view;
 
-pub use cache::{AddrCache, SlotCheck};
+pub use cache::{AddrCache, SlotCheck, WarmAddrs};
 pub use error::StoreError;
 pub use index::TableInfo;
 pub use plan::{Plan, PoolShape, TableSpec};

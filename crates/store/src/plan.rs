@@ -421,6 +421,48 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any slots per bucket (1 to 64) on any table: every slot lies inside its own bucket,
+        /// inside its table, lines up with `slot`/`is_slot`, and the main and overflow slots
+        /// hold the rows asked for at the load factor.
+        #[test]
+        fn every_slot_count_lays_out_disjoint_slots_inside_the_table(
+            slots in 1u32..=64,
+            value in 8usize..700,
+            rows in 1u64..5000,
+            cvt in proptest::bool::ANY,
+        ) {
+            let mut spec = TableSpec::new(1, "t", value, rows);
+            spec.slots_per_bucket = slots;
+            if cvt {
+                spec = spec.multi_version(2);
+            }
+            let other = TableSpec::new(2, "u", 8, 10);
+            let p = Plan::new(&[spec.clone(), other], &shape(2, 2)).unwrap();
+            let t = p.table(1).unwrap();
+            let u = p.table(2).unwrap();
+            proptest::prop_assert_eq!(t.slots_per_bucket, slots);
+            proptest::prop_assert!(t.slot_stride >= u64::from(t.record_bytes));
+            proptest::prop_assert!(t.bucket_count as f64 * f64::from(slots) >= rows as f64 * spec.load_factor);
+            let end = t.table_off + t.bytes();
+            proptest::prop_assert!(u.table_off >= end || u.table_off + u.bytes() <= t.table_off);
+            for b in [0, t.bucket_count - 1, t.bucket_count, t.bucket_count + t.overflow_buckets - 1] {
+                let bucket = t.table_off + 64 + b * t.bucket_bytes;
+                if b >= t.bucket_count {
+                    proptest::prop_assert_eq!(bucket, t.overflow_bucket(b - t.bucket_count));
+                }
+                for i in 0..slots {
+                    let off = t.slot(bucket, i);
+                    proptest::prop_assert!(t.is_slot(off));
+                    proptest::prop_assert!(off >= bucket + 64);
+                    proptest::prop_assert!(off + u64::from(t.record_bytes) <= bucket + t.bucket_bytes);
+                    proptest::prop_assert!(off + u64::from(t.record_bytes) <= end);
+                    proptest::prop_assert!(!t.is_slot(off + 8));
+                }
+            }
+        }
+    }
+
     #[test]
     fn replicas_share_offsets_on_distinct_nodes_and_primaries_spread() {
         let specs: Vec<TableSpec> = (0..6)

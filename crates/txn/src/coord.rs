@@ -172,6 +172,13 @@ impl Coordinator {
         self.core.vcache = Some(v);
     }
 
+    /// Starts the address cache warm: a miss is looked up in `warm`, every record's address
+    /// as loaded (see [`dtxn_store::WarmAddrs`]). Nothing changes without an address cache
+    /// (`addr_cache_entries = 0`).
+    pub fn set_warm_addresses(&mut self, warm: Arc<dtxn_store::WarmAddrs>) {
+        self.core.cache.set_warm(warm);
+    }
+
     /// Measures each transaction's time per phase ([`Coordinator::last_breakdown`]): two
     /// clock reads per phase, so off unless asked.
     pub fn set_breakdown(&mut self, on: bool) {

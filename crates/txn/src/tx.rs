@@ -76,6 +76,8 @@ impl<'c, P: Protocol> Tx<'c, P> {
         if tx.c.breakdown {
             tx.c.last_breakdown = Breakdown::default();
         }
+        // The transaction's own logic, on its thread's CPU (a profile's price; free unless set).
+        tx.c.ep.charge_logic(1, 0);
         P::begin(&mut tx);
         tx
     }
@@ -87,6 +89,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
     /// Appends an item (its (table, key) not yet among the items) and returns its position.
     pub(crate) fn push_item(&mut self, it: Item<P::Item>) -> usize {
         debug_assert!(self.find(it.table, it.key).is_none());
+        self.c.ep.charge_logic(0, 1);
         self.items.push(it);
         self.index.sync(&self.items);
         self.items.len() - 1

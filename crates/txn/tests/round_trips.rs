@@ -17,6 +17,11 @@ fn pool() -> Pool {
 /// [`pool`], its table's records with `meta_words` metadata words and `copies` copies (a
 /// protocol's).
 fn pool_with(meta_words: u8, copies: u8) -> Pool {
+    pool_on(meta_words, copies, Profile::ideal())
+}
+
+/// [`pool_with`] on `profile`.
+fn pool_on(meta_words: u8, copies: u8, profile: Profile) -> Pool {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -29,7 +34,7 @@ fn pool_with(meta_words: u8, copies: u8) -> Pool {
         .with_copies(copies);
     let plan = Plan::new(&[spec], &shape).unwrap();
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
-    cfg.profile = Profile::ideal();
+    cfg.profile = profile;
     cfg.adversary = Adversary::off();
     let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
     // For stages run as RPCs.
@@ -613,6 +618,56 @@ fn latency_on_ideal_is_the_counted_round_trips() {
                     p.name()
                 );
             }
+        }
+    }
+}
+
+/// The profile's CPU price of a transaction's logic adds exactly to its latency on `ideal`:
+/// once per transaction and once per item (two locked, one read), whatever the protocol.
+#[test]
+fn logic_cpu_adds_exactly_its_price_to_a_transaction() {
+    use dtxn_txn::Protocol;
+    let profile = Profile {
+        cpu_per_txn_ns: 1000,
+        cpu_per_item_ns: 100,
+        ..Profile::ideal()
+    };
+    for p in [
+        Protocol::Ford,
+        Protocol::Farm,
+        Protocol::Drtmh,
+        Protocol::Occ,
+    ] {
+        let cfg = TxnConfig {
+            protocol: p,
+            ..TxnConfig::default()
+        };
+        let pool = pool_on(p.meta_words(), p.copies(), profile.clone());
+        let rows = common::with_coordinator(pool, cfg, move |mut c| async move {
+            let mut rows = Vec::new();
+            for round in 0..3u64 {
+                let mut tx = c.begin(TxKind::ReadWrite);
+                let acc = [
+                    Access::update(T, 1),
+                    Access::update(T, 2),
+                    Access::read(T, 3),
+                ];
+                tx.fetch(&acc).await.unwrap();
+                tx.update(T, 1, &round.to_le_bytes()).await.unwrap();
+                tx.update(T, 2, &round.to_le_bytes()).await.unwrap();
+                tx.commit().await.unwrap();
+                let o = c.last_outcome().unwrap();
+                rows.push((o.fabric.round_trips, o.end_ns - o.start_ns));
+            }
+            rows
+        });
+        for (rts, ns) in rows {
+            assert_eq!(
+                ns,
+                rts * 1000 + 1000 + 3 * 100,
+                "{}: {ns} ns for {rts} round trips",
+                p.name()
+            );
         }
     }
 }

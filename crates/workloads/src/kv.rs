@@ -52,6 +52,9 @@ pub struct Options {
     /// CPU time each transaction spends between its reads and its commit, ns (charged in
     /// virtual time on sim; RCC's YCSB computes 5 us): what makes a late abort expensive.
     pub compute_ns: u64,
+    /// Slots per bucket of the tables (the store's 4 unless given).
+    #[serde(skip_serializing_if = "crate::Slots::is_default")]
+    pub slots: crate::Slots,
 }
 
 impl Default for Options {
@@ -63,6 +66,7 @@ impl Default for Options {
             read_only_pct: 75,
             items: 4,
             compute_ns: 0,
+            slots: crate::Slots::default(),
         }
     }
 }
@@ -192,6 +196,10 @@ impl Workload for Kv {
 
     fn txn_types(&self) -> &'static [&'static str] {
         &TXN_TYPES
+    }
+
+    fn slots(&self) -> &crate::Slots {
+        &self.o.slots
     }
 
     fn tables(&self) -> Vec<TableSpec> {

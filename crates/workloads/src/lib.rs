@@ -24,7 +24,7 @@ pub mod smallbank;
 pub mod tatp;
 pub mod tpcc;
 
-pub use local::{scan_replica, scan_table, LocalRecord};
+pub use local::{record_offsets, scan_replica, scan_table, LocalRecord};
 
 use dtxn_fabric::Pool;
 use dtxn_store::{Plan, StoreError, TableSpec};
@@ -76,6 +76,10 @@ pub trait Workload: Send + Sync + 'static {
     /// their attributes and update mix (what a multi-version layout keeps pre-images of).
     fn tables(&self) -> Vec<TableSpec>;
 
+    /// Slots per bucket its options ask of the tables (applied by
+    /// [`tables_for`](Self::tables_for)).
+    fn slots(&self) -> &Slots;
+
     /// Versions per record under a multi-version protocol (Motor's paper: TPC-C 4, TATP 2,
     /// SmallBank 3, kv 4).
     fn default_vnum(&self) -> u8 {
@@ -87,7 +91,7 @@ pub trait Workload: Send + Sync + 'static {
     /// for one that keeps version slots beside each record (RCC's MVCC), `vnum` slots (default
     /// the protocol's, [`dtxn_txn::TxnConfig::copies`] gives `mvcc.slots`).
     fn tables_for(&self, protocol: dtxn_txn::Protocol, vnum: Option<u8>) -> Vec<TableSpec> {
-        let mut t = self.tables();
+        let mut t = self.slots().apply(self.tables());
         let copies = match protocol.copies() {
             1 => 1,
             c => vnum.unwrap_or(c),
@@ -234,9 +238,88 @@ pub(crate) const NEVER_UPDATED: &[(u32, f64)] = &[(0, 1.0)];
 
 pub(crate) fn table(id: u32, name: &str, value_size: usize, rows: u64) -> TableSpec {
     let mut t = TableSpec::new(id, name, value_size, rows.max(1));
-    let buckets = (rows as f64 / (f64::from(t.slots_per_bucket) * t.load_factor)).max(1.0);
-    t.overflow_fraction = 0.25 + (4.0 * buckets.sqrt() + 4.0) / buckets;
+    size_overflow(&mut t);
     t
+}
+
+/// Sizes `t`'s overflow area for its slots per bucket.
+fn size_overflow(t: &mut TableSpec) {
+    let buckets = (t.rows as f64 / (f64::from(t.slots_per_bucket) * t.load_factor)).max(1.0);
+    t.overflow_fraction = 0.25 + (4.0 * buckets.sqrt() + 4.0) / buckets;
+}
+
+/// Slots per bucket, per table (`dtxn bench --slots-per-bucket`): every table's, and some
+/// tables' by name. Default: the store's 4. FORD's code ran 22 (a bucket READ then returns
+/// 22 records, 15.8 KB of TPC-C's). Part of a workload's options, so that a run's options
+/// still describe its pool.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Slots {
+    /// Every table's, unless named in `tables`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all: Option<u32>,
+    /// (table name, slots per bucket).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tables: Vec<(String, u32)>,
+}
+
+impl Slots {
+    pub fn is_default(&self) -> bool {
+        *self == Slots::default()
+    }
+
+    /// `N` (every table), `NAME=N,...` (those tables), or both, e.g. `22` or `22,item=4`.
+    pub fn parse(text: &str) -> Result<Slots, WorkloadError> {
+        let bad = |why: String| WorkloadError::Options(format!("--slots-per-bucket {text}: {why}"));
+        let mut s = Slots::default();
+        for part in text.split(',').map(str::trim) {
+            let (name, n) = match part.split_once('=') {
+                Some((name, n)) => (Some(name.trim()), n.trim()),
+                None => (None, part),
+            };
+            let n: u32 = n
+                .parse()
+                .map_err(|_| bad(format!("'{part}' is not N or NAME=N")))?;
+            if !(1..=64).contains(&n) {
+                return Err(bad(format!("{n} slots: a bucket holds 1 to 64")));
+            }
+            match name {
+                Some(name) => s.tables.push((name.to_string(), n)),
+                None if s.all.is_some() => return Err(bad("two counts for every table".into())),
+                None => s.all = Some(n),
+            }
+        }
+        Ok(s)
+    }
+
+    /// Refuses names that are none of `tables`' (a typo would otherwise change nothing).
+    pub fn check(&self, tables: &[TableSpec]) -> Result<(), WorkloadError> {
+        for (name, _) in &self.tables {
+            if !tables.iter().any(|t| &t.name == name) {
+                let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
+                return Err(WorkloadError::Options(format!(
+                    "--slots-per-bucket: no table '{name}' (tables: {})",
+                    names.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// `tables` with these slots per bucket (and overflow areas sized for them).
+    pub(crate) fn apply(&self, mut tables: Vec<TableSpec>) -> Vec<TableSpec> {
+        if self.is_default() {
+            return tables;
+        }
+        for t in &mut tables {
+            let named = self.tables.iter().find(|(n, _)| *n == t.name).map(|x| x.1);
+            if let Some(n) = named.or(self.all) {
+                t.slots_per_bucket = n;
+                size_overflow(t);
+            }
+        }
+        tables
+    }
 }
 
 /// Loads one table through the store's loader, naming the table in errors.
@@ -312,4 +395,32 @@ pub(crate) fn loaded_pool<W: Workload>(w: &W, seed: u64) -> (Pool, Plan) {
     plan.format_pool(&pool).expect("formatted");
     w.load(&pool, &plan, seed).expect("loaded");
     (pool, plan)
+}
+
+#[cfg(test)]
+mod slots_tests {
+    use super::*;
+
+    #[test]
+    fn slots_parse_apply_and_refuse_with_reasons() {
+        let s = Slots::parse("22, stock=4").unwrap();
+        assert_eq!(s.all, Some(22));
+        assert_eq!(s.tables, vec![("stock".to_string(), 4)]);
+        let t = s.apply(vec![
+            table(1, "stock", 100, 1000),
+            table(2, "item", 100, 1000),
+        ]);
+        assert_eq!((t[0].slots_per_bucket, t[1].slots_per_bucket), (4, 22));
+        // Bigger buckets, fewer of them: the overflow area is sized for their count.
+        assert!(t[1].overflow_fraction > table(2, "item", 100, 1000).overflow_fraction);
+        assert!(s.check(&t).is_ok());
+        assert!(Slots::parse("item=1").unwrap().check(&t).is_ok());
+        let e = Slots::parse("itm=1").unwrap().check(&t).unwrap_err();
+        assert!(e.to_string().contains("no table 'itm'"), "{e}");
+        for bad in ["0", "65", "x", "4,5", "stock=", ""] {
+            assert!(Slots::parse(bad).is_err(), "{bad}");
+        }
+        assert!(Slots::default().is_default());
+        assert_eq!(Slots::default().apply(t.clone()), t);
+    }
 }

@@ -27,6 +27,46 @@ pub fn scan_table(pool: &Pool, table: &TableInfo) -> Vec<LocalRecord> {
 pub fn scan_replica(pool: &Pool, table: &TableInfo, node: NodeId) -> Vec<LocalRecord> {
     let codec = table.codec();
     let mv = MvCodec::new(table);
+    let mut out = Vec::new();
+    for_each_record(pool, table, node, |_, rec| {
+        if let Some(k) = &mv {
+            // A multi-version record: its newest version, unless that is a delete.
+            if let Some(r) = newest_version(table, k, rec) {
+                out.push(r);
+            }
+            return;
+        }
+        let h = codec.header(rec);
+        let mut value = vec![0u8; table.value_size as usize];
+        let version = match codec.decode(rec, &mut value) {
+            Ok(h) => h.version,
+            Err(_) => u64::MAX,
+        };
+        out.push(LocalRecord {
+            key: h.key,
+            version,
+            lock: h.lock,
+            value,
+        });
+    });
+    out
+}
+
+/// Every valid record of `table` on its primary as (key, slot offset): what an address
+/// cache that had touched every key would hold (`dtxn bench --warm-caches`).
+pub fn record_offsets(pool: &Pool, table: &TableInfo) -> Vec<(u64, u64)> {
+    let codec = table.codec();
+    let mut out = Vec::new();
+    for_each_record(pool, table, table.primary(), |off, rec| {
+        out.push((codec.header(rec).key, off))
+    });
+    out
+}
+
+/// Calls `f(slot offset, record bytes)` for every valid slot of `table` on `node`, in slot
+/// order.
+fn for_each_record(pool: &Pool, table: &TableInfo, node: NodeId, mut f: impl FnMut(u64, &[u8])) {
+    let codec = table.codec();
     // Overflow buckets are handed out by the primary's counter; a backup's is not kept.
     let used_overflow = if node == table.primary() {
         pool.with_local(node, |m| m.read_u64(table.overflow_counter()))
@@ -36,7 +76,6 @@ pub fn scan_replica(pool: &Pool, table: &TableInfo, node: NodeId) -> Vec<LocalRe
     let buckets = table.bucket_count + used_overflow.min(table.overflow_buckets);
     // Buckets are read in chunks: one with_local call per bucket is slow on big tables.
     let per_chunk = ((1u64 << 20) / table.bucket_bytes).max(1);
-    let mut out = Vec::new();
     let mut buf = Vec::new();
     let mut first = 0;
     while first < buckets {
@@ -44,37 +83,19 @@ pub fn scan_replica(pool: &Pool, table: &TableInfo, node: NodeId) -> Vec<LocalRe
         let start = table.table_off + 64 + first * table.bucket_bytes;
         buf.resize((n * table.bucket_bytes) as usize, 0);
         pool.with_local(node, |m| m.read(start, &mut buf));
-        for b in 0..n as usize {
-            let bytes = &buf[b * table.bucket_bytes as usize..][..table.bucket_bytes as usize];
+        for b in 0..n {
+            let bucket = start + b * table.bucket_bytes;
+            let bytes = &buf[(b * table.bucket_bytes) as usize..][..table.bucket_bytes as usize];
             for s in 0..table.slots_per_bucket {
                 let rec = table.slot_bytes(bytes, s);
                 let h = codec.header(rec);
-                if !h.valid || h.table != table.id {
-                    continue;
+                if h.valid && h.table == table.id {
+                    f(table.slot(bucket, s), rec);
                 }
-                if let Some(k) = &mv {
-                    // A multi-version record: its newest version, unless that is a delete.
-                    if let Some(r) = newest_version(table, k, rec) {
-                        out.push(r);
-                    }
-                    continue;
-                }
-                let mut value = vec![0u8; table.value_size as usize];
-                let version = match codec.decode(rec, &mut value) {
-                    Ok(h) => h.version,
-                    Err(_) => u64::MAX,
-                };
-                out.push(LocalRecord {
-                    key: h.key,
-                    version,
-                    lock: h.lock,
-                    value,
-                });
             }
         }
         first += n;
     }
-    out
 }
 
 /// The newest version of the multi-version record `rec` (a CVT read from slot `off`), or

@@ -63,6 +63,9 @@ pub struct Options {
     /// materialized, which makes snapshot isolation (which admits write skew) keep the
     /// invariant too.
     pub promote: bool,
+    /// Slots per bucket of the tables (the store's 4 unless given).
+    #[serde(skip_serializing_if = "crate::Slots::is_default")]
+    pub slots: crate::Slots,
 }
 
 impl Default for Options {
@@ -70,6 +73,7 @@ impl Default for Options {
         Options {
             pairs: 4,
             promote: false,
+            slots: crate::Slots::default(),
         }
     }
 }
@@ -248,6 +252,10 @@ impl Workload for Skew {
 
     fn default_vnum(&self) -> u8 {
         3
+    }
+
+    fn slots(&self) -> &crate::Slots {
+        &self.o.slots
     }
 
     fn tables(&self) -> Vec<TableSpec> {

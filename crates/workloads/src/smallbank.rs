@@ -91,6 +91,9 @@ pub struct Options {
     /// `None`: the hot set (and the options of runs before this one describe the same run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub theta: Option<f64>,
+    /// Slots per bucket of the tables (the store's 4 unless given).
+    #[serde(skip_serializing_if = "crate::Slots::is_default")]
+    pub slots: crate::Slots,
 }
 
 impl Default for Options {
@@ -101,6 +104,7 @@ impl Default for Options {
             hot_pct: 90,
             mix: Mix::Standard,
             theta: None,
+            slots: crate::Slots::default(),
         }
     }
 }
@@ -253,6 +257,10 @@ impl Workload for SmallBank {
 
     fn default_vnum(&self) -> u8 {
         3
+    }
+
+    fn slots(&self) -> &crate::Slots {
+        &self.o.slots
     }
 
     fn tables(&self) -> Vec<TableSpec> {

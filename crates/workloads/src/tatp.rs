@@ -79,12 +79,16 @@ const CF_END: usize = 0;
 #[serde(deny_unknown_fields, default)]
 pub struct Options {
     pub subscribers: u64,
+    /// Slots per bucket of the tables (the store's 4 unless given).
+    #[serde(skip_serializing_if = "crate::Slots::is_default")]
+    pub slots: crate::Slots,
 }
 
 impl Default for Options {
     fn default() -> Options {
         Options {
             subscribers: 100_000,
+            slots: crate::Slots::default(),
         }
     }
 }
@@ -214,6 +218,10 @@ impl Workload for Tatp {
 
     fn default_vnum(&self) -> u8 {
         2
+    }
+
+    fn slots(&self) -> &crate::Slots {
+        &self.o.slots
     }
 
     fn tables(&self) -> Vec<TableSpec> {
@@ -646,7 +654,11 @@ mod tests {
 
     #[test]
     fn verify_reads_merged_tallies_as_it_reads_separate_ones() {
-        let w = Tatp::new(Options { subscribers: 40 }).unwrap();
+        let w = Tatp::new(Options {
+            subscribers: 40,
+            ..Options::default()
+        })
+        .unwrap();
         let (pool, plan) = crate::loaded_pool(&w, 2);
         let t = |inserted, deleted| Tally {
             inserted,

@@ -171,6 +171,24 @@ const S_REMOTE_CNT: usize = 20;
 const S_DIST: usize = 24;
 const NAME_BYTES: usize = 4 + 4 * NAME_SLOTS;
 
+/// NewOrder's fetch order ([`Options::fetch_order`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FetchOrder {
+    /// Every row in one batch: one round trip (per protocol phase) for the whole order.
+    #[default]
+    Batched,
+    /// FORD's code (`TxNewOrder`): warehouse, district and customer in the first round
+    /// trip, then each line's item and stock in one of its own.
+    Ford,
+}
+
+impl FetchOrder {
+    pub fn is_batched(&self) -> bool {
+        *self == FetchOrder::Batched
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Options {
@@ -195,6 +213,14 @@ pub struct Options {
     /// NURand (and the options of runs before this one describe the same run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub theta: Option<f64>,
+    /// How NewOrder fetches its rows: all in one batch (dtxn's), or as FORD's and Motor's
+    /// code does: the district first, then each order line's item and stock in a round trip
+    /// of its own (an attempt that loses the district lock stops after one round trip).
+    #[serde(skip_serializing_if = "FetchOrder::is_batched")]
+    pub fetch_order: FetchOrder,
+    /// Slots per bucket of the tables (the store's 4 unless given).
+    #[serde(skip_serializing_if = "crate::Slots::is_default")]
+    pub slots: crate::Slots,
 }
 
 impl Default for Options {
@@ -210,6 +236,8 @@ impl Default for Options {
             remote_payment_pct: 15,
             mix: STANDARD_MIX,
             theta: None,
+            fetch_order: FetchOrder::Batched,
+            slots: crate::Slots::default(),
         }
     }
 }
@@ -446,6 +474,10 @@ impl Workload for Tpcc {
     /// Delivery writes ten customers and up to 150 order lines.
     fn log_slice_bytes(&self) -> u64 {
         64 << 10
+    }
+
+    fn slots(&self) -> &crate::Slots {
+        &self.o.slots
     }
 
     fn tables(&self) -> Vec<TableSpec> {
@@ -763,7 +795,20 @@ impl Tpcc {
             acc.push(Access::update(STOCK, skey(l.supply_w, l.item)));
         }
         let mut tx = c.begin(TxKind::ReadWrite);
-        tx.fetch(&acc).await?;
+        match self.o.fetch_order {
+            FetchOrder::Batched => tx.fetch(&acc).await?,
+            FetchOrder::Ford => {
+                // The order's head (warehouse, district, customer), then line by line: an
+                // attempt that loses the district's lock stops after its first round trip.
+                tx.fetch(&acc[..4]).await?;
+                for pair in acc[4..].chunks(2) {
+                    tx.fetch(pair).await?;
+                    if tx.get(ITEM, pair[0].key).is_none() {
+                        break; // the 1% rollback: found missing, nothing more to fetch
+                    }
+                }
+            }
+        }
         let mut prices: PerLine<i64> = PerLine::new();
         for l in &lines {
             match tx.get(ITEM, u64::from(l.item)) {

@@ -285,6 +285,7 @@ fn kv_checksums_and_write_counts_hold_skewed_and_uniform() {
             items,
             // A late abort wastes this (RCC's YCSB computes 5 us).
             compute_ns: if theta > 0.0 { 3_000 } else { 0 },
+            ..kv::Options::default()
         })
         .unwrap();
         for txn in protocols() {
@@ -298,7 +299,11 @@ fn kv_checksums_and_write_counts_hold_skewed_and_uniform() {
 
 #[test]
 fn tatp_call_forwarding_rows_add_up_and_the_history_is_serializable() {
-    let w = tatp::Tatp::new(tatp::Options { subscribers: 100 }).unwrap();
+    let w = tatp::Tatp::new(tatp::Options {
+        subscribers: 100,
+        ..tatp::Options::default()
+    })
+    .unwrap();
     let mut per_type = [0u64; 7];
     for txn in protocols() {
         for seed in 1..=3 {
@@ -334,6 +339,38 @@ fn tpcc_meets_consistency_conditions_and_the_history_is_serializable() {
         }
     }
     assert!(per_type.iter().all(|&n| n > 0), "{per_type:?}");
+}
+
+/// FORD's and Motor's layouts and NewOrder order (`--slots-per-bucket`, `--tpcc-order
+/// ford`): the same consistency conditions and histories, under FORD and Motor.
+#[test]
+fn tpcc_in_fords_order_and_layouts_stays_consistent() {
+    for slots in ["22", "1,customer=3,order_line=15,stock=4"] {
+        let w = tpcc::Tpcc::new(tpcc::Options {
+            warehouses: 2,
+            customers_per_district: 30,
+            items: 200,
+            new_orders_per_district: 200,
+            remote_item_pct: 10,
+            fetch_order: tpcc::FetchOrder::Ford,
+            slots: dtxn_workloads::Slots::parse(slots).unwrap(),
+            ..tpcc::Options::default()
+        })
+        .unwrap();
+        let t = w.tables_for(Protocol::Ford, None);
+        let stock = t.iter().find(|t| t.name == "stock").unwrap();
+        assert_eq!(stock.slots_per_bucket, if slots == "22" { 22 } else { 4 });
+        let mut new_orders = 0;
+        for txn in protocols()
+            .into_iter()
+            .filter(|t| matches!(t.protocol, Protocol::Ford | Protocol::Motor))
+        {
+            for seed in 1..=2 {
+                new_orders += run(&w, seed, topo(2, 2), 30, txn.clone()).per_type[0];
+            }
+        }
+        assert!(new_orders > 0, "{slots}");
+    }
 }
 
 /// Scythe's skew (`--theta 0.99` on SmallBank's accounts and TPC-C's items): hot records that
@@ -473,7 +510,12 @@ fn verify_catches_a_wrong_balance_a_bad_checksum_and_broken_tpcc_conditions() {
 }
 
 fn skew_workload(pairs: u64, promote: bool) -> skew::Skew {
-    skew::Skew::new(skew::Options { pairs, promote }).unwrap()
+    skew::Skew::new(skew::Options {
+        pairs,
+        promote,
+        ..skew::Options::default()
+    })
+    .unwrap()
 }
 
 fn is_snapshot(txn: &TxnConfig) -> bool {

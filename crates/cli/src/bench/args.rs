@@ -78,6 +78,17 @@ pub struct WorkloadArgs {
     /// for inserts; default: what the run needs at the rates FORD reaches on shm, for the mix).
     #[arg(long, help_heading = "TPC-C")]
     pub new_orders_per_district: Option<u64>,
+    /// tpcc: how NewOrder fetches its rows: `batched` (all in one batch) or `ford` (FORD's and
+    /// Motor's code: warehouse, district and customer first, then each order line's item and
+    /// stock in a round trip of its own) [default: batched].
+    #[arg(long, help_heading = "TPC-C", value_name = "ORDER", value_parser = ["batched", "ford"])]
+    pub tpcc_order: Option<String>,
+
+    /// Slots per hash bucket: `N` for every table, `NAME=N,...` for some (names as `dtxn
+    /// layout` prints them), or both, e.g. `22` (FORD's code: a bucket READ then returns 22
+    /// records) [default: 4].
+    #[arg(long, value_name = "N|NAME=N,...")]
+    pub slots_per_bucket: Option<String>,
 }
 
 /// Options of `dtxn bench`. Every one can also come from `--config FILE.toml` (`threads = 4`,
@@ -149,6 +160,13 @@ pub struct BenchArgs {
     /// read-only items are validated locally on a hit (one compute node only).
     #[arg(long)]
     pub localized_validation: bool,
+
+    /// Start every coordinator's address cache warm, holding every loaded record's address
+    /// (the papers measure after a million transactions per thread; a run of milliseconds
+    /// would otherwise pay bucket READs throughout). Not with --set addr_cache_entries=0,
+    /// which stays without a cache. sim and shm.
+    #[arg(long)]
+    pub warm_caches: bool,
 
     /// Protocol switch, e.g. `--set ford.backup_reads=true` (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]

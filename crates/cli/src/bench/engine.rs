@@ -224,6 +224,8 @@ pub struct Shared {
     record_failed: Arc<AtomicBool>,
     /// FORD-LV: the version cache every coordinator of the (one) compute node shares.
     pub vcache: Option<Arc<Vcache>>,
+    /// `--warm-caches`: every loaded record's address, behind each coordinator's cache.
+    pub warm: Option<Arc<dtxn_store::WarmAddrs>>,
     /// Motor with `motor.start_clock_ns`: one start clock per compute node.
     pub start_clocks: Vec<Arc<StartClock>>,
     /// Motor with `motor.oracle=local`: the process's own timestamp counter.
@@ -333,6 +335,9 @@ async fn coordinator<W: Workload>(
     c.set_breakdown(sh.breakdown);
     if let Some(v) = &sh.vcache {
         c.set_vcache(v.clone());
+    }
+    if let Some(w) = &sh.warm {
+        c.set_warm_addresses(w.clone());
     }
     if let Some(clock) = sh.start_clocks.get(c.endpoint().id().compute_node as usize) {
         c.set_start_clock(clock.clone());
@@ -506,6 +511,7 @@ impl Shared {
             kept: None,
             record_failed: Arc::default(),
             vcache: None,
+            warm: None,
             start_clocks: Vec::new(),
             tso_groups: Vec::new(),
             local_oracle: None,

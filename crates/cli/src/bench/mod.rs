@@ -85,6 +85,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
         ("--promote", a.promote, &["skew"]),
         ("--warehouses", a.warehouses.is_some(), &["tpcc"]),
         ("--spec-sizes", a.spec_sizes, &["tpcc"]),
+        ("--tpcc-order", a.tpcc_order.is_some(), &["tpcc"]),
         (
             "--new-orders-per-district",
             a.new_orders_per_district.is_some(),
@@ -115,7 +116,11 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             a.workload
         );
     }
-    Ok(match a.workload.as_str() {
+    let slots = match &a.slots_per_bucket {
+        Some(text) => dtxn_workloads::Slots::parse(text)?,
+        None => dtxn_workloads::Slots::default(),
+    };
+    let chosen = match a.workload.as_str() {
         "smallbank" => {
             if a.theta.is_some() && (a.hot_accounts.is_some() || a.hot_pct.is_some()) {
                 bail!("smallbank: --theta replaces the hot set (--hot-accounts, --hot-pct)");
@@ -140,6 +145,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
                 hot_pct: a.hot_pct.unwrap_or(d.hot_pct),
                 mix,
                 theta: a.theta,
+                slots: slots.clone(),
             })?)
         }
         "kv" => {
@@ -151,16 +157,19 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
                 read_only_pct: a.read_only_pct.unwrap_or(d.read_only_pct),
                 items: a.items.unwrap_or(d.items),
                 compute_ns: a.compute.unwrap_or(d.compute_ns),
+                slots: slots.clone(),
             })?)
         }
         "skew" => Chosen::Skew(skew::Skew::new(skew::Options {
             pairs: a.pairs.unwrap_or(skew::Options::default().pairs),
             promote: a.promote,
+            slots: slots.clone(),
         })?),
         "tatp" => {
             let d = tatp::Options::default();
             Chosen::Tatp(tatp::Tatp::new(tatp::Options {
                 subscribers: a.subscribers.unwrap_or(d.subscribers),
+                slots: slots.clone(),
             })?)
         }
         _ => {
@@ -180,9 +189,15 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             o.new_orders_per_district = a.new_orders_per_district.unwrap_or(orders);
             // Given, the room is the same for both (as it was before there were two).
             o.payments_per_district = a.new_orders_per_district.map_or(Some(payments), |_| None);
+            o.slots = slots.clone();
+            if a.tpcc_order.as_deref() == Some("ford") {
+                o.fetch_order = tpcc::FetchOrder::Ford;
+            }
             Chosen::Tpcc(tpcc::Tpcc::new(o)?)
         }
-    })
+    };
+    slots.check(&chosen.tables(Protocol::Ford, None))?;
+    Ok(chosen)
 }
 
 /// The most rows a table option (`--accounts`, `--keys`) takes: far more than any machine's
@@ -379,6 +394,9 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     }
     if a.rpc_pack_limit.is_some() && a.kind() != Backend::Sim {
         bail!("--rpc-pack-limit is an option of --backend sim (shm and ucx pack per node)");
+    }
+    if a.warm_caches && a.kind() == Backend::Ucx {
+        bail!("--warm-caches is an option of --backend sim and shm (it reads the loaded pool)");
     }
     for (flag, path) in [
         ("--csv", &a.csv),
@@ -719,6 +737,16 @@ fn lease_terms(
     Ok(Some(l))
 }
 
+/// Every loaded record's address, for `--warm-caches`: read from the primaries with the
+/// memory nodes' own CPU (the pool is this process's, sim or shm).
+fn warm_addresses(pool: &dtxn_fabric::Pool, plan: &dtxn_store::Plan) -> dtxn_store::WarmAddrs {
+    let mut warm = dtxn_store::WarmAddrs::new();
+    for t in &plan.tables {
+        warm.add_table(t.id, dtxn_workloads::record_offsets(pool, t));
+    }
+    warm
+}
+
 fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport> {
     let Go {
         a,
@@ -818,6 +846,9 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.
         sh.vcache = Some(Arc::new(Vcache::new(1 << 20)));
+    }
+    if a.warm_caches {
+        sh.warm = Some(Arc::new(warm_addresses(&pool, plan)));
     }
     if cfg.motor.oracle == "local" {
         sh.local_oracle = Some(Arc::new(dtxn_txn::LocalOracle::new(topo.coordinators())));

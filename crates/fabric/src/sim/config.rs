@@ -224,7 +224,7 @@ impl SimConfig {
     /// line, queueing at a busy NIC or atomic unit aside: one way, the transfer, the fault
     /// plan's longest delay, a torn op's spread, and for the op and each of up to 1,024 ops
     /// ahead of it on its QP, two reordering windows (its spread and an overtaking), the CPU
-    /// cost of posting it and its NIC service. Ops ahead count because WRITEs on a QP apply in
+    /// cost of posting it and its NIC services (compute node's and memory node's). Ops ahead count because WRITEs on a QP apply in
     /// post order and an op executes after the QP's earlier atomics, and each is then held
     /// back by its own windows: they stack (a TPC-C batch of some 600 WRITEs was seen to fly
     /// 135 us under windows of 400 ns). A lease's guard must exceed it;
@@ -233,7 +233,11 @@ impl SimConfig {
         let (p, a) = (&self.profile, &self.adversary);
         let big = 1 << 16;
         let window = if a.reorder { a.window_ns } else { 0 };
-        let per_op = 2 * window + p.cpu_per_verb_ns + p.nic_service_ns(64) + p.atomic_slot_ns;
+        let per_op = 2 * window
+            + p.cpu_per_verb_ns
+            + p.cn_nic_service_ns(64, 64)
+            + p.nic_service_ns(64)
+            + p.atomic_slot_ns;
         p.one_way_ns
             + p.transfer_ns(big)
             + self.faults.delay_max_ns

@@ -258,6 +258,11 @@ impl Fabric for SimPort {
         self.world.borrow_mut().charge_cpu(self.coord, ns);
     }
 
+    fn logic_cpu_ns(&self) -> (u64, u64) {
+        let w = self.world.borrow();
+        (w.profile.cpu_per_txn_ns, w.profile.cpu_per_item_ns)
+    }
+
     fn node_sizes(&self) -> &[u64] {
         &self.sizes
     }

@@ -212,6 +212,9 @@ pub(crate) struct World {
     pub sizes: Vec<u64>,
     pub rpc: Option<Arc<dyn RpcHandler>>,
     threads_cpu_free_at: Vec<u64>,
+    /// Per compute node: next instant its NIC is free to post an op (profiles with a compute
+    /// NIC only).
+    cn_nic_free_at: Vec<u64>,
     qps: Vec<Qp>,
     coords: Vec<Coord>,
     recs: Vec<Rec>,
@@ -308,6 +311,7 @@ impl World {
             sizes: cfg.node_sizes.clone(),
             rpc: None,
             threads_cpu_free_at: Vec::new(),
+            cn_nic_free_at: Vec::new(),
             qps: Vec::new(),
             coords: Vec::new(),
             recs: Vec::new(),
@@ -348,6 +352,7 @@ impl World {
     /// `coords[j]` the thread of coordinator `j`.
     pub fn start_run(&mut self, compute_nodes: u32, thread_cn: &[u32], coord_thread: &[u32]) {
         self.threads_cpu_free_at = vec![self.now; thread_cn.len()];
+        self.cn_nic_free_at = vec![self.now; compute_nodes as usize];
         self.qps = vec![Qp::default(); thread_cn.len() * self.nodes.len()];
         self.coords = coord_thread
             .iter()
@@ -467,6 +472,20 @@ impl World {
         }
     }
 
+    /// When an op posted (by the CPU) at `posted` on compute node `cn` leaves its NIC: ops queue
+    /// there in post order, each holding it for its service time. Without a compute NIC in
+    /// the profile, at once (and nothing is recorded, so such runs stay as they were).
+    fn cn_nic_leave(&mut self, cn: u32, posted: u64, out: u64, inb: u64) -> u64 {
+        if !self.profile.has_cn_nic() {
+            return posted;
+        }
+        let service = self.profile.cn_nic_service_ns(out, inb);
+        let free = &mut self.cn_nic_free_at[cn as usize];
+        let leave = posted.max(*free);
+        *free = leave + service;
+        leave
+    }
+
     /// Posts a batch: schedules the execution of every op and the batch's completion.
     pub fn submit(&mut self, coord: u32, batch: &Batch, mode: Mode) -> Result<(), FabricError> {
         let has_rpc = self.rpc.is_some();
@@ -483,7 +502,7 @@ impl World {
             mode != Mode::Background || c.bg.is_none(),
             "one background batch"
         );
-        let thread = c.thread;
+        let (thread, cn) = (c.thread, c.cn);
         let r = self.alloc_rec();
         {
             let rec = &mut self.recs[r as usize];
@@ -540,7 +559,8 @@ impl World {
                 OpKind::Faa => (8, 8),
                 OpKind::Flush => (0, 0),
             };
-            let mut arrive = depart + one_way + self.profile.transfer_ns(out_bytes);
+            let leave = self.cn_nic_leave(cn, depart, out_bytes, in_bytes);
+            let mut arrive = leave + one_way + self.profile.transfer_ns(out_bytes);
             if self.delay_prob > 0.0 && self.rng.random_bool(self.delay_prob.min(1.0)) {
                 arrive += self.rand_below(self.delay_max_ns);
             }
@@ -643,7 +663,12 @@ impl World {
             let m = &self.recs[r as usize].msgs[k];
             let (node, depart, bytes) = (m.node as usize, m.depart, m.req_bytes);
             let m_messages = m.messages;
-            let mut arrive = depart + one_way + self.profile.transfer_ns(bytes);
+            // One post per wire message; the responses' bytes are not known yet.
+            let mut leave = self.cn_nic_leave(cn, depart, bytes, 0);
+            for _ in 1..m_messages {
+                leave = self.cn_nic_leave(cn, depart, 0, 0);
+            }
+            let mut arrive = leave + one_way + self.profile.transfer_ns(bytes);
             if self.delay_prob > 0.0 && self.rng.random_bool(self.delay_prob.min(1.0)) {
                 arrive += self.rand_below(self.delay_max_ns);
             }
