@@ -24,7 +24,7 @@ use rand::SeedableRng;
 use std::cell::RefCell;
 use std::fs::File;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -234,6 +234,9 @@ pub struct Shared {
     pub lease: Option<LeaseConfig>,
     /// What the coordinators' recovery service did.
     recoveries: Mutex<Vec<RecoveryEvent>>,
+    /// `--progress-lines`: a line on stderr per 100 attempts of this process.
+    pub progress_lines: bool,
+    attempts: AtomicU64,
 }
 
 /// What one run produced.
@@ -252,7 +255,9 @@ pub struct RunOutput<T> {
     pub crashed: Vec<u32>,
     /// With leases: the coordinators that lost theirs and stopped (fenced), like crashed ones.
     pub fenced: Vec<u32>,
-    /// `sim`: the longest flight of an op in the run (what a lease's guard must exceed).
+    /// The longest flight of an op in the run (what a lease's guard must exceed): on `sim`
+    /// the simulator's; elsewhere, with leases, the endpoints' measure (from the lease
+    /// gate's clock read to the observed completion).
     pub max_flight_ns: u64,
 }
 
@@ -265,6 +270,8 @@ struct CoordOut<T> {
     collector: Option<Collector>,
     /// It lost its lease and stopped: its transaction in flight is recovery's.
     fenced: bool,
+    /// Its endpoint's longest measured flight (with a lease).
+    max_flight_ns: u64,
 }
 
 /// `--retry`: the aborts a client retries (conflicts, which a retry may not meet again); not
@@ -295,7 +302,7 @@ async fn coordinator<W: Workload>(
     sh: &Arc<Shared>,
     sink: Rc<RefCell<Collector>>,
     tally: Rc<RefCell<W::Tally>>,
-) -> Result<(u64, bool), String> {
+) -> Result<(u64, bool, u64), String> {
     let index = ep.id().index;
     ep.time_fabric(sh.fabric_time);
     ep.set_rpc_pack_limit(sh.rpc_pack_limit);
@@ -398,6 +405,12 @@ async fn coordinator<W: Workload>(
         let (ty, _) = w.run_one(&mut c, &mut rng, &mut tally).await;
         all += 1;
         since_progress += 1;
+        if sh.progress_lines {
+            let n = sh.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_multiple_of(100) {
+                eprintln!("progress: {n} attempts");
+            }
+        }
         if c.endpoint().fenced() {
             // Its transaction in flight stays staged in the tally: recovery decides it.
             fenced = true;
@@ -442,7 +455,7 @@ async fn coordinator<W: Workload>(
             fenced = serve(s.drain(c.endpoint(), &map).await)?;
         }
     }
-    Ok((all, fenced))
+    Ok((all, fenced, c.endpoint().max_flight_ns()))
 }
 
 impl Shared {
@@ -489,6 +502,8 @@ impl Shared {
             local_oracle: None,
             lease: None,
             recoveries: Mutex::default(),
+            progress_lines: false,
+            attempts: AtomicU64::new(0),
         })
     }
 
@@ -567,11 +582,12 @@ pub fn run<W: Workload>(
                 async move {
                     coordinator(ep, &*w, cfg, &sh, sink, tally)
                         .await
-                        .map(|(all, fenced)| CoordOut {
+                        .map(|(all, fenced, _)| CoordOut {
                             tally: None,
                             attempts_all: all,
                             collector: None,
                             fenced,
+                            max_flight_ns: 0,
                         })
                 }
             })?;
@@ -587,6 +603,7 @@ pub fn run<W: Workload>(
                             attempts_all: 0,
                             collector: None,
                             fenced: false,
+                            max_flight_ns: 0,
                         }));
                     }
                 }
@@ -617,11 +634,12 @@ pub fn run<W: Workload>(
                     let tally = Rc::try_unwrap(tally)
                         .map_err(|_| "a coordinator's tally outlived it".to_string())?
                         .into_inner();
-                    out.map(|(all, fenced)| CoordOut {
+                    out.map(|(all, fenced, max_flight_ns)| CoordOut {
                         tally: Some(tally),
                         attempts_all: all,
                         collector: Some(collector),
                         fenced,
+                        max_flight_ns,
                     })
                 }
             })?;
@@ -638,6 +656,7 @@ pub fn run<W: Workload>(
         if o.fenced {
             fenced.push(i as u32);
         }
+        max_flight_ns = max_flight_ns.max(o.max_flight_ns);
         if let Some(c) = &o.collector {
             collector.merge(c);
         }
