@@ -192,8 +192,9 @@ pub struct BenchArgs {
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "")]
     pub leases: Option<String>,
     /// Print `progress: N attempts` to stderr each time this process's coordinators have
-    /// attempted another 100 transactions (for scripts watching a run; the bar is for
-    /// terminals).
+    /// attempted another 100 transactions, and with --leases `recovered: coordinator I ...`
+    /// as soon as this process has recovered a dead coordinator (for scripts watching a
+    /// run; the bar is for terminals).
     #[arg(long)]
     pub progress_lines: bool,
     /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`), from the

@@ -317,9 +317,24 @@ async fn coordinator<W: Workload>(
                 .await
                 .map_err(|e| format!("coordinator {index}: joining: {e}"))?;
             let sink = sh.clone();
-            let report = move |e: &RecoveryEvent| match sink.recoveries.lock() {
-                Ok(mut r) => r.push(e.clone()),
-                Err(p) => p.into_inner().push(e.clone()),
+            let report = move |e: &RecoveryEvent| {
+                if sink.progress_lines {
+                    eprintln!(
+                        "recovered: coordinator {} by {} ({}, {} locks released)",
+                        e.coordinator,
+                        e.by,
+                        match e.outcome {
+                            dtxn_txn::recovery::Recovered::Nothing => "nothing pending",
+                            dtxn_txn::recovery::Recovered::RolledForward(_) => "rolled forward",
+                            dtxn_txn::recovery::Recovered::RolledBack(_) => "rolled back",
+                        },
+                        e.locks_released
+                    );
+                }
+                match sink.recoveries.lock() {
+                    Ok(mut r) => r.push(e.clone()),
+                    Err(p) => p.into_inner().push(e.clone()),
+                }
             };
             Some(Service::new(cfg.protocol, l, sh.coordinators).with_sink(Box::new(report)))
         }
