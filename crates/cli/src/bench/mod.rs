@@ -727,6 +727,12 @@ pub fn host_lease_terms(spec: &str) -> Result<HostLeases> {
                 LEASE_KNOBS.join(", ")
             );
         };
+        if !LEASE_KNOBS.contains(&knob) {
+            bail!(
+                "--leases: unknown knob '{knob}' (knobs: {})",
+                LEASE_KNOBS.join(", ")
+            );
+        }
         let ns = crate::units::parse_duration(value)
             .map_err(|e| anyhow!("--leases {knob}={value}: {e}"))?;
         if ns > MAX_DURATION_NS {
