@@ -983,8 +983,11 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     };
     release_claim(&mut pool, attachment, claim_nodes)?;
     let mut out = out?;
+    let mut host_after_run = 0;
     if let Some(r) = host_left {
-        for (d, (outcome, _)) in r? {
+        let r = r?;
+        host_after_run = r.len() as u32;
+        for (d, (outcome, _)) in r {
             if let dtxn_txn::recovery::Recovered::RolledForward(_) = outcome {
                 w.count_in_flight(&mut out.tallies[d as usize]);
             }
@@ -1097,7 +1100,9 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         report.faults = Some(f);
     }
     if let Some(h) = host_leases {
-        report.leases = Some(lease_report(h, &out, &online, run_start_ns));
+        let mut l = lease_report(h, &out, &online, run_start_ns);
+        l.recovered_after_run = host_after_run;
+        report.leases = Some(l);
     }
     Ok(report)
 }
@@ -1292,6 +1297,7 @@ fn lease_report<T>(
             .count() as u32,
         locks_released: recoveries.iter().map(|r| u64::from(r.locks_released)).sum(),
         recoveries,
+        recovered_after_run: 0,
     }
 }
 

@@ -288,6 +288,9 @@ pub struct LeaseReport {
     pub locks_released: u64,
     /// `expired_us` from this process's run start; detection from the expiry.
     pub recoveries: Vec<RecoveryLine>,
+    /// The run's only compute process: its coordinators fenced with nobody left to recover
+    /// them, recovered after the run.
+    pub recovered_after_run: u32,
 }
 
 /// What `--faults` injected and what came of it.
@@ -601,8 +604,12 @@ impl BenchReport {
             let _ = writeln!(
                 s,
                 "recovered online by this process: {} coordinator(s) ({} rolled forward, {} \
-                 rolled back; {} locks released)",
-                l.coordinators_recovered, l.rolled_forward, l.rolled_back, l.locks_released
+                 rolled back; {} locks released); {} fenced recovered after the run",
+                l.coordinators_recovered,
+                l.rolled_forward,
+                l.rolled_back,
+                l.locks_released,
+                l.recovered_after_run
             );
             for r in &l.recoveries {
                 let _ = writeln!(
