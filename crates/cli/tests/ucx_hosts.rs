@@ -995,6 +995,13 @@ fn loopback_a_compute_process_dead_mid_run_is_recovered_by_the_survivors() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("no tally file of compute node(s) 2"), "{err}");
+    // A run whose compute node 2 never starts: the liveness phase does not wait for it (its
+    // slots hold the recovered incarnations of the dead one), and the others finish.
+    let again: Vec<Watched> = (0..2).map(|k| Watched::spawn(cmd(k))).collect();
+    for (k, s) in again.into_iter().enumerate() {
+        let (status, out, stderr) = s.finish(&format!("second run, compute node {k}"));
+        assert!(status.success(), "{k}: {status}\n{out}\n{stderr:?}");
+    }
     drop(nodes);
     std::fs::remove_dir_all(&dir).unwrap();
 }
