@@ -1005,3 +1005,95 @@ fn loopback_a_compute_process_dead_mid_run_is_recovered_by_the_survivors() {
     drop(nodes);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// PM mode (`--set flush=true`, `memnode --path`): memory node 1 is killed with SIGKILL
+/// mid-run (once the compute process has printed progress) and restarted on its file at its
+/// address; the compute process (`--wait-memnodes`) stops the coordinators that found it
+/// down, waits for it, reconnects, recovers them from their logs and finishes; `dtxn verify`
+/// with its tally finds every committed transaction (every balance its loaded value plus
+/// the committed changes), no lock left.
+#[test]
+fn loopback_a_memnode_killed_mid_run_and_restarted_loses_no_commit() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if skip_without_ucx() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<String> = (0..2)
+        .map(|k| dir.join(format!("node-{k}")).to_str().unwrap().to_string())
+        .collect();
+    let mem = |k: usize, listen: &str| {
+        Daemon::start(
+            &[],
+            &[
+                "--listen",
+                listen,
+                "--size",
+                "4M",
+                "--path",
+                &files[k],
+                "--node",
+                &k.to_string(),
+                "--token",
+                TOKEN,
+                "--ucx-tls",
+                "tcp",
+                "--ucx-devices",
+                "lo",
+                "--spin-us",
+                "0",
+            ],
+        )
+    };
+    let mut nodes: Vec<Daemon> = (0..2).map(|k| mem(k, "127.0.0.1:0")).collect();
+    let memnodes = nodes
+        .iter()
+        .map(|d| d.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    assert_ok(
+        &run_bounded(bench_cmd(&[], &memnodes, &["--load-only"])),
+        "--load-only",
+    );
+    let tally = dir.join("t.json");
+    let bench = Watched::spawn(bench_cmd(
+        &[],
+        &memnodes,
+        &[
+            "--set",
+            "flush=true",
+            "--wait-memnodes",
+            "60s",
+            "--progress-lines",
+            "--tally-out",
+            tally.to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    assert!(
+        bench.wait_line(|l| l.starts_with("progress: ")).is_some(),
+        "the run printed no progress"
+    );
+    let addr = nodes[1].addr.to_string();
+    kill(nodes[1].child.id(), Signal::KILL).unwrap();
+    nodes[1].child.wait().unwrap();
+    nodes[1] = mem(1, &addr);
+    let (status, out, stderr) = bench.finish("the run");
+    assert!(status.success(), "{status}\n{out}\n{stderr:?}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let o = &v["memnode_outage"];
+    eprintln!("outage: {o}");
+    assert!(o["coordinators_stopped"].as_u64().unwrap() > 0, "{out}");
+    assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    let out = assert_ok(
+        &run_bounded(verify_cmd(&memnodes, std::slice::from_ref(&tally))),
+        "verify after the memory node's restart",
+    );
+    assert!(
+        out.starts_with("consistent: smallbank under ford (seed 1), 1 compute process(es)"),
+        "{out}"
+    );
+    drop(nodes);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

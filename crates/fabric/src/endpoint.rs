@@ -59,6 +59,8 @@ pub struct Endpoint {
     gated_at: Option<u64>,
     background_gated_at: Option<u64>,
     max_flight_ns: u64,
+    /// A memory node found down fences this coordinator ([`Endpoint::fence_on_node_down`]).
+    fence_on_node_down: bool,
 }
 
 /// A lease in the pool, held by one coordinator: a word it alone WRITEs (nobody CASes it),
@@ -161,7 +163,26 @@ impl Endpoint {
             gated_at: None,
             background_gated_at: None,
             max_flight_ns: 0,
+            fence_on_node_down: false,
         }
+    }
+
+    /// From now on, a batch that fails with [`FabricError::NodeDown`] fences this coordinator
+    /// as an expired lease does: it posts nothing more (every post is refused with
+    /// [`FabricError::LeaseExpired`]), so its transaction's abort path writes nothing on top
+    /// of what the failure left, and the pool holds what executed before it, for recovery
+    /// from its log once the memory node is back (`dtxn bench --wait-memnodes`). Off by
+    /// default: protocols then handle a replica's failure themselves.
+    pub fn fence_on_node_down(&mut self, on: bool) {
+        self.fence_on_node_down = on;
+    }
+
+    /// `r`, noting a memory node's failure (see [`Endpoint::fence_on_node_down`]).
+    fn noted<T>(&mut self, r: Result<T, FabricError>) -> Result<T, FabricError> {
+        if self.fence_on_node_down && matches!(r, Err(FabricError::NodeDown(_))) {
+            self.fenced = true;
+        }
+        r
     }
 
     /// Holds `lease` from now on: the next post carries a renewal (a WRITE of the lease word,
@@ -240,6 +261,9 @@ impl Endpoint {
     /// Before a batch is submitted: refuses it if the lease may have expired, else appends
     /// a renewal when one is due.
     fn lease_gate(&mut self) -> Result<(), FabricError> {
+        if self.fenced {
+            return Err(FabricError::LeaseExpired);
+        }
         let Some(h) = &mut self.lease else {
             return Ok(());
         };
@@ -559,7 +583,8 @@ impl Endpoint {
             Err(Some(e))
         } else {
             self.count(true);
-            match self.timed(|f, b| f.submit(b, false)) {
+            let r = self.timed(|f, b| f.submit(b, false));
+            match self.noted(r) {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     self.completed = true;
@@ -592,7 +617,7 @@ impl Endpoint {
         self.count(false);
         let r = self.timed(|f, b| f.submit(b, true));
         self.batch.clear();
-        r
+        self.noted(r)
     }
 
     /// Posts the batch built so far in the background: it executes while the coordinator goes
@@ -623,6 +648,7 @@ impl Endpoint {
         self.background_gated_at = self.gated_at.take();
         self.count(false);
         let r = self.timed(|f, b| f.submit_background(b));
+        let r = self.noted(r);
         self.batch.clear();
         self.background = r.is_ok();
         r
@@ -712,6 +738,7 @@ impl Future for Post<'_> {
                         this.state = Err(None);
                         let gated = ep.gated_at.take();
                         ep.observed(gated);
+                        let r = ep.noted(r);
                         // RPC responses' sizes are known only now (the rest was counted
                         // at post).
                         if ep.batch.mn_cpu_ns != 0 || !ep.batch.resp.is_empty() {
@@ -778,7 +805,7 @@ impl Future for WaitBackground<'_> {
                 ep.background = false;
                 let gated = ep.background_gated_at.take();
                 ep.observed(gated);
-                Poll::Ready(r)
+                Poll::Ready(ep.noted(r))
             }
         }
     }

@@ -191,6 +191,14 @@ pub struct BenchArgs {
     /// against them. The run measures every op's flight and fails if one reached guard - skew.
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "")]
     pub leases: Option<String>,
+    /// ucx: survive a memory node that dies and is restarted on its file (`memnode --path`,
+    /// with `--set flush=true`): a coordinator that finds a memory node down stops where it
+    /// is (it posts nothing more); once the run is over the process waits up to DURATION for
+    /// every memory node to answer again, reconnects, and recovers those coordinators from
+    /// their logs (each pending transaction rolled forward or back, locks released) before it
+    /// verifies or writes its tally. Not with --leases.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait_memnodes: Option<u64>,
     /// Print `progress: N attempts` to stderr each time this process's coordinators have
     /// attempted another 100 transactions, and with --leases `recovered: coordinator I ...`
     /// as soon as this process has recovered a dead coordinator (for scripts watching a

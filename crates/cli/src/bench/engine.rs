@@ -236,6 +236,8 @@ pub struct Shared {
     recoveries: Mutex<Vec<RecoveryEvent>>,
     /// `--progress-lines`: a line on stderr per 100 attempts of this process.
     pub progress_lines: bool,
+    /// `--wait-memnodes`: a coordinator that finds a memory node down stops (fenced).
+    pub fence_on_node_down: bool,
     attempts: AtomicU64,
 }
 
@@ -305,6 +307,7 @@ async fn coordinator<W: Workload>(
 ) -> Result<(u64, bool, u64), String> {
     let index = ep.id().index;
     ep.time_fabric(sh.fabric_time);
+    ep.fence_on_node_down(sh.fence_on_node_down);
     ep.set_rpc_pack_limit(sh.rpc_pack_limit);
     let map = Rc::new(
         PoolMap::bootstrap(&mut ep)
@@ -518,6 +521,7 @@ impl Shared {
             lease: None,
             recoveries: Mutex::default(),
             progress_lines: false,
+            fence_on_node_down: false,
             attempts: AtomicU64::new(0),
         })
     }

@@ -610,6 +610,14 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
         }
         None => None,
     };
+    if a.wait_memnodes.is_some() {
+        if a.kind() != Backend::Ucx {
+            bail!("--wait-memnodes is for --backend ucx (memory-node daemons restarted on their files)");
+        }
+        if a.leases.is_some() {
+            bail!("--wait-memnodes: not with --leases (a memory node down outlives the leases it holds: every coordinator would be fenced)");
+        }
+    }
     let local_oracle = cfg.motor.oracle == "local";
     if !["pool", "local"].contains(&cfg.motor.oracle.as_str()) {
         bail!(
@@ -900,6 +908,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     };
     sh.lease = lease.or(host_leases.map(|h| h.terms));
     sh.progress_lines = a.progress_lines;
+    sh.fence_on_node_down = a.wait_memnodes.is_some();
     sh.retry = a.retry;
     sh.rpc_pack_limit = a.rpc_pack_limit;
     if a.localized_validation {
@@ -981,8 +990,42 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         }
         _ => None,
     };
+    // --wait-memnodes: coordinators that found a memory node down stopped there; once the
+    // memory nodes answer again, reconnect and recover them from their logs.
+    let mut outage = None;
+    if let (Some(wait_ns), Ok(o)) = (a.wait_memnodes, &out) {
+        if !o.fenced.is_empty() {
+            let started = Instant::now();
+            pool = reconnect(a, plan, wait_ns)?;
+            let first = a.backend.compute_node * topo.threads * topo.coroutines;
+            let dead: Vec<u32> = o.fenced.iter().map(|&i| first + i).collect();
+            let settled = recover(&mut pool, cfg.protocol, &dead)?;
+            outage = Some((o.fenced.clone(), settled, started.elapsed()));
+        }
+    }
     release_claim(&mut pool, attachment, claim_nodes)?;
     let mut out = out?;
+    let mut outage_report = None;
+    if let Some((local, settled, waited)) = outage {
+        use dtxn_txn::recovery::Recovered;
+        let mut r = report::OutageReport {
+            coordinators_stopped: local.len() as u32,
+            recovered_after_s: waited.as_secs_f64(),
+            ..Default::default()
+        };
+        for (&i, (outcome, locks)) in local.iter().zip(&settled) {
+            r.locks_released += u64::from(*locks);
+            match outcome {
+                Recovered::RolledForward(_) => {
+                    r.rolled_forward += 1;
+                    w.count_in_flight(&mut out.tallies[i as usize]);
+                }
+                Recovered::RolledBack(_) => r.rolled_back += 1,
+                Recovered::Nothing => {}
+            }
+        }
+        outage_report = Some(r);
+    }
     let mut host_after_run = 0;
     if let Some(r) = host_left {
         let r = r?;
@@ -1099,6 +1142,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         f.pool_checks = pool_checks(&pool, plan, cfg.protocol, out.max_flight_ns, lease);
         report.faults = Some(f);
     }
+    report.memnode_outage = outage_report;
     if let Some(h) = host_leases {
         let mut l = lease_report(h, &out, &online, run_start_ns);
         l.recovered_after_run = host_after_run;
@@ -1215,6 +1259,28 @@ fn recover(
         .flatten()
         .ok_or_else(|| anyhow!("the recovering coordinator did not finish"))?
         .map_err(|e| anyhow!("{e}"))
+}
+
+/// `--wait-memnodes`: connects to the memory nodes again, retrying until every one answers
+/// (a daemon restarted on its file) or `wait_ns` has passed.
+fn reconnect(a: &BenchArgs, plan: &Plan, wait_ns: u64) -> Result<dtxn_fabric::Pool> {
+    let deadline = Instant::now() + std::time::Duration::from_nanos(wait_ns);
+    loop {
+        match a
+            .backend
+            .pool(usize::from(a.memory_nodes), plan.region_bytes)
+        {
+            Ok(p) => {
+                crate::remote::check_loaded(&p, plan, &a.backend.pool.memnodes, &load_hint(a))?;
+                return Ok(p);
+            }
+            Err(e) if Instant::now() >= deadline => {
+                bail!("--wait-memnodes: the memory nodes did not all answer again: {e}")
+            }
+            // Polls for the daemons' return, a bounded number of times.
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    }
 }
 
 /// Recovers the fenced coordinators `dead` that nobody recovered during the run (every

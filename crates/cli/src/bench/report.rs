@@ -267,6 +267,21 @@ pub struct BenchReport {
     /// `--leases` (shm, ucx): the terms, the flights measured, what this process recovered.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leases: Option<LeaseReport>,
+    /// `--wait-memnodes`, when a memory node went down: what stopped and its recovery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memnode_outage: Option<OutageReport>,
+}
+
+/// A memory node went down during a `--wait-memnodes` run (ucx).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct OutageReport {
+    /// This process's coordinators that found it down and stopped.
+    pub coordinators_stopped: u32,
+    /// From the run's end to their recovery's (waiting for the memory nodes included).
+    pub recovered_after_s: f64,
+    pub rolled_forward: u32,
+    pub rolled_back: u32,
+    pub locks_released: u64,
 }
 
 /// `--leases` on a real host, for this process (wall clock).
@@ -373,6 +388,7 @@ impl BenchReport {
             verify,
             faults: None,
             leases: None,
+            memnode_outage: None,
             load_s: load_ns as f64 / 1e9,
             sim: out.virtual_time.then(|| SimCost {
                 txns: out.attempts_all,
@@ -584,6 +600,18 @@ impl BenchReport {
             );
         }
         let _ = writeln!(s);
+        if let Some(o) = &self.memnode_outage {
+            let _ = writeln!(
+                s,
+                "memory node down: {} coordinator(s) stopped; reconnected and recovered them \
+                 {:.2} s after the run ({} rolled forward, {} rolled back; {} locks released)",
+                o.coordinators_stopped,
+                o.recovered_after_s,
+                o.rolled_forward,
+                o.rolled_back,
+                o.locks_released
+            );
+        }
         if let Some(l) = &self.leases {
             let ms = |ns: u64| ns as f64 / 1e6;
             let _ = writeln!(
