@@ -162,6 +162,7 @@ fn leases_on_shm_report_their_terms_and_terms_that_fail_the_check_are_refused() 
         ),
         (&["--leases", "nope=1"][..], "unknown knob 'nope'"),
         (&["--leases", "skew"][..], "not KNOB=VALUE"),
+        (&["--wait-memnodes", "1s"][..], "--wait-memnodes is for --backend ucx"),
     ] {
         let o = dtxn(&[&["bench", "--txns", "10"][..], args].concat());
         let e = stderr(&o);
