@@ -47,6 +47,13 @@ pub struct VerifyArgs {
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Compute nodes of the run whose process was killed (`kill -9`) before it wrote its
+    /// tally file (run with `dtxn bench --leases`: the survivors recovered its
+    /// coordinators). Their commits are unknown, so the check is what needs no tally: no
+    /// lock word left, no log slice pending, every backup identical to its primary, and
+    /// SmallBank's `--mix transfer` total conserved; their claims on the pool are dropped.
+    #[arg(long, value_delimiter = ',', value_name = "K,...")]
+    pub lost: Vec<u32>,
 }
 
 /// What makes two compute processes part of one run: every field must agree.
@@ -157,7 +164,7 @@ impl TallyFile {
 
 /// Refuses sets of files that are not one whole run: another run's file, a compute node
 /// given twice, out of range or missing.
-fn one_run(files: &[(PathBuf, TallyFile)]) -> Result<&RunId> {
+fn one_run<'a>(files: &'a [(PathBuf, TallyFile)], lost: &[u32]) -> Result<&'a RunId> {
     let (first_path, first) = files.first().ok_or_else(|| anyhow!("no tally files"))?;
     let run = &first.run;
     let base = serde_json::to_value(run)?;
@@ -194,6 +201,13 @@ fn one_run(files: &[(PathBuf, TallyFile)]) -> Result<&RunId> {
                 path.display()
             )
         })?;
+        if lost.contains(&k) {
+            bail!(
+                "{}: compute node {k}'s tallies, but --lost says its process died without \
+                 writing them",
+                path.display()
+            );
+        }
         if let Some(earlier) = slot {
             bail!(
                 "{} and {} are both compute node {k}'s tallies: give each compute process's \
@@ -204,8 +218,11 @@ fn one_run(files: &[(PathBuf, TallyFile)]) -> Result<&RunId> {
         }
         *slot = Some(path);
     }
+    if let Some(k) = lost.iter().find(|&&k| k >= n) {
+        bail!("--lost {k}: the run has --compute-nodes {n}");
+    }
     let missing: Vec<String> = (0..n)
-        .filter(|&k| seen[k as usize].is_none())
+        .filter(|&k| seen[k as usize].is_none() && !lost.contains(&k))
         .map(|k| k.to_string())
         .collect();
     if !missing.is_empty() {
@@ -317,6 +334,113 @@ fn where_the_pool_is(a: &PoolArgs) -> Result<()> {
     }
 }
 
+/// Takes the pool alone over the claims `lost` killed processes left behind (at most that
+/// many; one that died before it attached left none), and drops them: the claim word goes
+/// from the stale count to exclusive, and back to 0 at [`release_over_lost`].
+fn claim_over_lost(pool: &mut Pool, compute_nodes: u32, lost: u64) -> Result<()> {
+    use dtxn_store::layout::{CLAIM_EXCLUSIVE, CLAIM_OFF};
+    let r = pool.run(
+        bench::one_coordinator(compute_nodes),
+        None,
+        move |mut ep| async move {
+            let c = ep.read(0, CLAIM_OFF, 8);
+            ep.post().await?;
+            let w = ep.word(c, 0);
+            if w & CLAIM_EXCLUSIVE != 0 || w > lost {
+                return Ok(Err(w));
+            }
+            let c = ep.cas(0, CLAIM_OFF, w, CLAIM_EXCLUSIVE);
+            ep.post().await?;
+            Ok::<_, dtxn_fabric::FabricError>(if ep.cas_ok(c) { Ok(()) } else { Err(ep.old(c)) })
+        },
+    )?;
+    match r.outputs.into_iter().next().flatten() {
+        Some(Ok(Ok(()))) => Ok(()),
+        Some(Ok(Err(w))) if w & CLAIM_EXCLUSIVE != 0 => {
+            bail!("another process holds the pool alone: verify once it has finished")
+        }
+        Some(Ok(Err(w))) => bail!(
+            "{w} compute process(es) are attached to the pool, more than the {lost} --lost \
+             ones: verify once every surviving compute process has finished"
+        ),
+        Some(Err(e)) => Err(anyhow!("cannot take the pool for the check: {e}")),
+        None => bail!("the claiming coordinator did not finish"),
+    }
+}
+
+fn release_over_lost(pool: &mut Pool, compute_nodes: u32) -> Result<()> {
+    use dtxn_store::layout::{CLAIM_EXCLUSIVE, CLAIM_OFF};
+    let r = pool.run(
+        bench::one_coordinator(compute_nodes),
+        None,
+        |mut ep| async move {
+            ep.cas(0, CLAIM_OFF, CLAIM_EXCLUSIVE, 0);
+            ep.post().await
+        },
+    )?;
+    match r.outputs.into_iter().next().flatten() {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(anyhow!("cannot give the pool back: {e}")),
+        None => bail!("the releasing coordinator did not finish"),
+    }
+}
+
+/// What can be checked without every process's commits (`--lost`): no lock word on any
+/// record, no log slice pending, every backup holding what its primary holds, and for
+/// SmallBank's transfer mix (which only moves money) the total as loaded.
+fn check_without_tallies(
+    w: &Chosen,
+    pool: &Pool,
+    plan: &Plan,
+    protocol: dtxn_txn::Protocol,
+    seed: u64,
+) -> std::result::Result<Vec<String>, String> {
+    let mut checks = Vec::new();
+    let mut records = 0u64;
+    for t in plan.tables.iter().filter(|t| t.mv.is_none()) {
+        for r in dtxn_workloads::scan_table(pool, t) {
+            if r.lock != 0 {
+                return Err(format!(
+                    "{} key {}: lock word {:#x} left behind",
+                    t.name, r.key, r.lock
+                ));
+            }
+            records += 1;
+        }
+    }
+    checks.push(format!("no lock word left on any of {records} records"));
+    // (Memory-node failover is sim's: a pool verified here has every node live.)
+    let p = bench::pool_checks(pool, plan, dtxn_store::View::default(), protocol, 0, None);
+    if !p.ok {
+        return Err(p.checks.join("; "));
+    }
+    checks.extend(p.checks);
+    if let Chosen::SmallBank(sb) = w {
+        if sb.options().mix == smallbank::Mix::Transfer {
+            let (mut total, mut initial) = (0i64, 0i64);
+            for id in [smallbank::SAVINGS, smallbank::CHECKING] {
+                let Some(t) = plan.table(id) else {
+                    return Err(format!("no table {id}"));
+                };
+                for r in dtxn_workloads::scan_table(pool, t) {
+                    let v: [u8; 8] = r.value[..8].try_into().map_err(|_| "short value")?;
+                    total += i64::from_le_bytes(v);
+                    initial += smallbank::SmallBank::initial(seed, id, r.key);
+                }
+            }
+            if total != initial {
+                return Err(format!(
+                    "transfers only, yet the total is {total}, loaded {initial}"
+                ));
+            }
+            checks.push(format!(
+                "money is conserved: the total is {total} cents, as loaded"
+            ));
+        }
+    }
+    Ok(checks)
+}
+
 /// Takes the pool alone for the check: refused while any compute process is attached.
 fn claim_alone(pool: &mut Pool, compute_nodes: u32) -> Result<dtxn_txn::Attachment> {
     let r = pool.run(
@@ -353,6 +477,8 @@ struct Verdict {
     backend: String,
     /// The checks that passed, or the one that failed.
     checks: Vec<String>,
+    /// `--lost`: compute nodes whose commits are unknown (only the checks without tallies).
+    lost: Vec<u32>,
 }
 
 /// Reads the files' tallies as `W`'s, merges them, and checks the pool.
@@ -395,18 +521,32 @@ pub fn main(a: VerifyArgs) -> Result<ExitCode> {
     for p in &a.tallies {
         files.push((p.clone(), TallyFile::read(p)?));
     }
-    let run = one_run(&files)?.clone();
+    let run = one_run(&files, &a.lost)?.clone();
     let w = rebuild(&run)?;
     let protocol = dtxn_txn::Protocol::from_name(&run.protocol)
         .ok_or_else(|| anyhow!("the files name an unknown protocol '{}'", run.protocol))?;
     let plan =
         Plan::new(&w.tables(protocol, run.vnum), &run.pool.shape()).map_err(|e| anyhow!("{e}"))?;
-    let outcome = match &w {
-        Chosen::SmallBank(x) => check(x, &a.pool, &run, &plan, &files)?,
-        Chosen::Kv(x) => check(x, &a.pool, &run, &plan, &files)?,
-        Chosen::Tatp(x) => check(x, &a.pool, &run, &plan, &files)?,
-        Chosen::Tpcc(x) => check(x, &a.pool, &run, &plan, &files)?,
-        Chosen::Skew(x) => check(x, &a.pool, &run, &plan, &files)?,
+    let outcome = if !a.lost.is_empty() {
+        // The survivors' files name the run; the lost processes' commits are unknown.
+        let (mut pool, _) = attach(&a.pool, &run, &plan)?;
+        let nodes = if matches!(pool, Pool::Ucx(_)) {
+            run.compute_nodes
+        } else {
+            1
+        };
+        claim_over_lost(&mut pool, nodes, a.lost.len() as u64)?;
+        let verdict = check_without_tallies(&w, &pool, &plan, protocol, run.seed);
+        release_over_lost(&mut pool, nodes)?;
+        verdict
+    } else {
+        match &w {
+            Chosen::SmallBank(x) => check(x, &a.pool, &run, &plan, &files)?,
+            Chosen::Kv(x) => check(x, &a.pool, &run, &plan, &files)?,
+            Chosen::Tatp(x) => check(x, &a.pool, &run, &plan, &files)?,
+            Chosen::Tpcc(x) => check(x, &a.pool, &run, &plan, &files)?,
+            Chosen::Skew(x) => check(x, &a.pool, &run, &plan, &files)?,
+        }
     };
     let ok = outcome.is_ok();
     let v = Verdict {
@@ -419,6 +559,7 @@ pub fn main(a: VerifyArgs) -> Result<ExitCode> {
         files: a.tallies.clone(),
         backend: a.pool.describe(),
         checks: outcome.unwrap_or_else(|e| vec![e]),
+        lost: a.lost.clone(),
     };
     if a.json {
         println!("{}", serde_json::to_string_pretty(&v)?);
@@ -432,6 +573,16 @@ pub fn main(a: VerifyArgs) -> Result<ExitCode> {
             v.compute_nodes,
             v.backend
         );
+        if !v.lost.is_empty() {
+            println!(
+                "  (compute node(s) {} lost with their commits: the checks that need no tally)",
+                v.lost
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         for c in &v.checks {
             println!("  {} {c}", if ok { "ok:" } else { "FAILED:" });
         }
@@ -484,7 +635,7 @@ mod tests {
             ("b.json", file(1, run_id())),
             ("a.json", file(0, run_id())),
         ]);
-        assert_eq!(one_run(&f).unwrap(), &run_id());
+        assert_eq!(one_run(&f, &[]).unwrap(), &run_id());
     }
 
     #[test]
@@ -496,7 +647,7 @@ mod tests {
             ("a.json", file(0, run_id())),
             ("b.json", file(1, other)),
         ]);
-        let e = one_run(&f).unwrap_err().to_string();
+        let e = one_run(&f, &[]).unwrap_err().to_string();
         assert!(
             e.starts_with("b.json is not from the run of a.json: "),
             "{e}"
@@ -515,13 +666,13 @@ mod tests {
             ("a.json", file(0, run_id())),
             ("c.json", file(0, run_id())),
         ]);
-        let e = one_run(&f).unwrap_err().to_string();
+        let e = one_run(&f, &[]).unwrap_err().to_string();
         assert!(
             e.contains("a.json and c.json are both compute node 0's"),
             "{e}"
         );
         let f = files(vec![("a.json", file(0, run_id()))]);
-        let e = one_run(&f).unwrap_err().to_string();
+        let e = one_run(&f, &[]).unwrap_err().to_string();
         assert!(
             e.contains("no tally file of compute node(s) 1 of --compute-nodes 2"),
             "{e}"
@@ -530,11 +681,21 @@ mod tests {
             ("a.json", file(0, run_id())),
             ("z.json", file(5, run_id())),
         ]);
-        let e = one_run(&f).unwrap_err().to_string();
+        let e = one_run(&f, &[]).unwrap_err().to_string();
         assert!(
             e.contains("z.json: compute node 5, but its run has --compute-nodes 2"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_lost_compute_node_needs_no_file_and_may_not_have_one() {
+        let f = files(vec![("a.json", file(0, run_id()))]);
+        assert_eq!(one_run(&f, &[1]).unwrap(), &run_id());
+        let e = one_run(&f, &[0]).unwrap_err().to_string();
+        assert!(e.contains("--lost says its process died"), "{e}");
+        let e = one_run(&f, &[1, 2]).unwrap_err().to_string();
+        assert!(e.contains("--lost 2: the run has --compute-nodes 2"), "{e}");
     }
 
     #[test]

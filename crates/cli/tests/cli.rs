@@ -121,3 +121,56 @@ fn bench_help_lists_the_protocols_and_the_defaults() {
         assert!(help.contains(want), "{want} not in bench --help");
     }
 }
+
+#[test]
+fn leases_on_shm_report_their_terms_and_terms_that_fail_the_check_are_refused() {
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "shm",
+        "--workload",
+        "smallbank",
+        "--accounts",
+        "1000",
+        "--txns",
+        "400",
+        "--threads",
+        "2",
+        "--leases",
+        "--verify",
+        "--json",
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let l = &v["leases"];
+    // The defaults: guard twice (flight 50 ms + skew 1 ms), lease four times (guard + stall 200 ms).
+    assert_eq!(l["guard_ns"], 102_000_000, "{l}");
+    assert_eq!(l["lease_ns"], 1_208_000_000, "{l}");
+    assert_eq!(l["flights_ok"], true, "{l}");
+    assert!(l["max_flight_ns"].as_u64().unwrap() > 0, "{l}");
+    assert_eq!(v["verify"]["ok"], true, "{out}");
+    for (args, want) in [
+        (
+            &["--backend", "sim", "--leases"][..],
+            "--leases is for shm and ucx",
+        ),
+        (&["--leases", "lease=10ms"][..], "must exceed 4/3"),
+        (
+            &["--leases", "guard=1ms"][..],
+            "below the fabric's longest op flight",
+        ),
+        (&["--leases", "nope=1"][..], "unknown knob 'nope'"),
+        (&["--leases", "skew"][..], "not KNOB=VALUE"),
+        (
+            &["--wait-memnodes", "1s"][..],
+            "--wait-memnodes is for --backend ucx",
+        ),
+    ] {
+        let o = dtxn(&[&["bench", "--txns", "10"][..], args].concat());
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(want), "{args:?}: {e}");
+        assert_eq!(e.trim().lines().count(), 1, "{args:?}: {e}");
+    }
+}

@@ -763,3 +763,337 @@ fn namespaces_memnodes_on_two_hosts_compute_on_a_third() {
     drop((d0, d1));
     drop(ns);
 }
+
+/// A process whose stderr is read line by line as it runs, and whose stdout is collected.
+struct Watched {
+    child: Child,
+    lines: Receiver<String>,
+    stdout: std::thread::JoinHandle<String>,
+}
+
+impl Watched {
+    fn spawn(mut cmd: Command) -> Watched {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the command starts");
+        let (tx, lines) = mpsc::channel();
+        let stderr = child.stderr.take().expect("piped");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut out = child.stdout.take().expect("piped");
+        let stdout = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = std::io::Read::read_to_string(&mut out, &mut s);
+            s
+        });
+        Watched {
+            child,
+            lines,
+            stdout,
+        }
+    }
+
+    /// The next stderr line satisfying `f`, within `RUN`.
+    fn wait_line(&self, f: impl Fn(&str) -> bool) -> Option<String> {
+        let deadline = std::time::Instant::now() + RUN;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) if f(&l) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+
+    /// Waits (at most `RUN`, polling for its exit) and returns its status, stdout and the
+    /// stderr lines not read yet.
+    fn finish(mut self, what: &str) -> (std::process::ExitStatus, String, Vec<String>) {
+        let deadline = std::time::Instant::now() + RUN;
+        let status = loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("{what} did not finish within {RUN:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = self.stdout.join().unwrap();
+        (status, out, self.lines.try_iter().collect())
+    }
+}
+
+/// Three compute processes with leases (`--leases`) on two memory nodes; one dies mid-run
+/// (after it printed progress, so its coordinators hold leases, and likely locks and pending
+/// log entries). The two survivors' recovery service notices its expired leases, recovers
+/// its four coordinators during their run, and they finish; `dtxn verify --lost 2` (the
+/// dead process's tally died with it) finds no lock word, no pending log slice, replicas
+/// identical, and the money of the transfer mix conserved.
+///
+/// The victim is stopped (SIGSTOP) rather than killed at once, and killed (SIGKILL) once the
+/// survivors have recovered all of its coordinators: to the pool a stopped process is a dead
+/// one (it never posts again), and recovery starts only once all its ops have executed (the
+/// lease argument). Killing it while its PUTs are still queued at a memory node makes UCX
+/// 1.13's TCP transport, which emulates RMA in software on the memory node, abort the daemon
+/// (`ucp_rma_sw_send_cmpl` on the failed endpoint: "Fatal: unexpected error: Endpoint
+/// timeout"); on RDMA NICs the NIC executes the verbs and the daemon sends nothing.
+#[test]
+fn loopback_a_compute_process_dead_mid_run_is_recovered_by_the_survivors() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if skip_without_ucx() {
+        return;
+    }
+    let mem = |_: usize| {
+        Daemon::start(
+            &[],
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--size",
+                "4M",
+                "--token",
+                TOKEN,
+                "--ucx-tls",
+                "tcp",
+                "--ucx-devices",
+                "lo",
+                "--spin-us",
+                "0",
+            ],
+        )
+    };
+    let nodes: Vec<Daemon> = (0..2).map(mem).collect();
+    let memnodes = nodes
+        .iter()
+        .map(|d| d.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let workload = [
+        "--workload",
+        "smallbank",
+        "--accounts",
+        "2000",
+        "--mix",
+        "transfer",
+    ];
+    assert_ok(
+        &run_bounded(workload_cmd(
+            &[],
+            &memnodes,
+            &workload,
+            &["--compute-nodes", "3", "--load-only"],
+        )),
+        "--load-only",
+    );
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-leases-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tallies: Vec<_> = (0..3).map(|k| dir.join(format!("t{k}.json"))).collect();
+    // Generous terms for a busy 2-core machine: flights (and preemptions) up to 250 ms.
+    let cmd = |k: u32| {
+        workload_cmd(
+            &[],
+            &memnodes,
+            &workload,
+            &[
+                "--compute-nodes",
+                "3",
+                "--compute-node",
+                &k.to_string(),
+                "--leases",
+                "flight=250ms,skew=0",
+                "--progress-lines",
+                "--tally-out",
+                tallies[k as usize].to_str().unwrap(),
+                "--json",
+            ],
+        )
+    };
+    let survivors: Vec<Watched> = (0..2).map(|k| Watched::spawn(cmd(k))).collect();
+    // The victim, compute node 2 (coordinators 8 to 11).
+    let victim = Watched::spawn(cmd(2));
+    let progressed = victim.wait_line(|l| l.starts_with("progress: "));
+    assert!(progressed.is_some(), "the victim printed no progress");
+    kill(victim.child.id(), Signal::STOP).unwrap();
+    // Every one of its coordinators recovered by a survivor, as the survivors report it.
+    let mut recovered = std::collections::BTreeSet::new();
+    let deadline = std::time::Instant::now() + RUN;
+    while recovered.len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the survivors recovered only {recovered:?} within {RUN:?}"
+        );
+        for s in &survivors {
+            while let Ok(l) = s.lines.try_recv() {
+                if let Some(rest) = l.strip_prefix("recovered: coordinator ") {
+                    let c: u64 = rest.split(' ').next().unwrap().parse().unwrap();
+                    recovered.insert(c);
+                }
+            }
+        }
+        if recovered.len() < 4 {
+            // Bounded polling of the survivors' output (an observable event, not a guess).
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    assert_eq!(
+        recovered.into_iter().collect::<Vec<_>>(),
+        vec![8, 9, 10, 11],
+        "the victim's coordinators"
+    );
+    kill(victim.child.id(), Signal::KILL).unwrap();
+    let (status, _, _) = victim.finish("the victim");
+    assert_eq!(
+        std::os::unix::process::ExitStatusExt::signal(&status),
+        Some(9),
+        "{status}"
+    );
+    let mut reported = Vec::new();
+    for (k, s) in survivors.into_iter().enumerate() {
+        let (status, out, stderr) = s.finish(&format!("survivor {k}"));
+        assert!(
+            status.success(),
+            "survivor {k}: {status}\n{out}\n{stderr:?}"
+        );
+        let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+        let l = &v["leases"];
+        eprintln!("survivor {k}: {l}");
+        assert_eq!(l["flights_ok"], true, "{out}");
+        for r in l["recoveries"].as_array().expect("recoveries") {
+            reported.push(r["coordinator"].as_u64().unwrap());
+        }
+    }
+    reported.sort_unstable();
+    reported.dedup();
+    assert_eq!(reported, vec![8, 9, 10, 11], "the reports");
+    // The survivors' tallies name the run; the victim's commits are unknown.
+    let mut v = verify_cmd(&memnodes, &tallies[..2]);
+    v.args(["--lost", "2"]);
+    let out = assert_ok(&run_bounded(v), "verify --lost 2");
+    assert!(
+        out.starts_with("consistent: smallbank under ford (seed 1), 3 compute process(es)"),
+        "{out}"
+    );
+    for check in [
+        "no lock word left",
+        "no log slice pending",
+        "money is conserved",
+    ] {
+        assert!(out.contains(check), "{check}: {out}");
+    }
+    // Without --lost the check needs every process's commits.
+    let o = run_bounded(verify_cmd(&memnodes, &tallies[..2]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no tally file of compute node(s) 2"), "{err}");
+    // A run whose compute node 2 never starts: the liveness phase does not wait for it (its
+    // slots hold the recovered incarnations of the dead one), and the others finish.
+    let again: Vec<Watched> = (0..2).map(|k| Watched::spawn(cmd(k))).collect();
+    for (k, s) in again.into_iter().enumerate() {
+        let (status, out, stderr) = s.finish(&format!("second run, compute node {k}"));
+        assert!(status.success(), "{k}: {status}\n{out}\n{stderr:?}");
+    }
+    drop(nodes);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// PM mode (`--set flush=true`, `memnode --path`): memory node 1 is killed with SIGKILL
+/// mid-run (once the compute process has printed progress) and restarted on its file at its
+/// address; the compute process (`--wait-memnodes`) stops the coordinators that found it
+/// down, waits for it, reconnects, recovers them from their logs and finishes; `dtxn verify`
+/// with its tally finds every committed transaction (every balance its loaded value plus
+/// the committed changes), no lock left.
+#[test]
+fn loopback_a_memnode_killed_mid_run_and_restarted_loses_no_commit() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if skip_without_ucx() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let files: Vec<String> = (0..2)
+        .map(|k| dir.join(format!("node-{k}")).to_str().unwrap().to_string())
+        .collect();
+    let mem = |k: usize, listen: &str| {
+        Daemon::start(
+            &[],
+            &[
+                "--listen",
+                listen,
+                "--size",
+                "4M",
+                "--path",
+                &files[k],
+                "--node",
+                &k.to_string(),
+                "--token",
+                TOKEN,
+                "--ucx-tls",
+                "tcp",
+                "--ucx-devices",
+                "lo",
+                "--spin-us",
+                "0",
+            ],
+        )
+    };
+    let mut nodes: Vec<Daemon> = (0..2).map(|k| mem(k, "127.0.0.1:0")).collect();
+    let memnodes = nodes
+        .iter()
+        .map(|d| d.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    assert_ok(
+        &run_bounded(bench_cmd(&[], &memnodes, &["--load-only"])),
+        "--load-only",
+    );
+    let tally = dir.join("t.json");
+    let bench = Watched::spawn(bench_cmd(
+        &[],
+        &memnodes,
+        &[
+            "--set",
+            "flush=true",
+            "--wait-memnodes",
+            "60s",
+            "--progress-lines",
+            "--tally-out",
+            tally.to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    assert!(
+        bench.wait_line(|l| l.starts_with("progress: ")).is_some(),
+        "the run printed no progress"
+    );
+    let addr = nodes[1].addr.to_string();
+    kill(nodes[1].child.id(), Signal::KILL).unwrap();
+    nodes[1].child.wait().unwrap();
+    nodes[1] = mem(1, &addr);
+    let (status, out, stderr) = bench.finish("the run");
+    assert!(status.success(), "{status}\n{out}\n{stderr:?}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let o = &v["memnode_outage"];
+    eprintln!("outage: {o}");
+    assert!(o["coordinators_stopped"].as_u64().unwrap() > 0, "{out}");
+    assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    let out = assert_ok(
+        &run_bounded(verify_cmd(&memnodes, std::slice::from_ref(&tally))),
+        "verify after the memory node's restart",
+    );
+    assert!(
+        out.starts_with("consistent: smallbank under ford (seed 1), 1 compute process(es)"),
+        "{out}"
+    );
+    drop(nodes);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

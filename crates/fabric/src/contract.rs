@@ -106,6 +106,16 @@ pub trait Fabric {
     /// on `shm`.
     fn now_ns(&self) -> u64;
 
+    /// The clock lease words are written and judged on, which every coordinator of the pool
+    /// must share: `sim`'s virtual time (the default, [`Fabric::now_ns`]); on `shm` and `ucx`
+    /// the host's wall clock ([`wall_clock_ns`]), shared by the processes of a host and,
+    /// within the clocks' skew, by hosts whose clocks are synchronized. A lease holder fences
+    /// itself on [`Fabric::now_ns`] (its own monotonic clock): a step of the wall clock does
+    /// not delay its fencing.
+    fn lease_now_ns(&self) -> u64 {
+        self.now_ns()
+    }
+
     /// Sleeping: the `first` poll registers the wake-up and always returns `Pending` (so a zero
     /// sleep still yields to the thread's other coroutines); later polls are `Ready` once
     /// `now_ns() >= deadline_ns`.
@@ -203,4 +213,13 @@ pub(crate) fn check_op(op: &crate::Op, sizes: &[u64], has_rpc: bool) -> Result<(
         });
     }
     Ok(())
+}
+
+/// `CLOCK_REALTIME` in nanoseconds since the Unix epoch: the lease clock of the real backends
+/// (`shm`, `ucx`). Processes on one host read the same clock; hosts agree within the skew of
+/// their clock synchronization (NTP, PTP), which a lease's guard must cover.
+pub fn wall_clock_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }

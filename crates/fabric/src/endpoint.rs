@@ -54,6 +54,13 @@ pub struct Endpoint {
     lease: Option<Held>,
     /// Its lease may have expired: every post is refused from then on.
     fenced: bool,
+    /// With a lease held: when (its own clock) the awaited batch, and the background batch,
+    /// passed the lease gate, and the longest time seen from there to an observed completion.
+    gated_at: Option<u64>,
+    background_gated_at: Option<u64>,
+    max_flight_ns: u64,
+    /// A memory node found down fences this coordinator ([`Endpoint::fence_on_node_down`]).
+    fence_on_node_down: bool,
 }
 
 /// A lease in the pool, held by one coordinator: a word it alone WRITEs (nobody CASes it),
@@ -95,6 +102,30 @@ impl Lease {
         )
     }
 
+    /// [`Lease::parse`] of a word read at `now_ns` (the lease clock): the word keeps the
+    /// expiry's low 48 bits (78 hours of nanoseconds), so the expiry is the value with those
+    /// bits nearest to `now_ns`. The wall clock of `shm` and `ucx` counts from 1970, past 48
+    /// bits; an expiry is never further than 2^47 ns (39 hours) from a clock that reads it
+    /// (leases are shorter, [`Lease::MAX_NS`]). On `sim`'s clock, below 2^47, it is the word's.
+    pub fn parse_near(word: u64, now_ns: u64) -> (u64, bool, u16) {
+        let (low, done, incarnation) = Lease::parse(word);
+        const SPAN: u64 = 1 << 48;
+        let base = now_ns & !(SPAN - 1);
+        let candidates = [
+            base.wrapping_sub(SPAN) | low,
+            base | low,
+            base.wrapping_add(SPAN) | low,
+        ];
+        let expiry = candidates
+            .into_iter()
+            .min_by_key(|&c| c.abs_diff(now_ns))
+            .unwrap_or(low);
+        (expiry, done, incarnation)
+    }
+
+    /// The longest lease a word can express unambiguously ([`Lease::parse_near`]).
+    pub const MAX_NS: u64 = 1 << 47;
+
     /// The incarnation after `i` (15 bits, never 0: 0 is a slot never held).
     pub fn next_incarnation(i: u16) -> u16 {
         let n = (u64::from(i) + 1) & INCARNATION_MASK;
@@ -102,12 +133,15 @@ impl Lease {
     }
 }
 
-/// A lease being held: its terms, the expiry last granted, when it was renewed.
+/// A lease being held: its terms, the expiry last granted (lease clock), when it was renewed
+/// and when it must stop posting (its own clock).
 #[derive(Debug, Clone, Copy)]
 struct Held {
     lease: Lease,
     expiry: u64,
     renewed_at: u64,
+    /// `renewed_at + lease_ns` (the local clock): posts stop at `deadline - guard`.
+    deadline: u64,
     done: bool,
 }
 
@@ -126,24 +160,50 @@ impl Endpoint {
             time_fabric: false,
             lease: None,
             fenced: false,
+            gated_at: None,
+            background_gated_at: None,
+            max_flight_ns: 0,
+            fence_on_node_down: false,
         }
+    }
+
+    /// From now on, a batch that fails with [`FabricError::NodeDown`] fences this coordinator
+    /// as an expired lease does: it posts nothing more (every post is refused with
+    /// [`FabricError::LeaseExpired`]), so its transaction's abort path writes nothing on top
+    /// of what the failure left, and the pool holds what executed before it, for recovery
+    /// from its log once the memory node is back (`dtxn bench --wait-memnodes`). Off by
+    /// default: protocols then handle a replica's failure themselves.
+    pub fn fence_on_node_down(&mut self, on: bool) {
+        self.fence_on_node_down = on;
+    }
+
+    /// `r`, noting a memory node's failure (see [`Endpoint::fence_on_node_down`]).
+    fn noted<T>(&mut self, r: Result<T, FabricError>) -> Result<T, FabricError> {
+        if self.fence_on_node_down && matches!(r, Err(FabricError::NodeDown(_))) {
+            self.fenced = true;
+        }
+        r
     }
 
     /// Holds `lease` from now on: the next post carries a renewal (a WRITE of the lease word,
     /// appended to its batch), and so does every post once a quarter of the lease has passed
-    /// since the last renewal. **Fencing**: a post at or after `expiry - guard` (this
-    /// coordinator's clock, `expiry` the last renewal's) is refused with
-    /// [`FabricError::LeaseExpired`], and so is every later one: whatever this coordinator
-    /// posted before then has executed by `expiry` (the guard covers an op's flight), when a
-    /// successor may start recovering it. Until the first renewal has landed the pool's word
-    /// is the previous one: post the first renewal alone and await it
-    /// ([`Endpoint::renew_lease`]) before acting under the lease.
+    /// since the last renewal. A renewal at `r` on the lease clock ([`Endpoint::lease_now_ns`])
+    /// writes `expiry = r + lease`. **Fencing**: a post at or after `lease - guard` since the
+    /// last renewal (measured on this coordinator's own clock, [`Endpoint::now_ns`]: on `sim`
+    /// the same clock, on a real host a monotonic one, which no wall-clock step delays) is
+    /// refused with [`FabricError::LeaseExpired`], and so is every later one: whatever this
+    /// coordinator posted before then has executed by `expiry` (the guard covers an op's
+    /// flight, and on a real host the clocks' skew), when a successor may start recovering
+    /// it. Until the first renewal has landed the pool's word is the previous one: post the
+    /// first renewal alone and await it ([`Endpoint::renew_lease`]) before acting under the
+    /// lease.
     pub fn hold_lease(&mut self, lease: Lease) {
         let now = self.fabric.now_ns();
         self.lease = Some(Held {
             lease,
-            expiry: now.saturating_add(lease.lease_ns),
+            expiry: self.fabric.lease_now_ns().saturating_add(lease.lease_ns),
             renewed_at: 0,
+            deadline: now.saturating_add(lease.lease_ns),
             done: false,
         });
         self.fenced = false;
@@ -183,23 +243,45 @@ impl Endpoint {
         self.fenced
     }
 
+    /// With a lease held, the longest time (this coordinator's clock) from a batch's pass
+    /// through the lease gate, before its doorbell, to its observed completion: an upper bound
+    /// of the op flight plus any preemption between the clock read and the doorbell, which
+    /// the guard must cover. Awaited and background batches; detached ones are never observed.
+    pub fn max_flight_ns(&self) -> u64 {
+        self.max_flight_ns
+    }
+
+    fn observed(&mut self, gated_at: Option<u64>) {
+        if let Some(t) = gated_at {
+            let flight = self.fabric.now_ns().saturating_sub(t);
+            self.max_flight_ns = self.max_flight_ns.max(flight);
+        }
+    }
+
     /// Before a batch is submitted: refuses it if the lease may have expired, else appends
     /// a renewal when one is due.
     fn lease_gate(&mut self) -> Result<(), FabricError> {
+        if self.fenced {
+            return Err(FabricError::LeaseExpired);
+        }
         let Some(h) = &mut self.lease else {
             return Ok(());
         };
         let now = self.fabric.now_ns();
-        if self.fenced || now.saturating_add(h.lease.guard_ns) >= h.expiry {
+        if self.fenced || now.saturating_add(h.lease.guard_ns) >= h.deadline {
             self.fenced = true;
             return Err(FabricError::LeaseExpired);
         }
+        self.gated_at = Some(now);
         let renew = h.renewed_at == 0 || now >= h.renewed_at + h.lease.lease_ns / 4;
         if renew {
-            let expiry = now + h.lease.lease_ns;
+            // The lease clock is read after the local one: the expiry it grants is at least
+            // `lease` after the instant `deadline` counts from.
+            let expiry = self.fabric.lease_now_ns() + h.lease.lease_ns;
             let word = Lease::word(expiry, h.done, h.lease.incarnation);
             let (node, addr) = (h.lease.node, h.lease.addr);
             h.expiry = expiry;
+            h.deadline = now + h.lease.lease_ns;
             h.renewed_at = now.max(1);
             let data = self.batch.buf.len() as u32;
             self.batch.append_buf(&word.to_le_bytes());
@@ -252,6 +334,12 @@ impl Endpoint {
 
     pub fn now_ns(&self) -> u64 {
         self.fabric.now_ns()
+    }
+
+    /// The clock leases are written and judged on ([`Fabric::lease_now_ns`]): `sim`'s
+    /// virtual time, the wall clock on `shm` and `ucx`.
+    pub fn lease_now_ns(&self) -> u64 {
+        self.fabric.lease_now_ns()
     }
 
     /// Number of memory nodes and their region sizes.
@@ -506,7 +594,8 @@ impl Endpoint {
             Err(Some(e))
         } else {
             self.count(true);
-            match self.timed(|f, b| f.submit(b, false)) {
+            let r = self.timed(|f, b| f.submit(b, false));
+            match self.noted(r) {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     self.completed = true;
@@ -535,10 +624,11 @@ impl Endpoint {
             self.batch.clear();
             return Err(e);
         }
+        self.gated_at = None;
         self.count(false);
         let r = self.timed(|f, b| f.submit(b, true));
         self.batch.clear();
-        r
+        self.noted(r)
     }
 
     /// Posts the batch built so far in the background: it executes while the coordinator goes
@@ -566,8 +656,10 @@ impl Endpoint {
             self.batch.clear();
             return Err(e);
         }
+        self.background_gated_at = self.gated_at.take();
         self.count(false);
         let r = self.timed(|f, b| f.submit_background(b));
+        let r = self.noted(r);
         self.batch.clear();
         self.background = r.is_ok();
         r
@@ -655,6 +747,9 @@ impl Future for Post<'_> {
                     Poll::Ready(r) => {
                         ep.completed = true;
                         this.state = Err(None);
+                        let gated = ep.gated_at.take();
+                        ep.observed(gated);
+                        let r = ep.noted(r);
                         // RPC responses' sizes are known only now (the rest was counted
                         // at post).
                         if ep.batch.mn_cpu_ns != 0 || !ep.batch.resp.is_empty() {
@@ -719,7 +814,9 @@ impl Future for WaitBackground<'_> {
             }
             Poll::Ready(r) => {
                 ep.background = false;
-                Poll::Ready(r)
+                let gated = ep.background_gated_at.take();
+                ep.observed(gated);
+                Poll::Ready(ep.noted(r))
             }
         }
     }

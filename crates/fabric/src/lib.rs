@@ -22,7 +22,7 @@ pub mod testing;
 pub mod ucx;
 mod verbs;
 
-pub use contract::{Fabric, LocalMem, RpcHandler};
+pub use contract::{wall_clock_ns, Fabric, LocalMem, RpcHandler};
 pub use endpoint::{CoordId, CoordRng, Endpoint, Lease, Post, Sleep, WaitBackground, LEASE_DONE};
 pub use error::FabricError;
 pub use pool::Pool;

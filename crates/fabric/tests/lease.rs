@@ -53,3 +53,86 @@ fn posts_renew_the_lease_and_a_lapsed_one_fences_every_post() {
     assert_eq!(Lease::parse(word), (second, false, 3));
     assert_eq!(data, u64::from_le_bytes([1u8; 8]));
 }
+
+/// On `shm` (and `ucx`) the lease word is on the wall clock, which other processes read; the
+/// holder fences itself on its own monotonic clock, `lease - guard` after its last renewal.
+#[test]
+fn on_shm_the_lease_word_is_on_the_wall_clock_and_fencing_on_the_local_one() {
+    use dtxn_fabric::shm::{ShmConfig, ShmPool};
+    let pool = ShmPool::create(ShmConfig {
+        node_sizes: vec![1 << 16],
+        dir: None,
+        delay_ns: 0,
+    })
+    .unwrap();
+    let lease = Lease {
+        node: 0,
+        addr: WORD,
+        lease_ns: 40_000_000,
+        guard_ns: 10_000_000,
+        incarnation: 5,
+    };
+    let one = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    let before = dtxn_fabric::wall_clock_ns();
+    let r = pool
+        .run(one, None, move |mut ep: Endpoint| async move {
+            ep.hold_lease(lease);
+            ep.renew_lease().await.unwrap();
+            let granted = ep.lease().unwrap().1;
+            let started = ep.now_ns();
+            ep.write(0, DATA, &[1u8; 8]);
+            ep.post().await.unwrap();
+            // Past lease - guard on the local clock, without a renewal: fenced.
+            while ep.now_ns() < started + 30_000_001 {
+                ep.sleep(1_000_000).await;
+            }
+            ep.write(0, DATA, &[2u8; 8]);
+            (granted, ep.post().await, ep.max_flight_ns())
+        })
+        .unwrap();
+    let after = dtxn_fabric::wall_clock_ns();
+    let (granted, refused, flight) = r.outputs[0].clone().unwrap();
+    assert!(
+        (before + 40_000_000..=after + 40_000_000).contains(&granted),
+        "{before} {granted} {after}"
+    );
+    assert_eq!(refused, Err(FabricError::LeaseExpired));
+    assert!(flight > 0 && flight < 30_000_000, "{flight}");
+    let (word, data) = pool.with_local(0, |m| (m.read_u64(WORD), m.read_u64(DATA)));
+    // The word keeps 48 bits of the expiry; read near the wall clock, it is the expiry.
+    assert_eq!(Lease::parse_near(word, after), (granted, false, 5));
+    assert_ne!(Lease::parse(word).0, granted);
+    assert_eq!(data, u64::from_le_bytes([1u8; 8]));
+}
+
+#[test]
+fn a_lease_word_read_near_its_expiry_gives_the_expiry_across_a_48_bit_wrap() {
+    let span = 1u64 << 48;
+    for expiry in [
+        5,
+        span - 5,
+        7 * span + 3,
+        7 * span - 3,
+        1_764_000_000_000_000_000,
+    ] {
+        let w = Lease::word(expiry, true, 9);
+        for now in [
+            expiry - expiry.min(1_000_000_000),
+            expiry,
+            expiry + 1_000_000_000,
+        ] {
+            assert_eq!(
+                Lease::parse_near(w, now),
+                (expiry, true, 9),
+                "{expiry} {now}"
+            );
+        }
+    }
+    // On sim's clock (below 2^47) it is the word's own value.
+    let w = Lease::word(123_456, false, 1);
+    assert_eq!(Lease::parse_near(w, 0), Lease::parse(w));
+}

@@ -36,9 +36,17 @@
 //! the stall is on its clock when it checks its lease: stalls never fall between the check
 //! and the post, and cost liveness, not safety. Liveness wants a live coordinator to renew
 //! before `E - G` even after a stall `S`: renewals are due `lease/4` after the last one, so
-//! `3 lease / 4 > G + S` ([`LeaseConfig::check`]). On a real host (`shm`, `ucx`) a preemption
-//! between the clock read and the doorbell would have to be bounded by the guard too, and
-//! the clocks' skew added to it: leases are `sim`'s only, for now.
+//! `3 lease / 4 > G + S` ([`LeaseConfig::check`]).
+//!
+//! On a real host (`shm`, `ucx`) lease words are on the wall clock (`CLOCK_REALTIME`,
+//! [`Endpoint::lease_now_ns`]), which the processes of a host share and hosts share within
+//! a skew `e`; a holder fences itself on its own monotonic clock, `lease - guard` after the
+//! renewal's clock reads. Two things join the flight in `F`: a preemption between the
+//! clock read that passes the gate and the doorbell (on `shm` the doorbell executes the
+//! ops), and the skew, which moves the reader's `t >= E` by up to `e` towards the holder's
+//! last post: the guard must cover `F + P + e`. Each endpoint measures, from the gate's
+//! clock read to the observed completion, an upper bound of `F + P` on every awaited
+//! batch ([`Endpoint::max_flight_ns`]), which a run checks against `G - e`.
 //!
 //! **The recovery service.** Every live coordinator scans the membership area every
 //! `lease/4` between its transactions (one READ). Finding a dead coordinator, it tries to
@@ -169,7 +177,7 @@ pub struct Members {
 /// round trip).
 pub async fn read_members(ep: &mut Endpoint, n: u32) -> Result<Members, FabricError> {
     let n = n.min(MAX_MEMBERS) as usize;
-    let posted_ns = ep.now_ns();
+    let posted_ns = ep.lease_now_ns();
     let line = ep.read(0, LEADER_OFF, (REPAIRED_OFF + 8 - LEADER_OFF) as usize);
     let leases = ep.read(0, LEASE_OFF, 8 * n.max(1));
     let recovered = ep.read(0, RECOVERED_OFF, 8 * n.max(1));
@@ -177,7 +185,8 @@ pub async fn read_members(ep: &mut Endpoint, n: u32) -> Result<Members, FabricEr
     ep.post().await?;
     let members = (0..n)
         .map(|i| {
-            let (expiry_ns, done, incarnation) = Lease::parse(ep.word(leases, 8 * i));
+            let (expiry_ns, done, incarnation) =
+                Lease::parse_near(ep.word(leases, 8 * i), posted_ns);
             Member {
                 expiry_ns,
                 done,
@@ -229,7 +238,8 @@ pub async fn join(ep: &mut Endpoint, cfg: LeaseConfig) -> Result<u16, FabricErro
     Ok(incarnation)
 }
 
-/// What the recovery service did for one dead coordinator (times on the run's clock).
+/// What the recovery service did for one dead coordinator (times on the lease clock,
+/// [`Endpoint::lease_now_ns`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecoveryEvent {
     /// The dead coordinator, and its incarnation.
@@ -383,10 +393,10 @@ impl Service {
             }
             // Until the next expiry, renewing our own lease on the way (a scan per period).
             // (An expiry already past is a dead coordinator a live leader is recovering.)
-            let now = ep.now_ns();
+            let now = ep.lease_now_ns();
             let next = Some(s.next_expiry_ns).filter(|&e| e > now);
-            let wake = next.unwrap_or(u64::MAX).min(now + self.period_ns());
-            ep.sleep(wake - now).await;
+            let wait = next.map_or(u64::MAX, |e| e - now).min(self.period_ns());
+            ep.sleep(wait).await;
         }
     }
 
@@ -609,7 +619,7 @@ impl Service {
             return Ok(scan);
         }
         // Every dead coordinator at once: one scan of the tables releases all their locks.
-        let started_ns = ep.now_ns();
+        let started_ns = ep.lease_now_ns();
         let map = self.map.clone();
         let in_views: Vec<(u32, bool)> = dead
             .iter()
@@ -626,7 +636,7 @@ impl Service {
             }
             Err(e) => return Err(e),
         };
-        let finished_ns = ep.now_ns();
+        let finished_ns = ep.lease_now_ns();
         for (&i, (outcome, locks_released)) in dead.iter().zip(settled) {
             let x = m.members[i as usize];
             let noticed_ns = if first_dead.contains(&i) {

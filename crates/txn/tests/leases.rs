@@ -411,3 +411,109 @@ fn recovery_crashing_half_way_and_running_again_ends_in_the_same_state() {
         "only {interrupted} recoveries were cut short"
     );
 }
+
+/// The same on `shm`, on the wall clock: coordinator 1 (a thread of its own) locks key 0 and
+/// stops (its future ends: it never renews, it is never done); coordinator 0, blocked on that
+/// lock, recovers it once its lease expired and commits.
+#[test]
+fn on_shm_a_coordinator_that_stops_holding_a_lock_is_recovered_online() {
+    use dtxn_fabric::shm::{ShmConfig, ShmPool};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 16,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let spec = TableSpec::new(T, "t", 64, KEYS).with_meta_words(Protocol::Ford.meta_words());
+    let plan = Plan::new(&[spec], &shape).unwrap();
+    let shm = ShmPool::create(ShmConfig {
+        node_sizes: vec![plan.region_bytes; 2],
+        dir: None,
+        delay_ns: 0,
+    })
+    .unwrap();
+    let pool = Pool::Shm(shm);
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    for k in 0..KEYS {
+        l.insert(&pool, k, &value(1000)).unwrap();
+    }
+    // Generous for a busy machine: a renewal survives a stall of up to 250 ms.
+    let lease = LeaseConfig {
+        lease_ns: 400_000_000,
+        guard_ns: 50_000_000,
+    };
+    let locked = Arc::new(AtomicBool::new(false));
+    let two = Topology {
+        compute_nodes: 1,
+        threads: 2,
+        coroutines: 1,
+    };
+    let Pool::Shm(shm) = &pool else {
+        unreachable!()
+    };
+    let r = shm
+        .run(two, None, |mut ep: Endpoint| {
+            let locked = locked.clone();
+            async move {
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                membership::join(&mut ep, lease).await.unwrap();
+                let me = ep.id().index;
+                let mut service = Service::new(Protocol::Ford, lease, 2, map.clone());
+                let mut c = Coordinator::new(ep, map.clone(), txn_cfg(Protocol::Ford));
+                if me == 1 {
+                    set(&mut c, 0, 1000).await.unwrap();
+                    let mut tx = c.begin(TxKind::ReadWrite);
+                    loop {
+                        // (Until the detached release of the first commit's lock landed.)
+                        match tx.fetch(&[Access::update(T, 0)]).await {
+                            Ok(_) => break,
+                            Err(a) => assert_eq!(a.reason, AbortReason::LockConflict),
+                        }
+                        tx = c.begin(TxKind::ReadWrite);
+                    }
+                    locked.store(true, Ordering::Release);
+                    // Gone, holding the lock: nothing of it runs again.
+                    std::mem::forget(tx);
+                    return None;
+                }
+                while !locked.load(Ordering::Acquire) {
+                    c.endpoint().sleep(100_000).await;
+                }
+                let start = c.endpoint().now_ns();
+                let mut blocked = 0;
+                loop {
+                    service.tick(c.endpoint()).await.unwrap();
+                    match set(&mut c, 0, 777).await {
+                        Ok(()) => break,
+                        Err(AbortReason::LockConflict) => blocked += 1,
+                        Err(r) => panic!("{r:?}"),
+                    }
+                    assert!(
+                        c.endpoint().now_ns() - start < 20_000_000_000,
+                        "still blocked after 20 s"
+                    );
+                    c.endpoint().sleep(5_000_000).await;
+                }
+                service.drain(c.endpoint()).await.unwrap();
+                Some((blocked, service.events.clone()))
+            }
+        })
+        .unwrap();
+    let (blocked, events) = r.outputs[0].clone().unwrap().unwrap();
+    assert!(blocked > 0, "never blocked");
+    assert_eq!(events.len(), 1, "{events:?}");
+    let e = &events[0];
+    assert_eq!((e.coordinator, e.by, e.locks_released), (1, 0, 1), "{e:?}");
+    // On the wall clock: the expiry is about now, not a run-relative instant.
+    let now = dtxn_fabric::wall_clock_ns();
+    assert!(
+        e.expired_ns < now && now - e.expired_ns < 60_000_000_000,
+        "{e:?}"
+    );
+    assert!(e.noticed_ns >= e.expired_ns, "{e:?}");
+    assert_eq!(replicas_of(&pool, &plan, 0), vec![777, 777]);
+}

@@ -94,6 +94,7 @@ mod ffi {
             w: ucp_worker_h,
             addr: *const c_void,
             peer_errors: c_int,
+            failed: *mut c_int,
             out: *mut ucp_ep_h,
         ) -> c_int;
         pub fn dux_ep_close(w: ucp_worker_h, ep: ucp_ep_h, force: c_int, timeout_s: f64) -> c_int;

@@ -149,15 +149,19 @@ void dux_rkey_buffer_release(void *buf) { ucp_rkey_buffer_release(buf); }
 
 static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t st)
 {
-    /* Failed requests complete with an error status, which the caller reports. */
-    (void)arg;
+    /* Failed requests complete with an error status, which the caller reports; a response
+     * awaited from the peer never comes, so the caller's flag (if any) says it failed. */
     (void)ep;
     (void)st;
+    if (arg != NULL) {
+        __atomic_store_n((int *)arg, 1, __ATOMIC_RELEASE);
+    }
 }
 
 /* peer_errors: ask for peer failure detection (failed requests instead of hangs); shared-memory
- * transports cannot give it. */
-int dux_ep_create(ucp_worker_h w, const void *addr, int peer_errors, ucp_ep_h *out)
+ * transports cannot give it. `failed`, if not NULL, is set to 1 when the peer fails; it must
+ * outlive the endpoint. */
+int dux_ep_create(ucp_worker_h w, const void *addr, int peer_errors, int *failed, ucp_ep_h *out)
 {
     ucp_ep_params_t p;
     memset(&p, 0, sizeof(p));
@@ -166,7 +170,7 @@ int dux_ep_create(ucp_worker_h w, const void *addr, int peer_errors, ucp_ep_h *o
     p.address = (const ucp_address_t *)addr;
     p.err_mode = peer_errors ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
     p.err_handler.cb = ep_error;
-    p.err_handler.arg = NULL;
+    p.err_handler.arg = failed;
     return ucp_ep_create(w, &p, out);
 }
 

@@ -198,6 +198,33 @@ pub struct BenchArgs {
     /// longest op flight and the adversary's longest stall; checked against both).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
+    /// shm, ucx: every coordinator holds a lease on the wall clock and serves the recovery
+    /// service: a compute process that dies (ucx: `kill -9`) is noticed once its leases
+    /// expire, and a survivor recovers its coordinators (pending transactions rolled forward
+    /// or back, locks released, log slices closed) during the run; each process ends with a
+    /// liveness phase until every other coordinator is done or recovered (a process that never
+    /// started is not waited for). Knobs state what the hosts guarantee: `flight=DURATION` an
+    /// op's flight plus a preemption between the clock read and the doorbell (default 50ms),
+    /// `stall=DURATION` a live coordinator's longest pause between posts (default 200ms),
+    /// `skew=DURATION` the hosts' clock skew (default 1ms); the terms `lease=`, `guard=`
+    /// (default: guard twice flight plus skew, lease four times guard plus stall) are checked
+    /// against them. The run measures every op's flight and fails if one reached guard - skew.
+    #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "")]
+    pub leases: Option<String>,
+    /// ucx: survive a memory node that dies and is restarted on its file (`memnode --path`,
+    /// with `--set flush=true`): a coordinator that finds a memory node down stops where it
+    /// is (it posts nothing more); once the run is over the process waits up to DURATION for
+    /// every memory node to answer again, reconnects, and recovers those coordinators from
+    /// their logs (each pending transaction rolled forward or back, locks released) before it
+    /// verifies or writes its tally. Not with --leases.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub wait_memnodes: Option<u64>,
+    /// Print `progress: N attempts` to stderr each time this process's coordinators have
+    /// attempted another 100 transactions, and with --leases `recovered: coordinator I ...`
+    /// as soon as this process has recovered a dead coordinator (for scripts watching a
+    /// run; the bar is for terminals).
+    #[arg(long)]
+    pub progress_lines: bool,
     /// Record every transaction's history to FILE (JSON Lines, for `dtxn check`), from the
     /// end of the warm-up on (sim, shm): those that ended before it are left out, and the
     /// file's header says so.

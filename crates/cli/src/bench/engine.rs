@@ -24,7 +24,7 @@ use rand::SeedableRng;
 use std::cell::RefCell;
 use std::fs::File;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -238,6 +238,11 @@ pub struct Shared {
     recoveries: Mutex<Vec<RecoveryEvent>>,
     /// Every coordinator's view changes (`--faults memory=N`), as they became active.
     views: Mutex<Vec<ViewEvent>>,
+    /// `--progress-lines`: a line on stderr per 100 attempts of this process.
+    pub progress_lines: bool,
+    /// `--wait-memnodes`: a coordinator that finds a memory node down stops (fenced).
+    pub fence_on_node_down: bool,
+    attempts: AtomicU64,
 }
 
 /// What one run produced.
@@ -256,7 +261,9 @@ pub struct RunOutput<T> {
     pub crashed: Vec<u32>,
     /// With leases: the coordinators that lost theirs and stopped (fenced), like crashed ones.
     pub fenced: Vec<u32>,
-    /// `sim`: the longest flight of an op in the run (what a lease's guard must exceed).
+    /// The longest flight of an op in the run (what a lease's guard must exceed): on `sim`
+    /// the simulator's; elsewhere, with leases, the endpoints' measure (from the lease
+    /// gate's clock read to the observed completion).
     pub max_flight_ns: u64,
 }
 
@@ -269,6 +276,8 @@ struct CoordOut<T> {
     collector: Option<Collector>,
     /// It lost its lease and stopped: its transaction in flight is recovery's.
     fenced: bool,
+    /// Its endpoint's longest measured flight (with a lease).
+    max_flight_ns: u64,
 }
 
 /// `--retry`: the aborts a client retries (conflicts, which a retry may not meet again); not
@@ -299,9 +308,10 @@ async fn coordinator<W: Workload>(
     sh: &Arc<Shared>,
     sink: Rc<RefCell<Collector>>,
     tally: Rc<RefCell<W::Tally>>,
-) -> Result<(u64, bool), String> {
+) -> Result<(u64, bool, u64), String> {
     let index = ep.id().index;
     ep.time_fabric(sh.fabric_time);
+    ep.fence_on_node_down(sh.fence_on_node_down);
     ep.set_rpc_pack_limit(sh.rpc_pack_limit);
     let map = Rc::new(
         PoolMap::bootstrap(&mut ep)
@@ -314,9 +324,24 @@ async fn coordinator<W: Workload>(
                 .await
                 .map_err(|e| format!("coordinator {index}: joining: {e}"))?;
             let sink = sh.clone();
-            let report = move |e: &RecoveryEvent| match sink.recoveries.lock() {
-                Ok(mut r) => r.push(e.clone()),
-                Err(p) => p.into_inner().push(e.clone()),
+            let report = move |e: &RecoveryEvent| {
+                if sink.progress_lines {
+                    eprintln!(
+                        "recovered: coordinator {} by {} ({}, {} locks released)",
+                        e.coordinator,
+                        e.by,
+                        match e.outcome {
+                            dtxn_txn::recovery::Recovered::Nothing => "nothing pending",
+                            dtxn_txn::recovery::Recovered::RolledForward(_) => "rolled forward",
+                            dtxn_txn::recovery::Recovered::RolledBack(_) => "rolled back",
+                        },
+                        e.locks_released
+                    );
+                }
+                match sink.recoveries.lock() {
+                    Ok(mut r) => r.push(e.clone()),
+                    Err(p) => p.into_inner().push(e.clone()),
+                }
             };
             let views = sh.clone();
             let view = move |e: &ViewEvent| match views.views.lock() {
@@ -420,6 +445,12 @@ async fn coordinator<W: Workload>(
         let (ty, _) = w.run_one(&mut c, &mut rng, &mut tally).await;
         all += 1;
         since_progress += 1;
+        if sh.progress_lines {
+            let n = sh.attempts.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_multiple_of(100) {
+                eprintln!("progress: {n} attempts");
+            }
+        }
         if c.endpoint().fenced() {
             // Its transaction in flight stays staged in the tally: recovery decides it.
             fenced = true;
@@ -469,7 +500,7 @@ async fn coordinator<W: Workload>(
             fenced = serve(s.drain(c.endpoint()).await)?;
         }
     }
-    Ok((all, fenced))
+    Ok((all, fenced, c.endpoint().max_flight_ns()))
 }
 
 impl Shared {
@@ -518,6 +549,9 @@ impl Shared {
             lease: None,
             recoveries: Mutex::default(),
             views: Mutex::default(),
+            progress_lines: false,
+            fence_on_node_down: false,
+            attempts: AtomicU64::new(0),
         })
     }
 
@@ -603,11 +637,12 @@ pub fn run<W: Workload>(
                 async move {
                     coordinator(ep, &*w, cfg, &sh, sink, tally)
                         .await
-                        .map(|(all, fenced)| CoordOut {
+                        .map(|(all, fenced, _)| CoordOut {
                             tally: None,
                             attempts_all: all,
                             collector: None,
                             fenced,
+                            max_flight_ns: 0,
                         })
                 }
             })?;
@@ -623,6 +658,7 @@ pub fn run<W: Workload>(
                             attempts_all: 0,
                             collector: None,
                             fenced: false,
+                            max_flight_ns: 0,
                         }));
                     }
                 }
@@ -653,11 +689,12 @@ pub fn run<W: Workload>(
                     let tally = Rc::try_unwrap(tally)
                         .map_err(|_| "a coordinator's tally outlived it".to_string())?
                         .into_inner();
-                    out.map(|(all, fenced)| CoordOut {
+                    out.map(|(all, fenced, max_flight_ns)| CoordOut {
                         tally: Some(tally),
                         attempts_all: all,
                         collector: Some(collector),
                         fenced,
+                        max_flight_ns,
                     })
                 }
             })?;
@@ -674,6 +711,7 @@ pub fn run<W: Workload>(
         if o.fenced {
             fenced.push(i as u32);
         }
+        max_flight_ns = max_flight_ns.max(o.max_flight_ns);
         if let Some(c) = &o.collector {
             collector.merge(c);
         }

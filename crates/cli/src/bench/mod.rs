@@ -419,9 +419,10 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     if let Some(p) = &a.csv {
         std::fs::write(p, r.csv(&[])).with_context(|| format!("cannot write {}", p.display()))?;
     }
-    match (&r.verify, &r.faults) {
-        (Some(v), _) if !v.ok => Ok(ExitCode::from(1)),
-        (_, Some(f)) if !f.history_ok || !f.pool_checks.ok => Ok(ExitCode::from(1)),
+    match (&r.verify, &r.faults, &r.leases) {
+        (Some(v), _, _) if !v.ok => Ok(ExitCode::from(1)),
+        (_, Some(f), _) if !f.history_ok || !f.pool_checks.ok => Ok(ExitCode::from(1)),
+        (_, _, Some(l)) if !l.flights_ok => Ok(ExitCode::from(1)),
         _ => Ok(ExitCode::SUCCESS),
     }
 }
@@ -617,6 +618,35 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
         }
         None => None,
     };
+    let host_leases = match &a.leases {
+        Some(spec) => {
+            if a.kind() == Backend::Sim {
+                bail!("--leases is for shm and ucx (on sim, --faults holds leases and crashes compute nodes)");
+            }
+            if cfg.protocol == dtxn_txn::Protocol::Calvin {
+                bail!("--leases: not for calvin (a dead coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)");
+            }
+            if cfg.protocol == dtxn_txn::Protocol::Scythe {
+                bail!("--leases: not for scythe yet (a dead coordinator's takeout tickets are never given back, and recovery's undo writes over the takeout words)");
+            }
+            if topo.coordinators() > dtxn_store::layout::MAX_MEMBERS {
+                bail!(
+                    "--leases: at most {} coordinators in the run (the slots of the pool's membership area)",
+                    dtxn_store::layout::MAX_MEMBERS
+                );
+            }
+            Some(host_lease_terms(spec)?)
+        }
+        None => None,
+    };
+    if a.wait_memnodes.is_some() {
+        if a.kind() != Backend::Ucx {
+            bail!("--wait-memnodes is for --backend ucx (memory-node daemons restarted on their files)");
+        }
+        if a.leases.is_some() {
+            bail!("--wait-memnodes: not with --leases (a memory node down outlives the leases it holds: every coordinator would be fenced)");
+        }
+    }
     let local_oracle = cfg.motor.oracle == "local";
     if !["pool", "local"].contains(&cfg.motor.oracle.as_str()) {
         bail!(
@@ -676,6 +706,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
         progress,
         remote_loaded,
         faults,
+        host_leases,
     };
     match w {
         Chosen::SmallBank(x) => go(ctx, x),
@@ -697,6 +728,79 @@ struct Go<'a> {
     remote_loaded: Option<(dtxn_fabric::Pool, u64)>,
     /// `--faults`: the plan drawn from the seed, and the lease terms asked for.
     faults: Option<(Faults, LeaseKnobs)>,
+    /// `--leases` (shm, ucx): the terms, checked against the hosts' stated bounds.
+    host_leases: Option<HostLeases>,
+}
+
+/// `--leases` on a real host: the terms, and the clock skew the guard must also cover.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostLeases {
+    pub terms: LeaseConfig,
+    pub skew_ns: u64,
+}
+
+/// What `--leases` assumes of the hosts unless told: an op's flight plus a preemption between
+/// the clock read and the doorbell within 50 ms (threads not pinned, a busy host), a live
+/// coordinator never 200 ms without a post, clocks within 1 ms (NTP on a LAN). A deployment
+/// with pinned threads and PTP states less and gets FaRM's terms (`flight=1ms,stall=1ms,
+/// skew=10us`: a guard of 2 ms, a lease of 12 ms).
+const HOST_FLIGHT_NS: u64 = 50_000_000;
+const HOST_STALL_NS: u64 = 200_000_000;
+const HOST_SKEW_NS: u64 = 1_000_000;
+
+/// The knobs `--leases` takes.
+const LEASE_KNOBS: [&str; 5] = ["lease", "guard", "flight", "stall", "skew"];
+
+/// Parses `--leases KNOB=VALUE,...`: the hosts' bounds, the terms derived from them
+/// ([`LeaseConfig::for_fabric`] with the skew added to the flight) or given, and checked
+/// against them ([`LeaseConfig::check`]).
+pub fn host_lease_terms(spec: &str) -> Result<HostLeases> {
+    let (mut flight, mut stall, mut skew) = (HOST_FLIGHT_NS, HOST_STALL_NS, HOST_SKEW_NS);
+    let (mut lease, mut guard) = (None, None);
+    for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let Some((knob, value)) = item.split_once('=') else {
+            bail!(
+                "--leases {spec}: '{item}' is not KNOB=VALUE (knobs: {})",
+                LEASE_KNOBS.join(", ")
+            );
+        };
+        if !LEASE_KNOBS.contains(&knob) {
+            bail!(
+                "--leases: unknown knob '{knob}' (knobs: {})",
+                LEASE_KNOBS.join(", ")
+            );
+        }
+        let ns = crate::units::parse_duration(value)
+            .map_err(|e| anyhow!("--leases {knob}={value}: {e}"))?;
+        if ns > MAX_DURATION_NS {
+            bail!("--leases {knob}={value}: at most a day (24h)");
+        }
+        match knob {
+            "lease" => lease = Some(ns.max(1)),
+            "guard" => guard = Some(ns),
+            "flight" => flight = ns,
+            "stall" => stall = ns,
+            "skew" => skew = ns,
+            _ => bail!(
+                "--leases: unknown knob '{knob}' (knobs: {})",
+                LEASE_KNOBS.join(", ")
+            ),
+        }
+    }
+    let mut l = LeaseConfig::for_fabric(flight + skew, stall);
+    if let Some(g) = guard {
+        l.guard_ns = g;
+        l.lease_ns = l.lease_ns.max(4 * (g + stall));
+    }
+    if let Some(ns) = lease {
+        l.lease_ns = ns;
+    }
+    l.check(flight + skew, stall)
+        .map_err(|e| anyhow!("--leases: {e} (flight {flight} ns plus skew {skew} ns)"))?;
+    Ok(HostLeases {
+        terms: l,
+        skew_ns: skew,
+    })
 }
 
 /// `--faults lease=..,guard=..`: lease terms instead of those derived from the fabric.
@@ -756,6 +860,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         progress,
         remote_loaded,
         faults,
+        host_leases,
     } = ctx;
     let (faults, lease_knobs) = match faults {
         Some((f, k)) => (Some(f), k),
@@ -840,7 +945,9 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         Some(f) => lease_terms(&pool, f, lease_knobs)?,
         None => None,
     };
-    sh.lease = lease;
+    sh.lease = lease.or(host_leases.map(|h| h.terms));
+    sh.progress_lines = a.progress_lines;
+    sh.fence_on_node_down = a.wait_memnodes.is_some();
     sh.retry = a.retry;
     sh.rpc_pack_limit = a.rpc_pack_limit;
     if a.localized_validation {
@@ -880,7 +987,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     set_faults(&mut pool, faults.clone().unwrap_or_default());
     let run_start_ns = match &pool {
         dtxn_fabric::Pool::Sim(sim) => sim.now_ns(),
-        _ => 0,
+        _ => dtxn_fabric::wall_clock_ns(),
     };
     let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
     set_faults(&mut pool, Faults::default());
@@ -909,8 +1016,74 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         }
         _ => None,
     };
+    // --leases, the run's only compute process: coordinators fenced when no other one of the
+    // run was left to recover them (all of them fenced) are recovered here, after the run,
+    // and marked recovered, so that the next run's coordinators can join their slots.
+    let host_left = match (&out, host_leases) {
+        (Ok(out), Some(_)) if topo.compute_nodes == 1 => {
+            let known: std::collections::HashSet<u32> =
+                online.iter().map(|e| e.coordinator).collect();
+            let left: Vec<u32> = out
+                .fenced
+                .iter()
+                .copied()
+                .filter(|d| !known.contains(d))
+                .collect();
+            Some(recover_and_mark(
+                &mut pool,
+                cfg.protocol,
+                &left,
+                topo.coordinators(),
+            ))
+        }
+        _ => None,
+    };
+    // --wait-memnodes: coordinators that found a memory node down stopped there; once the
+    // memory nodes answer again, reconnect and recover them from their logs.
+    let mut outage = None;
+    if let (Some(wait_ns), Ok(o)) = (a.wait_memnodes, &out) {
+        if !o.fenced.is_empty() {
+            let started = Instant::now();
+            pool = reconnect(a, plan, wait_ns)?;
+            let first = a.backend.compute_node * topo.threads * topo.coroutines;
+            let dead: Vec<u32> = o.fenced.iter().map(|&i| first + i).collect();
+            let settled = recover(&mut pool, cfg.protocol, &dead)?;
+            outage = Some((o.fenced.clone(), settled, started.elapsed()));
+        }
+    }
     release_claim(&mut pool, attachment, claim_nodes)?;
     let mut out = out?;
+    let mut outage_report = None;
+    if let Some((local, settled, waited)) = outage {
+        use dtxn_txn::recovery::Recovered;
+        let mut r = report::OutageReport {
+            coordinators_stopped: local.len() as u32,
+            recovered_after_s: waited.as_secs_f64(),
+            ..Default::default()
+        };
+        for (&i, (outcome, locks)) in local.iter().zip(&settled) {
+            r.locks_released += u64::from(*locks);
+            match outcome {
+                Recovered::RolledForward(_) => {
+                    r.rolled_forward += 1;
+                    w.count_in_flight(&mut out.tallies[i as usize]);
+                }
+                Recovered::RolledBack(_) => r.rolled_back += 1,
+                Recovered::Nothing => {}
+            }
+        }
+        outage_report = Some(r);
+    }
+    let mut host_after_run = 0;
+    if let Some(r) = host_left {
+        let r = r?;
+        host_after_run = r.len() as u32;
+        for (d, (outcome, _)) in r {
+            if let dtxn_txn::recovery::Recovered::RolledForward(_) = outcome {
+                w.count_in_flight(&mut out.tallies[d as usize]);
+            }
+        }
+    }
     let recovered = recovered.transpose()?;
     let mut unrecorded = 0;
     if let Some((left, r)) = &recovered {
@@ -943,6 +1116,24 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         k += 1;
         last[&e.coordinator] == k - 1
     });
+    if host_leases.is_some() {
+        // This process's coordinators that were fenced and recovered here: a transaction
+        // recovery rolled forward is committed, and joins their tally. (One recovered by
+        // another process is that process's to know: see docs/src/recovery.md.)
+        let per_node = topo.threads * topo.coroutines;
+        let first = a.backend.compute_node * per_node;
+        for e in &online {
+            if let dtxn_txn::recovery::Recovered::RolledForward(_) = &e.outcome {
+                if let Some(t) = e
+                    .coordinator
+                    .checked_sub(first)
+                    .and_then(|i| out.tallies.get_mut(i as usize))
+                {
+                    w.count_in_flight(t);
+                }
+            }
+        }
+    }
     let history = sh.kept_history();
     bar.finish_and_clear();
     Arc::try_unwrap(sh)
@@ -996,9 +1187,22 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             f.guard_ns = l.guard_ns;
         }
         f.max_flight_ns = out.max_flight_ns;
-        f.pool_checks = pool_checks(&pool, plan, final_view, &cfg, out.max_flight_ns, lease);
+        f.pool_checks = pool_checks(
+            &pool,
+            plan,
+            final_view,
+            cfg.protocol,
+            out.max_flight_ns,
+            lease,
+        );
         view_report(&mut f, fplan, &views, final_view, run_start_ns);
         report.faults = Some(f);
+    }
+    report.memnode_outage = outage_report;
+    if let Some(h) = host_leases {
+        let mut l = lease_report(h, &out, &online, run_start_ns);
+        l.recovered_after_run = host_after_run;
+        report.leases = Some(l);
     }
     Ok(report)
 }
@@ -1143,6 +1347,112 @@ fn recover(
         .map_err(|e| anyhow!("{e}"))
 }
 
+/// `--wait-memnodes`: connects to the memory nodes again, retrying until every one answers
+/// (a daemon restarted on its file) or `wait_ns` has passed.
+fn reconnect(a: &BenchArgs, plan: &Plan, wait_ns: u64) -> Result<dtxn_fabric::Pool> {
+    let deadline = Instant::now() + std::time::Duration::from_nanos(wait_ns);
+    loop {
+        match a
+            .backend
+            .pool(usize::from(a.memory_nodes), plan.region_bytes)
+        {
+            Ok(p) => {
+                crate::remote::check_loaded(&p, plan, &a.backend.pool.memnodes, &load_hint(a))?;
+                return Ok(p);
+            }
+            Err(e) if Instant::now() >= deadline => {
+                bail!("--wait-memnodes: the memory nodes did not all answer again: {e}")
+            }
+            // Polls for the daemons' return, a bounded number of times.
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Recovers the fenced coordinators `dead` that nobody recovered during the run (every
+/// coordinator of the run fenced), and marks each recovered in the membership area, as the
+/// recovery service would have: the run's only compute process, after its run.
+fn recover_and_mark(
+    pool: &mut dtxn_fabric::Pool,
+    protocol: Protocol,
+    dead: &[u32],
+    members: u32,
+) -> Result<Vec<(u32, (dtxn_txn::recovery::Recovered, u32))>> {
+    if dead.is_empty() {
+        return Ok(Vec::new());
+    }
+    let settled = recover(pool, protocol, dead)?;
+    let marks = dead.to_vec();
+    let r = pool.run(one_coordinator(1), None, move |mut ep| {
+        let marks = marks.clone();
+        async move {
+            let m = dtxn_txn::membership::read_members(&mut ep, members).await?;
+            for i in marks {
+                let x = m.members[i as usize];
+                let at = dtxn_store::layout::RECOVERED_OFF + 8 * u64::from(i);
+                ep.cas(0, at, u64::from(x.recovered), u64::from(x.incarnation));
+            }
+            ep.post().await
+        }
+    })?;
+    match r.outputs.into_iter().next().flatten() {
+        Some(Ok(())) => Ok(dead.iter().copied().zip(settled).collect()),
+        Some(Err(e)) => Err(anyhow!("marking the fenced coordinators recovered: {e}")),
+        None => Err(anyhow!("the marking coordinator did not finish")),
+    }
+}
+
+/// `--leases` (shm, ucx): the terms, the longest measured flight against `guard - skew`, and
+/// what this process's recovery service did, on the wall clock (detection: from the dead
+/// lease's expiry to the READ that found it expired; repair: `recover_all`'s run).
+fn lease_report<T>(
+    h: HostLeases,
+    out: &engine::RunOutput<T>,
+    online: &[dtxn_txn::membership::RecoveryEvent],
+    run_start_ns: u64,
+) -> report::LeaseReport {
+    use dtxn_txn::recovery::Recovered;
+    let recoveries: Vec<report::RecoveryLine> = online
+        .iter()
+        .map(|e| report::RecoveryLine {
+            coordinator: e.coordinator,
+            by: e.by,
+            crashed_us: None,
+            expired_us: e.expired_ns.saturating_sub(run_start_ns) as f64 / 1e3,
+            detection_us: e.noticed_ns.saturating_sub(e.expired_ns) as f64 / 1e3,
+            repair_us: e.finished_ns.saturating_sub(e.started_ns) as f64 / 1e3,
+            outcome: match &e.outcome {
+                Recovered::Nothing => "nothing pending",
+                Recovered::RolledForward(_) => "rolled forward",
+                Recovered::RolledBack(_) => "rolled back",
+            }
+            .to_string(),
+            locks_released: e.locks_released,
+        })
+        .collect();
+    let limit = h.terms.guard_ns.saturating_sub(h.skew_ns);
+    report::LeaseReport {
+        lease_ns: h.terms.lease_ns,
+        guard_ns: h.terms.guard_ns,
+        skew_ns: h.skew_ns,
+        max_flight_ns: out.max_flight_ns,
+        flights_ok: out.max_flight_ns < limit,
+        fenced: out.fenced.len() as u32,
+        coordinators_recovered: recoveries.len() as u32,
+        rolled_forward: recoveries
+            .iter()
+            .filter(|r| r.outcome == "rolled forward")
+            .count() as u32,
+        rolled_back: recoveries
+            .iter()
+            .filter(|r| r.outcome == "rolled back")
+            .count() as u32,
+        locks_released: recoveries.iter().map(|r| u64::from(r.locks_released)).sum(),
+        recoveries,
+        recovered_after_run: 0,
+    }
+}
+
 /// The recovery service's part of the report: per recovered coordinator, detection (its
 /// crash, or its lease's expiry for a fenced one, to the READ that found it dead) and repair
 /// (`recover`'s run), on the run's clock (virtual on sim); and their summary.
@@ -1202,11 +1512,11 @@ fn online_report(
 /// commit closes its undo-log entry; Motor's op logs stay pending by design), every replica
 /// of every single-version table holding what its primary holds, and no op flew longer than
 /// the lease's guard (the one assumption the lease argument adds to the fabric contract).
-fn pool_checks(
+pub(crate) fn pool_checks(
     pool: &dtxn_fabric::Pool,
     plan: &Plan,
     view: dtxn_store::View,
-    cfg: &TxnConfig,
+    protocol: Protocol,
     max_flight_ns: u64,
     lease: Option<LeaseConfig>,
 ) -> report::Verdict {
@@ -1225,7 +1535,7 @@ fn pool_checks(
             ));
         }
     }
-    if cfg.protocol != Protocol::Motor {
+    if protocol != Protocol::Motor {
         let slice_bytes = plan.shape.log_slice_bytes.div_ceil(64) * 64;
         let mut buf = vec![0u8; plan.shape.log_slice_bytes as usize];
         // Per slice, the newest transaction on any node (the one recovery would settle; a

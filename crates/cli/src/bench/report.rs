@@ -264,6 +264,48 @@ pub struct BenchReport {
     /// `--faults`: what crashed, what recovery did, and the check of the history.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<FaultReport>,
+    /// `--leases` (shm, ucx): the terms, the flights measured, what this process recovered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leases: Option<LeaseReport>,
+    /// `--wait-memnodes`, when a memory node went down: what stopped and its recovery.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memnode_outage: Option<OutageReport>,
+}
+
+/// A memory node went down during a `--wait-memnodes` run (ucx).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct OutageReport {
+    /// This process's coordinators that found it down and stopped.
+    pub coordinators_stopped: u32,
+    /// From the run's end to their recovery's (waiting for the memory nodes included).
+    pub recovered_after_s: f64,
+    pub rolled_forward: u32,
+    pub rolled_back: u32,
+    pub locks_released: u64,
+}
+
+/// `--leases` on a real host, for this process (wall clock).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct LeaseReport {
+    pub lease_ns: u64,
+    pub guard_ns: u64,
+    pub skew_ns: u64,
+    /// The longest time from a batch's lease check to its observed completion, over this
+    /// process's coordinators: must stay below `guard - skew` (`flights_ok`, else exit 1).
+    pub max_flight_ns: u64,
+    pub flights_ok: bool,
+    /// This process's coordinators that lost their lease and stopped.
+    pub fenced: u32,
+    /// Coordinators (of any process) this process's recovery service recovered.
+    pub coordinators_recovered: u32,
+    pub rolled_forward: u32,
+    pub rolled_back: u32,
+    pub locks_released: u64,
+    /// `expired_us` from this process's run start; detection from the expiry.
+    pub recoveries: Vec<RecoveryLine>,
+    /// The run's only compute process: its coordinators fenced with nobody left to recover
+    /// them, recovered after the run.
+    pub recovered_after_run: u32,
 }
 
 /// What `--faults` injected and what came of it.
@@ -370,6 +412,8 @@ impl BenchReport {
             per_type,
             verify,
             faults: None,
+            leases: None,
+            memnode_outage: None,
             load_s: load_ns as f64 / 1e9,
             sim: out.virtual_time.then(|| SimCost {
                 txns: out.attempts_all,
@@ -581,6 +625,60 @@ impl BenchReport {
             );
         }
         let _ = writeln!(s);
+        if let Some(o) = &self.memnode_outage {
+            let _ = writeln!(
+                s,
+                "memory node down: {} coordinator(s) stopped; reconnected and recovered them \
+                 {:.2} s after the run ({} rolled forward, {} rolled back; {} locks released)",
+                o.coordinators_stopped,
+                o.recovered_after_s,
+                o.rolled_forward,
+                o.rolled_back,
+                o.locks_released
+            );
+        }
+        if let Some(l) = &self.leases {
+            let ms = |ns: u64| ns as f64 / 1e6;
+            let _ = writeln!(
+                s,
+                "leases (wall clock): {:.1} ms, guard {:.1} ms, skew {:.1} ms; longest op \
+                 flight {:.2} ms ({}); {} coordinator(s) of this process fenced",
+                ms(l.lease_ns),
+                ms(l.guard_ns),
+                ms(l.skew_ns),
+                ms(l.max_flight_ns),
+                if l.flights_ok {
+                    "within guard - skew"
+                } else {
+                    "NOT within guard - skew: the lease argument does not hold for this run"
+                },
+                l.fenced
+            );
+            let _ = writeln!(
+                s,
+                "recovered online by this process: {} coordinator(s) ({} rolled forward, {} \
+                 rolled back; {} locks released); {} fenced recovered after the run",
+                l.coordinators_recovered,
+                l.rolled_forward,
+                l.rolled_back,
+                l.locks_released,
+                l.recovered_after_run
+            );
+            for r in &l.recoveries {
+                let _ = writeln!(
+                    s,
+                    "  coordinator {:>3}: lease expired {:.1} ms into the run; detected {:.1} ms \
+                     later, repaired by {} in {:.1} ms ({}, {} locks)",
+                    r.coordinator,
+                    r.expired_us / 1e3,
+                    r.detection_us / 1e3,
+                    r.by,
+                    r.repair_us / 1e3,
+                    r.outcome,
+                    r.locks_released
+                );
+            }
+        }
         if let Some(f) = &self.faults {
             let plan: Vec<String> = f
                 .planned_crashes

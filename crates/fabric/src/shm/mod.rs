@@ -837,6 +837,10 @@ impl Fabric for ShmPort {
         self.start.elapsed().as_nanos() as u64
     }
 
+    fn lease_now_ns(&self) -> u64 {
+        crate::contract::wall_clock_ns()
+    }
+
     fn poll_sleep(&mut self, deadline_ns: u64, first: bool) -> Poll<()> {
         if !first && self.now_ns() >= deadline_ns {
             self.progress.set(true);

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::mem::ManuallyDrop;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -458,6 +458,9 @@ pub(crate) struct Qps {
     file_backed: Vec<bool>,
     /// What this thread's QPs wrote to file-backed nodes since their last FLUSH.
     dirty: Dirty,
+    /// Per memory node: UCX found it dead (set by the endpoint's error callback): a response
+    /// awaited from it will never come. Outlives the endpoints (dropped after `Drop::drop`).
+    failed: Box<[AtomicI32]>,
 }
 
 /// The admin queue pairs behind [`UcxPool`]'s mutex.
@@ -490,6 +493,7 @@ impl Qps {
             next_rpc: 1,
             file_backed: nodes.iter().map(|n| n.file_backed).collect(),
             dirty: Dirty::default(),
+            failed: nodes.iter().map(|_| AtomicI32::new(0)).collect(),
         };
         // SAFETY: `inbox` lives until `Qps::drop` frees it after destroying the worker, the
         // only caller of the handler.
@@ -498,7 +502,8 @@ impl Qps {
                 .set_am_handler(AM_RPC_RESP, on_resp, inbox as *mut c_void)?
         });
         for (i, n) in nodes.iter().enumerate() {
-            let ep = q.worker.connect(&n.worker)?;
+            // SAFETY: `q.failed` is dropped after the endpoints are closed (see `Drop`).
+            let ep = unsafe { q.worker.connect(&n.worker, &q.failed[i])? };
             let rkey = match ep.unpack_rkey(&n.rkey) {
                 Ok(r) => r,
                 Err(e) => {
@@ -973,13 +978,23 @@ impl Fabric for UcxPort {
         // SAFETY: the inbox is live while `q` is; the callback that fills it runs only inside
         // `progress`, which is not running now.
         let inbox = unsafe { &*q.inbox };
-        if f.error.is_none()
-            && f.rpcs
-                .iter()
-                .chain(&f.persist_ids)
-                .any(|(_, id)| !inbox.borrow().contains_key(id))
-        {
-            return Poll::Pending;
+        if f.error.is_none() {
+            let (mut waiting, mut dead) = (false, None);
+            for &(node, id) in f.rpcs.iter().chain(&f.persist_ids) {
+                if !inbox.borrow().contains_key(&id) {
+                    waiting = true;
+                    if q.failed[node as usize].load(Ordering::Acquire) != 0 {
+                        dead = Some(node);
+                        break;
+                    }
+                }
+            }
+            // A response from a node UCX found dead never comes: the batch fails.
+            match (waiting, dead) {
+                (true, Some(node)) => f.fail(FabricError::NodeDown(node)),
+                (true, None) => return Poll::Pending,
+                _ => {}
+            }
         }
         if f.error.is_none() && !f.persist.is_empty() && f.persist_ids.is_empty() {
             // Every PUT before the FLUSHes has landed: now the write-backs.
@@ -1047,6 +1062,10 @@ impl Fabric for UcxPort {
 
     fn now_ns(&self) -> u64 {
         self.start.elapsed().as_nanos() as u64
+    }
+
+    fn lease_now_ns(&self) -> u64 {
+        crate::contract::wall_clock_ns()
     }
 
     fn poll_sleep(&mut self, deadline_ns: u64, first: bool) -> Poll<()> {

@@ -150,18 +150,29 @@ impl Worker {
     }
 
     /// Creates an endpoint to the worker at `address` (bytes from [`Worker::address`]), with
-    /// peer failure detection where the transports support it (TCP, RDMA; not shared memory).
-    pub(crate) fn connect(&self, address: &[u8]) -> Result<Ep, FabricError> {
+    /// peer failure detection where the transports support it (TCP, RDMA; not shared memory):
+    /// `failed` is set once the peer is found dead.
+    ///
+    /// # Safety
+    ///
+    /// `failed` must outlive the endpoint (UCX stores its address for the error callback).
+    pub(crate) unsafe fn connect(
+        &self,
+        address: &[u8],
+        failed: &std::sync::atomic::AtomicI32,
+    ) -> Result<Ep, FabricError> {
         let mut st = sys::OK;
         for peer_errors in [1, 0] {
             let mut h = std::ptr::null_mut();
             // SAFETY: `address` is a worker address received from the peer (UCX parses and
-            // validates it); a valid out-pointer.
+            // validates it); a valid out-pointer; `failed` outlives the endpoint (the caller's
+            // promise).
             st = unsafe {
                 sys::dux_ep_create(
                     self.h,
                     address.as_ptr() as *const c_void,
                     peer_errors,
+                    failed.as_ptr(),
                     &mut h,
                 )
             };
