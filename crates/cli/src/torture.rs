@@ -297,6 +297,8 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             let mut committed = 0;
             // With --faults: coordinators crashed and recovered, transactions rolled forward.
             let (mut crashed, mut recovered, mut forward, mut online) = (0, 0, 0, 0);
+            // With --faults memory=N: view changes (memory nodes failed over), tables promoted.
+            let (mut views, mut promoted) = (0, 0);
             let bar = crate::progress::bar(!a.quiet, a.seeds);
             for seed in a.first_seed..a.first_seed + a.seeds {
                 bar.set_message(format!("{p} / {w}: seed {seed}"));
@@ -313,6 +315,8 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                             recovered += f.coordinators_recovered;
                             forward += f.rolled_forward;
                             online += f.recovered_online;
+                            views += f.views.len();
+                            promoted += f.views.iter().map(|v| v.promoted_tables).sum::<u32>();
                         }
                         let pool = r.faults.as_ref().filter(|f| !f.pool_checks.ok).map(|f| {
                             format!("pool inconsistent: {}", f.pool_checks.checks.join("; "))
@@ -363,9 +367,14 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             }
             bar.finish_and_clear();
             let faults = if a.faults.is_some() {
+                let failover = if views > 0 {
+                    format!(", {views} view changes ({promoted} tables promoted)")
+                } else {
+                    String::new()
+                };
                 format!(
                     ", {crashed} coordinators crashed, {recovered} recovered ({online} online; \
-                     {forward} transactions rolled forward)"
+                     {forward} transactions rolled forward){failover}"
                 )
             } else {
                 String::new()
