@@ -125,7 +125,12 @@ impl TableInfo {
     }
 
     pub fn home_bucket(&self, key: u64) -> u64 {
-        let b = hash(self.id, key) % self.bucket_count;
+        self.bucket(hash(self.id, key) % self.bucket_count)
+    }
+
+    /// Bucket `b` of the table, its main buckets first and then its overflow area (which
+    /// follows them): what a scan of every bucket walks.
+    pub fn bucket(&self, b: u64) -> u64 {
         self.table_off + 64 + b * self.bucket_bytes
     }
 

@@ -21,6 +21,7 @@
 //! not rebuilt: failover is FORD's, FaRM's and DrTM+H's for now.
 
 use crate::mechanisms::INVISIBLE;
+use crate::recovery::{read_buckets, scan_chunks};
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::PoolMap;
 
@@ -41,11 +42,8 @@ pub async fn probe(ep: &mut Endpoint, map: &PoolMap) -> Result<Vec<NodeId>, Fabr
     }
 }
 
-/// Bytes the repair's scan reads per round trip (as recovery's lock release).
-const SCAN_BYTES: u64 = 16 << 10;
-
 /// Repairs every promoted primary of `map`'s view (see the module doc): raises its overflow
-/// counter to the highest link and clears its owner-less invisible words. Idempotent (a
+/// counter to the highest link and clears its stale invisible words. Idempotent (a
 /// leader that dies half-way leaves it for the next). Returns the tables repaired.
 pub async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<u32, FabricError> {
     let mut tables = 0;
@@ -54,33 +52,24 @@ pub async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<u32, Fa
         tables += 1;
         let n = t.primary();
         let codec = t.codec();
-        let buckets = t.bucket_count + t.overflow_buckets;
         let mut highest = 0u64;
-        let mut first = 0;
-        while first < buckets {
-            let last = buckets.min(first + (SCAN_BYTES / t.bucket_bytes).max(1));
-            let base0 = t.table_off + 64 + first * t.bucket_bytes;
-            let r = ep.read(n, base0, ((last - first) * t.bucket_bytes) as usize);
-            ep.post().await?;
-            bytes.clear();
-            bytes.extend_from_slice(ep.bytes(r));
-            for b in first..last {
-                let at = ((b - first) * t.bucket_bytes) as usize;
+        for chunk in scan_chunks(t) {
+            read_buckets(ep, t, n, &chunk, &mut bytes).await?;
+            for b in chunk.clone() {
+                let at = ((b - chunk.start) * t.bucket_bytes) as usize;
                 let bucket = &bytes[at..at + t.bucket_bytes as usize];
                 let link = u64::from_le_bytes(bucket[..8].try_into().expect("word"));
                 if link <= t.overflow_buckets {
                     highest = highest.max(link);
                 }
-                let base = t.table_off + 64 + b * t.bucket_bytes;
                 for s in 0..t.slots_per_bucket {
                     let lock = codec.header(t.slot_bytes(bucket, s)).lock;
                     if lock & INVISIBLE != 0 {
-                        ep.cas(n, t.slot(base, s), lock, 0);
+                        ep.cas(n, t.slot(t.bucket(b), s), lock, 0);
                     }
                 }
             }
             ep.post().await?;
-            first = last;
         }
         // Only FAAs move the counter once the table is served, so a CAS from what we read
         // either raises it or finds it raised past what we read: read again.

@@ -263,9 +263,6 @@ pub struct RecoveryEvent {
 pub struct ViewEvent {
     pub view: View,
     pub coordinator: u32,
-    /// This coordinator changed the view: when its probe that found the failed memory
-    /// node(s) down was posted.
-    pub changed_ns: Option<u64>,
     /// When it adopted the view (stopped starting transactions in the old one), and when the
     /// view became active for it (every coordinator agreed, the promoted primaries repaired).
     pub adopted_ns: u64,
@@ -285,8 +282,6 @@ pub struct Service {
     map: Rc<PoolMap>,
     /// A transaction failed on a memory node: probe the nodes at the next tick.
     suspect: bool,
-    /// When this coordinator's probe changed the view last (for its [`ViewEvent`]).
-    changed: Option<(View, u64)>,
     /// What this coordinator recovered, in order.
     pub events: Vec<RecoveryEvent>,
     /// The view changes it saw, in order.
@@ -320,7 +315,6 @@ impl Service {
             next_scan_ns: 0,
             map,
             suspect: false,
-            changed: None,
             events: Vec::new(),
             views: Vec::new(),
             sink: None,
@@ -419,7 +413,6 @@ impl Service {
         if !std::mem::take(&mut self.suspect) {
             return Ok(false);
         }
-        let noticed_ns = ep.now_ns();
         let down = failover::probe(ep, &self.map).await?;
         if down.is_empty() || view != self.map.view() {
             return Ok(view != self.map.view());
@@ -427,11 +420,9 @@ impl Service {
         let Some(next) = view.without(&down) else {
             return Ok(false);
         };
-        let c = ep.cas(0, VIEW_OFF, view.word(), next.word());
+        // If another coordinator changed it first, its view is the one adopted.
+        ep.cas(0, VIEW_OFF, view.word(), next.word());
         ep.post().await?;
-        if ep.cas_ok(c) {
-            self.changed = Some((next, noticed_ns));
-        }
         Ok(true)
     }
 
@@ -470,7 +461,6 @@ impl Service {
                 let e = ViewEvent {
                     view,
                     coordinator: me,
-                    changed_ns: self.changed.filter(|c| c.0 == view).map(|c| c.1),
                     adopted_ns,
                     active_ns: ep.now_ns(),
                     repaired,

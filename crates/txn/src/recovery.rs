@@ -38,7 +38,8 @@ use crate::registry::Protocol;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::log::{LogEntry, LogStatus, STATUS_OFF};
-use dtxn_store::PoolMap;
+use dtxn_store::{PoolMap, TableInfo};
+use std::ops::Range;
 
 /// What recovery found and did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +50,17 @@ pub enum Recovered {
     RolledForward(history::Txn),
     /// The pending transaction had not: rolled back (its id).
     RolledBack(u64),
+}
+
+impl Recovered {
+    /// What recovery did, in the words of the reports.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Recovered::Nothing => "nothing pending",
+            Recovered::RolledForward(_) => "rolled forward",
+            Recovered::RolledBack(_) => "rolled back",
+        }
+    }
 }
 
 /// Recovers coordinator `index` (whose lock-owner id is `index + 1`) of a pool run by
@@ -154,6 +166,32 @@ async fn settle_log(
 /// cover the longest flight).
 const SCAN_BYTES: u64 = 16 << 10;
 
+/// Every bucket of `t` (main, then overflow), in the ranges a scan READs at once:
+/// [`SCAN_BYTES`] of buckets, at least one.
+pub(crate) fn scan_chunks(t: &TableInfo) -> impl Iterator<Item = Range<u64>> {
+    let buckets = t.bucket_count + t.overflow_buckets;
+    let per = (SCAN_BYTES / t.bucket_bytes).max(1);
+    (0..buckets)
+        .step_by(per as usize)
+        .map(move |first| first..buckets.min(first + per))
+}
+
+/// READs buckets `chunk` of `t` on memory node `node` into `bytes` (one round trip).
+pub(crate) async fn read_buckets(
+    ep: &mut Endpoint,
+    t: &TableInfo,
+    node: NodeId,
+    chunk: &Range<u64>,
+    bytes: &mut Vec<u8>,
+) -> Result<(), FabricError> {
+    let len = (chunk.end - chunk.start) * t.bucket_bytes;
+    let r = ep.read(node, t.bucket(chunk.start), len as usize);
+    ep.post().await?;
+    bytes.clear();
+    bytes.extend_from_slice(ep.bytes(r));
+    Ok(())
+}
+
 /// Clears every lock word one of `owners` holds (with any of `flags`), on every table's
 /// primary, and on backups' lock words too when the protocol marks them invisible (an
 /// invisible bit a commit left there). Returns how many it cleared per owner (backups' bits
@@ -168,26 +206,19 @@ async fn release_all(
     let mut bytes = Vec::new();
     for t in map.tables() {
         let codec = t.codec();
-        let buckets = t.bucket_count + t.overflow_buckets;
         for &n in &t.replicas {
             let primary = n == t.primary();
             if !primary && flags & INVISIBLE == 0 {
                 continue; // backups hold no lock word of their own to clear
             }
-            let mut first = 0;
-            while first < buckets {
-                let last = buckets.min(first + (SCAN_BYTES / t.bucket_bytes).max(1));
-                let base0 = t.table_off + 64 + first * t.bucket_bytes;
-                let r = ep.read(n, base0, ((last - first) * t.bucket_bytes) as usize);
-                ep.post().await?;
-                bytes.clear();
-                bytes.extend_from_slice(ep.bytes(r));
+            for chunk in scan_chunks(t) {
+                read_buckets(ep, t, n, &chunk, &mut bytes).await?;
                 // (CAS, whose) queued for this batch of buckets.
                 let mut cas = Vec::new();
-                for b in first..last {
-                    let at = ((b - first) * t.bucket_bytes) as usize;
+                for b in chunk.clone() {
+                    let at = ((b - chunk.start) * t.bucket_bytes) as usize;
                     let bucket = &bytes[at..at + t.bucket_bytes as usize];
-                    let base = t.table_off + 64 + b * t.bucket_bytes;
+                    let base = t.bucket(b);
                     if primary && b < t.bucket_count {
                         let lock = u64::from_le_bytes(bucket[8..16].try_into().expect("word"));
                         if let Some(k) = owners.iter().position(|&o| o == lock) {
@@ -215,7 +246,6 @@ async fn release_all(
                         cleared[k] += u32::from(ep.cas_ok(c));
                     }
                 }
-                first = last;
             }
         }
     }

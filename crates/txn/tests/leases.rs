@@ -109,6 +109,19 @@ fn replicas_of(pool: &Pool, plan: &Plan, k: u64) -> Vec<u64> {
 /// Coordinator 1 (compute node 1) locks key 0 and its compute node crashes; coordinator 0 is
 /// blocked on that lock until its recovery service notices the expired lease and recovers
 /// coordinator 1 online; then its transaction commits.
+/// One of two FORD coordinators holding leases: its index, its recovery service, and it.
+async fn ford_member(mut ep: Endpoint, lease: LeaseConfig) -> (u32, Service, Coordinator) {
+    let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+    membership::join(&mut ep, lease).await.unwrap();
+    let me = ep.id().index;
+    let service = Service::new(Protocol::Ford, lease, 2, map.clone());
+    (
+        me,
+        service,
+        Coordinator::new(ep, map, txn_cfg(Protocol::Ford)),
+    )
+}
+
 #[test]
 fn a_survivor_blocked_on_a_crashed_coordinators_lock_commits_after_online_recovery() {
     for seed in 1..=4 {
@@ -123,14 +136,10 @@ fn a_survivor_blocked_on_a_crashed_coordinators_lock_commits_after_online_recove
             unreachable!()
         };
         let r = sim
-            .run(topo(2, 1), None, |mut ep: Endpoint| {
+            .run(topo(2, 1), None, |ep: Endpoint| {
                 let locked = locked.clone();
                 async move {
-                    let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                    membership::join(&mut ep, lease).await.unwrap();
-                    let me = ep.id().index;
-                    let mut service = Service::new(Protocol::Ford, lease, 2, map.clone());
-                    let mut c = Coordinator::new(ep, map.clone(), txn_cfg(Protocol::Ford));
+                    let (me, mut service, mut c) = ford_member(ep, lease).await;
                     if me == 1 {
                         // A first transaction caches key 0's address: FORD then locks it at
                         // execution (a cold item would be locked at commit only).
@@ -208,14 +217,10 @@ fn a_zombie_whose_lease_expired_cannot_commit() {
             unreachable!()
         };
         let r = sim
-            .run(topo(2, 1), None, |mut ep: Endpoint| {
+            .run(topo(2, 1), None, |ep: Endpoint| {
                 let history = history.clone();
                 async move {
-                    let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                    membership::join(&mut ep, lease).await.unwrap();
-                    let me = ep.id().index;
-                    let mut service = Service::new(Protocol::Ford, lease, 2, map.clone());
-                    let mut c = Coordinator::new(ep, map.clone(), txn_cfg(Protocol::Ford));
+                    let (me, mut service, mut c) = ford_member(ep, lease).await;
                     if me == 1 {
                         set(&mut c, 1, 1000).await.unwrap();
                         c.set_recorder(Box::new(Collect(history)));
@@ -456,14 +461,10 @@ fn on_shm_a_coordinator_that_stops_holding_a_lock_is_recovered_online() {
         unreachable!()
     };
     let r = shm
-        .run(two, None, |mut ep: Endpoint| {
+        .run(two, None, |ep: Endpoint| {
             let locked = locked.clone();
             async move {
-                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                membership::join(&mut ep, lease).await.unwrap();
-                let me = ep.id().index;
-                let mut service = Service::new(Protocol::Ford, lease, 2, map.clone());
-                let mut c = Coordinator::new(ep, map.clone(), txn_cfg(Protocol::Ford));
+                let (me, mut service, mut c) = ford_member(ep, lease).await;
                 if me == 1 {
                     set(&mut c, 0, 1000).await.unwrap();
                     let mut tx = c.begin(TxKind::ReadWrite);

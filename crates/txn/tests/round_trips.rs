@@ -592,24 +592,7 @@ fn latency_on_ideal_is_the_counted_round_trips() {
                 flush,
                 ..TxnConfig::default()
             };
-            let rows = with_coordinator(cfg, move |mut c| async move {
-                let mut rows = Vec::new();
-                for round in 0..3u64 {
-                    let mut tx = c.begin(TxKind::ReadWrite);
-                    let acc = [
-                        Access::update(T, 1),
-                        Access::update(T, 2),
-                        Access::read(T, 3),
-                    ];
-                    tx.fetch(&acc).await.unwrap();
-                    tx.update(T, 1, &round.to_le_bytes()).await.unwrap();
-                    tx.update(T, 2, &round.to_le_bytes()).await.unwrap();
-                    tx.commit().await.unwrap();
-                    let o = c.last_outcome().unwrap();
-                    rows.push((o.fabric.round_trips, o.end_ns - o.start_ns));
-                }
-                rows
-            });
+            let rows = with_coordinator(cfg, two_writes_one_read);
             for (rts, ns) in rows {
                 assert_eq!(
                     ns,
@@ -620,6 +603,27 @@ fn latency_on_ideal_is_the_counted_round_trips() {
             }
         }
     }
+}
+
+/// Three read-write transactions, each updating two keys and reading a third: each one's
+/// counted round trips and latency.
+async fn two_writes_one_read(mut c: Coordinator) -> Vec<(u64, u64)> {
+    let mut rows = Vec::new();
+    for round in 0..3u64 {
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let acc = [
+            Access::update(T, 1),
+            Access::update(T, 2),
+            Access::read(T, 3),
+        ];
+        tx.fetch(&acc).await.unwrap();
+        tx.update(T, 1, &round.to_le_bytes()).await.unwrap();
+        tx.update(T, 2, &round.to_le_bytes()).await.unwrap();
+        tx.commit().await.unwrap();
+        let o = c.last_outcome().unwrap();
+        rows.push((o.fabric.round_trips, o.end_ns - o.start_ns));
+    }
+    rows
 }
 
 /// The profile's CPU price of a transaction's logic adds exactly to its latency on `ideal`:
@@ -643,24 +647,7 @@ fn logic_cpu_adds_exactly_its_price_to_a_transaction() {
             ..TxnConfig::default()
         };
         let pool = pool_on(p.meta_words(), p.copies(), profile.clone());
-        let rows = common::with_coordinator(pool, cfg, move |mut c| async move {
-            let mut rows = Vec::new();
-            for round in 0..3u64 {
-                let mut tx = c.begin(TxKind::ReadWrite);
-                let acc = [
-                    Access::update(T, 1),
-                    Access::update(T, 2),
-                    Access::read(T, 3),
-                ];
-                tx.fetch(&acc).await.unwrap();
-                tx.update(T, 1, &round.to_le_bytes()).await.unwrap();
-                tx.update(T, 2, &round.to_le_bytes()).await.unwrap();
-                tx.commit().await.unwrap();
-                let o = c.last_outcome().unwrap();
-                rows.push((o.fabric.round_trips, o.end_ns - o.start_ns));
-            }
-            rows
-        });
+        let rows = common::with_coordinator(pool, cfg, two_writes_one_read);
         for (rts, ns) in rows {
             assert_eq!(
                 ns,

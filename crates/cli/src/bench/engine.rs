@@ -330,24 +330,14 @@ async fn coordinator<W: Workload>(
                         "recovered: coordinator {} by {} ({}, {} locks released)",
                         e.coordinator,
                         e.by,
-                        match e.outcome {
-                            dtxn_txn::recovery::Recovered::Nothing => "nothing pending",
-                            dtxn_txn::recovery::Recovered::RolledForward(_) => "rolled forward",
-                            dtxn_txn::recovery::Recovered::RolledBack(_) => "rolled back",
-                        },
+                        e.outcome.name(),
                         e.locks_released
                     );
                 }
-                match sink.recoveries.lock() {
-                    Ok(mut r) => r.push(e.clone()),
-                    Err(p) => p.into_inner().push(e.clone()),
-                }
+                push(&sink.recoveries, e.clone());
             };
             let views = sh.clone();
-            let view = move |e: &ViewEvent| match views.views.lock() {
-                Ok(mut r) => r.push(e.clone()),
-                Err(p) => p.into_inner().push(e.clone()),
-            };
+            let view = move |e: &ViewEvent| push(&views.views, e.clone());
             Some(
                 Service::new(cfg.protocol, l, sh.coordinators, map.clone())
                     .with_sink(Box::new(report))
@@ -456,12 +446,13 @@ async fn coordinator<W: Workload>(
             fenced = true;
             break;
         }
-        if let (Some(s), Some(o)) = (&mut service, c.last_outcome()) {
-            if matches!(o.result, Err(a) if a.reason == AbortReason::ReplicaFailure) {
-                s.suspect();
-            }
-        }
         if let Some(mut o) = c.last_outcome() {
+            // A memory node failed it: the recovery service probes them at its next tick.
+            if let (Some(s), Err(a)) = (&mut service, o.result) {
+                if a.reason == AbortReason::ReplicaFailure {
+                    s.suspect();
+                }
+            }
             let first = retrying.take().map_or(o.start_ns, |(_, t)| t);
             if let Some(r) = drawn_from.filter(|_| retried(&o)) {
                 retrying = Some((r, first));
@@ -501,6 +492,17 @@ async fn coordinator<W: Workload>(
         }
     }
     Ok((all, fenced, c.endpoint().max_flight_ns()))
+}
+
+/// Appends to a list the coordinators share (a coordinator that panicked holding it left
+/// nothing half-written in a `Vec` push: its contents stand).
+fn push<T>(list: &Mutex<Vec<T>>, x: T) {
+    list.lock().unwrap_or_else(|p| p.into_inner()).push(x);
+}
+
+/// Takes a shared list's contents (see [`push`]).
+fn take<T>(list: &Mutex<Vec<T>>) -> Vec<T> {
+    std::mem::take(&mut *list.lock().unwrap_or_else(|p| p.into_inner()))
 }
 
 impl Shared {
@@ -557,17 +559,11 @@ impl Shared {
 
     /// What the recovery service did, in the order the coordinators finished.
     pub fn take_views(&self) -> Vec<ViewEvent> {
-        match self.views.lock() {
-            Ok(mut r) => std::mem::take(&mut *r),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        }
+        take(&self.views)
     }
 
     pub fn take_recoveries(&self) -> Vec<RecoveryEvent> {
-        match self.recoveries.lock() {
-            Ok(mut r) => std::mem::take(&mut *r),
-            Err(p) => std::mem::take(&mut *p.into_inner()),
-        }
+        take(&self.recoveries)
     }
 
     /// `--faults`: keep the history in memory too.

@@ -591,18 +591,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if a.kind() != Backend::Sim {
                 bail!("--faults is for --backend sim (crashes are simulated, and replay from the seed)");
             }
-            if cfg.protocol == dtxn_txn::Protocol::Calvin {
-                bail!("--faults: not for calvin (a crashed coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)");
-            }
-            if cfg.protocol == dtxn_txn::Protocol::Scythe {
-                bail!("--faults: not for scythe yet (a crashed coordinator's takeout tickets are never given back, and recovery's undo writes over the takeout words)");
-            }
-            if topo.coordinators() > dtxn_store::layout::MAX_MEMBERS {
-                bail!(
-                    "--faults: at most {} coordinators (the slots of the pool's membership area)",
-                    dtxn_store::layout::MAX_MEMBERS
-                );
-            }
+            check_recoverable("--faults", cfg.protocol, topo)?;
             let (plan, knobs) = faults(spec, a, topo)?;
             let failover = [Protocol::Ford, Protocol::Farm, Protocol::Drtmh];
             if plan.memory_crashes.iter().any(|c| c.is_failure())
@@ -623,18 +612,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if a.kind() == Backend::Sim {
                 bail!("--leases is for shm and ucx (on sim, --faults holds leases and crashes compute nodes)");
             }
-            if cfg.protocol == dtxn_txn::Protocol::Calvin {
-                bail!("--leases: not for calvin (a dead coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)");
-            }
-            if cfg.protocol == dtxn_txn::Protocol::Scythe {
-                bail!("--leases: not for scythe yet (a dead coordinator's takeout tickets are never given back, and recovery's undo writes over the takeout words)");
-            }
-            if topo.coordinators() > dtxn_store::layout::MAX_MEMBERS {
-                bail!(
-                    "--leases: at most {} coordinators in the run (the slots of the pool's membership area)",
-                    dtxn_store::layout::MAX_MEMBERS
-                );
-            }
+            check_recoverable("--leases", cfg.protocol, topo)?;
             Some(host_lease_terms(spec)?)
         }
         None => None,
@@ -1207,6 +1185,23 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     Ok(report)
 }
 
+/// What `--faults` and `--leases` (`option`) both need: a protocol whose dead coordinators
+/// recovery can settle, and a membership slot for every coordinator.
+fn check_recoverable(option: &str, protocol: Protocol, topo: Topology) -> Result<()> {
+    match protocol {
+        Protocol::Calvin => bail!("{option}: not for calvin (a dead coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)"),
+        Protocol::Scythe => bail!("{option}: not for scythe yet (a dead coordinator's takeout tickets are never given back, and recovery's undo writes over the takeout words)"),
+        _ => {}
+    }
+    if topo.coordinators() > dtxn_store::layout::MAX_MEMBERS {
+        bail!(
+            "{option}: at most {} coordinators in the run (the slots of the pool's membership area)",
+            dtxn_store::layout::MAX_MEMBERS
+        );
+    }
+    Ok(())
+}
+
 /// The fault plan `--faults SPEC` draws from the seed, and the lease terms it asks for.
 fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKnobs)> {
     let mut knobs = LeaseKnobs::default();
@@ -1411,24 +1406,9 @@ fn lease_report<T>(
     online: &[dtxn_txn::membership::RecoveryEvent],
     run_start_ns: u64,
 ) -> report::LeaseReport {
-    use dtxn_txn::recovery::Recovered;
     let recoveries: Vec<report::RecoveryLine> = online
         .iter()
-        .map(|e| report::RecoveryLine {
-            coordinator: e.coordinator,
-            by: e.by,
-            crashed_us: None,
-            expired_us: e.expired_ns.saturating_sub(run_start_ns) as f64 / 1e3,
-            detection_us: e.noticed_ns.saturating_sub(e.expired_ns) as f64 / 1e3,
-            repair_us: e.finished_ns.saturating_sub(e.started_ns) as f64 / 1e3,
-            outcome: match &e.outcome {
-                Recovered::Nothing => "nothing pending",
-                Recovered::RolledForward(_) => "rolled forward",
-                Recovered::RolledBack(_) => "rolled back",
-            }
-            .to_string(),
-            locks_released: e.locks_released,
-        })
+        .map(|e| report::RecoveryLine::of(e, None, run_start_ns))
         .collect();
     let limit = h.terms.guard_ns.saturating_sub(h.skew_ns);
     report::LeaseReport {
@@ -1474,22 +1454,8 @@ fn online_report(
             .find(|c| c.compute_node == node)
             .map(|c| run_start_ns + c.at_ns)
             .filter(|&at| at <= e.expired_ns);
-        let from = crashed_ns.unwrap_or(e.expired_ns);
-        f.recoveries.push(report::RecoveryLine {
-            coordinator: e.coordinator,
-            by: e.by,
-            crashed_us: crashed_ns.map(|c| (c - run_start_ns) as f64 / 1e3),
-            expired_us: e.expired_ns.saturating_sub(run_start_ns) as f64 / 1e3,
-            detection_us: e.noticed_ns.saturating_sub(from) as f64 / 1e3,
-            repair_us: e.finished_ns.saturating_sub(e.started_ns) as f64 / 1e3,
-            outcome: match &e.outcome {
-                Recovered::Nothing => "nothing pending",
-                Recovered::RolledForward(_) => "rolled forward",
-                Recovered::RolledBack(_) => "rolled back",
-            }
-            .to_string(),
-            locks_released: e.locks_released,
-        });
+        f.recoveries
+            .push(report::RecoveryLine::of(e, crashed_ns, run_start_ns));
     }
     f.recovered_online = online.len() as u32;
     f.recovered_after_run = after_run;
@@ -1663,13 +1629,13 @@ fn view_report(
             .unwrap_or(run_start_ns);
         // The first adoption: the changer adopts its view at once (and may have crashed
         // before reporting it).
-        let changed_ns = of.iter().map(|e| e.adopted_ns).min();
+        let adopted_ns = of.iter().map(|e| e.adopted_ns).min();
         let active_ns = of.iter().map(|e| e.active_ns).max().unwrap_or(0);
         f.views.push(report::ViewLine {
             view: view.to_string(),
             failed_us: us(failed_ns),
-            detection_us: changed_ns.map(|c| c.saturating_sub(failed_ns) as f64 / 1e3),
-            repair_us: changed_ns.map(|c| active_ns.saturating_sub(c) as f64 / 1e3),
+            detection_us: adopted_ns.map(|c| c.saturating_sub(failed_ns) as f64 / 1e3),
+            repair_us: adopted_ns.map(|c| active_ns.saturating_sub(c) as f64 / 1e3),
             active_us: us(active_ns),
             coordinators: of.len() as u32,
             promoted_tables: of.iter().map(|e| e.repaired).sum(),

@@ -382,6 +382,29 @@ pub struct RecoveryLine {
     pub locks_released: u32,
 }
 
+impl RecoveryLine {
+    /// The line of recovery event `e`, whose coordinator's compute node crashed at
+    /// `crashed_ns` (none: it was fenced, or the crash is unknown); times from `run_start_ns`.
+    /// Detection runs from the crash, or else from the lease's expiry.
+    pub fn of(
+        e: &dtxn_txn::membership::RecoveryEvent,
+        crashed_ns: Option<u64>,
+        run_start_ns: u64,
+    ) -> RecoveryLine {
+        let from = crashed_ns.unwrap_or(e.expired_ns);
+        RecoveryLine {
+            coordinator: e.coordinator,
+            by: e.by,
+            crashed_us: crashed_ns.map(|c| c.saturating_sub(run_start_ns) as f64 / 1e3),
+            expired_us: e.expired_ns.saturating_sub(run_start_ns) as f64 / 1e3,
+            detection_us: e.noticed_ns.saturating_sub(from) as f64 / 1e3,
+            repair_us: e.finished_ns.saturating_sub(e.started_ns) as f64 / 1e3,
+            outcome: e.outcome.name().to_string(),
+            locks_released: e.locks_released,
+        }
+    }
+}
+
 impl BenchReport {
     pub fn new<W: Workload, T>(
         config: ConfigReport,

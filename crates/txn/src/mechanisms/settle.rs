@@ -104,16 +104,15 @@ fn judge_replicas(
         // header alone would call it installed. Only a record whose every line agrees is.
         let mut scratch = vec![0u8; t.value_size as usize];
         let whole = t.codec().decode(ep.bytes(r), &mut scratch).is_ok();
-        let new = if !whole {
-            None
-        } else if it.insert {
+        // The image's header (an insert may log no image: its slot was free).
+        let old = (!it.insert).then(|| t.codec().header(&it.image));
+        let new = match &old {
+            _ if !whole => None,
             // An insert's new record: valid, our key... its version is whatever it installed.
-            now.valid.then_some(now.version)
-        } else {
+            None => now.valid.then_some(now.version),
             // Newer than the image: FORD's commits install `version + 1`, timestamp-ordered
             // ones (SUNDIAL, MVCC) their commit timestamp, above it.
-            let old = t.codec().header(&it.image);
-            (now.version > old.version && now.key == old.key).then_some(now.version)
+            Some(old) => (now.version > old.version && now.key == old.key).then_some(now.version),
         };
         if n == t.primary() && map.lost_locks(t) && !holds(now.lock, owner) {
             // A promoted primary, and the dead coordinator died before the promotion: its
@@ -129,11 +128,9 @@ fn judge_replicas(
             // - newer: our install, released, or another's over our image (then we never
             //   held its lock and never wrote at all): not ours to judge, as a released lock
             //   on a primary.
-            let image = t.codec().header(&it.image);
-            let landed = if it.insert {
-                now.valid
-            } else {
-                now.version != image.version
+            let landed = match &old {
+                None => now.valid,
+                Some(old) => now.version != old.version,
             };
             if !whole {
                 seen.held[i] = true;
