@@ -126,6 +126,17 @@ impl BackendArgs {
 
     /// A fresh pool of `nodes` memory nodes of `node_size` bytes each.
     pub fn pool(&self, nodes: usize, node_size: u64) -> Result<Pool> {
+        self.pool_with(nodes, node_size, false)
+    }
+
+    /// [`BackendArgs::pool`], but on ucx a memory node that does not answer is taken as down
+    /// rather than refused (`UcxConfig::allow_down`): for a pool whose view may mark it failed
+    /// (memory-node failover), which the store and [`crate::remote::check_loaded`] decide.
+    pub fn pool_allowing_down(&self, nodes: usize, node_size: u64) -> Result<Pool> {
+        self.pool_with(nodes, node_size, true)
+    }
+
+    fn pool_with(&self, nodes: usize, node_size: u64, allow_down: bool) -> Result<Pool> {
         if nodes == 0 {
             bail!("a pool needs at least one memory node");
         }
@@ -157,16 +168,13 @@ impl BackendArgs {
                 Ok(Pool::Shm(ShmPool::create(cfg)?))
             }
             Backend::Ucx => {
-                let pool = self.ucx_pool()?;
+                let pool = self
+                    .pool
+                    .connect(self.seed, self.compute_node, allow_down)?;
                 p.check_ucx_nodes(&pool, nodes, node_size)?;
                 Ok(Pool::Ucx(pool))
             }
         }
-    }
-
-    /// Connects to the memory nodes (`ucx`), as compute node `--compute-node`.
-    pub fn ucx_pool(&self) -> Result<UcxPool> {
-        self.pool.connect(self.seed, self.compute_node)
     }
 
     /// Refuses options of another backend, which would silently do nothing.
@@ -239,14 +247,18 @@ impl PoolArgs {
         cfg
     }
 
-    /// Connects to the memory nodes (`ucx`), as compute node `compute_node`.
-    pub fn connect(&self, seed: u64, compute_node: u32) -> Result<UcxPool> {
+    /// Connects to the memory nodes (`ucx`), as compute node `compute_node`. With
+    /// `allow_down`, a memory node that is not listening is taken as down
+    /// (`UcxConfig::allow_down`) instead of refused.
+    pub fn connect(&self, seed: u64, compute_node: u32, allow_down: bool) -> Result<UcxPool> {
         let token = match &self.token {
             Some(t) if !t.is_empty() => t,
             _ => bail!("--backend ucx needs --token (the memory nodes' --token)"),
         };
         let addrs = self.memnode_addrs()?;
-        let mut pool = UcxPool::connect(&addrs, token, self.ucx_config(&addrs))?;
+        let mut cfg = self.ucx_config(&addrs);
+        cfg.allow_down = allow_down;
+        let mut pool = UcxPool::connect(&addrs, token, cfg)?;
         pool.set_seed(seed);
         pool.set_compute_node(compute_node);
         Ok(pool)
@@ -263,7 +275,8 @@ impl PoolArgs {
             );
         }
         for (i, (&size, addr)) in sizes.iter().zip(pool.addrs()).enumerate() {
-            if size < node_size {
+            // A node down has no size to check (the pool's view decides whether it may be).
+            if size < node_size && !pool.node_down(i as dtxn_fabric::NodeId) {
                 bail!(
                     "memory node {i} ({addr}) serves {size} bytes; this run needs \
                      {node_size} per node: restart it with --size {node_size} or more"

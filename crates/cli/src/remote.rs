@@ -12,8 +12,8 @@
 use anyhow::{bail, Context, Result};
 use dtxn_fabric::shm::{ShmConfig, ShmPool};
 use dtxn_fabric::{NodeId, Pool};
-use dtxn_store::layout::{Superblock, ENTRY_BYTES, SUPERBLOCK_BYTES};
-use dtxn_store::{Plan, StoreError};
+use dtxn_store::layout::{Superblock, ENTRY_BYTES, SUPERBLOCK_BYTES, VIEW_OFF};
+use dtxn_store::{Plan, StoreError, View};
 
 /// Bytes per copying WRITE (UCX cuts it into line-aligned pieces; one round trip each).
 const COPY: usize = 1 << 20;
@@ -60,10 +60,38 @@ pub fn load(
 
 /// Checks that every memory node holds the pool `plan` describes (its superblock and catalog,
 /// with `load_hint` saying how to load it when it does not).
+///
+/// A node the pool's view marks failed (memory-node failover) is not checked: its tables live
+/// on their other replicas, and it may be gone, or answer again with anything.
 pub fn check_loaded(pool: &Pool, plan: &Plan, addrs: &[String], load_hint: &str) -> Result<()> {
+    // Read once node 0 (which never fails) has passed: before, the word is not known to be
+    // a view at all.
+    let mut view = View::default();
     for node in 0..pool.node_sizes().len() {
         let addr = addrs.get(node).map_or("?", String::as_str);
         let id = node as NodeId;
+        if node == 1 {
+            view = pool
+                .try_with_local(0, |m| m.read_u64(VIEW_OFF))
+                .map(View::parse)
+                .with_context(|| {
+                    format!(
+                        "memory node 0 ({}), which holds the pool's view",
+                        addrs.first().map_or("?", String::as_str)
+                    )
+                })?;
+        }
+        if view.is_failed(id) {
+            continue;
+        }
+        if pool.node_down(id) {
+            bail!(
+                "memory node {node} ({addr}) is not listening, and the pool's view (number {}) \
+                 does not mark it failed: start it again on its file (dtxn memnode --path), or \
+                 run with --leases so that a coordinator finding it down promotes its backups",
+                view.number
+            );
+        }
         let mut b = [0u8; SUPERBLOCK_BYTES];
         pool.try_with_local(id, |m| m.read(0, &mut b))
             .with_context(|| format!("memory node {node} ({addr})"))?;

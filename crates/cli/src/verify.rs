@@ -260,9 +260,15 @@ fn rebuild(run: &RunId) -> Result<Chosen> {
     })
 }
 
-/// The run's pool, as `--backend` says where it is, checked against `plan`; and a name per
-/// memory node for messages.
-fn attach(a: &PoolArgs, run: &RunId, plan: &Plan) -> Result<(Pool, Vec<String>)> {
+/// The run's pool, its view, and the run's plan in that view (each table's live replicas).
+struct Attached {
+    pool: Pool,
+    plan: Plan,
+    view: dtxn_store::View,
+}
+
+/// The run's pool, as `--backend` says where it is, checked against `plan`.
+fn attach(a: &PoolArgs, run: &RunId, plan: &Plan) -> Result<Attached> {
     a.check_options()?;
     let nodes = usize::from(plan.shape.memory_nodes);
     let (pool, names) = match a.kind {
@@ -285,7 +291,8 @@ fn attach(a: &PoolArgs, run: &RunId, plan: &Plan) -> Result<(Pool, Vec<String>)>
                 bail!("--shm-dir is an option of --backend shm");
             }
             // Compute node 0 of the run's: the claim below is this process's only coordinator.
-            let pool = a.connect(run.seed, 0)?;
+            // A memory node the pool's view marks failed may be gone (failover).
+            let pool = a.connect(run.seed, 0, true)?;
             (Pool::Ucx(pool), a.memnodes.clone())
         }
     };
@@ -299,7 +306,7 @@ fn attach(a: &PoolArgs, run: &RunId, plan: &Plan) -> Result<(Pool, Vec<String>)>
     if let Some((i, size)) = sizes
         .iter()
         .enumerate()
-        .find(|(_, &s)| s < plan.region_bytes)
+        .find(|&(i, &s)| s < plan.region_bytes && !pool.node_down(i as dtxn_fabric::NodeId))
     {
         bail!(
             "memory node {i} ({}) has {size} bytes; the run's pool needs {}: not the run's pool",
@@ -313,7 +320,12 @@ fn attach(a: &PoolArgs, run: &RunId, plan: &Plan) -> Result<(Pool, Vec<String>)>
         &names,
         "dtxn verify needs the pool of the run that wrote the tally files",
     )?;
-    Ok((pool, names))
+    // Memory-node failover: the tables' live replicas in the pool's current view.
+    let view = dtxn_store::View::parse(
+        pool.try_with_local(0, |m| m.read_u64(dtxn_store::layout::VIEW_OFF))?,
+    );
+    let plan = plan.in_view(view).map_err(|e| anyhow!("{e}"))?;
+    Ok(Attached { pool, plan, view })
 }
 
 /// Refuses, before any file is read, options that do not say where the run's pool is.
@@ -392,6 +404,7 @@ fn check_without_tallies(
     w: &Chosen,
     pool: &Pool,
     plan: &Plan,
+    view: dtxn_store::View,
     protocol: dtxn_txn::Protocol,
     seed: u64,
 ) -> std::result::Result<Vec<String>, String> {
@@ -409,8 +422,7 @@ fn check_without_tallies(
         }
     }
     checks.push(format!("no lock word left on any of {records} records"));
-    // (Memory-node failover is sim's: a pool verified here has every node live.)
-    let p = bench::pool_checks(pool, plan, dtxn_store::View::default(), protocol, 0, None);
+    let p = bench::pool_checks(pool, plan, view, protocol, 0, None);
     if !p.ok {
         return Err(p.checks.join("; "));
     }
@@ -496,7 +508,8 @@ fn check<W: Workload>(
         tallies.push(t);
     }
     let merged = merge_all(tallies).ok_or_else(|| anyhow!("no tally files"))?;
-    let (mut pool, _) = attach(a, run, plan)?;
+    let Attached { mut pool, plan, .. } = attach(a, run, plan)?;
+    let plan = &plan;
     // ucx: as one of the run's compute nodes; shm runs one.
     let compute_nodes = if matches!(pool, Pool::Ucx(_)) {
         run.compute_nodes
@@ -529,14 +542,18 @@ pub fn main(a: VerifyArgs) -> Result<ExitCode> {
         Plan::new(&w.tables(protocol, run.vnum), &run.pool.shape()).map_err(|e| anyhow!("{e}"))?;
     let outcome = if !a.lost.is_empty() {
         // The survivors' files name the run; the lost processes' commits are unknown.
-        let (mut pool, _) = attach(&a.pool, &run, &plan)?;
+        let Attached {
+            mut pool,
+            plan,
+            view,
+        } = attach(&a.pool, &run, &plan)?;
         let nodes = if matches!(pool, Pool::Ucx(_)) {
             run.compute_nodes
         } else {
             1
         };
         claim_over_lost(&mut pool, nodes, a.lost.len() as u64)?;
-        let verdict = check_without_tallies(&w, &pool, &plan, protocol, run.seed);
+        let verdict = check_without_tallies(&w, &pool, &plan, view, protocol, run.seed);
         release_over_lost(&mut pool, nodes)?;
         verdict
     } else {

@@ -1097,3 +1097,123 @@ fn loopback_a_memnode_killed_mid_run_and_restarted_loses_no_commit() {
     drop(nodes);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Memory-node failover on ucx: three memory nodes, every table on two of them, one compute
+/// process with leases. Memory node 1, the primary of a table, is killed (SIGKILL) for good
+/// mid-run: a coordinator whose transaction fails on it probes the nodes, changes the pool's
+/// view, every coordinator adopts it, the leader repairs the promoted backup, and the run goes
+/// on and finishes. `dtxn verify` then reads the live replicas of the view (node 1 is gone)
+/// and finds every committed transfer; a second run bootstraps from the view with node 1 still
+/// down, and commits.
+#[test]
+fn loopback_a_memnode_dies_for_good_its_backup_takes_over_and_the_run_verifies() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if skip_without_ucx() {
+        return;
+    }
+    let mem = |_: usize| {
+        Daemon::start(
+            &[],
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--size",
+                "4M",
+                "--token",
+                TOKEN,
+                "--ucx-tls",
+                "tcp",
+                "--ucx-devices",
+                "lo",
+                "--spin-us",
+                "0",
+            ],
+        )
+    };
+    let mut nodes: Vec<Daemon> = (0..3).map(mem).collect();
+    let memnodes = nodes
+        .iter()
+        .map(|d| d.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let workload = [
+        "--workload",
+        "smallbank",
+        "--accounts",
+        "2000",
+        "--mix",
+        "transfer",
+        "--memory-nodes",
+        "3",
+        "--replicas",
+        "2",
+    ];
+    assert_ok(
+        &run_bounded(workload_cmd(&[], &memnodes, &workload, &["--load-only"])),
+        "--load-only",
+    );
+    let dir = std::env::temp_dir().join(format!("dtxn-ucx-failover-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tally = dir.join("t.json");
+    // 1,500 transactions (`workload_cmd`): node 1 dies after the first hundred.
+    let run = |tally: &std::path::Path| {
+        workload_cmd(
+            &[],
+            &memnodes,
+            &workload,
+            &[
+                "--leases",
+                "flight=250ms,skew=0",
+                "--progress-lines",
+                "--tally-out",
+                tally.to_str().unwrap(),
+                "--json",
+            ],
+        )
+    };
+    let bench = Watched::spawn(run(&tally));
+    assert!(
+        bench.wait_line(|l| l.starts_with("progress: ")).is_some(),
+        "the run printed no progress"
+    );
+    kill(nodes[1].child.id(), Signal::KILL).unwrap();
+    nodes[1].child.wait().unwrap();
+    let (status, out, stderr) = bench.finish("the run");
+    assert!(status.success(), "{status}\n{out}\n{stderr:?}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let l = &v["leases"];
+    eprintln!("leases: {l}");
+    assert_eq!(l["final_view"], "view 1 (memory node 1 failed)", "{out}");
+    let views = l["views"].as_array().expect("views");
+    assert_eq!(views.len(), 1, "{out}");
+    // Node 1 held a table's primary: its backup was promoted and repaired, by this process
+    // (the run's only one).
+    assert!(views[0]["promoted_tables"].as_u64().unwrap() >= 1, "{out}");
+    assert_eq!(views[0]["coordinators"], 4, "{out}");
+    assert_eq!(l["flights_ok"], true, "{out}");
+    assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    let out = assert_ok(
+        &run_bounded(verify_cmd(&memnodes, std::slice::from_ref(&tally))),
+        "verify after the failover",
+    );
+    assert!(out.starts_with("consistent: smallbank under ford"), "{out}");
+    for check in [
+        "every one of 4000 balances equals its initial value plus the committed changes",
+        "money is conserved",
+    ] {
+        assert!(out.contains(check), "{check}: {out}");
+    }
+    // A new run on the pool whose node 1 is still gone: bootstrap reads the view and serves
+    // every table from its live replica.
+    let again = dir.join("t2.json");
+    let out = assert_ok(&run_bounded(run(&again)), "a run in view 1");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    assert_eq!(
+        v["leases"]["final_view"], "view 1 (memory node 1 failed)",
+        "{out}"
+    );
+    assert_eq!(v["leases"]["views"], serde_json::json!([]), "{out}");
+    drop(nodes);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -46,6 +46,12 @@ use std::task::Poll;
 /// - Ops of a batch whose completion was never awaited (the coordinator crashed, or posted it
 ///   detached) may be executed in part, as a prefix of each QP's ops.
 ///
+/// **Failures.** A batch with an op to a memory node that is down fails with
+/// [`FabricError::NodeDown`]; that node's ops of it may have executed as a prefix. Its ops to
+/// the other nodes still execute (each node has its own QP), and the failed batch completes
+/// only once they have, so a roll-back's WRITEs to the live replicas land although the dead
+/// one's cannot.
+///
 /// G9 (one NIC per region) and G10 (atomics serialize per `addr mod 4096` slot) are performance
 /// facts, modelled by the `sim` hardware profile, not ordering rules.
 ///

@@ -36,6 +36,15 @@ impl Pool {
         }
     }
 
+    /// Whether memory node `node` was down when this pool connected (ucx with
+    /// `UcxConfig::allow_down`; never on sim and shm, whose nodes live in this process).
+    pub fn node_down(&self, node: NodeId) -> bool {
+        match self {
+            Pool::Ucx(p) => p.node_down(node),
+            _ => false,
+        }
+    }
+
     /// The memory node's own CPU view of its region: loading before a run, checking after.
     ///
     /// # Panics

@@ -123,6 +123,7 @@ fn directly_mapped_regions_are_refused_unless_allowed() {
             ("LOG_LEVEL".into(), "fatal".into()),
         ],
         allow_direct: false,
+        allow_down: false,
     };
     let n = MemNode::start(
         MemNodeConfig {

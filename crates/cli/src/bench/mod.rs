@@ -859,9 +859,15 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
                     a.memory_nodes
                 ),
             );
-            let pool = a
-                .backend
-                .pool(usize::from(a.memory_nodes), plan.region_bytes)?;
+            // A memory node down is for the pool's view to allow (failover), except where
+            // the run waits for every node to come back (--wait-memnodes).
+            let pool = if a.wait_memnodes.is_some() {
+                a.backend
+                    .pool(usize::from(a.memory_nodes), plan.region_bytes)?
+            } else {
+                a.backend
+                    .pool_allowing_down(usize::from(a.memory_nodes), plan.region_bytes)?
+            };
             if a.kind() == Backend::Ucx {
                 // Loaded by another process: only check it is the pool these options describe.
                 crate::remote::check_loaded(&pool, plan, &a.backend.pool.memnodes, &load_hint(a))?;
@@ -1180,6 +1186,9 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     if let Some(h) = host_leases {
         let mut l = lease_report(h, &out, &online, run_start_ns);
         l.recovered_after_run = host_after_run;
+        l.final_view = final_view.to_string();
+        // The coordinators' clock on a real host runs from the run's start.
+        l.views = view_lines(&views, 0, |_| None);
         report.leases = Some(l);
     }
     Ok(report)
@@ -1430,6 +1439,8 @@ fn lease_report<T>(
         locks_released: recoveries.iter().map(|r| u64::from(r.locks_released)).sum(),
         recoveries,
         recovered_after_run: 0,
+        final_view: String::new(),
+        views: Vec::new(),
     }
 }
 
@@ -1606,7 +1617,6 @@ fn view_report(
     final_view: dtxn_store::View,
     run_start_ns: u64,
 ) {
-    let us = |ns: u64| ns.saturating_sub(run_start_ns) as f64 / 1e3;
     f.planned_memory_failures = fplan
         .memory_crashes
         .iter()
@@ -1614,33 +1624,52 @@ fn view_report(
         .map(|c| (c.node, c.at_ns))
         .collect();
     f.final_view = final_view.to_string();
-    let mut numbers: Vec<u16> = views.iter().map(|e| e.view.number).collect();
-    numbers.sort_unstable();
-    numbers.dedup();
-    for n in numbers {
-        let of: Vec<_> = views.iter().filter(|e| e.view.number == n).collect();
-        let view = of[0].view;
-        let failed_ns = fplan
+    f.views = view_lines(views, run_start_ns, |view| {
+        fplan
             .memory_crashes
             .iter()
             .filter(|c| c.is_failure() && view.is_failed(c.node))
             .map(|c| run_start_ns + c.at_ns)
             .max()
-            .unwrap_or(run_start_ns);
-        // The first adoption: the changer adopts its view at once (and may have crashed
-        // before reporting it).
-        let adopted_ns = of.iter().map(|e| e.adopted_ns).min();
-        let active_ns = of.iter().map(|e| e.active_ns).max().unwrap_or(0);
-        f.views.push(report::ViewLine {
-            view: view.to_string(),
-            failed_us: us(failed_ns),
-            detection_us: adopted_ns.map(|c| c.saturating_sub(failed_ns) as f64 / 1e3),
-            repair_us: adopted_ns.map(|c| active_ns.saturating_sub(c) as f64 / 1e3),
-            active_us: us(active_ns),
-            coordinators: of.len() as u32,
-            promoted_tables: of.iter().map(|e| e.repaired).sum(),
-        });
-    }
+    });
+}
+
+/// One line per view change the coordinators saw: `failed_ns(view)` is when its newest failed
+/// node failed, where the run knows it (sim's planned failures; on a real host a memory node
+/// dies outside of the run, and detection is not known).
+fn view_lines(
+    views: &[dtxn_txn::membership::ViewEvent],
+    run_start_ns: u64,
+    failed_ns: impl Fn(dtxn_store::View) -> Option<u64>,
+) -> Vec<report::ViewLine> {
+    let us = |ns: u64| ns.saturating_sub(run_start_ns) as f64 / 1e3;
+    let mut numbers: Vec<u16> = views.iter().map(|e| e.view.number).collect();
+    numbers.sort_unstable();
+    numbers.dedup();
+    numbers
+        .into_iter()
+        .map(|n| {
+            let of: Vec<_> = views.iter().filter(|e| e.view.number == n).collect();
+            let view = of[0].view;
+            let failed = failed_ns(view);
+            // The first adoption: the changer adopts its view at once (and may have crashed
+            // before reporting it).
+            let adopted_ns = of.iter().map(|e| e.adopted_ns).min();
+            let active_ns = of.iter().map(|e| e.active_ns).max().unwrap_or(0);
+            report::ViewLine {
+                view: view.to_string(),
+                failed_us: failed.map(us),
+                changed_us: adopted_ns.map(us),
+                detection_us: adopted_ns
+                    .zip(failed)
+                    .map(|(c, f)| c.saturating_sub(f) as f64 / 1e3),
+                repair_us: adopted_ns.map(|c| active_ns.saturating_sub(c) as f64 / 1e3),
+                active_us: us(active_ns),
+                coordinators: of.len() as u32,
+                promoted_tables: of.iter().map(|e| e.repaired).sum(),
+            }
+        })
+        .collect()
 }
 
 /// The faults' part of the report: the plan, recovery's work, the history's verdict.

@@ -306,6 +306,10 @@ pub struct LeaseReport {
     /// The run's only compute process: its coordinators fenced with nobody left to recover
     /// them, recovered after the run.
     pub recovered_after_run: u32,
+    /// Memory-node failover: the pool's view after the run, and each view change this
+    /// process's coordinators adopted (wall-clock us from this process's run start).
+    pub final_view: String,
+    pub views: Vec<ViewLine>,
 }
 
 /// What `--faults` injected and what came of it.
@@ -350,8 +354,12 @@ pub struct FaultReport {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ViewLine {
     pub view: String,
-    /// When its newest failed node failed.
-    pub failed_us: f64,
+    /// When its newest failed node failed (sim; unknown on a real host, where it dies outside
+    /// of the run).
+    pub failed_us: Option<f64>,
+    /// When the first coordinator adopted it (a survivor's probe found the node down and
+    /// changed the view).
+    pub changed_us: Option<f64>,
     /// From the failure to the view change (the first coordinator adopting the view: a
     /// survivor's probe found the node down and changed it, and adopted it at once).
     pub detection_us: Option<f64>,
@@ -701,6 +709,23 @@ impl BenchReport {
                     r.locks_released
                 );
             }
+            if !l.views.is_empty() {
+                let _ = writeln!(s, "memory-node failover: the pool ends in {}", l.final_view);
+                for v in &l.views {
+                    let _ = writeln!(
+                        s,
+                        "  {}: changed {:.1} ms into the run (a coordinator found a memory node \
+                         down); active for every coordinator {:.1} ms later (repair); {} \
+                         coordinator(s) of this process adopted it, {} promoted table(s) \
+                         repaired here",
+                        v.view,
+                        v.changed_us.unwrap_or(0.0) / 1e3,
+                        v.repair_us.unwrap_or(0.0) / 1e3,
+                        v.coordinators,
+                        v.promoted_tables
+                    );
+                }
+            }
         }
         if let Some(f) = &self.faults {
             let plan: Vec<String> = f
@@ -796,11 +821,11 @@ impl BenchReport {
                 for v in &f.views {
                     let _ = writeln!(
                         s,
-                        "  {}: failed at {:.1} us; view changed {} later (detection), active \
+                        "  {}: failed at {}; view changed {} later (detection), active \
                          for every coordinator {} after that (repair), at {:.1} us; {} \
                          coordinators adopted it, {} promoted tables repaired",
                         v.view,
-                        v.failed_us,
+                        opt(v.failed_us),
                         opt(v.detection_us),
                         opt(v.repair_us),
                         v.active_us,

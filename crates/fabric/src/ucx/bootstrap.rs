@@ -96,6 +96,12 @@ pub(crate) fn serve(mut s: TcpStream, token: &str, info: &NodeInfo) -> std::io::
 }
 
 /// Asks the memory node at `addr` for its region, presenting `token`.
+/// Whether anything accepts a connection at `addr` (a memory node whose bootstrap failed
+/// for another reason than being gone).
+pub(crate) fn reachable(addr: SocketAddr) -> bool {
+    TcpStream::connect_timeout(&addr, IO_TIMEOUT).is_ok()
+}
+
 pub(crate) fn fetch(addr: SocketAddr, token: &str) -> Result<NodeInfo, FabricError> {
     let err = |e: std::io::Error| {
         FabricError::Setup(format!("memory node {addr}: bootstrap failed: {e}"))

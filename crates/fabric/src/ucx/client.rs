@@ -34,7 +34,10 @@ pub struct UcxPool {
     compute_node: u32,
     runs: AtomicU64,
     addrs: Vec<SocketAddr>,
-    nodes: Vec<NodeInfo>,
+    /// Per memory node: what its bootstrap said, or `None` for a node found down
+    /// ([`UcxConfig::allow_down`]).
+    nodes: Vec<Option<NodeInfo>>,
+    /// Region sizes; 0 for a node down.
     sizes: Vec<u64>,
     /// For [`UcxPool::try_with_local`] on memory nodes of other processes: blocking verbs on
     /// a worker of its own. Dropped before `ctx` and `local`.
@@ -73,17 +76,28 @@ impl UcxPool {
                 addrs.len()
             )));
         }
-        let nodes = addrs
-            .iter()
-            .map(|&a| bootstrap::fetch(a, token))
-            .collect::<Result<Vec<_>, _>>()?;
+        let mut nodes = Vec::with_capacity(addrs.len());
+        for &a in addrs {
+            match bootstrap::fetch(a, token) {
+                Ok(n) => nodes.push(Some(n)),
+                // Not listening (or not reachable) at all: down. A node that answers with
+                // something else (a bad token, not a memory node) is still a setup error.
+                Err(FabricError::Setup(_)) if cfg.allow_down && !bootstrap::reachable(a) => {
+                    nodes.push(None)
+                }
+                Err(e) => return Err(e),
+            }
+        }
         let ctx = Context::new(&cfg.settings, false)?;
         let pool = UcxPool {
             seed: 0,
             compute_node: 0,
             runs: AtomicU64::new(0),
             addrs: addrs.to_vec(),
-            sizes: nodes.iter().map(|n| n.size).collect(),
+            sizes: nodes
+                .iter()
+                .map(|n| n.as_ref().map_or(0, |n| n.size))
+                .collect(),
             nodes,
             admin: Mutex::new(None),
             ctx,
@@ -152,6 +166,12 @@ impl UcxPool {
         self.sizes.clone()
     }
 
+    /// Whether memory node `node` was found down when this pool connected
+    /// ([`UcxConfig::allow_down`]). A node that dies later is not counted here: its verbs fail.
+    pub fn node_down(&self, node: NodeId) -> bool {
+        self.nodes.get(node as usize).is_some_and(Option::is_none)
+    }
+
     /// Installs `handler` on the memory nodes this process serves. Memory nodes of other
     /// processes serve their own handlers (or answer [`FabricError::NoRpcHandler`]).
     pub fn set_rpc_handler(&mut self, handler: Arc<dyn RpcHandler>) {
@@ -191,6 +211,9 @@ impl UcxPool {
             })?;
         if let Some(n) = self.local.get(node as usize) {
             return Ok(n.with_local(f));
+        }
+        if self.node_down(node) {
+            return Err(FabricError::NodeDown(node));
         }
         let mut g = self.admin()?;
         let q = &mut g.as_mut().expect("connected by admin()").0;
@@ -409,6 +432,8 @@ struct InFlight {
     /// The write-back requests as sent (a header and ranges each), and their ids.
     persist_out: Vec<u8>,
     persist_ids: Vec<(NodeId, u64)>,
+    /// Nodes whose op UCX refused: their later ops of the batch are not posted.
+    down: Vec<NodeId>,
     error: Option<FabricError>,
 }
 
@@ -440,8 +465,10 @@ impl InFlight {
 /// node.
 pub(crate) struct Qps {
     worker: ManuallyDrop<Worker>,
-    eps: Vec<Ep>,
-    rkeys: Vec<Rkey>,
+    /// Per memory node: its endpoint and region key, `None` for a node down when these queue
+    /// pairs connected ([`UcxConfig::allow_down`]): every op to it fails.
+    eps: Vec<Option<Ep>>,
+    rkeys: Vec<Option<Rkey>>,
     bases: Vec<u64>,
     /// An atomic was posted since the last fence: fence before the next op (G6).
     after_atomic: bool,
@@ -474,7 +501,7 @@ unsafe impl Send for AdminQps {}
 impl Qps {
     fn connect(
         ctx: &Arc<Context>,
-        nodes: &[NodeInfo],
+        nodes: &[Option<NodeInfo>],
         cfg: &UcxConfig,
         serialized: bool,
     ) -> Result<Qps, FabricError> {
@@ -484,14 +511,20 @@ impl Qps {
             worker: ManuallyDrop::new(worker),
             eps: Vec::with_capacity(nodes.len()),
             rkeys: Vec::with_capacity(nodes.len()),
-            bases: nodes.iter().map(|n| n.base).collect(),
+            bases: nodes
+                .iter()
+                .map(|n| n.as_ref().map_or(0, |n| n.base))
+                .collect(),
             after_atomic: false,
             after_write: false,
             orphans: Vec::new(),
             inbox,
             am: None,
             next_rpc: 1,
-            file_backed: nodes.iter().map(|n| n.file_backed).collect(),
+            file_backed: nodes
+                .iter()
+                .map(|n| n.as_ref().is_some_and(|n| n.file_backed))
+                .collect(),
             dirty: Dirty::default(),
             failed: nodes.iter().map(|_| AtomicI32::new(0)).collect(),
         };
@@ -502,18 +535,34 @@ impl Qps {
                 .set_am_handler(AM_RPC_RESP, on_resp, inbox as *mut c_void)?
         });
         for (i, n) in nodes.iter().enumerate() {
+            let Some(n) = n else {
+                q.failed[i].store(1, Ordering::Release);
+                q.eps.push(None);
+                q.rkeys.push(None);
+                continue;
+            };
             // SAFETY: `q.failed` is dropped after the endpoints are closed (see `Drop`).
-            let ep = unsafe { q.worker.connect(&n.worker, &q.failed[i])? };
+            let ep = match unsafe { q.worker.connect(&n.worker, &q.failed[i]) } {
+                Ok(ep) => ep,
+                // It answered the bootstrap and died since.
+                Err(_) if cfg.allow_down => {
+                    q.failed[i].store(1, Ordering::Release);
+                    q.eps.push(None);
+                    q.rkeys.push(None);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let rkey = match ep.unpack_rkey(&n.rkey) {
                 Ok(r) => r,
                 Err(e) => {
-                    q.eps.push(ep);
+                    q.eps.push(Some(ep));
                     return Err(e);
                 }
             };
             let direct = rkey.directly_mapped(n.base);
-            q.eps.push(ep);
-            q.rkeys.push(rkey);
+            q.eps.push(Some(ep));
+            q.rkeys.push(Some(rkey));
             if direct && !cfg.allow_direct {
                 return Err(FabricError::Setup(format!(
                     "memory node {i} is mapped into this process by a UCX shared-memory \
@@ -525,6 +574,14 @@ impl Qps {
             }
         }
         Ok(q)
+    }
+
+    /// Memory node `node`'s endpoint, or `NodeDown` for a node down when these queue pairs
+    /// connected.
+    fn ep(&self, node: NodeId) -> Result<&Ep, FabricError> {
+        self.eps[node as usize]
+            .as_ref()
+            .ok_or(FabricError::NodeDown(node))
     }
 
     /// Progresses the worker and completes what orphans it can.
@@ -558,19 +615,25 @@ impl Qps {
         Ok(())
     }
 
-    /// Posts the ops of `f.batch`; stops at the first that UCX refuses (its error is kept).
-    /// The RPC ops to each memory node go as one message, stamped with `now_ns`.
+    /// Posts the ops of `f.batch`. An op UCX refuses fails the batch with `NodeDown` of its
+    /// node, and that node's later ops are not posted (as a queue pair in error executes
+    /// nothing more); the ops to other nodes still go, as on RDMA, where each node is reached
+    /// by a queue pair of its own (a roll-back's WRITEs to the live replicas must land
+    /// although the failed one's cannot). The RPC ops to each memory node go as one message,
+    /// stamped with `now_ns`.
     fn post_batch(&mut self, f: &mut InFlight, flush_writes: bool, now_ns: u64) {
         let n = f.batch.ops.len();
         f.amo.clear();
         f.amo.resize(n, [0; 2]);
+        f.down.clear();
         let mut wrote: u64 = 0;
         let mut wrote_more: Vec<NodeId> = Vec::new();
         for i in 0..n {
             let op = f.batch.ops[i];
             let node = op.node;
-            if op.kind == OpKind::Rpc {
-                // Another channel, not ordered with the QP's verbs: posted below, packed.
+            if op.kind == OpKind::Rpc || f.down.contains(&node) {
+                // RPCs: another channel, not ordered with the QP's verbs: posted below,
+                // packed.
                 continue;
             }
             if let Err(e) = self.order_before(op.kind) {
@@ -579,7 +642,11 @@ impl Qps {
             }
             let ni = node as usize;
             let raddr = self.bases[ni] + op.addr;
-            let (ep, rkey) = (&self.eps[ni], &self.rkeys[ni]);
+            let (Some(ep), Some(rkey)) = (&self.eps[ni], &self.rkeys[ni]) else {
+                f.fail(FabricError::NodeDown(node));
+                f.down.push(node);
+                continue;
+            };
             let span = op.data as usize..op.data as usize + op.len as usize;
             let posted = |r: Result<Option<Req>, i32>, f: &mut InFlight| match r {
                 Ok(Some(req)) => {
@@ -664,38 +731,39 @@ impl Qps {
                 OpKind::Rpc => unreachable!("skipped above"),
             };
             if !ok {
-                return;
+                f.down.push(node);
             }
         }
-        if !self.post_rpcs(f, now_ns) {
-            return;
-        }
+        self.post_rpcs(f, now_ns);
         if flush_writes {
             // A PUT completes when its buffer is free, not when it has landed; the flush
             // completes when it has, so that completion means executed.
-            for ni in (0..64).filter(|b| wrote & (1 << b) != 0) {
-                let r = post::flush(&self.eps[ni]);
-                if let Err(e) = collect(r, ni as NodeId, f) {
-                    f.fail(e);
-                    return;
+            let wrote_to = (0..64)
+                .filter(|b| wrote & (1 << b) != 0)
+                .map(|b| b as NodeId)
+                .chain(wrote_more);
+            for node in wrote_to {
+                if f.down.contains(&node) {
+                    continue;
                 }
-            }
-            for node in wrote_more {
-                let r = post::flush(&self.eps[node as usize]);
-                if let Err(e) = collect(r, node, f) {
+                let r = self.ep(node).map(post::flush);
+                if let Err(e) = r.and_then(|r| collect(r, node, f)) {
                     f.fail(e);
-                    return;
+                    f.down.push(node);
                 }
             }
         }
     }
 
-    /// Packs `f.batch`'s RPC ops into one active message per memory node and posts them;
-    /// false if UCX refused one (its error is kept).
-    fn post_rpcs(&mut self, f: &mut InFlight, now_ns: u64) -> bool {
+    /// Packs `f.batch`'s RPC ops into one active message per memory node and posts them (a
+    /// node's message that UCX refuses fails the batch, see `post_messages`).
+    fn post_rpcs(&mut self, f: &mut InFlight, now_ns: u64) {
         f.rpc_out.clear();
         f.rpc_spans.clear();
         for node in f.batch.rpc_nodes() {
+            if f.down.contains(&node) {
+                continue;
+            }
             let id = self.next_rpc;
             self.next_rpc += 1;
             let start = f.rpc_out.len();
@@ -715,13 +783,13 @@ impl Qps {
         let out: *const [u8] = &f.rpc_out[..];
         // SAFETY: `out` is `f.rpc_out`, which is not touched or resized until the requests
         // complete (the batch stays in its `InFlight`, handed to `orphans` if abandoned).
-        let ok = unsafe { self.post_messages(f, out, &spans) };
+        unsafe { self.post_messages(f, out, &spans) };
         f.rpc_spans = spans;
-        ok
     }
 
-    /// Posts one active message per span `(node, start, header end, end)` of `out`; false if
-    /// UCX refused one (its error is kept in `f`).
+    /// Posts one active message per span `(node, start, header end, end)` of `out`. One that
+    /// UCX refuses fails the batch with `NodeDown` of its node, and its response is not
+    /// awaited; the other nodes' messages still go.
     ///
     /// # Safety
     ///
@@ -731,29 +799,35 @@ impl Qps {
         f: &mut InFlight,
         out: *const [u8],
         spans: &[(NodeId, usize, usize, usize)],
-    ) -> bool {
+    ) {
         for &(node, start, hdr_end, end) in spans {
-            let ep = &self.eps[node as usize];
             // SAFETY: the caller keeps `out` valid and unchanged until the request completes.
-            let r = unsafe {
+            let r = self.ep(node).and_then(|ep| unsafe {
                 let out = &*out;
-                post::am(ep, AM_RPC_REQ, &out[start..hdr_end], &out[hdr_end..end])
-            };
-            if let Err(e) = collect(r, node, f) {
+                collect(
+                    post::am(ep, AM_RPC_REQ, &out[start..hdr_end], &out[hdr_end..end]),
+                    node,
+                    f,
+                )
+            });
+            if let Err(e) = r {
+                // Its response never comes: not awaited. The other nodes' messages still go.
                 f.fail(e);
-                return false;
+                f.down.push(node);
+                f.rpcs.retain(|&(n, _)| n != node);
+                f.persist_ids.retain(|&(n, _)| n != node);
             }
         }
-        true
     }
 
     /// Asks each file-backed node a FLUSH of `f` reached to write its ranges back (one message
-    /// per node, answered when its `msync` is done); false if UCX refused one.
-    fn post_persist(&mut self, f: &mut InFlight, now_ns: u64) -> bool {
+    /// per node, answered when its `msync` is done), of the nodes not down.
+    fn post_persist(&mut self, f: &mut InFlight, now_ns: u64) {
         f.persist_out.clear();
         f.persist_ids.clear();
-        let mut spans = Vec::with_capacity(f.persist.len());
-        for (node, ranges) in &f.persist {
+        let persist = std::mem::take(&mut f.persist);
+        let mut spans = Vec::with_capacity(persist.len());
+        for (node, ranges) in persist.iter().filter(|(n, _)| !f.down.contains(n)) {
             let id = self.next_rpc;
             self.next_rpc += 1;
             let start = f.persist_out.len();
@@ -768,6 +842,9 @@ impl Qps {
             spans.push((*node, start, hdr_end, f.persist_out.len()));
             f.persist_ids.push((*node, id));
         }
+        // Emptied (its buffer kept): the write-backs are asked once.
+        f.persist = persist;
+        f.persist.clear();
         let out: *const [u8] = &f.persist_out[..];
         // SAFETY: `out` is `f.persist_out`, untouched until the requests complete (as
         // `f.rpc_out` in `post_rpcs`).
@@ -829,7 +906,7 @@ impl Drop for Qps {
             std::mem::forget(f);
         }
         self.rkeys.clear();
-        for ep in self.eps.drain(..) {
+        for ep in self.eps.drain(..).flatten() {
             // A peer that is gone makes this time out; the worker's destruction cleans up.
             self.worker.close(ep, false, 2.0);
         }
@@ -939,11 +1016,15 @@ impl Fabric for UcxPort {
                 "the run is aborting: another worker thread failed".into(),
             ));
         }
+        let mut q = self.qps.borrow_mut();
         for op in &batch.ops {
+            // A node down has no size to check against: its op fails when posted.
+            if q.eps.get(op.node as usize).is_some_and(Option::is_none) {
+                continue;
+            }
             // Whether a node serves RPCs is its business: it answers NoRpcHandler if not.
             check_op(op, &self.sizes, true)?;
         }
-        let mut q = self.qps.borrow_mut();
         if let Some(old) = self.cur.take() {
             q.orphans.push(old);
         }
@@ -978,26 +1059,30 @@ impl Fabric for UcxPort {
         // SAFETY: the inbox is live while `q` is; the callback that fills it runs only inside
         // `progress`, which is not running now.
         let inbox = unsafe { &*q.inbox };
-        if f.error.is_none() {
+        {
+            // A response from a node UCX found dead never comes: the batch fails. The live
+            // nodes' responses are still awaited, so that a failed batch too completes only
+            // once what it asked of the live nodes is done.
             let (mut waiting, mut dead) = (false, None);
             for &(node, id) in f.rpcs.iter().chain(&f.persist_ids) {
                 if !inbox.borrow().contains_key(&id) {
-                    waiting = true;
                     if q.failed[node as usize].load(Ordering::Acquire) != 0 {
                         dead = Some(node);
-                        break;
+                    } else {
+                        waiting = true;
                     }
                 }
             }
-            // A response from a node UCX found dead never comes: the batch fails.
-            match (waiting, dead) {
-                (true, Some(node)) => f.fail(FabricError::NodeDown(node)),
-                (true, None) => return Poll::Pending,
-                _ => {}
+            if let Some(node) = dead {
+                f.fail(FabricError::NodeDown(node));
+            }
+            if waiting {
+                return Poll::Pending;
             }
         }
-        if f.error.is_none() && !f.persist.is_empty() && f.persist_ids.is_empty() {
-            // Every PUT before the FLUSHes has landed: now the write-backs.
+        if !f.persist.is_empty() {
+            // Every PUT before the FLUSHes has landed: now the write-backs (asked once: of
+            // the live nodes only, where a node failed).
             drop(q);
             let now_ns = self.now_ns();
             let mut q = self.qps.borrow_mut();
@@ -1097,6 +1182,9 @@ impl Drop for UcxPort {
     }
 }
 
+/// Why a [`RemoteMem`] op may take its node's endpoint: `ok` refused a node down.
+const UP: &str = "RemoteMem::ok checked that the node is up";
+
 /// Blocking verbs for [`UcxPool::try_with_local`] on a remote memory node.
 struct RemoteMem<'a> {
     q: &'a mut Qps,
@@ -1112,6 +1200,10 @@ struct RemoteMem<'a> {
 impl RemoteMem<'_> {
     fn ok(&mut self, addr: u64, len: u64, atomic: bool) -> bool {
         if self.err.is_some() {
+            return false;
+        }
+        if self.q.eps[self.node as usize].is_none() {
+            self.err = Some(FabricError::NodeDown(self.node));
             return false;
         }
         if atomic && !addr.is_multiple_of(8) {
@@ -1174,8 +1266,8 @@ impl LocalMem for RemoteMem<'_> {
                 // completes or is abandoned with `scratch` leaked (`run`); bounds checked.
                 let r = unsafe {
                     post::get(
-                        &q.eps[ni],
-                        &q.rkeys[ni],
+                        q.eps[ni].as_ref().expect(UP),
+                        q.rkeys[ni].as_ref().expect(UP),
                         raddr + off as u64,
                         dst.add(off),
                         n,
@@ -1208,8 +1300,8 @@ impl LocalMem for RemoteMem<'_> {
                 // SAFETY: as above; bounds checked.
                 let r = unsafe {
                     post::put(
-                        &q.eps[ni],
-                        &q.rkeys[ni],
+                        q.eps[ni].as_ref().expect(UP),
+                        q.rkeys[ni].as_ref().expect(UP),
                         raddr + off as u64,
                         &src[off..off + n],
                     )
@@ -1219,7 +1311,7 @@ impl LocalMem for RemoteMem<'_> {
                     return;
                 }
             }
-            if let Err(e) = collect(post::flush(&q.eps[ni]), node, f) {
+            if let Err(e) = collect(post::flush(q.eps[ni].as_ref().expect(UP)), node, f) {
                 f.fail(e);
             }
         });
@@ -1247,8 +1339,8 @@ impl RemoteMem<'_> {
             // and in bounds (checked).
             let r = unsafe {
                 post::amo(
-                    &q.eps[ni],
-                    &q.rkeys[ni],
+                    q.eps[ni].as_ref().expect(UP),
+                    q.rkeys[ni].as_ref().expect(UP),
                     q.bases[ni] + addr,
                     cswap,
                     slot,

@@ -90,6 +90,12 @@ pub struct UcxConfig {
     /// Accept memory nodes that this process can map directly (UCX shared-memory transports),
     /// although their READs are not atomic per line. See the module docs.
     pub allow_direct: bool,
+    /// Take a memory node that does not answer (its bootstrap, or its endpoint's creation) as
+    /// down rather than fail: every op to it then fails with [`FabricError::NodeDown`], as
+    /// verbs to a node that dies during a run do. For pools whose view may mark nodes failed
+    /// (memory-node failover): the store decides whether a down node is one it can do
+    /// without. Off by default, where a node down is a setup error with its reason.
+    pub allow_down: bool,
 }
 
 impl UcxConfig {
@@ -101,6 +107,7 @@ impl UcxConfig {
                 ("NET_DEVICES".into(), "lo".into()),
             ],
             allow_direct: false,
+            allow_down: false,
         }
     }
 }
