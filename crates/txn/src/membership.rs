@@ -62,7 +62,7 @@
 //! coordinator that crashed late is recovered before the run ends.
 
 use crate::failover;
-use crate::recovery::{recover_all_in_views, Recovered};
+use crate::recovery::{recover_within, Recovered};
 use crate::registry::Protocol;
 use dtxn_fabric::{Endpoint, FabricError, Lease};
 use dtxn_store::layout::{
@@ -615,7 +615,10 @@ impl Service {
             .iter()
             .map(|&i| (i, m.members[i as usize].ack < u64::from(map.view().number)))
             .collect();
-        let settled = match recover_all_in_views(ep, &map, self.protocol, &in_views).await {
+        // What must wait for its turn (Scythe's tickets behind others) waits a scan period at
+        // most: it may wait for a dead coordinator not yet found, which the next scan finds.
+        let deadline = ep.now_ns().saturating_add(self.period_ns());
+        let settled = match recover_within(ep, &map, self.protocol, &in_views, deadline).await {
             Ok(s) => s,
             // A memory node failed under us: give the word back, probe and change the view,
             // and recover them again in it (recovery is idempotent).
@@ -627,7 +630,15 @@ impl Service {
             Err(e) => return Err(e),
         };
         let finished_ns = ep.lease_now_ns();
-        for (&i, (outcome, locks_released)) in dead.iter().zip(settled) {
+        // Those left waiting are not marked: recovered again at a later scan (idempotent),
+        // each reported as soon as settled all the same (a roll forward joins the history).
+        let done: Vec<u32> = dead
+            .iter()
+            .zip(&settled)
+            .filter(|(_, s)| s.2)
+            .map(|(&i, _)| i)
+            .collect();
+        for (&i, (outcome, locks_released, _)) in dead.iter().zip(settled) {
             let x = m.members[i as usize];
             let noticed_ns = if first_dead.contains(&i) {
                 first_ns
@@ -650,7 +661,7 @@ impl Service {
             }
             self.events.push(e);
         }
-        let marks: Vec<_> = dead
+        let marks: Vec<_> = done
             .iter()
             .map(|&i| {
                 let x = m.members[i as usize];
@@ -664,7 +675,7 @@ impl Service {
             marks.iter().all(|&c| ep.cas_ok(c)),
             "a recovered word moved"
         );
-        scan.unsettled -= dead.len() as u32;
+        scan.unsettled -= done.len() as u32;
         self.give_back(ep, mine).await?;
         Ok(scan)
     }

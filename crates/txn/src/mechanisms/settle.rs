@@ -7,15 +7,18 @@ use crate::recovery::Recovered;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
 use dtxn_store::log::LogEntry;
-use dtxn_store::record::RecordHeader;
+use dtxn_store::record::{RecordHeader, HEADER_BYTES};
 use dtxn_store::PoolMap;
 
-/// Decides and applies the pending entry's outcome.
+/// Decides and applies the pending entry's outcome. With `live_meta` (a protocol whose
+/// metadata words others change under its lock: Scythe's takeout words), a roll-back writes a
+/// primary's record around them, as the commit did: the image's copies of them are stale.
 pub(crate) async fn settle(
     ep: &mut Endpoint,
     map: &PoolMap,
     owner: u64,
     e: &LogEntry,
+    live_meta: bool,
 ) -> Result<Recovered, FabricError> {
     let reads = read_replicas(ep, map, e);
     ep.post().await?;
@@ -36,7 +39,7 @@ pub(crate) async fn settle(
     if committed {
         return Ok(rolled_forward(ep, e, &ours, &seen));
     }
-    roll_back(ep, map, owner, e, &ours_to_undo, &seen.installed);
+    roll_back(ep, map, owner, e, &ours_to_undo, &seen.installed, live_meta);
     ep.post().await?;
     Ok(Recovered::RolledBack(e.txn))
 }
@@ -198,13 +201,16 @@ fn roll_back(
     e: &LogEntry,
     ours: &[usize],
     installed: &[u64],
+    live_meta: bool,
 ) {
+    let mut record = Vec::new();
     for &i in ours {
         let it = &e.items[i];
         let Ok(t) = map.table(it.table) else { continue };
         let codec = t.codec();
         for (rank, &n) in t.replicas.iter().enumerate() {
             let lock = if rank == 0 { owner } else { 0 };
+            record.clear();
             if it.insert && it.image.is_empty() {
                 // An entry without the slot's old image: free it, stamped above the insert.
                 let h = RecordHeader {
@@ -215,14 +221,20 @@ fn roll_back(
                     valid: false,
                 };
                 let zero = vec![0u8; t.value_size as usize];
-                ep.write_with(n, it.offset, t.record_bytes as usize, |b| {
-                    codec.encode(&h, &zero, b)
-                });
+                record.resize(t.record_bytes as usize, 0);
+                codec.encode(&h, &zero, &mut record);
             } else {
-                ep.write_with(n, it.offset, it.image.len(), |b| {
-                    b.copy_from_slice(&it.image);
-                    b[..8].copy_from_slice(&lock.to_le_bytes());
-                });
+                record.extend_from_slice(&it.image);
+                record[..8].copy_from_slice(&lock.to_le_bytes());
+            }
+            if rank == 0 && live_meta && codec.meta_words() > 0 {
+                // Header, then value, on one QP (applied in that order, G4): the metadata
+                // words between them stay as the memory node's CPU and NICs left them.
+                let v = codec.value_off();
+                ep.write(n, it.offset, &record[..HEADER_BYTES]);
+                ep.write(n, it.offset + v as u64, &record[v..]);
+            } else {
+                ep.write(n, it.offset, &record);
             }
         }
     }
