@@ -2,12 +2,13 @@
 //! commit landed on every replica of everything it locked, else roll back from the old images.
 //! (The recovery driver, `recovery.rs`, finds the entry and releases the locks.)
 
+use crate::mechanisms::install::write_around_meta;
 use crate::mechanisms::{holds, INVISIBLE};
 use crate::recovery::Recovered;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
 use dtxn_store::log::LogEntry;
-use dtxn_store::record::{RecordHeader, HEADER_BYTES};
+use dtxn_store::record::RecordHeader;
 use dtxn_store::PoolMap;
 
 /// Decides and applies the pending entry's outcome. With `live_meta` (a protocol whose
@@ -228,11 +229,12 @@ fn roll_back(
                 record[..8].copy_from_slice(&lock.to_le_bytes());
             }
             if rank == 0 && live_meta && codec.meta_words() > 0 {
-                // Header, then value, on one QP (applied in that order, G4): the metadata
-                // words between them stay as the memory node's CPU and NICs left them.
-                let v = codec.value_off();
-                ep.write(n, it.offset, &record[..HEADER_BYTES]);
-                ep.write(n, it.offset + v as u64, &record[v..]);
+                // Around the metadata words, which stay as the memory node's CPU and NICs
+                // left them; invisible until the old header is back (a crash in between
+                // leaves a version that is not new: rolled back again).
+                write_around_meta(t, it.offset, &record, |at, b| {
+                    ep.write(n, at, b);
+                });
             } else {
                 ep.write(n, it.offset, &record);
             }

@@ -305,10 +305,11 @@ pub(crate) fn release(ep: &mut Endpoint, node: NodeId, at: u64) -> OpId {
 }
 
 /// Polls of one wait before it gives up, and the back-off bounds. Long: a wait that gives up
-/// leaves its ticket unreleased (it may not be passed on before its turn), which stalls its
-/// queue for good, and every later ticket's wait with it; a queue ahead of us always drains
-/// unless a holder crashed (issue #23: leases), since every wait points to an older
-/// transaction. A short limit turned a long convoy into dead queues under zipf 0.99.
+/// leaves its ticket to be paid later (it may not be passed on before its turn), which holds
+/// its queue meanwhile; a queue ahead of us always drains unless a holder crashed (then
+/// recovery releases its tickets: a wait under a lease ends sooner, [`wait_deadline`]), since
+/// every wait points to an older transaction. A short limit turned a long convoy into dead
+/// queues under zipf 0.99 when a given-up ticket was never released.
 const WAIT_LIMIT: u32 = 1 << 20;
 const MIN_BACKOFF_NS: u64 = 500;
 const MAX_BACKOFF_NS: u64 = 50_000;

@@ -64,9 +64,14 @@
 //! `scythe.takeout_lock=false` (the paper's CAS-lock ablation): TOCC takes no tickets, only
 //! the header lock in timestamp order (waiting for older holders, dying for younger ones).
 //!
-//! Limits: a crashed coordinator's tickets are never released (its queues stall until leases
-//! expire them, issue #23), and recovery's roll-back writes whole images over the takeout
-//! words (do not run Scythe with `--faults`); tickets and reads are two round trips, not the
+//! **A crashed coordinator** (issue #23): the memory node's CPU journals every grant in the
+//! requester's grant journal (the tail of its log slice), and recovery releases the dead
+//! one's tickets from it, each at its turn (`Protocol::release_held`, [`takeout::release_dead`]);
+//! a live wait for a turn ends after a quarter lease (the coordinator serves recovery between
+//! attempts), leaving the tickets not yet served **owed**, paid before the next attempt goes
+//! on. Recovery's roll-back writes around the takeout words (`LIVE_META`).
+//!
+//! Limits: tickets and reads are two round trips, not the
 //! paper's one RPC; RRPC is the fabric's: a batch's requests to one memory node share one
 //! message (`--rpc-pack-limit 512` on sim: the paper's size rule; Scythe's are 32 B).
 
@@ -104,6 +109,9 @@ pub(crate) struct Attempt {
     /// Its granted tickets, with how many were ahead when last seen, and their records.
     tickets: Vec<(Ticket, u64)>,
     keys: Vec<(u32, u64)>,
+    /// Its wait for its turns ran out (its abort then waits no more before the engine's
+    /// next attempt: the coordinator's recovery service may be what the queue waits for).
+    waited_out: bool,
 }
 
 /// What a coordinator keeps across attempts.
@@ -155,6 +163,7 @@ impl Protocol for Scythe {
         tx.st.ts = 0;
         tx.st.tickets.clear();
         tx.st.keys.clear();
+        tx.st.waited_out = false;
         tx.c.lock_word = tx.c.owner;
         if tx.s.journal.is_none() {
             // The journal is the slice's tail: the undo log keeps the rest.
@@ -260,7 +269,10 @@ impl Protocol for Scythe {
             return;
         }
         let mut tickets = std::mem::take(&mut tx.st.tickets);
-        let deadline = takeout::wait_deadline(&tx.c.ep);
+        let deadline = match tx.st.waited_out {
+            true => tx.c.ep.now_ns(),
+            false => takeout::wait_deadline(&tx.c.ep),
+        };
         pay(tx, &mut tickets, deadline).await;
         tx.s.owed.append(&mut tickets);
         tx.st.tickets = tickets;
@@ -531,6 +543,7 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access], limit: u64) -> Re
     .await;
     tx.st.tickets = tickets;
     tx.s.polls = polls;
+    tx.st.waited_out = r.is_err();
     r.map_err(|()| {
         let a = accesses[0];
         Abort {
