@@ -270,3 +270,115 @@ fn recoverys_roll_back_leaves_the_takeout_words_alone() {
     assert_eq!(v, value(1000), "the old value back");
     assert_eq!(words, (grant, upper), "the takeout words untouched");
 }
+
+/// Dead coordinators 3 and 4 hold tickets, as their grant journals say: on key 1's queue,
+/// tickets 0 (3's, being served), 1 (4's) and 2 (3's); on key 2's, 0 (4's) and 1 (3's); and 3's
+/// journal keeps an old entry, long released, for key 3 (UPPER past it). Recovery releases
+/// each held ticket exactly once, in queue order, and never the old one: UPPERs 3, 2 and 5.
+/// A recovery that crashes at any instant and runs again ends the same (a released ticket reads
+/// `UPPER > T`: a second FAA cannot happen).
+#[test]
+fn recovery_releases_each_journaled_ticket_once_even_run_twice() {
+    const A: u32 = 3;
+    const B: u32 = 4;
+    let queues: [Queue; 3] = [
+        (1, 3, 0, &[(A, 0), (B, 1), (A, 2)]),
+        (2, 2, 0, &[(B, 0), (A, 1)]),
+        (3, 5, 5, &[(A, 2)]),
+    ];
+    let want = [3u64, 2, 5];
+    let scripted = |seed: u64| {
+        let (pool, plan, _) = pool(seed, 1, Vec::new());
+        let t = plan.table(T).unwrap().clone();
+        let mut used = [0u64; 8];
+        for (key, grants, releases, held) in queues {
+            let at = offset_of(&pool, &t, key) + META_OFF as u64;
+            pool.with_local(t.primary(), |m| {
+                m.write_u64(at, (1 << 16) | grants);
+                m.write_u64(at + 8, releases);
+            });
+            for &(owner, full) in held {
+                // The journal: the slice's last 2 KiB; entries after its first line.
+                let slice = plan.log_off + u64::from(owner) * plan.shape.log_slice_bytes;
+                let journal = slice + plan.shape.log_slice_bytes - 2048;
+                let e = journal + 64 + 16 * used[owner as usize];
+                used[owner as usize] += 1;
+                pool.with_local(t.primary(), |m| {
+                    m.write_u64(e, at);
+                    m.write_u64(e + 8, full);
+                });
+            }
+        }
+        (pool, t)
+    };
+    let uppers = |pool: &Pool, t: &TableInfo| -> Vec<u64> {
+        queues.iter().map(|q| takeout_of(pool, t, q.0).1).collect()
+    };
+    let mut interrupted = 0;
+    for seed in 1..=2 {
+        let (mut once, t) = scripted(seed);
+        let (r, took) = recover_dead(&mut once, &[A, B], None);
+        assert!(
+            r.is_some(),
+            "seed {seed}: a recovery without a crash finishes"
+        );
+        assert_eq!(uppers(&once, &t), want, "seed {seed}");
+        for tenth in 1..10 {
+            let (mut pool, t) = scripted(seed);
+            let (first, _) = recover_dead(&mut pool, &[A, B], Some(took * tenth / 10));
+            interrupted += u32::from(first.is_none());
+            let (again, _) = recover_dead(&mut pool, &[A, B], None);
+            assert!(again.is_some());
+            assert_eq!(
+                uppers(&pool, &t),
+                want,
+                "seed {seed}: crashed at {tenth}/10"
+            );
+        }
+    }
+    assert!(
+        interrupted > 8,
+        "only {interrupted} recoveries were cut short"
+    );
+}
+
+/// A scripted queue: key, grants so far, releases so far, the tickets held (owner, full
+/// ticket).
+type Queue = (u64, u64, u64, &'static [(u32, u64)]);
+
+/// Runs `recover_all` for `dead` on a coordinator of its own, whose compute node crashes
+/// `crash_at` ns into the run if given. Its result (none if it crashed) and the run's length.
+fn recover_dead(pool: &mut Pool, dead: &[u32], crash_at: Option<u64>) -> (Option<()>, u64) {
+    let Pool::Sim(sim) = pool else { unreachable!() };
+    let mut f = dtxn_fabric::sim::Faults::default();
+    if let Some(at_ns) = crash_at {
+        f.compute_crashes.push(ComputeCrash {
+            at_ns,
+            compute_node: 0,
+        });
+    }
+    sim.set_faults(f);
+    let dead = dead.to_vec();
+    let topo = Topology {
+        compute_nodes: 2,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = sim
+        .run(topo, None, |mut ep: Endpoint| {
+            let dead = dead.clone();
+            async move {
+                if ep.id().index != 0 {
+                    return None;
+                }
+                let map = PoolMap::bootstrap(&mut ep).await.unwrap();
+                dtxn_txn::recovery::recover_all(&mut ep, &map, Protocol::Scythe, &dead)
+                    .await
+                    .unwrap();
+                Some(())
+            }
+        })
+        .unwrap();
+    sim.set_faults(Default::default());
+    (r.outputs[0].flatten(), r.elapsed_ns)
+}
