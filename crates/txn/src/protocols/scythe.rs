@@ -40,7 +40,8 @@
 //! 4. **Commit** (1 RT): every replica, coalescent.
 //! 5. **Release** (detached): header locks WRITE 0, then FAA(UPPER, 1) per ticket. An abort
 //!    waits for every granted ticket's turn and releases it too: a granted ticket is a
-//!    commitment the queue cannot pass.
+//!    commitment the queue cannot pass (under a lease, a quarter lease at most: the tickets
+//!    still waiting are owed, paid before the next attempt).
 //!
 //! **OCC and TOCC on one record** (digest 3.5, Fig. 17): both take the same header lock, OCC
 //! for its writes at commit, TOCC for everything from its read on; OCC validation fails on a
