@@ -104,8 +104,9 @@ pub async fn recover_all_in_views(
 }
 
 /// [`recover_all_in_views`], then step 5, the protocol's (Scythe's takeout tickets: each
-/// waits for its turn in its queue), waiting until `deadline_ns` (the endpoint's clock) at
-/// most: per dead coordinator also whether it is recovered for good (false: something of its
+/// waits for its turn in its queue, and counts with the locks released), waiting until
+/// `deadline_ns` (the endpoint's clock) at most: per dead coordinator also whether it is
+/// recovered for good (false: something of its
 /// still waits behind others, maybe behind a dead coordinator not yet found: run it again
 /// later, with them; every step is idempotent).
 pub async fn recover_within(
@@ -124,12 +125,13 @@ pub async fn recover_within(
     let dead: Vec<u32> = dead.iter().map(|d| d.0).collect();
     let owners: Vec<u64> = dead.iter().map(|&i| u64::from(i) + 1).collect();
     let released = release_all(ep, map, &owners, protocol.lock_flags()).await?;
-    let done = protocol.release_held(ep, map, &dead, deadline_ns).await?;
+    let held = protocol.release_held(ep, map, &dead, deadline_ns).await?;
+    // (What it gave back counts with the lock words: Scythe's tickets are queue locks.)
     Ok(out
         .into_iter()
         .zip(released)
-        .zip(done)
-        .map(|((o, l), d)| (o, l, d))
+        .zip(held)
+        .map(|((o, l), (done, more))| (o, l + more, done))
         .collect())
 }
 

@@ -71,14 +71,15 @@ macro_rules! registry {
             }
 
             /// Recovery's last protocol step: gives back what dead coordinators hold beside
-            /// lock words; per dead coordinator, whether it holds nothing more.
+            /// lock words; per dead coordinator, whether it holds nothing more, and how many
+            /// it gave back.
             pub(crate) async fn release_held(
                 self,
                 ep: &mut Endpoint,
                 map: &PoolMap,
                 dead: &[u32],
                 deadline_ns: u64,
-            ) -> Result<Vec<bool>, FabricError> {
+            ) -> Result<Vec<(bool, u32)>, FabricError> {
                 match self {
                     $( Protocol::$variant => <$ty>::release_held(ep, map, dead, deadline_ns).await, )*
                 }

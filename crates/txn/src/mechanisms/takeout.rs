@@ -392,13 +392,13 @@ pub(crate) fn journal(map: &PoolMap, index: u32) -> Option<u64> {
 /// `UPPER > T` for good, so a recovery run again finds it released. Waits for the queues
 /// ahead (live transactions, or dead coordinators not yet recovered) until `deadline_ns` at
 /// most. Per dead coordinator: whether all its tickets are released (else run it again
-/// later: the rest of recovery is idempotent).
+/// later: the rest of recovery is idempotent), and how many this run released.
 pub(crate) async fn release_dead(
     ep: &mut Endpoint,
     map: &PoolMap,
     dead: &[u32],
     deadline_ns: u64,
-) -> Result<Vec<bool>, FabricError> {
+) -> Result<Vec<(bool, u32)>, FabricError> {
     let mut reads = Vec::new();
     for (k, &d) in dead.iter().enumerate() {
         let Some(j) = journal(map, d) else { continue };
@@ -406,7 +406,7 @@ pub(crate) async fn release_dead(
             reads.push((k, n, ep.read(n, j, JOURNAL_BYTES as usize)));
         }
     }
-    let mut done = vec![true; dead.len()];
+    let mut done = vec![(true, 0u32); dead.len()];
     if reads.is_empty() {
         return Ok(done);
     }
@@ -433,12 +433,13 @@ pub(crate) async fn release_dead(
         let uppers: Vec<u64> = polls.iter().map(|&id| ep.word(id, 0)).collect();
         let mut released = 0;
         let mut i = 0;
-        pending.retain(|&(_, n, at, full)| {
+        pending.retain(|&(k, n, at, full)| {
             let upper = uppers[i];
             i += 1;
             if upper == full {
                 release(ep, n, at);
                 released += 1;
+                done[k].1 += 1;
             }
             upper < full
         });
@@ -452,7 +453,7 @@ pub(crate) async fn release_dead(
         pause = (2 * pause).min(MAX_BACKOFF_NS);
     }
     for &(k, ..) in &pending {
-        done[k] = false;
+        done[k].0 = false;
     }
     Ok(done)
 }

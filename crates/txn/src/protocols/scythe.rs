@@ -305,7 +305,7 @@ impl Protocol for Scythe {
         map: &PoolMap,
         dead: &[u32],
         deadline_ns: u64,
-    ) -> Result<Vec<bool>, FabricError> {
+    ) -> Result<Vec<(bool, u32)>, FabricError> {
         takeout::release_dead(ep, map, dead, deadline_ns).await
     }
 }
