@@ -77,6 +77,9 @@ const ENTRY_BYTES: u64 = 16;
 pub(crate) const JOURNAL_ENTRIES: u64 = (JOURNAL_BYTES - JOURNAL_HEAD) / ENTRY_BYTES;
 /// The journal's lock word is held (the CPU's handler cores journal one grant at a time).
 const JOURNAL_HELD: u64 = 1;
+/// Tries at a held journal lock word before the request is refused as bad (a grant holds it
+/// for a few local accesses).
+const JOURNAL_SPINS: u32 = 1 << 20;
 
 /// Bits of GRANT below `queued_ts`.
 const TS_SHIFT: u32 = 16;
@@ -167,11 +170,18 @@ pub(crate) fn grant_journaled(
     if journal == 0 {
         return grant(mem, at, ts, limit);
     }
-    // Held for a few local accesses by another core of this CPU, never across a request.
-    while mem.cas(journal, 0, JOURNAL_HELD) != 0 {
+    // Held for a few local accesses by another core of this CPU, never across a request: a
+    // word that stays held, or holds anything else, is no journal (a bad request).
+    let mut spins = 0u32;
+    loop {
+        match mem.cas(journal, 0, JOURNAL_HELD) {
+            0 => break,
+            JOURNAL_HELD if spins < JOURNAL_SPINS => spins += 1,
+            _ => return None,
+        }
         std::hint::spin_loop();
     }
-    let hint = mem.read_u64(journal + 8);
+    let hint = mem.read_u64(journal + 8) % JOURNAL_ENTRIES;
     let slot = (0..JOURNAL_ENTRIES)
         .map(|k| journal + JOURNAL_HEAD + ENTRY_BYTES * ((hint + k) % JOURNAL_ENTRIES))
         .find(|&e| {
@@ -245,9 +255,11 @@ pub(crate) fn serve(mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) -> O
     if !at.is_multiple_of(8) || !fits(at, 16) {
         return None;
     }
-    let apart = at + 16 <= journal || journal + JOURNAL_BYTES <= at;
-    if journal != 0 && (!journal.is_multiple_of(64) || !fits(journal, JOURNAL_BYTES) || !apart) {
-        return None;
+    if journal != 0 {
+        let fitting = journal.is_multiple_of(64) && fits(journal, JOURNAL_BYTES);
+        if !fitting || (at + 16 > journal && journal + JOURNAL_BYTES > at) {
+            return None;
+        }
     }
     let r = grant_journaled(mem, at, ts, limit, journal)?;
     let status = match r {
@@ -585,6 +597,17 @@ mod tests {
             assert!(serve(&mut big, &req, &mut resp).is_none(), "{bad:?}");
         }
         assert!(serve(&mut m, &req[..32], &mut resp).is_none());
+        // A journal address past the end of any region, and a "journal" whose lock word holds
+        // something else (a bad address into a table): refused, no panic, no spin.
+        big.write_u64(2048, 0xdead);
+        for journal in [u64::MAX - 63, 2048] {
+            let req: Vec<u8> = [TICKET, 16, 7, 3, journal]
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect();
+            assert!(serve(&mut big, &req, &mut resp).is_none(), "{journal}");
+        }
+        assert_eq!(big.read_u64(16), 0, "nothing granted");
     }
 
     /// Journal entry `e` of the journal at `j`: (GRANT address, full ticket).
