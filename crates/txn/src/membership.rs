@@ -52,7 +52,9 @@
 //! `lease/4` between its transactions (one READ). Finding a dead coordinator, it tries to
 //! become the leader (a CAS of the leader word from 0, or from a leader whose own lease
 //! expired); the leader runs [`crate::recovery::recover`] for every dead coordinator, CASes
-//! its recovered word to the dead incarnation, and gives the leader word back. A leader that
+//! its recovered word to the dead incarnation (not if something of it still waits its turn,
+//! Scythe's tickets behind a coordinator not yet found dead: the next scan recovers it
+//! again), and gives the leader word back. A leader that
 //! dies half-way is recovered in turn by the next one, which runs the half-done recovery
 //! again: `recover` is idempotent (the entry's status is written after its settling, the locks
 //! released after the status, each step a function of what the replicas hold).
