@@ -29,7 +29,7 @@ pub struct TortureArgs {
     /// SUNDIAL with RCC's hybrid code 21; `mvcc-hybrid`: MVCC with code 28; `calvin-rpc`:
     /// CALVIN with every stage as RPCs; `scythe-tocc`: Scythe with every read-write attempt in
     /// TOCC; `scythe-cas`: the same with the CAS lock instead of the takeout lock; sundial and
-    /// mvcc are checked for serializability, not strict; calvin and scythe run no --faults).
+    /// mvcc are checked for serializability, not strict; calvin runs no --faults).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc,skew). Every even seed runs
@@ -48,7 +48,7 @@ pub struct TortureArgs {
     /// survivors' recovery service recover its coordinators online (leases), and check the run
     /// and the pool all the same (`dtxn bench --faults`; default
     /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
-    /// crashed coordinator stalls its epochs) and scythe (its tickets are not recovered yet).
+    /// crashed coordinator stalls its epochs).
     /// `memory=N` (memory-node failover) strikes ford, farm, drtmh and ford-rpc, with two
     /// replicas; the other protocols run the rest of the plan (no faults if nothing is left).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
@@ -99,7 +99,7 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     let faults = a
         .faults
         .as_deref()
-        .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin") && !p.starts_with("scythe"));
+        .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin"));
     let memory = faults.is_some_and(|f| f.split(',').any(|k| k.trim().starts_with("memory=")));
     let failover = memory && FAILOVER.contains(&p);
     let faults: Option<String> = match faults {

@@ -451,3 +451,48 @@ fn recovery_rolls_forward_a_commit_whose_version_is_its_timestamp() {
     assert!(out.contains("1 rolled forward"), "{out}");
     assert!(out.contains("verify: consistent"), "{out}");
 }
+
+/// Regression: Scythe's commit wrote a primary around its takeout words as two WRITEs, header
+/// then value. A crash between them left a one-line SmallBank record whole at the new version
+/// with the old value, and recovery rolled forward a value never written (`verify`: a balance
+/// off by the crashed transfer). Seeds 6 and 7 crash a coordinator right there with the two
+/// WRITEs; the three WRITEs now (lock word invisible, value, header) leave the old version
+/// until the value is in, and the runs verify.
+#[test]
+fn scythe_recovery_never_rolls_forward_a_value_never_written() {
+    for seed in ["6", "7"] {
+        let o = dtxn(&[
+            "bench",
+            "--backend",
+            "sim",
+            "--workload",
+            "smallbank",
+            "--protocol",
+            "scythe",
+            "--set",
+            "scythe.mode=tocc",
+            "--seed",
+            seed,
+            "--txns",
+            "2000",
+            "--compute-nodes",
+            "2",
+            "--threads",
+            "2",
+            "--coroutines",
+            "3",
+            "--verify",
+            "--replicas",
+            "1",
+            "--faults",
+            "compute=1",
+            "--accounts",
+            "2000",
+            "-q",
+        ]);
+        let out = text(&o);
+        assert!(o.status.success(), "seed {seed}: {out}");
+        assert!(out.contains("6 coordinators crashed, 6 recovered"), "{out}");
+        assert!(out.contains("verify: consistent"), "seed {seed}: {out}");
+    }
+}

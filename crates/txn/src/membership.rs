@@ -52,7 +52,9 @@
 //! `lease/4` between its transactions (one READ). Finding a dead coordinator, it tries to
 //! become the leader (a CAS of the leader word from 0, or from a leader whose own lease
 //! expired); the leader runs [`crate::recovery::recover`] for every dead coordinator, CASes
-//! its recovered word to the dead incarnation, and gives the leader word back. A leader that
+//! its recovered word to the dead incarnation (not if something of it still waits its turn,
+//! Scythe's tickets behind a coordinator not yet found dead: the next scan recovers it
+//! again), and gives the leader word back. A leader that
 //! dies half-way is recovered in turn by the next one, which runs the half-done recovery
 //! again: `recover` is idempotent (the entry's status is written after its settling, the locks
 //! released after the status, each step a function of what the replicas hold).
@@ -62,7 +64,7 @@
 //! coordinator that crashed late is recovered before the run ends.
 
 use crate::failover;
-use crate::recovery::{recover_all_in_views, Recovered};
+use crate::recovery::{recover_within, Recovered};
 use crate::registry::Protocol;
 use dtxn_fabric::{Endpoint, FabricError, Lease};
 use dtxn_store::layout::{
@@ -615,7 +617,10 @@ impl Service {
             .iter()
             .map(|&i| (i, m.members[i as usize].ack < u64::from(map.view().number)))
             .collect();
-        let settled = match recover_all_in_views(ep, &map, self.protocol, &in_views).await {
+        // What must wait for its turn (Scythe's tickets behind others) waits a scan period at
+        // most: it may wait for a dead coordinator not yet found, which the next scan finds.
+        let deadline = ep.now_ns().saturating_add(self.period_ns());
+        let settled = match recover_within(ep, &map, self.protocol, &in_views, deadline).await {
             Ok(s) => s,
             // A memory node failed under us: give the word back, probe and change the view,
             // and recover them again in it (recovery is idempotent).
@@ -627,7 +632,15 @@ impl Service {
             Err(e) => return Err(e),
         };
         let finished_ns = ep.lease_now_ns();
-        for (&i, (outcome, locks_released)) in dead.iter().zip(settled) {
+        // Those left waiting are not marked: recovered again at a later scan (idempotent),
+        // each reported as soon as settled all the same (a roll forward joins the history).
+        let done: Vec<u32> = dead
+            .iter()
+            .zip(&settled)
+            .filter(|(_, s)| s.2)
+            .map(|(&i, _)| i)
+            .collect();
+        for (&i, (outcome, locks_released, _)) in dead.iter().zip(settled) {
             let x = m.members[i as usize];
             let noticed_ns = if first_dead.contains(&i) {
                 first_ns
@@ -650,7 +663,7 @@ impl Service {
             }
             self.events.push(e);
         }
-        let marks: Vec<_> = dead
+        let marks: Vec<_> = done
             .iter()
             .map(|&i| {
                 let x = m.members[i as usize];
@@ -664,7 +677,7 @@ impl Service {
             marks.iter().all(|&c| ep.cas_ok(c)),
             "a recovered word moved"
         );
-        scan.unsettled -= dead.len() as u32;
+        scan.unsettled -= done.len() as u32;
         self.give_back(ep, mine).await?;
         Ok(scan)
     }

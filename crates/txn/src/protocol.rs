@@ -113,7 +113,21 @@ pub(crate) trait Protocol: Sized + 'static {
         owner: u64,
         e: &LogEntry,
     ) -> Result<Recovered, FabricError> {
-        crate::mechanisms::settle::settle(ep, map, owner, e).await
+        crate::mechanisms::settle::settle(ep, map, owner, e, Self::LIVE_META).await
+    }
+
+    /// Recovery of crashed coordinators (by index), once their log entries are settled and
+    /// their lock words cleared: gives back what else they hold (Scythe's takeout tickets),
+    /// waiting until `deadline_ns` (the endpoint's clock) at most for what it must wait for.
+    /// Per dead coordinator: whether it holds nothing more (else recovery runs again later),
+    /// and how many it gave back.
+    async fn release_held(
+        _ep: &mut Endpoint,
+        _map: &PoolMap,
+        dead: &[u32],
+        _deadline_ns: u64,
+    ) -> Result<Vec<(bool, u32)>, FabricError> {
+        Ok(vec![(true, 0); dead.len()])
     }
 
     /// The coordinator leaves for good: it will run no more transactions (CALVIN's sequencer

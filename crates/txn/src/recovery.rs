@@ -15,7 +15,9 @@
 //!    scan of every table on its primary (16 KiB of buckets per READ, every dead coordinator's at
 //!    once: [`recover_all`]), each cleared with a CAS from the dead owner's value so that
 //!    nobody else's lock is ever touched;
-//! 4. closes the log entry (on every node, before step 3).
+//! 4. closes the log entry (on every node, before step 3);
+//! 5. gives back what else it holds (`Protocol::release_held`: Scythe's takeout tickets, from
+//!    the grant journals the memory nodes' CPUs keep, each once its turn comes in its queue).
 //!
 //! **Idempotent.** A recovery that crashes half-way and runs again ends in the same state:
 //! step 2 judges by what the replicas hold under the dead owner's locks, which stay until
@@ -97,6 +99,23 @@ pub async fn recover_all_in_views(
     protocol: Protocol,
     dead: &[(u32, bool)],
 ) -> Result<Vec<(Recovered, u32)>, FabricError> {
+    let r = recover_within(ep, map, protocol, dead, u64::MAX).await?;
+    Ok(r.into_iter().map(|(o, l, _)| (o, l)).collect())
+}
+
+/// [`recover_all_in_views`], then step 5, the protocol's (Scythe's takeout tickets: each
+/// waits for its turn in its queue, and counts with the locks released), waiting until
+/// `deadline_ns` (the endpoint's clock) at most: per dead coordinator also whether it is
+/// recovered for good (false: something of its
+/// still waits behind others, maybe behind a dead coordinator not yet found: run it again
+/// later, with them; every step is idempotent).
+pub async fn recover_within(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    protocol: Protocol,
+    dead: &[(u32, bool)],
+    deadline_ns: u64,
+) -> Result<Vec<(Recovered, u32, bool)>, FabricError> {
     let mut out = Vec::with_capacity(dead.len());
     let older = map.for_older_view();
     for &(index, before) in dead {
@@ -106,7 +125,14 @@ pub async fn recover_all_in_views(
     let dead: Vec<u32> = dead.iter().map(|d| d.0).collect();
     let owners: Vec<u64> = dead.iter().map(|&i| u64::from(i) + 1).collect();
     let released = release_all(ep, map, &owners, protocol.lock_flags()).await?;
-    Ok(out.into_iter().zip(released).collect())
+    let held = protocol.release_held(ep, map, &dead, deadline_ns).await?;
+    // (What it gave back counts with the lock words: Scythe's tickets are queue locks.)
+    Ok(out
+        .into_iter()
+        .zip(released)
+        .zip(held)
+        .map(|((o, l), (done, more))| (o, l + more, done))
+        .collect())
 }
 
 /// Steps 1 and 2, and 4: settles coordinator `index`'s newest log entry and closes it.

@@ -70,6 +70,21 @@ macro_rules! registry {
                 }
             }
 
+            /// Recovery's last protocol step: gives back what dead coordinators hold beside
+            /// lock words; per dead coordinator, whether it holds nothing more, and how many
+            /// it gave back.
+            pub(crate) async fn release_held(
+                self,
+                ep: &mut Endpoint,
+                map: &PoolMap,
+                dead: &[u32],
+                deadline_ns: u64,
+            ) -> Result<Vec<(bool, u32)>, FabricError> {
+                match self {
+                    $( Protocol::$variant => <$ty>::release_held(ep, map, dead, deadline_ns).await, )*
+                }
+            }
+
             /// Extra 8-byte words per record the protocol keeps its own metadata in.
             pub fn meta_words(self) -> u8 {
                 match self {

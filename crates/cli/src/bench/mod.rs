@@ -1090,16 +1090,30 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             }
         }
     }
-    // For the report, a coordinator once: the recovery that marked it (the last).
+    // For the report, a coordinator once: the recovery that marked it (the last), with what
+    // an earlier one settled and released (Scythe: a recovery whose tickets still waited
+    // their turn runs again, and finds the entry closed and the locks free).
     let mut last = std::collections::HashMap::new();
+    let mut locks = std::collections::HashMap::new();
+    let mut settled = std::collections::HashMap::new();
     for (k, e) in online.iter().enumerate() {
         last.insert(e.coordinator, k);
+        *locks.entry(e.coordinator).or_insert(0) += e.locks_released;
+        if e.outcome != dtxn_txn::recovery::Recovered::Nothing {
+            settled.insert(e.coordinator, e.outcome.clone());
+        }
     }
     let mut k = 0;
     online.retain(|e| {
         k += 1;
         last[&e.coordinator] == k - 1
     });
+    for e in &mut online {
+        e.locks_released = locks[&e.coordinator];
+        if let Some(o) = settled.remove(&e.coordinator) {
+            e.outcome = o;
+        }
+    }
     if host_leases.is_some() {
         // This process's coordinators that were fenced and recovered here: a transaction
         // recovery rolled forward is committed, and joins their tally. (One recovered by
@@ -1197,10 +1211,8 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
 /// What `--faults` and `--leases` (`option`) both need: a protocol whose dead coordinators
 /// recovery can settle, and a membership slot for every coordinator.
 fn check_recoverable(option: &str, protocol: Protocol, topo: Topology) -> Result<()> {
-    match protocol {
-        Protocol::Calvin => bail!("{option}: not for calvin (a dead coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)"),
-        Protocol::Scythe => bail!("{option}: not for scythe yet (a dead coordinator's takeout tickets are never given back, and recovery's undo writes over the takeout words)"),
-        _ => {}
+    if protocol == Protocol::Calvin {
+        bail!("{option}: not for calvin (a dead coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)");
     }
     if topo.coordinators() > dtxn_store::layout::MAX_MEMBERS {
         bail!(

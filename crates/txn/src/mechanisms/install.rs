@@ -209,11 +209,16 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
 
 /// A record's WRITE to its primary: whole, or, for a protocol whose metadata words others
 /// change under its lock ([`Protocol::LIVE_META`]: Scythe's takeout lock, granted by the
-/// memory node's CPU and released by NICs' FAAs while the record is held), its header and its
-/// value around them, in that order on one QP (so a reader that sees the new value in line 0
-/// sees the new header's invisible bit too).
+/// memory node's CPU and released by NICs' FAAs while the record is held), around them, in
+/// three WRITEs on one QP, applied in order (G4): the lock word with the invisible bit (from
+/// here on a reader reads again rather than take line 0's value, which the next WRITE
+/// changes under a header that still looks committed), the value, then the header, its
+/// version last. A crash cutting them off leaves either the old version (the value may be new
+/// but is invisible: recovery judges it not installed and rolls it back) or everything. (Two
+/// WRITEs, header then value, left a one-line record whole at the new version with the old
+/// value when cut between them: recovery rolled forward a value never written.)
 #[inline]
-fn write_primary<P: Protocol>(
+pub(crate) fn write_primary<P: Protocol>(
     ep: &mut dtxn_fabric::Endpoint,
     via: rpc::Via,
     t: &TableInfo,
@@ -222,12 +227,27 @@ fn write_primary<P: Protocol>(
 ) {
     let codec = t.codec();
     if P::LIVE_META && codec.meta_words() > 0 {
-        let v = codec.value_off();
-        rpc::write(ep, via, t.primary(), off, &record[..HEADER_BYTES]);
-        rpc::write(ep, via, t.primary(), off + v as u64, &record[v..]);
+        write_around_meta(t, off, record, |at, b| {
+            rpc::write(ep, via, t.primary(), at, b)
+        });
     } else {
         rpc::write(ep, via, t.primary(), off, record);
     }
+}
+
+/// [`write_primary`]'s three WRITEs for a record whose metadata words stay as they are,
+/// through `write(address, bytes)`.
+pub(crate) fn write_around_meta(
+    t: &TableInfo,
+    off: u64,
+    record: &[u8],
+    mut write: impl FnMut(u64, &[u8]),
+) {
+    let lock = u64::from_le_bytes(record[..8].try_into().expect("a header")) | INVISIBLE;
+    let v = t.codec().value_off();
+    write(off, &lock.to_le_bytes());
+    write(off + v as u64, &record[v..]);
+    write(off, &record[..HEADER_BYTES]);
 }
 
 /// A replica failed during the commit: put the old images back wherever we can reach.

@@ -24,7 +24,7 @@
 //! SHARE   tag=4 | addr | read_addr | read_len      -> status | old | the READ (if granted)
 //! UNSHARE tag=5 | addr                             -> status | old
 //! RAISE   tag=6 | addr | ts | read_addr | read_len -> status | old | the READ
-//! TICKET  tag=7 | grant addr | ts | limit          -> status | GRANT before | UPPER
+//! TICKET  tag=7 | grant addr | ts | limit | journal -> status | GRANT before | UPPER
 //! ```
 //!
 //! TICKET is Scythe's takeout-lock grant ([`super::takeout`]).

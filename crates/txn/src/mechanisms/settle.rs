@@ -2,6 +2,7 @@
 //! commit landed on every replica of everything it locked, else roll back from the old images.
 //! (The recovery driver, `recovery.rs`, finds the entry and releases the locks.)
 
+use crate::mechanisms::install::write_around_meta;
 use crate::mechanisms::{holds, INVISIBLE};
 use crate::recovery::Recovered;
 use dtxn_check::history;
@@ -10,12 +11,15 @@ use dtxn_store::log::LogEntry;
 use dtxn_store::record::RecordHeader;
 use dtxn_store::PoolMap;
 
-/// Decides and applies the pending entry's outcome.
+/// Decides and applies the pending entry's outcome. With `live_meta` (a protocol whose
+/// metadata words others change under its lock: Scythe's takeout words), a roll-back writes a
+/// primary's record around them, as the commit did: the image's copies of them are stale.
 pub(crate) async fn settle(
     ep: &mut Endpoint,
     map: &PoolMap,
     owner: u64,
     e: &LogEntry,
+    live_meta: bool,
 ) -> Result<Recovered, FabricError> {
     let reads = read_replicas(ep, map, e);
     ep.post().await?;
@@ -36,7 +40,7 @@ pub(crate) async fn settle(
     if committed {
         return Ok(rolled_forward(ep, e, &ours, &seen));
     }
-    roll_back(ep, map, owner, e, &ours_to_undo, &seen.installed);
+    roll_back(ep, map, owner, e, &ours_to_undo, &seen.installed, live_meta);
     ep.post().await?;
     Ok(Recovered::RolledBack(e.txn))
 }
@@ -198,13 +202,16 @@ fn roll_back(
     e: &LogEntry,
     ours: &[usize],
     installed: &[u64],
+    live_meta: bool,
 ) {
+    let mut record = Vec::new();
     for &i in ours {
         let it = &e.items[i];
         let Ok(t) = map.table(it.table) else { continue };
         let codec = t.codec();
         for (rank, &n) in t.replicas.iter().enumerate() {
             let lock = if rank == 0 { owner } else { 0 };
+            record.clear();
             if it.insert && it.image.is_empty() {
                 // An entry without the slot's old image: free it, stamped above the insert.
                 let h = RecordHeader {
@@ -215,14 +222,21 @@ fn roll_back(
                     valid: false,
                 };
                 let zero = vec![0u8; t.value_size as usize];
-                ep.write_with(n, it.offset, t.record_bytes as usize, |b| {
-                    codec.encode(&h, &zero, b)
+                record.resize(t.record_bytes as usize, 0);
+                codec.encode(&h, &zero, &mut record);
+            } else {
+                record.extend_from_slice(&it.image);
+                record[..8].copy_from_slice(&lock.to_le_bytes());
+            }
+            if rank == 0 && live_meta && codec.meta_words() > 0 {
+                // Around the metadata words, which stay as the memory node's CPU and NICs
+                // left them; invisible until the old header is back (a crash in between
+                // leaves a version that is not new: rolled back again).
+                write_around_meta(t, it.offset, &record, |at, b| {
+                    ep.write(n, at, b);
                 });
             } else {
-                ep.write_with(n, it.offset, it.image.len(), |b| {
-                    b.copy_from_slice(&it.image);
-                    b[..8].copy_from_slice(&lock.to_le_bytes());
-                });
+                ep.write(n, it.offset, &record);
             }
         }
     }

@@ -36,8 +36,27 @@
 //! A granted ticket is a commitment: the queue cannot pass it until its owner FAAs UPPER. An
 //! aborting owner still waits for its turn and releases it (see [`wait_turns`]); nobody ever
 //! decrements `lower` or cancels a ticket.
+//!
+//! **The grant journal** (recovery of a crashed owner, issue #23). The CPU that grants a
+//! ticket records it, in the same request, in the requester's journal on that memory node:
+//! the last [`JOURNAL_BYTES`] of the requester's log slice (the request names it). An entry
+//! is the GRANT word's address and the ticket's **full number** `T`: the count of grants on
+//! that lock before it, which UPPER (a 64-bit count of releases, only ever FAAed by one)
+//! is compared with exactly: `UPPER > T` released, `UPPER == T` being served (only its
+//! owner may FAA now), `UPPER < T` waiting. The handler knows `T` because the queue is short
+//! (`lower - upper` is at most the hot watermark plus one, far below 2^16): `T = upper +
+//! queue`, with the UPPER word it read before its CAS. So a journal entry never goes stale
+//! in a dangerous way: an old one reads as released whoever holds the slot now, and needs no
+//! epoch nor reset when the slot is reused; a slot is overwritten only once its entry reads
+//! released, and a request finding every slot unreleased gets no ticket ([`FULL`]: it goes
+//! on without one, as a transaction whose record address was not cached). A dead owner's
+//! recovery ([`release_dead`]) reads its journals, waits for each unreleased ticket's turn
+//! and FAAs UPPER then: a ticket granted but whose reply was lost with the crash included.
+//! Words: the journal's lock word is CPU-CASed, its entries CPU-written; NICs only READ them
+//! (G11 holds: no NIC atomic on a journal word, no CPU access but READs to UPPER).
 
-use dtxn_fabric::{Endpoint, LocalMem, NodeId, OpId};
+use dtxn_fabric::{Endpoint, FabricError, LocalMem, NodeId, OpId};
+use dtxn_store::PoolMap;
 
 /// The `TICKET` request's tag (beside `mechanisms::rpc`'s tags 1 to 5, and 6, MVCC's RAISE on
 /// main).
@@ -45,6 +64,22 @@ pub(crate) const TICKET: u64 = 7;
 /// Reply statuses (`mechanisms::rpc`'s `OK` and `BAD` keep their meaning).
 pub(crate) const GRANTED: u64 = 0;
 pub(crate) const REJECTED: u64 = 2;
+/// Not granted, not rejected: the requester's journal has no released slot. It goes on without
+/// a ticket for that record.
+pub(crate) const FULL: u64 = 3;
+
+/// A grant journal's bytes: a line of its own (the CPU's lock word), then 16-byte entries
+/// (GRANT address, full ticket), 124 of them: more than the tickets an attempt takes on one
+/// memory node in the workloads here (TPC-C's Delivery aside, which then takes fewer).
+pub(crate) const JOURNAL_BYTES: u64 = 2048;
+const JOURNAL_HEAD: u64 = 64;
+const ENTRY_BYTES: u64 = 16;
+pub(crate) const JOURNAL_ENTRIES: u64 = (JOURNAL_BYTES - JOURNAL_HEAD) / ENTRY_BYTES;
+/// The journal's lock word is held (the CPU's handler cores journal one grant at a time).
+const JOURNAL_HELD: u64 = 1;
+/// Tries at a held journal lock word before the request is refused as bad (a grant holds it
+/// for a few local accesses).
+const JOURNAL_SPINS: u32 = 1 << 20;
 
 /// Bits of GRANT below `queued_ts`.
 const TS_SHIFT: u32 = 16;
@@ -90,6 +125,8 @@ pub(crate) fn ahead(ticket: u16, upper: u64) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reply {
     pub granted: bool,
+    /// Not granted for want of a free journal slot (not a rejection: go on without a ticket).
+    pub full: bool,
     /// The GRANT word before this request (its `lower` is our ticket, if granted).
     pub grant: u64,
     /// The UPPER word as the memory node read it.
@@ -105,6 +142,72 @@ impl Reply {
     pub(crate) fn ticket(&self) -> u16 {
         lower(self.grant)
     }
+
+    /// The ticket's full number (grants on the lock before it): the UPPER read, plus the
+    /// queue ahead, which is far below 2^16.
+    pub(crate) fn full_ticket(&self) -> u64 {
+        self.upper.wrapping_add(self.queue())
+    }
+}
+
+/// Whether the journal entry (`at`, `full`) on this memory node is released: the lock's
+/// UPPER passed its ticket (or the entry is empty, or names no lock in the region).
+fn released(mem: &mut dyn LocalMem, at: u64, full: u64) -> bool {
+    let lock = at.is_multiple_of(8) && at.checked_add(16).is_some_and(|e| e <= mem.size());
+    at == 0 || !lock || mem.read_u64(at + 8) > full
+}
+
+/// [`grant`], journaled in the requester's journal at `journal` (0: none): a free slot (empty
+/// or released) is taken first, under the journal's lock word, and filled if the ticket is
+/// granted; with none free, nothing is granted ([`Reply::full`]).
+pub(crate) fn grant_journaled(
+    mem: &mut dyn LocalMem,
+    at: u64,
+    ts: u64,
+    limit: u64,
+    journal: u64,
+) -> Option<Reply> {
+    if journal == 0 {
+        return grant(mem, at, ts, limit);
+    }
+    // Held for a few local accesses by another core of this CPU, never across a request: a
+    // word that stays held, or holds anything else, is no journal (a bad request).
+    let mut spins = 0u32;
+    loop {
+        match mem.cas(journal, 0, JOURNAL_HELD) {
+            0 => break,
+            JOURNAL_HELD if spins < JOURNAL_SPINS => spins += 1,
+            _ => return None,
+        }
+        std::hint::spin_loop();
+    }
+    let hint = mem.read_u64(journal + 8) % JOURNAL_ENTRIES;
+    let slot = (0..JOURNAL_ENTRIES)
+        .map(|k| journal + JOURNAL_HEAD + ENTRY_BYTES * ((hint + k) % JOURNAL_ENTRIES))
+        .find(|&e| {
+            let (a, full) = (mem.read_u64(e), mem.read_u64(e + 8));
+            released(mem, a, full)
+        });
+    let r = match slot {
+        None => Some(Reply {
+            granted: false,
+            full: true,
+            grant: mem.read_u64(at),
+            upper: mem.read_u64(at + 8),
+        }),
+        Some(e) => {
+            let r = grant(mem, at, ts, limit);
+            if let Some(r) = r.filter(|r| r.granted) {
+                mem.write_u64(e + 8, r.full_ticket());
+                mem.write_u64(e, at);
+                let next = (e - journal - JOURNAL_HEAD) / ENTRY_BYTES + 1;
+                mem.write_u64(journal + 8, next % JOURNAL_ENTRIES);
+            }
+            r
+        }
+    };
+    mem.write_u64(journal, 0);
+    r
 }
 
 /// The memory node's side of `TICKET`: the grant rule on the lock whose GRANT word is at
@@ -122,6 +225,7 @@ pub(crate) fn grant(mem: &mut dyn LocalMem, at: u64, ts: u64, limit: u64) -> Opt
         if ts < queued_ts(g) || q > limit {
             return Some(Reply {
                 granted: false,
+                full: false,
                 grant: g,
                 upper,
             });
@@ -130,6 +234,7 @@ pub(crate) fn grant(mem: &mut dyn LocalMem, at: u64, ts: u64, limit: u64) -> Opt
         if mem.cas(at, g, new) == g {
             return Some(Reply {
                 granted: true,
+                full: false,
                 grant: g,
                 upper,
             });
@@ -137,30 +242,48 @@ pub(crate) fn grant(mem: &mut dyn LocalMem, at: u64, ts: u64, limit: u64) -> Opt
     }
 }
 
-/// Serves a `TICKET` request (`tag | grant addr | ts | limit`) into `resp`: `status | GRANT
-/// before | UPPER`. `None` for a malformed one.
+/// Serves a `TICKET` request (`tag | grant addr | ts | limit | journal`) into `resp`:
+/// `status | GRANT before | UPPER`. `None` for a malformed one (a journal, if any, must be
+/// line-aligned, in the region and clear of the lock's words).
 pub(crate) fn serve(mem: &mut dyn LocalMem, req: &[u8], resp: &mut Vec<u8>) -> Option<()> {
     let w = |i: usize| -> Option<u64> {
         let b = req.get(8 * i..8 * i + 8)?;
         Some(u64::from_le_bytes(b.try_into().ok()?))
     };
-    let (at, ts, limit) = (w(1)?, w(2)?, w(3)?);
-    let fits = at.checked_add(16).is_some_and(|end| end <= mem.size());
-    if !at.is_multiple_of(8) || !fits {
+    let (at, ts, limit, journal) = (w(1)?, w(2)?, w(3)?, w(4)?);
+    let fits = |a: u64, len: u64| a.checked_add(len).is_some_and(|end| end <= mem.size());
+    if !at.is_multiple_of(8) || !fits(at, 16) {
         return None;
     }
-    let r = grant(mem, at, ts, limit)?;
-    let status = if r.granted { GRANTED } else { REJECTED };
+    if journal != 0 {
+        let fitting = journal.is_multiple_of(64) && fits(journal, JOURNAL_BYTES);
+        if !fitting || (at + 16 > journal && journal + JOURNAL_BYTES > at) {
+            return None;
+        }
+    }
+    let r = grant_journaled(mem, at, ts, limit, journal)?;
+    let status = match r {
+        _ if r.granted => GRANTED,
+        _ if r.full => FULL,
+        _ => REJECTED,
+    };
     for v in [status, r.grant, r.upper] {
         resp.extend_from_slice(&v.to_le_bytes());
     }
     Some(())
 }
 
-/// Posts a `TICKET` request for the lock at (`node`, `at`).
-pub(crate) fn request(ep: &mut Endpoint, node: NodeId, at: u64, ts: u64, limit: u64) -> OpId {
-    let mut req = [0u8; 32];
-    for (i, v) in [TICKET, at, ts, limit].into_iter().enumerate() {
+/// Posts a `TICKET` request for the lock at (`node`, `at`), journaled at `journal` (0: not).
+pub(crate) fn request(
+    ep: &mut Endpoint,
+    node: NodeId,
+    at: u64,
+    ts: u64,
+    limit: u64,
+    journal: u64,
+) -> OpId {
+    let mut req = [0u8; 40];
+    for (i, v) in [TICKET, at, ts, limit, journal].into_iter().enumerate() {
         req[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
     }
     ep.rpc(node, &req)
@@ -174,13 +297,15 @@ pub(crate) fn reply(ep: &Endpoint, id: OpId) -> Option<Reply> {
             b.get(8 * i..8 * i + 8)?.try_into().ok()?,
         ))
     };
-    let granted = match w(0)? {
-        GRANTED => true,
-        REJECTED => false,
+    let (granted, full) = match w(0)? {
+        GRANTED => (true, false),
+        REJECTED => (false, false),
+        FULL => (false, true),
         _ => return None,
     };
     Some(Reply {
         granted,
+        full,
         grant: w(1)?,
         upper: w(2)?,
     })
@@ -192,10 +317,11 @@ pub(crate) fn release(ep: &mut Endpoint, node: NodeId, at: u64) -> OpId {
 }
 
 /// Polls of one wait before it gives up, and the back-off bounds. Long: a wait that gives up
-/// leaves its ticket unreleased (it may not be passed on before its turn), which stalls its
-/// queue for good, and every later ticket's wait with it; a queue ahead of us always drains
-/// unless a holder crashed (issue #23: leases), since every wait points to an older
-/// transaction. A short limit turned a long convoy into dead queues under zipf 0.99.
+/// leaves its ticket to be paid later (it may not be passed on before its turn), which holds
+/// its queue meanwhile; a queue ahead of us always drains unless a holder crashed (then
+/// recovery releases its tickets: a wait under a lease ends sooner, [`wait_deadline`]), since
+/// every wait points to an older transaction. A short limit turned a long convoy into dead
+/// queues under zipf 0.99 when a given-up ticket was never released.
 const WAIT_LIMIT: u32 = 1 << 20;
 const MIN_BACKOFF_NS: u64 = 500;
 const MAX_BACKOFF_NS: u64 = 50_000;
@@ -208,21 +334,38 @@ pub(crate) struct Ticket {
     pub ticket: u16,
 }
 
+/// The deadline of a live coordinator's wait for its turns: a quarter of its lease (its
+/// recovery service's scan period) when it holds one, so that a coordinator queued behind a
+/// crashed one's ticket gets back, between two attempts, to the service that recovers it
+/// (every coordinator may be queued so on a hot record); without a lease, the poll limit
+/// alone.
+pub(crate) fn wait_deadline(ep: &Endpoint) -> u64 {
+    match ep.lease() {
+        Some((l, _)) => ep.now_ns().saturating_add(l.lease_ns / 4),
+        None => u64::MAX,
+    }
+}
+
 /// Waits until every ticket of `tickets` with something `ahead` is served: sleeps for about
 /// `ahead x srtt` (Eq. 3: each transaction ahead costs at least a round trip), then READs the
 /// UPPER words of those still waiting, in one batch, again until all are served. `srtt` is the
 /// coordinator's smoothed round trip (Eq. 2, alpha 0.9), updated by the polls. `Err` if a
-/// memory node failed or the wait went on past the limit (a holder that never releases).
+/// memory node failed or the wait went on past the limit or `deadline_ns` (then the
+/// tickets' `ahead` say which are served: 0).
 pub(crate) async fn wait_turns(
     ep: &mut Endpoint,
     tickets: &mut [(Ticket, u64)],
     srtt: &mut u64,
     polls: &mut Vec<(usize, OpId)>,
+    deadline_ns: u64,
 ) -> Result<(), ()> {
     for _ in 0..WAIT_LIMIT {
         let most = tickets.iter().map(|&(_, a)| a).max().unwrap_or(0);
         if most == 0 {
             return Ok(());
+        }
+        if ep.now_ns() >= deadline_ns {
+            return Err(());
         }
         let pause = (most * (*srtt).max(1)).clamp(MIN_BACKOFF_NS, MAX_BACKOFF_NS);
         ep.sleep(pause).await;
@@ -243,6 +386,88 @@ pub(crate) async fn wait_turns(
         }
     }
     Err(())
+}
+
+/// Coordinator `index`'s grant journal (the same address on every memory node): the last
+/// [`JOURNAL_BYTES`] of its log slice, if the slice is at least twice that.
+pub(crate) fn journal(map: &PoolMap, index: u32) -> Option<u64> {
+    let (off, len) = map.log_slice(index)?;
+    (len >= 2 * JOURNAL_BYTES).then(|| off + len - JOURNAL_BYTES)
+}
+
+/// Recovery: releases every ticket the journals of the dead coordinators `dead` (by index)
+/// show granted and unreleased, on every live memory node, each once its turn comes: FAA
+/// UPPER when a READ shows `UPPER == T`. Exactly once: at `UPPER == T` only the ticket's
+/// owner may FAA, and the dead owner acts no more (the lease's fencing: all its ops, its
+/// TICKET requests' grants included, executed before recovery's first READ), nor does an
+/// earlier recovery (one leader at a time; a dead leader's ops landed too); after the FAA,
+/// `UPPER > T` for good, so a recovery run again finds it released. Waits for the queues
+/// ahead (live transactions, or dead coordinators not yet recovered) until `deadline_ns` at
+/// most. Per dead coordinator: whether all its tickets are released (else run it again
+/// later: the rest of recovery is idempotent), and how many this run released.
+pub(crate) async fn release_dead(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    dead: &[u32],
+    deadline_ns: u64,
+) -> Result<Vec<(bool, u32)>, FabricError> {
+    let mut reads = Vec::new();
+    for (k, &d) in dead.iter().enumerate() {
+        let Some(j) = journal(map, d) else { continue };
+        for n in map.live_nodes() {
+            reads.push((k, n, ep.read(n, j, JOURNAL_BYTES as usize)));
+        }
+    }
+    let mut done = vec![(true, 0u32); dead.len()];
+    if reads.is_empty() {
+        return Ok(done);
+    }
+    ep.post().await?;
+    // (dead coordinator, node, GRANT address, full ticket)
+    let mut pending = Vec::new();
+    for (k, n, r) in reads {
+        let size = ep.node_sizes().get(usize::from(n)).copied().unwrap_or(0);
+        for e in 0..JOURNAL_ENTRIES {
+            let off = (JOURNAL_HEAD + ENTRY_BYTES * e) as usize;
+            let (at, full) = (ep.word(r, off), ep.word(r, off + 8));
+            let lock = at.is_multiple_of(8) && at.checked_add(16).is_some_and(|e| e <= size);
+            if at != 0 && lock {
+                pending.push((k, n, at, full));
+            }
+        }
+    }
+    let mut pause = MIN_BACKOFF_NS;
+    let mut polls = Vec::new();
+    for _ in 0..WAIT_LIMIT {
+        polls.clear();
+        polls.extend(pending.iter().map(|&(_, n, at, _)| ep.read(n, at + 8, 8)));
+        ep.post().await?;
+        let uppers: Vec<u64> = polls.iter().map(|&id| ep.word(id, 0)).collect();
+        let mut released = 0;
+        let mut i = 0;
+        pending.retain(|&(k, n, at, full)| {
+            let upper = uppers[i];
+            i += 1;
+            if upper == full {
+                release(ep, n, at);
+                released += 1;
+                done[k].1 += 1;
+            }
+            upper < full
+        });
+        if released > 0 {
+            ep.post().await?;
+        }
+        if pending.is_empty() || ep.now_ns() >= deadline_ns {
+            break;
+        }
+        ep.sleep(pause).await;
+        pause = (2 * pause).min(MAX_BACKOFF_NS);
+    }
+    for &(k, ..) in &pending {
+        done[k].0 = false;
+    }
+    Ok(done)
 }
 
 #[cfg(test)]
@@ -345,7 +570,7 @@ mod tests {
     fn requests_round_trip_and_bad_ones_are_refused() {
         let mut m = lock(0, 0, 0);
         let mut resp = Vec::new();
-        let req: Vec<u8> = [TICKET, 16, 7, 3]
+        let req: Vec<u8> = [TICKET, 16, 7, 3, 0]
             .iter()
             .flat_map(|w| w.to_le_bytes())
             .collect();
@@ -355,15 +580,90 @@ mod tests {
             .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
             .collect();
         assert_eq!(w, vec![GRANTED, grant_word(0, 0), 0]);
+        let mut big = Mem(vec![0; 4096]);
         for bad in [
-            [TICKET, 12, 7, 3],
-            [TICKET, 56, 7, 3],
-            [TICKET, 16, MAX_TS + 1, 3],
-        ] {
+            [TICKET, 12, 7, 3, 0],
+            [TICKET, 4088, 7, 3, 0],
+            [TICKET, 16, MAX_TS + 1, 3, 0],
+            // Journals: misaligned, past the region, over the lock's words.
+            [TICKET, 16, 7, 3, 2048 + 8],
+            [TICKET, 16, 7, 3, 4096 - 64],
+        ]
+        .iter()
+        .map(|b| b.to_vec())
+        .chain([vec![TICKET, 1024, 7, 3, 0x3c0]])
+        {
             let req: Vec<u8> = bad.iter().flat_map(|w| w.to_le_bytes()).collect();
-            assert!(serve(&mut m, &req, &mut resp).is_none(), "{bad:?}");
+            assert!(serve(&mut big, &req, &mut resp).is_none(), "{bad:?}");
         }
-        assert!(serve(&mut m, &req[..24], &mut resp).is_none());
+        assert!(serve(&mut m, &req[..32], &mut resp).is_none());
+        // A journal address past the end of any region, and a "journal" whose lock word holds
+        // something else (a bad address into a table): refused, no panic, no spin.
+        big.write_u64(2048, 0xdead);
+        for journal in [u64::MAX - 63, 2048] {
+            let req: Vec<u8> = [TICKET, 16, 7, 3, journal]
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect();
+            assert!(serve(&mut big, &req, &mut resp).is_none(), "{journal}");
+        }
+        assert_eq!(big.read_u64(16), 0, "nothing granted");
+    }
+
+    /// Journal entry `e` of the journal at `j`: (GRANT address, full ticket).
+    fn entry(m: &mut Mem, j: u64, e: u64) -> (u64, u64) {
+        let at = j + JOURNAL_HEAD + ENTRY_BYTES * e;
+        (m.read_u64(at), m.read_u64(at + 8))
+    }
+
+    #[test]
+    fn grants_are_journaled_with_their_full_ticket_across_the_wrap() {
+        let j = 2048;
+        let mut m = Mem(vec![0; 4096]);
+        // upper has counted 3 x 2^16 + 65534 releases; lower wrapped with it.
+        let upper = (3 << 16) | u64::from(u16::MAX - 1);
+        m.write_u64(16, grant_word(1, u16::MAX));
+        m.write_u64(24, upper);
+        let r = grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).unwrap();
+        assert!(r.granted && !r.full);
+        assert_eq!(r.full_ticket(), upper + 1);
+        assert_eq!(entry(&mut m, j, 0), (16, upper + 1));
+        let r = grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).unwrap();
+        assert_eq!(lower(r.grant), 0, "lower wrapped");
+        assert_eq!(entry(&mut m, j, 1), (16, upper + 2));
+        // A rejection journals nothing; the lock word is free again.
+        assert!(
+            !grant_journaled(&mut m, 16, 0, HOT_WATERMARK, j)
+                .unwrap()
+                .granted
+        );
+        assert_eq!(entry(&mut m, j, 2), (0, 0));
+        assert_eq!(m.read_u64(j), 0);
+    }
+
+    #[test]
+    fn a_journal_full_of_unreleased_tickets_grants_nothing_until_one_is_released() {
+        let j = 2048;
+        let mut m = Mem(vec![0; 4096]);
+        let n = JOURNAL_ENTRIES;
+        for t in 0..n {
+            let r = grant_journaled(&mut m, 16, 1, u64::MAX, j).unwrap();
+            assert!(r.granted, "ticket {t}");
+            assert_eq!(r.full_ticket(), t);
+        }
+        let before = m.read_u64(16);
+        let r = grant_journaled(&mut m, 16, 1, u64::MAX, j).unwrap();
+        assert!(r.full && !r.granted);
+        assert_eq!(m.read_u64(16), before, "nothing granted");
+        // Ticket 0 released (UPPER 1): its slot takes the next grant, ticket n.
+        m.write_u64(24, 1);
+        let r = grant_journaled(&mut m, 16, 1, u64::MAX, j).unwrap();
+        assert!(r.granted);
+        assert_eq!(entry(&mut m, j, 0), (16, n));
+        assert!(
+            grant_journaled(&mut m, 16, 1, u64::MAX, j).unwrap().full,
+            "the others are all still held"
+        );
     }
 
     /// The memory as a grant (a handler on the memory node's CPU) sees it while a NIC executes

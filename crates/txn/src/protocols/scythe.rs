@@ -40,7 +40,8 @@
 //! 4. **Commit** (1 RT): every replica, coalescent.
 //! 5. **Release** (detached): header locks WRITE 0, then FAA(UPPER, 1) per ticket. An abort
 //!    waits for every granted ticket's turn and releases it too: a granted ticket is a
-//!    commitment the queue cannot pass.
+//!    commitment the queue cannot pass (under a lease, a quarter lease at most: the tickets
+//!    still waiting are owed, paid before the next attempt).
 //!
 //! **OCC and TOCC on one record** (digest 3.5, Fig. 17): both take the same header lock, OCC
 //! for its writes at commit, TOCC for everything from its read on; OCC validation fails on a
@@ -64,14 +65,20 @@
 //! `scythe.takeout_lock=false` (the paper's CAS-lock ablation): TOCC takes no tickets, only
 //! the header lock in timestamp order (waiting for older holders, dying for younger ones).
 //!
-//! Limits: a crashed coordinator's tickets are never released (its queues stall until leases
-//! expire them, issue #23), and recovery's roll-back writes whole images over the takeout
-//! words (do not run Scythe with `--faults`); tickets and reads are two round trips, not the
+//! **A crashed coordinator** (issue #23): the memory node's CPU journals every grant in the
+//! requester's grant journal (the tail of its log slice), and recovery releases the dead
+//! one's tickets from it, each at its turn (`Protocol::release_held`, [`takeout::release_dead`]);
+//! a live wait for a turn ends after a quarter lease (the coordinator serves recovery between
+//! attempts), leaving the tickets not yet served **owed**, paid before the next attempt goes
+//! on. Recovery's roll-back writes around the takeout words (`LIVE_META`).
+//!
+//! Limits: tickets and reads are two round trips, not the
 //! paper's one RPC; RRPC is the fabric's: a batch's requests to one memory node share one
 //! message (`--rpc-pack-limit 512` on sim: the paper's size rule; Scythe's are 32 B).
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::{ScytheMode, TxnConfig};
+use crate::coord::Core;
 use crate::item::Access;
 use crate::mechanisms::absent::validate_absent;
 use crate::mechanisms::fetch::Locking;
@@ -84,7 +91,7 @@ use crate::protocol::{Protocol, Row};
 use crate::stage::Stages;
 use crate::tx::Tx;
 use crate::txn::TxKind;
-use dtxn_fabric::OpId;
+use dtxn_fabric::{Endpoint, FabricError, OpId};
 use dtxn_store::log::LogStatus;
 use dtxn_store::record::META_OFF;
 use dtxn_store::PoolMap;
@@ -103,6 +110,9 @@ pub(crate) struct Attempt {
     /// Its granted tickets, with how many were ahead when last seen, and their records.
     tickets: Vec<(Ticket, u64)>,
     keys: Vec<(u32, u64)>,
+    /// Its wait for its turns ran out (its abort then waits no more before the engine's
+    /// next attempt: the coordinator's recovery service may be what the queue waits for).
+    waited_out: bool,
 }
 
 /// What a coordinator keeps across attempts.
@@ -115,6 +125,11 @@ pub(crate) struct Coord {
     polls: Vec<(usize, OpId)>,
     /// The ticket requests of a round: (access, GRANT address, request).
     requests: Vec<(usize, u64, OpId)>,
+    /// Its grant journal (on every memory node; 0: none), once looked up.
+    journal: Option<u64>,
+    /// Tickets of aborted attempts whose turn had not come when their wait ended: released
+    /// as it comes, before the next attempt goes on (only their holder may pass them on).
+    owed: Vec<(Ticket, u64)>,
 }
 
 /// A header lock word for an OCC holder: its owner alone, the oldest there is (a TOCC
@@ -149,10 +164,21 @@ impl Protocol for Scythe {
         tx.st.ts = 0;
         tx.st.tickets.clear();
         tx.st.keys.clear();
+        tx.st.waited_out = false;
         tx.c.lock_word = tx.c.owner;
+        if tx.s.journal.is_none() {
+            // The journal is the slice's tail: the undo log keeps the rest.
+            let index = (tx.c.owner - 1) as u32;
+            let journal = takeout::journal(&tx.c.map, index);
+            if let (Some(_), Some((off, len))) = (journal, tx.c.log_slice) {
+                tx.c.log_slice = Some((off, len - takeout::JOURNAL_BYTES));
+            }
+            tx.s.journal = Some(journal.unwrap_or(0));
+        }
     }
 
     async fn fetch(tx: &mut Tx<'_, Self>, accesses: &[Access]) -> Result<(), Abort> {
+        settle_owed(tx, accesses).await?;
         if tx.st.tocc {
             stamp(tx).await?;
             if tx.c.cfg.scythe.takeout_lock {
@@ -232,7 +258,9 @@ impl Protocol for Scythe {
     }
 
     /// Header locks, then every granted ticket, each once its turn came (a ticket the queue
-    /// is still behind is waited for: only its holder may pass it on).
+    /// is still behind is waited for: only its holder may pass it on). A wait that ends (its
+    /// deadline, a node down) leaves the tickets not yet served owed: released before the next
+    /// attempt goes on, or by recovery if this coordinator dies first.
     async fn abort(tx: &mut Tx<'_, Self>) {
         release::release_on_abort(tx).await;
         if tx.st.tocc {
@@ -242,22 +270,93 @@ impl Protocol for Scythe {
             return;
         }
         let mut tickets = std::mem::take(&mut tx.st.tickets);
-        let mut polls = std::mem::take(&mut tx.s.polls);
-        // A wait that fails (a node down, a holder that never releases) leaves the tickets
-        // to recovery: releasing one not served would pass someone else's turn on.
-        let served = takeout::wait_turns(&mut tx.c.ep, &mut tickets, &mut tx.s.srtt, &mut polls)
-            .await
-            .is_ok();
-        if served {
-            for &(t, _) in &tickets {
-                takeout::release(&mut tx.c.ep, t.node, t.at);
-            }
-            let _ = tx.c.ep.post_detached();
-        }
-        tickets.clear();
+        let deadline = match tx.st.waited_out {
+            true => tx.c.ep.now_ns(),
+            false => takeout::wait_deadline(&tx.c.ep),
+        };
+        pay(tx, &mut tickets, deadline).await;
+        tx.s.owed.append(&mut tickets);
         tx.st.tickets = tickets;
-        tx.s.polls = polls;
     }
+
+    /// Tickets still owed are waited for (without a deadline: the poll limit alone) and
+    /// released before the coordinator leaves.
+    async fn retire(c: &mut Core, s: &mut Self::Scratch) {
+        if s.owed.is_empty() {
+            return;
+        }
+        let mut owed = std::mem::take(&mut s.owed);
+        let _ =
+            takeout::wait_turns(&mut c.ep, &mut owed, &mut s.srtt, &mut s.polls, u64::MAX).await;
+        owed.retain(|&(t, ahead)| {
+            if ahead == 0 {
+                takeout::release(&mut c.ep, t.node, t.at);
+            }
+            ahead > 0
+        });
+        let _ = c.ep.post().await;
+        s.owed = owed;
+    }
+
+    /// Recovery, after the dead coordinators' lock words are cleared: their tickets, each
+    /// once its turn comes (the grant journals say which they hold).
+    async fn release_held(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        dead: &[u32],
+        deadline_ns: u64,
+    ) -> Result<Vec<(bool, u32)>, FabricError> {
+        takeout::release_dead(ep, map, dead, deadline_ns).await
+    }
+}
+
+/// Waits for `tickets`' turns until `deadline_ns` and releases those served; leaves the others
+/// in `tickets`.
+async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline_ns: u64) {
+    let mut polls = std::mem::take(&mut tx.s.polls);
+    let _ = takeout::wait_turns(
+        &mut tx.c.ep,
+        tickets,
+        &mut tx.s.srtt,
+        &mut polls,
+        deadline_ns,
+    )
+    .await;
+    tx.s.polls = polls;
+    let ep = &mut tx.c.ep;
+    let before = tickets.len();
+    tickets.retain(|&(t, ahead)| {
+        if ahead == 0 {
+            takeout::release(ep, t.node, t.at);
+        }
+        ahead > 0
+    });
+    if tickets.len() < before {
+        let _ = ep.post_detached();
+    }
+}
+
+/// Before an attempt goes on: the tickets earlier attempts still owe, released as their turn
+/// comes; if some still wait at the deadline, the attempt aborts (its coordinator serves
+/// recovery between attempts: the queue ahead may wait for a dead coordinator's ticket).
+async fn settle_owed(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(), Abort> {
+    if tx.s.owed.is_empty() {
+        return Ok(());
+    }
+    let mut owed = std::mem::take(&mut tx.s.owed);
+    let deadline = takeout::wait_deadline(&tx.c.ep);
+    pay(tx, &mut owed, deadline).await;
+    let left = owed.is_empty();
+    tx.s.owed = owed;
+    if left {
+        return Ok(());
+    }
+    let a = accesses.first().copied().unwrap_or(Access::read(0, 0));
+    Err(Abort {
+        reason: AbortReason::LockConflict,
+        table: a.table,
+        key: a.key,
+    })
 }
 
 /// The ticket requests' replies: each granted ticket recorded (so that it is released, even
@@ -281,6 +380,8 @@ fn on_replies(
             return Some(bad(AbortReason::ReplicaFailure));
         }
         match takeout::reply(&tx.c.ep, id) {
+            // No free journal slot: on without a ticket (as an uncached record).
+            Some(r) if r.full => {}
             Some(r) if r.granted => {
                 let ticket = Ticket {
                     node: table(map, a.table).primary(),
@@ -363,7 +464,7 @@ async fn occ_tickets(tx: &mut Tx<'_, Scythe>) -> Result<(), Abort> {
     if r.is_err()
         && tx.s.requests.iter().any(|&(_, _, id)| {
             takeout::reply(&tx.c.ep, id)
-                .is_some_and(|r| !r.granted && r.queue() > takeout::COLD_WATERMARK)
+                .is_some_and(|r| !r.granted && !r.full && r.queue() > takeout::COLD_WATERMARK)
         })
     {
         tx.s.next_tocc = true;
@@ -413,7 +514,8 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access], limit: u64) -> Re
             continue;
         };
         let at = off + META_OFF as u64;
-        let id = takeout::request(&mut tx.c.ep, t.primary(), at, ts, limit);
+        let journal = tx.s.journal.unwrap_or(0);
+        let id = takeout::request(&mut tx.c.ep, t.primary(), at, ts, limit, journal);
         requests.push((j, at, id));
     }
     if requests.is_empty() {
@@ -431,9 +533,18 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access], limit: u64) -> Re
     if tx.s.srtt == 0 {
         tx.s.srtt = 3_000;
     }
-    let r = takeout::wait_turns(&mut tx.c.ep, &mut tickets, &mut tx.s.srtt, &mut polls).await;
+    let deadline = takeout::wait_deadline(&tx.c.ep);
+    let r = takeout::wait_turns(
+        &mut tx.c.ep,
+        &mut tickets,
+        &mut tx.s.srtt,
+        &mut polls,
+        deadline,
+    )
+    .await;
     tx.st.tickets = tickets;
     tx.s.polls = polls;
+    tx.st.waited_out = r.is_err();
     r.map_err(|()| {
         let a = accesses[0];
         Abort {

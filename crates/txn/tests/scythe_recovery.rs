@@ -1,0 +1,385 @@
+//! Scythe survives a crashed coordinator: its takeout tickets are given back by recovery (from
+//! the grant journals the memory nodes keep), and recovery's roll-back leaves the takeout
+//! words alone.
+
+use dtxn_fabric::sim::{ComputeCrash, SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_store::log::{ItemKind, LogEntry, LogItem, LogStatus};
+use dtxn_store::record::{RecordHeader, META_OFF};
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec};
+use dtxn_txn::membership::{self, LeaseConfig, Service};
+use dtxn_txn::recovery::{recover, Recovered};
+use dtxn_txn::{AbortReason, Access, Coordinator, Protocol, ScytheMode, TxKind, TxnConfig};
+use std::cell::Cell;
+use std::rc::Rc;
+
+mod common;
+
+const T: u32 = 1;
+const KEYS: u64 = 16;
+
+fn value(v: u64) -> Vec<u8> {
+    let mut b = vec![0u8; 64];
+    b[..8].copy_from_slice(&v.to_le_bytes());
+    b[56..].copy_from_slice(&v.to_le_bytes());
+    b
+}
+
+/// A loaded Scythe pool (2 memory nodes, `replicas`), every key holding 1000, with `crashes`.
+fn pool(seed: u64, replicas: usize, crashes: Vec<ComputeCrash>) -> (Pool, Plan, SimConfig) {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas,
+        log_slices: 16,
+        log_slice_bytes: 8192,
+        region_bytes: None,
+    };
+    let spec = TableSpec::new(T, "t", 64, KEYS).with_meta_words(Protocol::Scythe.meta_words());
+    let plan = Plan::new(&[spec], &shape).unwrap();
+    let mut cfg = SimConfig::new(seed, 2, plan.region_bytes);
+    cfg.faults.compute_crashes = crashes;
+    let mut pool = Pool::Sim(SimPool::new(cfg.clone()).unwrap());
+    pool.set_rpc_handler(std::sync::Arc::new(dtxn_txn::MemoryNodeHandlers));
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    for k in 0..KEYS {
+        l.insert(&pool, k, &value(1000)).unwrap();
+    }
+    (pool, plan, cfg)
+}
+
+/// Where key `k` lives on its table's primary (by the memory node's own CPU).
+fn offset_of(pool: &Pool, t: &TableInfo, k: u64) -> u64 {
+    let mut b = vec![0u8; t.bucket_bytes as usize];
+    for i in 0..t.bucket_count + t.overflow_buckets {
+        let base = t.bucket(i);
+        pool.with_local(t.primary(), |m| m.read(base, &mut b));
+        for s in 0..t.slots_per_bucket {
+            let h = t.codec().header(t.slot_bytes(&b, s));
+            if h.valid && h.key == k {
+                return t.slot(base, s);
+            }
+        }
+    }
+    panic!("key {k} not found")
+}
+
+/// Key `k`'s takeout words on its primary: (GRANT, UPPER).
+fn takeout_of(pool: &Pool, t: &TableInfo, k: u64) -> (u64, u64) {
+    let at = offset_of(pool, t, k) + META_OFF as u64;
+    pool.with_local(t.primary(), |m| (m.read_u64(at), m.read_u64(at + 8)))
+}
+
+fn tocc() -> Rc<TxnConfig> {
+    let mut cfg = TxnConfig {
+        protocol: Protocol::Scythe,
+        ..TxnConfig::default()
+    };
+    cfg.scythe.mode = ScytheMode::Tocc;
+    Rc::new(cfg)
+}
+
+/// Sets key `k` to `v` in one transaction; the abort if it does not commit.
+async fn set(c: &mut Coordinator, k: u64, v: u64) -> Result<(), AbortReason> {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    tx.fetch(&[Access::update(T, k)])
+        .await
+        .map_err(|a| a.reason)?;
+    tx.update(T, k, &value(v)).await.map_err(|a| a.reason)?;
+    tx.commit().await.map_err(|a| a.reason)
+}
+
+/// Coordinator 1 (compute node 1, TOCC) holds key 0's ticket, being served, and its header
+/// lock when its compute node crashes. Coordinator 0 queues behind that ticket: without its
+/// release it never gets the record (a granted ticket is a commitment the queue cannot pass).
+/// Its waits end at a quarter of its lease, so between attempts its recovery service finds
+/// coordinator 1 dead, frees its header lock and, from the grant
+/// journal, releases its ticket; then coordinator 0 pays its own owed ticket and commits. The
+/// queue ends empty.
+#[test]
+fn a_survivor_queued_behind_a_crashed_coordinators_ticket_commits_after_recovery() {
+    for seed in 1..=3 {
+        let crash = ComputeCrash {
+            at_ns: 60_000,
+            compute_node: 1,
+        };
+        let (mut pool, plan, cfg) = pool(seed, 2, vec![crash]);
+        let lease = LeaseConfig::for_fabric(cfg.flight_bound_ns(), 0);
+        let held = Rc::new(Cell::new(false));
+        let Pool::Sim(sim) = &mut pool else {
+            unreachable!()
+        };
+        let topo = Topology {
+            compute_nodes: 2,
+            threads: 1,
+            coroutines: 1,
+        };
+        let r = sim
+            .run(topo, None, |mut ep: Endpoint| {
+                let held = held.clone();
+                async move {
+                    let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                    membership::join(&mut ep, lease).await.unwrap();
+                    let me = ep.id().index;
+                    let mut service = Service::new(Protocol::Scythe, lease, 2, map.clone());
+                    let mut c = Coordinator::new(ep, map, tocc());
+                    if me == 1 {
+                        // A first transaction caches key 0's address: TOCC then takes a
+                        // ticket for it.
+                        set(&mut c, 0, 1000).await.unwrap();
+                        c.endpoint().sleep(10_000).await;
+                        let mut tx = c.begin(TxKind::ReadWrite);
+                        tx.fetch(&[Access::update(T, 0)]).await.unwrap();
+                        held.set(true);
+                        tx.endpoint().sleep(10_000_000).await;
+                        unreachable!("its compute node crashed");
+                    }
+                    c.endpoint().sleep(40_000).await;
+                    let mut blocked = 0;
+                    loop {
+                        service.tick(c.endpoint()).await.unwrap();
+                        match set(&mut c, 0, 777).await {
+                            Ok(()) => break,
+                            Err(AbortReason::LockConflict) if blocked < 200 => blocked += 1,
+                            Err(r) => panic!("seed {seed}: {r:?} after {blocked} attempts"),
+                        }
+                    }
+                    let committed_at = c.endpoint().now_ns();
+                    service.drain(c.endpoint()).await.unwrap();
+                    (blocked, committed_at, service.events.clone())
+                }
+            })
+            .unwrap();
+        assert!(
+            held.get(),
+            "seed {seed}: the doomed coordinator held nothing"
+        );
+        assert!(r.outputs[1].is_none(), "seed {seed}: coordinator 1 crashed");
+        let (blocked, committed_at, events) = r.outputs[0].clone().unwrap();
+        assert!(blocked > 0, "seed {seed}: never queued");
+        // (Reported again by a recovery that found its ticket still waiting, if one did.)
+        let first = &events[0];
+        assert_eq!((first.coordinator, first.by), (1, 0), "seed {seed}");
+        // (Its undo log rides its next batch, which never left: nothing pending.)
+        assert_eq!(first.outcome, Recovered::Nothing, "seed {seed}");
+        // Its header lock and, from its journal, its ticket (being served).
+        assert_eq!(first.locks_released, 2, "seed {seed}: {events:?}");
+        let last = events.last().unwrap();
+        assert!(
+            committed_at > last.finished_ns,
+            "seed {seed}: committed before recovery"
+        );
+        let t = plan.table(T).unwrap();
+        let (grant, upper) = takeout_of(&pool, t, 0);
+        assert_eq!(
+            grant as u16, upper as u16,
+            "seed {seed}: the queue ends empty (GRANT {grant:#x}, UPPER {upper})"
+        );
+        assert!(upper >= 2, "seed {seed}: the dead ticket and ours released");
+        let codec = t.codec();
+        for &n in &t.replicas {
+            let off = offset_of(&pool, t, 0);
+            let mut rec = vec![0u8; t.record_bytes as usize];
+            pool.with_local(n, |m| m.read(off, &mut rec));
+            let mut v = vec![0u8; 64];
+            let h = codec.decode(&rec, &mut v).unwrap();
+            assert_eq!((h.lock, v), (0, value(777)), "seed {seed}: node {n}");
+        }
+    }
+}
+
+/// A dead coordinator's install reached key 7's primary, not its backup: recovery rolls it
+/// back. Meanwhile tickets were granted and released on the record (its takeout words moved
+/// on from what the undo image holds). The roll-back restores the header and the value and
+/// leaves GRANT and UPPER as they are: written from the image, UPPER would go back to 0 and
+/// every later ticket would wait for releases that already happened.
+#[test]
+fn recoverys_roll_back_leaves_the_takeout_words_alone() {
+    const KEY: u64 = 7;
+    const DEAD: u32 = 3;
+    let (pool, plan, _) = pool(1, 2, Vec::new());
+    let t = plan.table(T).unwrap().clone();
+    let off = offset_of(&pool, &t, KEY);
+    let bytes = t.record_bytes as usize;
+    let mut image = vec![0u8; bytes];
+    pool.with_local(t.primary(), |m| m.read(off, &mut image));
+    let old = t.codec().header(&image);
+    // The install on the primary: invisible under the dead owner's lock, a version up.
+    let owner = u64::from(DEAD) + 1;
+    let installed = RecordHeader {
+        lock: owner | 1 << 63,
+        version: old.version + 1,
+        ..old
+    };
+    let mut new = vec![0u8; bytes];
+    t.codec().encode(&installed, &value(555), &mut new);
+    pool.with_local(t.primary(), |m| {
+        m.write(off, &new[..META_OFF]);
+        m.write(
+            off + t.codec().value_off() as u64,
+            &new[t.codec().value_off()..],
+        );
+    });
+    // Tickets went on meanwhile: 6 granted (the last to a timestamp 5), 3 released.
+    let (grant, upper) = ((5u64 << 16) | 6, 3u64);
+    let at = off + META_OFF as u64;
+    pool.with_local(t.primary(), |m| {
+        m.write_u64(at, grant);
+        m.write_u64(at + 8, upper);
+    });
+    let entry = LogEntry {
+        txn: 42,
+        coordinator: DEAD,
+        status: LogStatus::Pending,
+        items: vec![LogItem {
+            table: T,
+            offset: off,
+            insert: false,
+            kind: ItemKind::Undo,
+            image,
+        }],
+    };
+    let cfg = TxnConfig {
+        protocol: Protocol::Scythe,
+        ..TxnConfig::default()
+    };
+    let t2 = t.clone();
+    let (outcome, record, words) = common::with_coordinator(pool, cfg, move |mut c| {
+        let (entry, t) = (entry.clone(), t2.clone());
+        async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let ep = c.endpoint();
+            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
+            let mut log = Vec::new();
+            entry.encode(slice_bytes, &mut log).unwrap();
+            for n in map.live_nodes() {
+                ep.write(n, slice, &log);
+            }
+            ep.post().await.unwrap();
+            let (outcome, _) = recover(ep, &map, Protocol::Scythe, DEAD).await.unwrap();
+            let r = ep.read(t.primary(), off, t.record_bytes as usize);
+            ep.post().await.unwrap();
+            let rec = ep.bytes(r).to_vec();
+            let words = (ep.word(r, META_OFF), ep.word(r, META_OFF + 8));
+            (outcome, rec, words)
+        }
+    });
+    assert_eq!(outcome, Recovered::RolledBack(42));
+    let mut v = vec![0u8; 64];
+    let h = t.codec().decode(&record, &mut v).unwrap();
+    assert_eq!((h.lock, h.version), (0, old.version), "the old header back");
+    assert_eq!(v, value(1000), "the old value back");
+    assert_eq!(words, (grant, upper), "the takeout words untouched");
+}
+
+/// Dead coordinators 3 and 4 hold tickets, as their grant journals say: on key 1's queue,
+/// tickets 0 (3's, being served), 1 (4's) and 2 (3's); on key 2's, 0 (4's) and 1 (3's); and 3's
+/// journal keeps an old entry, long released, for key 3 (UPPER past it). Recovery releases
+/// each held ticket exactly once, in queue order, and never the old one: UPPERs 3, 2 and 5.
+/// A recovery that crashes at any instant and runs again ends the same (a released ticket reads
+/// `UPPER > T`: a second FAA cannot happen).
+#[test]
+fn recovery_releases_each_journaled_ticket_once_even_run_twice() {
+    const A: u32 = 3;
+    const B: u32 = 4;
+    let queues: [Queue; 3] = [
+        (1, 3, 0, &[(A, 0), (B, 1), (A, 2)]),
+        (2, 2, 0, &[(B, 0), (A, 1)]),
+        (3, 5, 5, &[(A, 2)]),
+    ];
+    let want = [3u64, 2, 5];
+    let scripted = |seed: u64| {
+        let (pool, plan, _) = pool(seed, 1, Vec::new());
+        let t = plan.table(T).unwrap().clone();
+        let mut used = [0u64; 8];
+        for (key, grants, releases, held) in queues {
+            let at = offset_of(&pool, &t, key) + META_OFF as u64;
+            pool.with_local(t.primary(), |m| {
+                m.write_u64(at, (1 << 16) | grants);
+                m.write_u64(at + 8, releases);
+            });
+            for &(owner, full) in held {
+                // The journal: the slice's last 2 KiB; entries after its first line.
+                let slice = plan.log_off + u64::from(owner) * plan.shape.log_slice_bytes;
+                let journal = slice + plan.shape.log_slice_bytes - 2048;
+                let e = journal + 64 + 16 * used[owner as usize];
+                used[owner as usize] += 1;
+                pool.with_local(t.primary(), |m| {
+                    m.write_u64(e, at);
+                    m.write_u64(e + 8, full);
+                });
+            }
+        }
+        (pool, t)
+    };
+    let uppers = |pool: &Pool, t: &TableInfo| -> Vec<u64> {
+        queues.iter().map(|q| takeout_of(pool, t, q.0).1).collect()
+    };
+    let mut interrupted = 0;
+    for seed in 1..=2 {
+        let (mut once, t) = scripted(seed);
+        let (r, took) = recover_dead(&mut once, &[A, B], None);
+        assert!(
+            r.is_some(),
+            "seed {seed}: a recovery without a crash finishes"
+        );
+        assert_eq!(uppers(&once, &t), want, "seed {seed}");
+        for tenth in 1..10 {
+            let (mut pool, t) = scripted(seed);
+            let (first, _) = recover_dead(&mut pool, &[A, B], Some(took * tenth / 10));
+            interrupted += u32::from(first.is_none());
+            let (again, _) = recover_dead(&mut pool, &[A, B], None);
+            assert!(again.is_some());
+            assert_eq!(
+                uppers(&pool, &t),
+                want,
+                "seed {seed}: crashed at {tenth}/10"
+            );
+        }
+    }
+    assert!(
+        interrupted > 8,
+        "only {interrupted} recoveries were cut short"
+    );
+}
+
+/// A scripted queue: key, grants so far, releases so far, the tickets held (owner, full
+/// ticket).
+type Queue = (u64, u64, u64, &'static [(u32, u64)]);
+
+/// Runs `recover_all` for `dead` on a coordinator of its own, whose compute node crashes
+/// `crash_at` ns into the run if given. Its result (none if it crashed) and the run's length.
+fn recover_dead(pool: &mut Pool, dead: &[u32], crash_at: Option<u64>) -> (Option<()>, u64) {
+    let Pool::Sim(sim) = pool else { unreachable!() };
+    let mut f = dtxn_fabric::sim::Faults::default();
+    if let Some(at_ns) = crash_at {
+        f.compute_crashes.push(ComputeCrash {
+            at_ns,
+            compute_node: 0,
+        });
+    }
+    sim.set_faults(f);
+    let dead = dead.to_vec();
+    let topo = Topology {
+        compute_nodes: 2,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = sim
+        .run(topo, None, |mut ep: Endpoint| {
+            let dead = dead.clone();
+            async move {
+                if ep.id().index != 0 {
+                    return None;
+                }
+                let map = PoolMap::bootstrap(&mut ep).await.unwrap();
+                dtxn_txn::recovery::recover_all(&mut ep, &map, Protocol::Scythe, &dead)
+                    .await
+                    .unwrap();
+                Some(())
+            }
+        })
+        .unwrap();
+    sim.set_faults(Default::default());
+    (r.outputs[0].flatten(), r.elapsed_ns)
+}
