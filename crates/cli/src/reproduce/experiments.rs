@@ -305,7 +305,7 @@ const RCC_SMALLBANK: &[&str] = &[
 ];
 /// RCC's YCSB: 10 operations, 5 us of computation, 64-byte records, 20% of the operations
 /// writes (here: 20% of the transactions write all ten keys, the others only read); its hot
-/// area (0.1% of the records) drawing 10% of the accesses is about zipf 0.7 over 1 M keys.
+/// area, 0.1% of the records, takes 10% of the accesses.
 const RCC_YCSB: &[&str] = &[
     "--workload",
     "kv",
@@ -317,11 +317,13 @@ const RCC_YCSB: &[&str] = &[
     "64",
     "--read-only-pct",
     "80",
-    "--theta",
-    "0.7",
+    "--hot-keys",
+    "1000",
+    "--hot-pct",
+    "10",
 ];
-/// The same at high contention (its Fig. 8 and 10: 90% of the accesses on 0.1% of the
-/// records, about zipf 1.3), 10 coroutines per thread.
+/// The same at high contention (its Fig. 8 and 10: 90% of the accesses on the hot area), 10
+/// coroutines per thread.
 const RCC_YCSB_HOT: &[&str] = &[
     "--workload",
     "kv",
@@ -333,8 +335,10 @@ const RCC_YCSB_HOT: &[&str] = &[
     "64",
     "--read-only-pct",
     "80",
-    "--theta",
-    "1.3",
+    "--hot-keys",
+    "1000",
+    "--hot-pct",
+    "90",
     "--coroutines",
     "10",
 ];
@@ -640,8 +644,8 @@ pub fn notes(paper: Paper) -> &'static str {
              *RPC* code 0. SmallBank as RCC's code sets it (100,000 accounts per partition, \
              100 hot, 10% of transactions on them); YCSB as its paper (10 keys, 5 us of \
              computation, 64-byte values; 20% writes as 20% of transactions writing all ten \
-             keys; its hot area, 0.1% of the records taking 10% or 90% of the accesses, as \
-             zipf 0.7 and 1.3); TPC-C NewOrder alone on 4 warehouses (RCC gives no count). \
+             keys; its hot area, 0.1% of the records, taking 10% of the accesses, 90% at high \
+             contention: `--hot-keys 1000 --hot-pct 10|90`); TPC-C NewOrder alone on 4 warehouses (RCC gives no count). \
              RCC's SUNDIAL hybrid for YCSB is not given: 21, its SmallBank one, is used. \
              **Not measured, for want of a switch**: the CAS + READ overlap of one-sided 2PL \
              (+25.1%, RCC section 4.2; dtxn always posts them in one batch), TCP, and the \
