@@ -600,12 +600,15 @@ where
 {
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| anyhow::anyhow!("plot: {e:?}");
     root.fill(&WHITE).map_err(err)?;
-    let max = rows
-        .iter()
-        .flat_map(|r| [r.paper.bar().unwrap_or(0.0), r.ours])
-        .filter(|x| x.is_finite())
-        .fold(1.0f64, f64::max)
-        * 1.15;
+    // A log axis: the ratios run from 0.1 to 50 (Scythe's FORD livelocks), and a linear one
+    // would flatten every ratio near 1 against such a bar.
+    let shown = || {
+        rows.iter()
+            .flat_map(|r| [r.paper.bar().unwrap_or(f64::NAN), r.ours])
+            .filter(|x| x.is_finite() && *x > 0.0)
+    };
+    let max = shown().fold(1.0f64, f64::max) * 1.5;
+    let min = shown().fold(1.0f64, f64::min) / 1.5;
     let n = rows.len().max(1) as u32;
     let mut chart = ChartBuilder::on(&root)
         .caption(
@@ -615,7 +618,7 @@ where
         .margin(10)
         .x_label_area_size(35)
         .y_label_area_size(330)
-        .build_cartesian_2d(0.0..max, (0..n).into_segmented())
+        .build_cartesian_2d((min..max).log_scale(), (0..n).into_segmented())
         .map_err(err)?;
     chart
         .configure_mesh()
@@ -627,7 +630,7 @@ where
                 .map_or(String::new(), |r| r.what.clone()),
             _ => String::new(),
         })
-        .x_desc("a / b (or the measured value)")
+        .x_desc("a / b (or the measured value), log scale")
         .draw()
         .map_err(err)?;
     // Two thin bars per row: the segment's upper half the paper, the lower half dtxn.
@@ -641,7 +644,7 @@ where
             (r.paper.bar().unwrap_or(f64::NAN), paper_color, true),
             (r.ours, RGBColor(40, 90, 200), false),
         ] {
-            if !v.is_finite() {
+            if !(v.is_finite() && v > 0.0) {
                 continue;
             }
             let (y0, y1) = if top {
@@ -651,7 +654,7 @@ where
             };
             chart
                 .draw_series(std::iter::once(Rectangle::new(
-                    [(0.0, y0), (v, y1)],
+                    [(min, y0), (v, y1)],
                     color.filled(),
                 )))
                 .map_err(err)?;
