@@ -146,7 +146,7 @@ struct Row {
     ours: f64,
     /// The two bench runs behind `ours` (a / b), with the metric compared.
     runs: Option<(Metric, Run, Run)>,
-    /// Without runs: what was measured, in words, and how to measure it again.
+    /// Without runs: what was measured, in words, and how to measure it again (Markdown).
     detail: String,
     how: Vec<String>,
 }
@@ -534,7 +534,7 @@ fn report_md(paper: Paper, quick: bool, rows: &[Row], wall: f64) -> String {
             None => {
                 let _ = writeln!(md, "- {} ({}):", r.what, r.source);
                 for h in &r.how {
-                    let _ = writeln!(md, "  - `{h}`");
+                    let _ = writeln!(md, "  - {h}");
                 }
             }
         }

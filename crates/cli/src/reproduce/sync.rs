@@ -77,7 +77,7 @@ pub(super) fn measure(quick: bool, seed: u64, progress: bool) -> Result<Vec<Row>
         }
     };
     let probe_cmd = |size: usize| {
-        format!("dtxn probe --backend sim --profile cx5-100g --record-size {size} --reads {reads} --seed {seed}")
+        format!("`dtxn probe --backend sim --profile cx5-100g --record-size {size} --reads {reads} --seed {seed}`")
     };
     let mut rows = Vec::new();
     let detail = |c: &ProbeCounts| {
@@ -197,7 +197,7 @@ pub(super) fn measure(quick: bool, seed: u64, progress: bool) -> Result<Vec<Row>
                 atomics_ns / 1000
             ),
             how: vec![format!(
-                "dtxn reproduce sync{} --seed {seed} (in process: no dtxn command posts bare CASes)",
+                "`dtxn reproduce sync{} --seed {seed}` (in process: no dtxn command posts bare CASes)",
                 if quick { " --quick" } else { "" }
             )],
         });
