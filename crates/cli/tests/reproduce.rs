@@ -160,6 +160,8 @@ fn scythe_quick_writes_a_report_with_every_comparison() {
             "Scythe / FORD, YCSB 3:7",
             "Scythe / FORD, YCSB write-only",
             "Scythe / FORD p50, YCSB write-only",
+            "hot-aware / OCC only, YCSB write-only",
+            "hot-aware / TOCC only, SmallBank uniform",
             "takeout lock / CAS lock p50, YCSB write-only",
             "batched TSO / one FAA per timestamp p50, SmallBank",
         ],
