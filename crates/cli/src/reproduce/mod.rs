@@ -31,8 +31,8 @@ pub enum Paper {
     Motor,
     /// RCC: its protocols one-sided, as RPCs and hybrid; SmallBank, YCSB, TPC-C, CALVIN.
     Rcc,
-    /// Scythe (TACO'24) against FORD at zipf 0.99: SmallBank, TPC-C, YCSB write-only;
-    /// ablations: takeout lock, batched TSO.
+    /// Scythe (TACO'24) against FORD at zipf 0.99: SmallBank, TPC-C, YCSB; ablations:
+    /// hot-aware against OCC or TOCC alone, takeout lock, batched TSO.
     Scythe,
     /// The one-sided-sync paper (TODS'25): the torn-read probe and RNIC atomics' contention.
     Sync,
