@@ -282,7 +282,8 @@ fn merge(base: &[&'static str], over: &[&'static str]) -> Vec<&'static str> {
 }
 
 /// A workload's options at `--quick` size: TPC-C on one warehouse, a tenth of SmallBank's
-/// accounts, kv on 100,000 keys with a hot set as small (loading dominates a debug build's short runs).
+/// accounts, kv on 100,000 keys with a tenth of the hot set (loading dominates a debug
+/// build's short runs).
 fn quick_workload(w: &[&'static str]) -> Vec<&'static str> {
     let mut out = w.to_vec();
     for (opt, quick) in [
