@@ -118,6 +118,34 @@ fn negative_numbers_say_so() {
             ],
             "smallbank: --theta replaces the hot set (--hot-accounts, --hot-pct)",
         ),
+        (
+            vec![
+                "bench",
+                "--workload",
+                "kv",
+                "--theta",
+                "1",
+                "--hot-keys",
+                "5",
+            ],
+            "kv: --hot-keys replaces zipf (--theta)",
+        ),
+        (
+            vec!["bench", "--workload", "kv", "--hot-pct", "5"],
+            "kv: --hot-pct needs --hot-keys",
+        ),
+        (
+            vec![
+                "bench",
+                "--workload",
+                "kv",
+                "--keys",
+                "100",
+                "--hot-keys",
+                "100",
+            ],
+            "kv: --hot-keys (100) must be below --keys (100)",
+        ),
     ]);
 }
 

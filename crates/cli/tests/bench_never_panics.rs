@@ -167,6 +167,7 @@ fn smallbank_option() -> BoxedStrategy<Vec<String>> {
 fn kv_option() -> BoxedStrategy<Vec<String>> {
     prop_oneof![
         flag("keys", &["4", "100", "3000"], &["0", "1", "1099511627777"]),
+        flag("hot-keys", &["1", "3"], &["-1", "1099511627777"]),
         flag("value-size", &["24", "40", "4096"], &["0", "8", "2097152"]),
         flag(
             "theta",

@@ -3,7 +3,8 @@
 //! One table, KV (id 1), keys `0..keys`, values of `value_size` bytes (FORD: 1 M keys of
 //! 40 B; Motor: 10 M). A transaction touches `items` distinct keys, drawn from a zipf
 //! distribution of parameter `theta` over the keys (key 0 hottest; YCSB's default 0.99), or
-//! uniformly with `theta = 0`. It is read-only with probability `read_only_pct`% (FORD's
+//! uniformly with `theta = 0`, or (`hot_keys`, RCC's YCSB) from a hot set: each key with
+//! probability `hot_pct`% uniformly among keys `0..hot_keys`, else among the others. It is read-only with probability `read_only_pct`% (FORD's
 //! "read:write ratio" of transactions), and otherwise reads every item for update and writes
 //! every one of them. All items are fetched in one batch.
 //!
@@ -49,6 +50,11 @@ pub struct Options {
     pub read_only_pct: u32,
     /// Keys per transaction.
     pub items: usize,
+    /// Keys of the hot set (0: none; then `theta` draws the keys). RCC's YCSB: 0.1% of them.
+    pub hot_keys: u64,
+    /// With `hot_keys`: the percentage of draws on the hot set (RCC: 10, 90 at high
+    /// contention).
+    pub hot_pct: u32,
     /// CPU time each transaction spends between its reads and its commit, ns (charged in
     /// virtual time on sim; RCC's YCSB computes 5 us): what makes a late abort expensive.
     pub compute_ns: u64,
@@ -65,6 +71,8 @@ impl Default for Options {
             theta: 0.99,
             read_only_pct: 75,
             items: 4,
+            hot_keys: 0,
+            hot_pct: 0,
             compute_ns: 0,
             slots: crate::Slots::default(),
         }
@@ -106,7 +114,17 @@ impl Kv {
                 o.read_only_pct
             ));
         }
-        let zipf = Zipfian::new("kv: --theta", o.keys, o.theta)?;
+        if o.hot_keys > 0 && (o.hot_keys >= o.keys || o.hot_pct > 100) {
+            return bad(format!(
+                "kv: --hot-keys ({}) must be below --keys ({}) and --hot-pct ({}) at most 100",
+                o.hot_keys, o.keys, o.hot_pct
+            ));
+        }
+        let zipf = if o.hot_keys > 0 {
+            None
+        } else {
+            Zipfian::new("kv: --theta", o.keys, o.theta)?
+        };
         Ok(Kv { o, zipf })
     }
 
@@ -115,6 +133,13 @@ impl Kv {
     }
 
     fn key(&self, rng: &mut WlRng) -> u64 {
+        if self.o.hot_keys > 0 {
+            return if rng.random_range(0..100) < self.o.hot_pct {
+                rng.random_range(0..self.o.hot_keys)
+            } else {
+                rng.random_range(self.o.hot_keys..self.o.keys)
+            };
+        }
         match &self.zipf {
             Some(z) => z.sample(rng),
             None => rng.random_range(0..self.o.keys),
@@ -445,6 +470,31 @@ mod tests {
         for _ in 0..10_000 {
             assert!(skewed.key(&mut rng) < 1000);
         }
+    }
+
+    #[test]
+    fn a_hot_set_takes_its_share_of_the_draws() {
+        let mut rng = WlRng::seed_from_u64(1);
+        let kv = Kv::new(Options {
+            keys: 10_000,
+            hot_keys: 10,
+            hot_pct: 90,
+            ..Options::default()
+        })
+        .unwrap();
+        let hot = (0..10_000).filter(|_| kv.key(&mut rng) < 10).count();
+        assert!((8_800..=9_200).contains(&hot), "{hot}");
+        for _ in 0..10_000 {
+            assert!(kv.key(&mut rng) < 10_000);
+        }
+        let e = Kv::new(Options {
+            keys: 100,
+            hot_keys: 100,
+            hot_pct: 10,
+            ..Options::default()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("--hot-keys"), "{e}");
     }
 
     #[test]

@@ -24,7 +24,8 @@ pub struct WorkloadArgs {
     /// 100000].
     #[arg(long, help_heading = "SmallBank")]
     pub hot_accounts: Option<u64>,
-    /// smallbank: percentage of transactions on hot accounts [default: 90, FORD's].
+    /// smallbank: percentage of transactions on hot accounts [default: 90, FORD's]. kv, with
+    /// --hot-keys: percentage of key draws on the hot keys [default: 10, RCC's].
     #[arg(long, help_heading = "SmallBank")]
     pub hot_pct: Option<u32>,
     /// smallbank: `standard` (all six) or `transfer` (money-conserving only). tpcc:
@@ -44,6 +45,10 @@ pub struct WorkloadArgs {
     /// zipf(theta) instead of NURand (Scythe's skew: 0.99) [default: off].
     #[arg(long, help_heading = "kv, SmallBank and TPC-C")]
     pub theta: Option<f64>,
+    /// kv: draw keys from a hot set of this many keys (`0..N`) instead of zipf: each key with
+    /// probability --hot-pct among them, else among the others (RCC's YCSB: 0.1% of the keys).
+    #[arg(long, help_heading = "kv")]
+    pub hot_keys: Option<u64>,
     /// kv: percentage of read-only transactions [default: 75].
     #[arg(long, help_heading = "kv")]
     pub read_only_pct: Option<u32>,

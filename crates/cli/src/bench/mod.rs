@@ -72,7 +72,8 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
     let given: Vec<(&str, bool, &[&str])> = vec![
         ("--accounts", a.accounts.is_some(), &["smallbank"]),
         ("--hot-accounts", a.hot_accounts.is_some(), &["smallbank"]),
-        ("--hot-pct", a.hot_pct.is_some(), &["smallbank"]),
+        ("--hot-pct", a.hot_pct.is_some(), &["smallbank", "kv"]),
+        ("--hot-keys", a.hot_keys.is_some(), &["kv"]),
         ("--mix", a.mix.is_some(), &["smallbank", "tpcc"]),
         ("--keys", a.keys.is_some(), &["kv"]),
         ("--value-size", a.value_size.is_some(), &["kv"]),
@@ -149,6 +150,12 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             })?)
         }
         "kv" => {
+            if a.theta.is_some() && a.hot_keys.is_some() {
+                bail!("kv: --hot-keys replaces zipf (--theta)");
+            }
+            if a.hot_pct.is_some() && a.hot_keys.is_none() {
+                bail!("kv: --hot-pct needs --hot-keys");
+            }
             let d = kv::Options::default();
             Chosen::Kv(kv::Kv::new(kv::Options {
                 keys: a.keys.unwrap_or(d.keys),
@@ -157,6 +164,8 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
                 read_only_pct: a.read_only_pct.unwrap_or(d.read_only_pct),
                 items: a.items.unwrap_or(d.items),
                 compute_ns: a.compute.unwrap_or(d.compute_ns),
+                hot_keys: a.hot_keys.unwrap_or(0),
+                hot_pct: a.hot_pct.unwrap_or(10),
                 slots: slots.clone(),
             })?)
         }
