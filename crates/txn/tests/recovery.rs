@@ -102,3 +102,103 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
     assert_eq!(lock, 0, "the dead coordinator's lock is freed");
     assert_eq!(outcome, Recovered::RolledBack(99));
 }
+
+/// In persistent-memory mode recovery's roll-back is durable: the dead coordinator's install
+/// reached the backup (flushed) but not the primary, still at the image under its lock; its
+/// commit was never acknowledged, so recovery rolls the backup back; then every memory node
+/// loses power. The backup must hold the image, not the install that never committed (before
+/// recovery flushed its roll-back, the unflushed lines were lost at random and the backup kept
+/// the install).
+#[test]
+fn in_pm_mode_recoverys_roll_back_survives_a_power_loss() {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let plan = Plan::new(&[TableSpec::new(T, "t", 8, 100)], &shape).unwrap();
+    let mut lost = 0;
+    for seed in 1..=8 {
+        let mut cfg = SimConfig::new(seed, 2, plan.region_bytes);
+        cfg.profile = Profile::ideal();
+        cfg.adversary = Adversary::off();
+        cfg.persistent = true;
+        let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
+        plan.format_pool(&pool).unwrap();
+        let mut l = Loader::new(plan.table(T).unwrap());
+        for k in 0..20u64 {
+            l.insert(&pool, k, &k.to_le_bytes()).unwrap();
+        }
+        let txn = TxnConfig {
+            flush: true,
+            ..TxnConfig::default()
+        };
+        let (offset, outcome) = common::with_coordinator_in(&mut pool, txn, |mut c| async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(T).unwrap().clone();
+            let bytes = t.record_bytes as usize;
+            let home = t.home_bucket(KEY);
+            let ep = c.endpoint();
+            let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
+            ep.post().await.unwrap();
+            let bucket = ep.bytes(r).to_vec();
+            let slot = (0..t.slots_per_bucket)
+                .find(|&s| t.codec().header(t.slot_bytes(&bucket, s)).key == KEY)
+                .expect("KEY in its home bucket");
+            let offset = t.slot(home, slot);
+            let image = t.slot_bytes(&bucket, slot)[..bytes].to_vec();
+            let owner = u64::from(DEAD) + 1;
+            // Its pending entry on every node, flushed; its lock on the primary; its
+            // install (one version up, invisible with its id) on the backup, flushed.
+            let entry = LogEntry {
+                txn: 99,
+                coordinator: DEAD,
+                status: LogStatus::Pending,
+                items: vec![LogItem {
+                    table: T,
+                    offset,
+                    insert: false,
+                    kind: ItemKind::Undo,
+                    image: image.clone(),
+                }],
+            };
+            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
+            let mut log = Vec::new();
+            entry.encode(slice_bytes, &mut log).unwrap();
+            for n in map.live_nodes() {
+                ep.write(n, slice, &log);
+                ep.flush(n);
+            }
+            let cas = ep.cas(t.primary(), offset, 0, owner);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            let mut h = t.codec().header(&image);
+            h.version += 1;
+            h.lock = owner | (1 << 63);
+            let mut install = vec![0u8; bytes];
+            t.codec().encode(&h, &700u64.to_le_bytes(), &mut install);
+            let backup = t.backups()[0];
+            ep.write(backup, offset, &install);
+            ep.flush(backup);
+            ep.post().await.unwrap();
+            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
+            (offset, outcome)
+        });
+        assert_eq!(outcome, Recovered::RolledBack(99), "seed {seed}");
+        let Pool::Sim(sim) = &mut pool else {
+            unreachable!()
+        };
+        sim.power_loss();
+        let t = plan.table(T).unwrap();
+        let mut b = vec![0u8; t.record_bytes as usize];
+        pool.with_local(t.replicas[1], |m| m.read(offset, &mut b));
+        let mut value = vec![0u8; 8];
+        let h = t.codec().decode(&b, &mut value).unwrap();
+        if (h.version, value.as_slice()) != (0, &KEY.to_le_bytes()[..]) {
+            lost += 1;
+        }
+    }
+    assert_eq!(lost, 0, "seeds whose backup kept the rolled-back install");
+}

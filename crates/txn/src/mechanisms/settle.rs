@@ -194,7 +194,11 @@ fn rolled_forward(ep: &Endpoint, e: &LogEntry, ours: &[usize], seen: &Seen) -> R
 }
 
 /// Roll back what it holds: the old images everywhere, still under its lock on the primary
-/// (released after [`settle`] with everything else). Queues the WRITEs.
+/// (released after [`settle`] with everything else). Queues the WRITEs, and a FLUSH to every
+/// node written: in persistent-memory mode a replica that kept the dead's flushed install
+/// and lost the unflushed roll-back to a power loss would hold a version that never
+/// committed (a FLUSH costs a verb per node, off every transaction's path, and orders
+/// nothing more where memory is not persistent).
 fn roll_back(
     ep: &mut Endpoint,
     map: &PoolMap,
@@ -205,11 +209,15 @@ fn roll_back(
     live_meta: bool,
 ) {
     let mut record = Vec::new();
+    let mut written = Vec::new();
     for &i in ours {
         let it = &e.items[i];
         let Ok(t) = map.table(it.table) else { continue };
         let codec = t.codec();
         for (rank, &n) in t.replicas.iter().enumerate() {
+            if !written.contains(&n) {
+                written.push(n);
+            }
             let lock = if rank == 0 { owner } else { 0 };
             record.clear();
             if it.insert && it.image.is_empty() {
@@ -239,5 +247,8 @@ fn roll_back(
                 ep.write(n, it.offset, &record);
             }
         }
+    }
+    for n in written {
+        ep.flush(n);
     }
 }

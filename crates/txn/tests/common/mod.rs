@@ -17,7 +17,21 @@ where
     R: 'static,
     Fut: Future<Output = R> + 'static,
 {
-    let Pool::Sim(sim) = &mut pool else {
+    with_coordinator_in(&mut pool, cfg, body)
+}
+
+/// [`with_coordinator`] on a pool the caller keeps (to power it off after, say).
+#[allow(dead_code)]
+pub fn with_coordinator_in<R, Fut>(
+    pool: &mut Pool,
+    cfg: TxnConfig,
+    body: impl Fn(Coordinator) -> Fut + 'static,
+) -> R
+where
+    R: 'static,
+    Fut: Future<Output = R> + 'static,
+{
+    let Pool::Sim(sim) = pool else {
         panic!("with_coordinator runs on a sim pool")
     };
     let (cfg, body) = (Rc::new(cfg), Rc::new(body));
