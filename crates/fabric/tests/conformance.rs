@@ -808,3 +808,77 @@ fn shm_handlers_run_on_memory_node_threads_not_the_posters() {
     all.sort_unstable();
     assert_eq!(all, (0..200).collect::<Vec<_>>());
 }
+
+/// Posts, in one batch, a WRITE to memory node 1 (down) and then one to node 0; the batch
+/// fails with `NodeDown(1)`, and node 0's WRITE has executed all the same once it completes.
+async fn write_past_a_dead_node(mut ep: Endpoint) -> (Result<(), FabricError>, u64) {
+    ep.write(1, 64, &7u64.to_le_bytes());
+    ep.write(0, 64, &42u64.to_le_bytes());
+    let r = ep.post().await;
+    let x = ep.read(0, 64, 8);
+    ep.post().await.unwrap();
+    (r, ep.word(x, 0))
+}
+
+/// A batch with an op to a dead memory node still executes its ops to the live ones (each
+/// node has its own queue pair), and completes only once they have: a roll-back's WRITEs to
+/// the live replicas land although the dead one's cannot. (ucx once stopped posting at the
+/// dead node's op.)
+#[test]
+fn a_batch_failing_on_a_dead_node_still_executes_its_ops_to_the_live_ones() {
+    use dtxn_fabric::sim::{Faults, MemoryCrash};
+    for seed in [1, 2, 3] {
+        let mut sim = SimPool::new(SimConfig::new(seed, 2, 4096)).unwrap();
+        sim.set_faults(Faults {
+            memory_crashes: vec![MemoryCrash {
+                at_ns: 0,
+                node: 1,
+                down_ns: MemoryCrash::FOREVER,
+            }],
+            ..Faults::default()
+        });
+        let r = sim.run(topo(1, 1), None, write_past_a_dead_node).unwrap();
+        let (posted, x) = r.outputs.into_iter().next().flatten().unwrap();
+        assert_eq!(posted, Err(FabricError::NodeDown(1)), "sim seed {seed}");
+        assert_eq!(x, 42, "sim seed {seed}");
+    }
+    if !dtxn_fabric::ucx::AVAILABLE {
+        return;
+    }
+    // ucx: node 1 gone before this process connects (taken as down, `allow_down`).
+    use dtxn_fabric::ucx::{MemNode, MemNodeConfig};
+    let node = |i: NodeId| {
+        MemNode::start(
+            MemNodeConfig {
+                size: 4096,
+                listen: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+                token: "t".into(),
+                file: None,
+                ucx: UcxConfig::loopback_tcp(),
+                spin: MemNodeConfig::DEFAULT_SPIN,
+            },
+            i,
+        )
+        .unwrap()
+    };
+    let (n0, n1) = (node(0), node(1));
+    let addrs = [n0.addr(), n1.addr()];
+    n1.shutdown();
+    let strict = UcxPool::connect(&addrs, "t", UcxConfig::loopback_tcp()).unwrap_err();
+    assert!(strict.to_string().contains("bootstrap failed"), "{strict}");
+    let cfg = UcxConfig {
+        allow_down: true,
+        ..UcxConfig::loopback_tcp()
+    };
+    let pool = UcxPool::connect(&addrs, "t", cfg).unwrap();
+    assert!(pool.node_down(1) && !pool.node_down(0));
+    assert_eq!(
+        pool.try_with_local(1, |m| m.read_u64(0)),
+        Err(FabricError::NodeDown(1))
+    );
+    let r = pool.run(topo(1, 1), None, write_past_a_dead_node).unwrap();
+    let (posted, x) = r.outputs.into_iter().next().flatten().unwrap();
+    assert_eq!(posted, Err(FabricError::NodeDown(1)), "ucx");
+    assert_eq!(x, 42, "ucx");
+    drop(n0);
+}
