@@ -300,8 +300,8 @@ async fn release_all(
 /// Clears the lock words each dead owner's journal names (`journals[k]`, for `owners[k]`;
 /// None: left to the scan) that still hold its id, on the primary, and, when the protocol
 /// marks backups invisible, the same word on every backup if it is invisible with that id (a
-/// backup is written under its primary's lock, at the same offset). Two round trips: READ
-/// every named word, CAS those still the dead owner's.
+/// backup is written under its primary's lock, at the same offset). Per [`LISTED_PER_TRIP`]
+/// words, two round trips: READ them, CAS those still the dead owner's.
 async fn release_listed(
     ep: &mut Endpoint,
     map: &PoolMap,
@@ -310,46 +310,46 @@ async fn release_listed(
     flags: u64,
 ) -> Result<Vec<u32>, FabricError> {
     let mut cleared = vec![0u32; owners.len()];
-    // (owner's index, node, address, whether on the primary, the READ)
-    let mut reads = Vec::new();
+    // (owner's index, node, address, whether on the primary)
+    let mut words = Vec::new();
     for (k, list) in journals.iter().enumerate() {
         for &(n, a) in list.iter().flatten() {
             let Some(t) = map.tables().find(|t| t.primary() == n && in_buckets(t, a)) else {
                 continue; // a stale entry of a table no longer there
             };
-            reads.push((k, n, a, true, ep.read(n, a, 8)));
+            words.push((k, n, a, true));
             if flags & INVISIBLE != 0 {
-                for &b in t.backups() {
-                    reads.push((k, b, a, false, ep.read(b, a, 8)));
-                }
+                words.extend(t.backups().iter().map(|&b| (k, b, a, false)));
             }
         }
     }
-    if reads.is_empty() {
-        return Ok(cleared);
-    }
-    ep.post().await?;
-    // Every word is taken before the first CAS starts a new batch.
-    let ours: Vec<(usize, NodeId, u64, u64)> = reads
-        .into_iter()
-        .map(|(k, n, a, primary, r)| {
-            let w = u64::from_le_bytes(ep.bytes(r)[..8].try_into().expect("word"));
-            (k, n, a, primary, w)
-        })
-        .filter(|&(k, _, _, primary, w)| {
-            if primary {
-                holds(w, owners[k])
-            } else {
-                w & INVISIBLE != 0 && w & OWNER_MASK == owners[k]
-            }
-        })
-        .map(|(k, n, a, _, w)| (k, n, a, w))
-        .collect();
-    let cas: Vec<_> = ours
-        .into_iter()
-        .map(|(k, n, a, w)| (k, ep.cas(n, a, w, 0)))
-        .collect();
-    if !cas.is_empty() {
+    for chunk in words.chunks(LISTED_PER_TRIP) {
+        let reads: Vec<_> = chunk.iter().map(|&(_, n, a, _)| ep.read(n, a, 8)).collect();
+        ep.post().await?;
+        // Every word is taken before the first CAS starts a new batch.
+        let ours: Vec<(usize, NodeId, u64, u64)> = chunk
+            .iter()
+            .zip(reads)
+            .map(|(&(k, n, a, primary), r)| {
+                let w = u64::from_le_bytes(ep.bytes(r)[..8].try_into().expect("word"));
+                (k, n, a, primary, w)
+            })
+            .filter(|&(k, _, _, primary, w)| {
+                if primary {
+                    holds(w, owners[k])
+                } else {
+                    w & INVISIBLE != 0 && w & OWNER_MASK == owners[k]
+                }
+            })
+            .map(|(k, n, a, _, w)| (k, n, a, w))
+            .collect();
+        if ours.is_empty() {
+            continue;
+        }
+        let cas: Vec<_> = ours
+            .into_iter()
+            .map(|(k, n, a, w)| (k, ep.cas(n, a, w, 0)))
+            .collect();
         ep.post().await?;
         for (k, c) in cas {
             cleared[k] += u32::from(ep.cas_ok(c));
@@ -357,6 +357,10 @@ async fn release_listed(
     }
     Ok(cleared)
 }
+
+/// Words [`release_listed`] reads per round trip: few enough that an op queued behind them
+/// on a memory node's QP does not fly long (see [`SCAN_BYTES`]).
+const LISTED_PER_TRIP: usize = 256;
 
 /// Whether `a` is a word in `t`'s buckets (main or overflow).
 fn in_buckets(t: &TableInfo, a: u64) -> bool {

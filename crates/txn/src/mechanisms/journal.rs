@@ -42,18 +42,20 @@ pub(crate) const SLOTS: u64 = BYTES / 8 - 1;
 const ACTIVE: u64 = 1;
 const OVERFLOWED: u64 = 2;
 
+/// What a log slice lends the journals (this one, and Scythe's grant journal after it).
+pub const TAIL: u64 = super::takeout::JOURNAL_BYTES + BYTES;
+
 /// Where coordinator `index`'s journal is on each memory node: before the grant journal of
 /// Scythe's takeout tickets, if the log slice is big enough to lend both (the rest stays the
 /// log's).
 pub(crate) fn at(map: &PoolMap, index: u32) -> Option<u64> {
     let (off, len) = map.log_slice(index)?;
-    let tail = super::takeout::JOURNAL_BYTES + BYTES;
-    (len >= 4 * tail).then(|| off + len - tail)
+    (len >= 2 * TAIL).then(|| off + len - TAIL)
 }
 
 /// The log slice left to the log when the journal is on.
 pub(crate) fn log_room(slice: (u64, u64)) -> (u64, u64) {
-    (slice.0, slice.1 - super::takeout::JOURNAL_BYTES - BYTES)
+    (slice.0, slice.1 - TAIL)
 }
 
 /// One memory node's ring, as the coordinator knows it.
@@ -198,42 +200,46 @@ pub(crate) async fn read_all(
     dead: &[u32],
 ) -> Result<Vec<Option<Vec<(NodeId, u64)>>>, FabricError> {
     let nodes: Vec<NodeId> = map.live_nodes().collect();
-    let mut reads = Vec::new();
-    for &d in dead {
-        if let Some(at) = at(map, d) {
-            for &n in &nodes {
-                reads.push((d, n, ep.read(n, at, BYTES as usize)));
+    let mut out = Vec::with_capacity(dead.len());
+    // A batch per few dead coordinators, so that no batch holds a memory node's NIC long.
+    for some in dead.chunks(4) {
+        let mut reads = Vec::new();
+        for &d in some {
+            if let Some(at) = at(map, d) {
+                for &n in &nodes {
+                    reads.push((d, n, ep.read(n, at, BYTES as usize)));
+                }
             }
         }
+        if !reads.is_empty() {
+            ep.post().await?;
+        }
+        for &d in some {
+            let mine = reads.iter().filter(|r| r.0 == d).map(|r| (r.1, r.2));
+            out.push(entries(ep, mine));
+        }
     }
-    if !reads.is_empty() {
-        ep.post().await?;
+    Ok(out)
+}
+
+/// One dead coordinator's entries, from the READs of its journals (None: not to be trusted).
+fn entries(
+    ep: &Endpoint,
+    reads: impl Iterator<Item = (NodeId, dtxn_fabric::OpId)>,
+) -> Option<Vec<(NodeId, u64)>> {
+    let mut out = Vec::new();
+    let mut any = false;
+    for (n, r) in reads {
+        any = true;
+        let b = ep.bytes(r);
+        let word = |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("word"));
+        if word(0) != ACTIVE {
+            return None;
+        }
+        let named = (1..=SLOTS as usize).map(word).filter(|&a| a != 0);
+        out.extend(named.map(|a| (n, a)));
     }
-    Ok(dead
-        .iter()
-        .map(|&d| {
-            let mine: Vec<_> = reads.iter().filter(|r| r.0 == d).collect();
-            if mine.is_empty() {
-                return None;
-            }
-            let mut out = Vec::new();
-            for &&(_, n, r) in &mine {
-                let b = ep.bytes(r);
-                let word =
-                    |i: usize| u64::from_le_bytes(b[8 * i..8 * i + 8].try_into().expect("word"));
-                if word(0) != ACTIVE {
-                    return None;
-                }
-                out.extend(
-                    (1..=SLOTS as usize)
-                        .map(word)
-                        .filter(|&a| a != 0)
-                        .map(|a| (n, a)),
-                );
-            }
-            out.sort_unstable();
-            out.dedup();
-            Some(out)
-        })
-        .collect())
+    out.sort_unstable();
+    out.dedup();
+    any.then_some(out)
 }
