@@ -114,8 +114,9 @@ impl Core {
 impl Coordinator {
     pub fn new(ep: Endpoint, map: Rc<PoolMap>, cfg: Rc<TxnConfig>) -> Coordinator {
         let index = ep.id().index;
+        let rpc = cfg.protocol.rpc_stages(&cfg);
         let journal = mechanisms::journal::at(&map, index)
-            .filter(|_| cfg.lock_journal && cfg.protocol.journaled())
+            .filter(|_| cfg.lock_journal && cfg.protocol.journaled() && !rpc.has(Stage::Release))
             .map(|at| mechanisms::journal::Journal::new(at, usize::from(map.node_count())));
         let log_slice = map.log_slice(index).map(|s| match journal {
             Some(_) => mechanisms::journal::log_room(s),
@@ -132,7 +133,7 @@ impl Coordinator {
                 spare: Default::default(),
                 undo_spare: Default::default(),
                 mech: Default::default(),
-                rpc: cfg.protocol.rpc_stages(&cfg),
+                rpc,
                 ep,
                 map,
                 cfg,

@@ -11,10 +11,12 @@
 //!    landed everywhere: roll forward), **aborted** otherwise (roll back: put the old images
 //!    back on every replica);
 //! 3. releases every lock the dead coordinator still holds, logged or not (a lock won just
-//!    before the crash may not be logged yet): record locks and chain insert locks, found by a
-//!    scan of every table on its primary (16 KiB of buckets per READ, every dead coordinator's at
-//!    once: [`recover_all`]), each cleared with a CAS from the dead owner's value so that
-//!    nobody else's lock is ever touched;
+//!    before the crash may not be logged yet): record locks and chain insert locks, found in
+//!    its lock journals (`mechanisms/journal.rs`: every lock word it took, journaled no later
+//!    than the lock), or, where it keeps none it can trust, by a scan of every table on its
+//!    primary (16 KiB of buckets per READ, every dead coordinator's at once:
+//!    [`recover_all`]); each cleared with a CAS from the dead owner's value so that nobody
+//!    else's lock is ever touched;
 //! 4. closes the log entry (on every node, before step 3);
 //! 5. gives back what else it holds (`Protocol::release_held`: Scythe's takeout tickets, from
 //!    the grant journals the memory nodes' CPUs keep, each once its turn comes in its queue).

@@ -62,10 +62,13 @@ fn locked(pool: &mut Pool, journal: bool) {
         cfg.ford.hitchhiked_locking = true;
         let mut c = Coordinator::new(ep, map, Rc::new(cfg));
         let keys: Vec<Access> = (0..LOCKED).map(|k| Access::update(T, k * 7)).collect();
-        // Once, for their addresses: locks hitchhike on READs of cached addresses only.
-        let mut tx = c.begin(TxKind::ReadWrite);
-        tx.fetch(&keys).await.unwrap();
-        tx.commit().await.unwrap();
+        // Committed many times over (locks hitchhike on READs of cached addresses only): the
+        // journal's ring wraps around several times before the crash.
+        for _ in 0..300 {
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&keys).await.unwrap();
+            tx.commit().await.unwrap();
+        }
         let mut tx = c.begin(TxKind::ReadWrite);
         tx.fetch(&keys).await.unwrap();
         // Dropped uncommitted: nothing is released.

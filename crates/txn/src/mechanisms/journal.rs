@@ -12,10 +12,12 @@
 //! A WRITE would not do: an atomic is not ordered after an earlier WRITE.
 //!
 //! **Never overwritten while its lock may be held.** A slot is reused [`SLOTS`] entries later.
-//! The coordinator counts the entries of each ring written since it last waited for its
-//! detached batches (the releases of earlier transactions), and waits for them again before a
-//! locking phase once half a ring is used; a transaction that alone fills a ring marks the
-//! header *overflowed* (a CAS before the lock, as an entry), and recovery then scans.
+//! The coordinator counts the entries of each ring written since it last knew its releases
+//! executed (they go detached, never awaited), and once half a ring is used, before a locking
+//! phase, awaits a FLUSH on every memory node (it executes after every earlier WRITE on its
+//! QP: the releases' included); a transaction that alone fills a ring marks the header
+//! *overflowed* (a CAS before the lock, as an entry), and recovery then scans. Releases sent
+//! as RPCs are not ordered with a FLUSH: with the release stage as RPCs, no journal.
 //!
 //! **The header** is 0 until the coordinator first loads its rings (one round trip, the first
 //! time it locks: a CAS making the header *active* executes before the READ of the ring, G6),
@@ -127,7 +129,14 @@ pub(crate) async fn ready(c: &mut Core) -> Result<(), FabricError> {
         j.loaded = true;
     }
     if j.rings.iter().any(|r| r.pending > SLOTS / 2) {
-        ep.wait_background().await?;
+        // The releases of earlier transactions went detached, never awaited: a FLUSH executes
+        // after every earlier WRITE on its QP, so once one has completed on every node, they
+        // have all executed (backups' invisible words included), and so have their locks'
+        // entries' releases. Releases as RPCs would not be ordered so: the journal is off then.
+        for n in c.map.live_nodes() {
+            ep.flush(n);
+        }
+        ep.post().await?;
         for r in &mut j.rings {
             r.pending = r.current;
         }
