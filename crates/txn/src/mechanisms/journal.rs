@@ -19,8 +19,8 @@
 //! *overflowed* (a CAS before the lock, as an entry), and recovery then scans. Releases sent
 //! as RPCs are not ordered with a FLUSH: with the release stage as RPCs, no journal.
 //!
-//! **The header** is 0 until the coordinator first loads its rings (one round trip, the first
-//! time it locks: a CAS making the header *active* executes before the READ of the ring, G6),
+//! **The header** is 0 until the coordinator first loads its rings (one round trip, awaited
+//! before its first lock: a CAS makes the header *active*, a READ takes the ring's contents),
 //! *active* while every lock it takes is journaled, *overflowed* once one is not. Recovery
 //! trusts a journal only when the header is active on every live memory node; otherwise (the
 //! journal off in the run, or never loaded, or overflowed) it scans as before. A stale entry
@@ -105,6 +105,8 @@ pub(crate) async fn ready(c: &mut Core) -> Result<(), FabricError> {
     let Some(j) = c.journal.as_mut() else {
         return Ok(());
     };
+    // Every atomic on a journal's words goes the lock stage's way (G11).
+    let via = Via::rpc(c.rpc.has(crate::stage::Stage::Lock));
     let ep = &mut c.ep;
     if !j.loaded {
         let nodes: Vec<NodeId> = c.map.live_nodes().collect();
@@ -112,8 +114,8 @@ pub(crate) async fn ready(c: &mut Core) -> Result<(), FabricError> {
         for &n in &nodes {
             // This coordinator holds no lock yet, and an earlier incarnation of it was
             // recovered before it could join: the header may be made active whatever it says.
-            ep.cas(n, j.at, 0, ACTIVE);
-            ep.cas(n, j.at, OVERFLOWED, ACTIVE);
+            CasRead::post(ep, via, n, j.at, (0, ACTIVE), None);
+            CasRead::post(ep, via, n, j.at, (OVERFLOWED, ACTIVE), None);
             reads.push((n, ep.read(n, j.at, BYTES as usize)));
         }
         ep.post().await?;
