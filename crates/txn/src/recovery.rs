@@ -80,8 +80,8 @@ pub async fn recover(
 }
 
 /// Recovers every coordinator of `dead` at once: settles each one's log entry, then
-/// releases all their locks in one scan of the tables. What each one's recovery found and
-/// how many of its locks it cleared, in the order of `dead`.
+/// releases all their locks (from their lock journals, or in one scan of the tables). What
+/// each one's recovery found and how many of its locks it cleared, in the order of `dead`.
 pub async fn recover_all(
     ep: &mut Endpoint,
     map: &PoolMap,
