@@ -262,6 +262,12 @@ pub struct TxnConfig {
     pub addr_cache_entries: usize,
     /// How often a torn or invisible record is re-read before the transaction aborts.
     pub reread_limit: u32,
+    /// Journal every lock word taken (`mechanisms::journal`), so that recovery releases a
+    /// dead coordinator's locks without scanning the tables: a verb per lock. Not a `--set`
+    /// switch: the bench turns it on where coordinators can be recovered (`--faults`,
+    /// `--leases`), since recovery trusts an active journal.
+    #[serde(skip)]
+    pub lock_journal: bool,
 }
 
 impl Default for TxnConfig {
@@ -276,6 +282,7 @@ impl Default for TxnConfig {
             mvcc: MvccOptions::default(),
             addr_cache_entries: 1 << 16,
             reread_limit: 16,
+            lock_journal: false,
         }
     }
 }

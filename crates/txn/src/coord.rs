@@ -77,6 +77,8 @@ pub(crate) struct Core {
     pub lock_word: u64,
     /// This coordinator's log slice (the same on every memory node).
     pub log_slice: Option<(u64, u64)>,
+    /// Its lock journals, when on.
+    pub journal: Option<mechanisms::journal::Journal>,
     /// Buffers handed back by finished transactions, for the next ones.
     pub spare: BufferPool,
     pub undo_spare: UndoLog,
@@ -112,17 +114,26 @@ impl Core {
 impl Coordinator {
     pub fn new(ep: Endpoint, map: Rc<PoolMap>, cfg: Rc<TxnConfig>) -> Coordinator {
         let index = ep.id().index;
+        let rpc = cfg.protocol.rpc_stages(&cfg);
+        let journal = mechanisms::journal::at(&map, index)
+            .filter(|_| cfg.lock_journal && cfg.protocol.journaled() && !rpc.has(Stage::Release))
+            .map(|at| mechanisms::journal::Journal::new(at, usize::from(map.node_count())));
+        let log_slice = map.log_slice(index).map(|s| match journal {
+            Some(_) => mechanisms::journal::log_room(s),
+            None => s,
+        });
         Coordinator {
             slots: Slots::new(cfg.protocol),
             core: Core {
                 cache: AddrCache::new(cfg.addr_cache_entries),
                 owner: u64::from(index) + 1,
                 lock_word: u64::from(index) + 1,
-                log_slice: map.log_slice(index),
+                log_slice,
+                journal,
                 spare: Default::default(),
                 undo_spare: Default::default(),
                 mech: Default::default(),
-                rpc: cfg.protocol.rpc_stages(&cfg),
+                rpc,
                 ep,
                 map,
                 cfg,
@@ -238,6 +249,9 @@ impl Coordinator {
     pub fn begin(&mut self, kind: TxKind) -> Txn<'_> {
         self.next_seq += 1;
         let id = (self.core.owner << 40) | (self.next_seq & ((1 << 40) - 1));
+        if let Some(j) = &mut self.core.journal {
+            j.begin();
+        }
         self.slots.begin(&mut self.core, &mut self.stats, id, kind)
     }
 }

@@ -38,6 +38,7 @@ pub use config::{
 };
 pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use item::Access;
+pub use mechanisms::journal::TAIL as LOCK_JOURNAL_TAIL;
 pub use mechanisms::rpc::MemoryNodeHandlers;
 pub use stage::{Stage, Stages};
 pub use tso::TsoGroup;

@@ -49,6 +49,9 @@ pub(crate) trait Protocol: Sized + 'static {
     /// Flags its lock holders set beside their owner id in a lock word (recovery clears a
     /// word holding a dead owner's id with any of them).
     const LOCK_FLAGS: u64 = 0;
+    /// Whether every lock word it takes goes through the shared mechanisms that journal it
+    /// (`mechanisms::journal`), so that recovery may trust the journal.
+    const JOURNALED: bool = false;
     /// The section of [`TxnConfig`] holding its switches (`--set KEY.switch=value`), if any.
     const OPTIONS: Option<&'static str> = None;
     /// The stages that have an RPC form (served by the memory nodes' CPUs).

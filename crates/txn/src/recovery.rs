@@ -11,10 +11,12 @@
 //!    landed everywhere: roll forward), **aborted** otherwise (roll back: put the old images
 //!    back on every replica);
 //! 3. releases every lock the dead coordinator still holds, logged or not (a lock won just
-//!    before the crash may not be logged yet): record locks and chain insert locks, found by a
-//!    scan of every table on its primary (16 KiB of buckets per READ, every dead coordinator's at
-//!    once: [`recover_all`]), each cleared with a CAS from the dead owner's value so that
-//!    nobody else's lock is ever touched;
+//!    before the crash may not be logged yet): record locks and chain insert locks, found in
+//!    its lock journals (`mechanisms/journal.rs`: every lock word it took, journaled no later
+//!    than the lock), or, where it keeps none it can trust, by a scan of every table on its
+//!    primary (16 KiB of buckets per READ, every dead coordinator's at once:
+//!    [`recover_all`]); each cleared with a CAS from the dead owner's value so that nobody
+//!    else's lock is ever touched;
 //! 4. closes the log entry (on every node, before step 3);
 //! 5. gives back what else it holds (`Protocol::release_held`: Scythe's takeout tickets, from
 //!    the grant journals the memory nodes' CPUs keep, each once its turn comes in its queue).
@@ -35,7 +37,7 @@
 //! protocol sets above them). A 2PL lock word counting read shares says nothing of whose
 //! they are: a dead coordinator's read shares stay until leases expire them (issue #23).
 
-use crate::mechanisms::{holds, INVISIBLE};
+use crate::mechanisms::{holds, journal, INVISIBLE, OWNER_MASK};
 use crate::registry::Protocol;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
@@ -78,8 +80,8 @@ pub async fn recover(
 }
 
 /// Recovers every coordinator of `dead` at once: settles each one's log entry, then
-/// releases all their locks in one scan of the tables. What each one's recovery found and
-/// how many of its locks it cleared, in the order of `dead`.
+/// releases all their locks (from their lock journals, or in one scan of the tables). What
+/// each one's recovery found and how many of its locks it cleared, in the order of `dead`.
 pub async fn recover_all(
     ep: &mut Endpoint,
     map: &PoolMap,
@@ -122,9 +124,28 @@ pub async fn recover_within(
         let map = if before { &older } else { map };
         out.push(settle_log(ep, map, protocol, index).await?);
     }
+    // The journals say where each dead coordinator's locks may be, unless a memory node
+    // failed (a promoted primary's lock words are not where the journal on the failed one
+    // named them) or the protocol keeps none: then the scan finds them.
+    let whole_view = map.live_nodes().count() == usize::from(map.node_count());
+    let journals = if protocol.journaled() && whole_view && dead.iter().all(|d| !d.1) {
+        let ids: Vec<u32> = dead.iter().map(|d| d.0).collect();
+        journal::read_all(ep, map, &ids).await?
+    } else {
+        vec![None; dead.len()]
+    };
     let dead: Vec<u32> = dead.iter().map(|d| d.0).collect();
     let owners: Vec<u64> = dead.iter().map(|&i| u64::from(i) + 1).collect();
-    let released = release_all(ep, map, &owners, protocol.lock_flags()).await?;
+    let flags = protocol.lock_flags();
+    let mut released = release_listed(ep, map, &owners, &journals, flags).await?;
+    let scanned: Vec<usize> = (0..dead.len()).filter(|&k| journals[k].is_none()).collect();
+    if !scanned.is_empty() {
+        let some: Vec<u64> = scanned.iter().map(|&k| owners[k]).collect();
+        let cleared = release_all(ep, map, &some, flags).await?;
+        for (k, c) in scanned.into_iter().zip(cleared) {
+            released[k] += c;
+        }
+    }
     let held = protocol.release_held(ep, map, &dead, deadline_ns).await?;
     // (What it gave back counts with the lock words: Scythe's tickets are queue locks.)
     Ok(out
@@ -276,4 +297,75 @@ async fn release_all(
         }
     }
     Ok(cleared)
+}
+
+/// Clears the lock words each dead owner's journal names (`journals[k]`, for `owners[k]`;
+/// None: left to the scan) that still hold its id, on the primary, and, when the protocol
+/// marks backups invisible, the same word on every backup if it is invisible with that id (a
+/// backup is written under its primary's lock, at the same offset). Per [`LISTED_PER_TRIP`]
+/// words, two round trips: READ them, CAS those still the dead owner's.
+async fn release_listed(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    owners: &[u64],
+    journals: &[Option<Vec<(NodeId, u64)>>],
+    flags: u64,
+) -> Result<Vec<u32>, FabricError> {
+    let mut cleared = vec![0u32; owners.len()];
+    // (owner's index, node, address, whether on the primary)
+    let mut words = Vec::new();
+    for (k, list) in journals.iter().enumerate() {
+        for &(n, a) in list.iter().flatten() {
+            let Some(t) = map.tables().find(|t| t.primary() == n && in_buckets(t, a)) else {
+                continue; // a stale entry of a table no longer there
+            };
+            words.push((k, n, a, true));
+            if flags & INVISIBLE != 0 {
+                words.extend(t.backups().iter().map(|&b| (k, b, a, false)));
+            }
+        }
+    }
+    for chunk in words.chunks(LISTED_PER_TRIP) {
+        let reads: Vec<_> = chunk.iter().map(|&(_, n, a, _)| ep.read(n, a, 8)).collect();
+        ep.post().await?;
+        // Every word is taken before the first CAS starts a new batch.
+        let ours: Vec<(usize, NodeId, u64, u64)> = chunk
+            .iter()
+            .zip(reads)
+            .map(|(&(k, n, a, primary), r)| {
+                let w = u64::from_le_bytes(ep.bytes(r)[..8].try_into().expect("word"));
+                (k, n, a, primary, w)
+            })
+            .filter(|&(k, _, _, primary, w)| {
+                if primary {
+                    holds(w, owners[k])
+                } else {
+                    w & INVISIBLE != 0 && w & OWNER_MASK == owners[k]
+                }
+            })
+            .map(|(k, n, a, _, w)| (k, n, a, w))
+            .collect();
+        if ours.is_empty() {
+            continue;
+        }
+        let cas: Vec<_> = ours
+            .into_iter()
+            .map(|(k, n, a, w)| (k, ep.cas(n, a, w, 0)))
+            .collect();
+        ep.post().await?;
+        for (k, c) in cas {
+            cleared[k] += u32::from(ep.cas_ok(c));
+        }
+    }
+    Ok(cleared)
+}
+
+/// Words [`release_listed`] reads per round trip: few enough that an op queued behind them
+/// on a memory node's QP does not fly long (see [`SCAN_BYTES`]).
+const LISTED_PER_TRIP: usize = 256;
+
+/// Whether `a` is a word in `t`'s buckets (main or overflow).
+fn in_buckets(t: &TableInfo, a: u64) -> bool {
+    let start = t.bucket(0);
+    a >= start && a < start + (t.bucket_count + t.overflow_buckets) * t.bucket_bytes
 }

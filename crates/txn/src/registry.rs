@@ -57,6 +57,13 @@ macro_rules! registry {
                 }
             }
 
+            /// Whether its locks are journaled when `TxnConfig::lock_journal` is on.
+            pub(crate) fn journaled(self) -> bool {
+                match self {
+                    $( Protocol::$variant => <$ty>::JOURNALED, )*
+                }
+            }
+
             /// Recovery's protocol step: settles a dead coordinator's pending log entry.
             pub(crate) async fn settle(
                 self,

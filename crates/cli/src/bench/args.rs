@@ -334,6 +334,9 @@ impl BenchArgs {
                 );
             }
         }
+        // Where a coordinator can be recovered, its locks are journaled (recovery then reads
+        // the journals rather than scanning every bucket).
+        cfg.lock_journal = self.faults.is_some() || self.leases.is_some();
         if let Some(i) = &self.isolation {
             if !protocol.multi_version() {
                 bail!(

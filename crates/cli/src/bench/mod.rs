@@ -351,7 +351,14 @@ pub fn shape(a: &BenchArgs, coordinators: u32, log_bytes: u64) -> Result<PoolSha
         memory_nodes: a.memory_nodes,
         replicas: a.replicas,
         log_slices: coordinators,
-        log_slice_bytes: a.log_slice_bytes.unwrap_or(log_bytes),
+        // A simulated crash's recovery reads the lock journals, which the log slice lends
+        // (the log keeps the room it had). Not with --leases: a pool loaded apart
+        // (`--load-only`) must have the shape the runs compute.
+        log_slice_bytes: a.log_slice_bytes.unwrap_or(if a.faults.is_some() {
+            log_bytes + dtxn_txn::LOCK_JOURNAL_TAIL
+        } else {
+            log_bytes
+        }),
         region_bytes: a.node_memory,
     })
 }

@@ -140,6 +140,7 @@ async fn rounds<P: Protocol>(
     // (item, stage, version it must still have: an upgraded read-only item)
     let ExecuteScratch { work, next, ids } = s;
     plan(tx, &map, accesses, locking, work)?;
+    super::journal::ready_tx(tx).await?;
     let mut rereads = 0;
     let mut waits = 0;
     while !work.is_empty() {
@@ -348,6 +349,8 @@ fn post<P: Protocol>(
                 lock: Lock::Exclusive { expect },
             } => {
                 let word = (expect, tx.c.lock_word);
+                super::journal::note(tx.c, lock_via, t.primary(), off);
+                let ep = &mut tx.c.ep;
                 Fetched::Locked(CasRead::post(ep, lock_via, t.primary(), off, word, record))
             }
             Stage::Record {

@@ -171,6 +171,7 @@ async fn lock_chains<P: Protocol>(
         free,
         ..
     } = s;
+    super::journal::ready_tx(tx).await?;
     let owner = tx.c.owner;
     // The home buckets are read after the chain locks' CASes: one-sided, a READ posted after
     // an atomic on its QP executes after it (G6); as RPCs, a node's requests of one batch are
@@ -188,6 +189,7 @@ async fn lock_chains<P: Protocol>(
         let held = tx.items.iter().any(|o| o.chain_lock == Some(lock))
             || cas.iter().any(|&(_, n, a, _)| (n, a) == lock);
         if !held {
+            super::journal::note(tx.c, via, lock.0, lock.1);
             let c = CasRead::post(&mut tx.c.ep, via, lock.0, lock.1, (0, owner), None);
             cas.push((i, lock.0, lock.1, c));
         }

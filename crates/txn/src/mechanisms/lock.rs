@@ -45,6 +45,7 @@ pub(crate) async fn lock_round<P: Protocol>(
 ) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let (owner, word) = (tx.c.owner, tx.c.lock_word);
+    super::journal::ready_tx(tx).await?;
     let mut checks = std::mem::take(&mut tx.c.mech.locks);
     checks.clear();
     for (i, it) in tx.items.iter().enumerate() {
@@ -55,6 +56,7 @@ pub(crate) async fn lock_round<P: Protocol>(
         let header = w.header.then_some((off, HEADER_BYTES));
         let probe = if w.lock {
             let via = tx.c.via(Stage::Lock);
+            super::journal::note(tx.c, via, p, off);
             Probe::Lock(CasRead::post(&mut tx.c.ep, via, p, off, (0, word), header))
         } else if w.header {
             let via = tx.c.via(Stage::Validate);

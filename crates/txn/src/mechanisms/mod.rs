@@ -15,6 +15,7 @@ pub(crate) mod absent;
 pub(crate) mod fetch;
 pub(crate) mod insert;
 pub(crate) mod install;
+pub(crate) mod journal;
 pub(crate) mod lock;
 pub(crate) mod release;
 pub(crate) mod rpc;

@@ -36,6 +36,7 @@ impl<const RCC: bool> Protocol for Drtmh<RCC> {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some(if RCC { "rcc" } else { "ford" });
     const LOCK_FLAGS: u64 = INVISIBLE;
+    const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = ();
     type Txn = ();

@@ -31,6 +31,7 @@ impl Protocol for Farm {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("ford");
     const LOCK_FLAGS: u64 = INVISIBLE;
+    const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = ();
     type Txn = ();

@@ -1,0 +1,182 @@
+//! The lock journal (issue #23): a coordinator that dies holding locks is recovered from its
+//! journals in a few round trips, not by a scan of a large table; and a recovery cut short
+//! and run again ends in the same state.
+
+use dtxn_fabric::sim::{Adversary, ComputeCrash, SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, OpKind, Pool, Profile, Topology};
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_txn::recovery::recover;
+use dtxn_txn::{Access, Coordinator, Protocol, TxKind, TxnConfig};
+use std::rc::Rc;
+
+const T: u32 = 1;
+/// Records the table is laid out for: its scan takes hundreds of READs.
+const CAPACITY: u64 = 200_000;
+const LOCKED: u64 = 6;
+
+fn plan() -> Plan {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 32 << 10,
+        region_bytes: None,
+    };
+    Plan::new(&[TableSpec::new(T, "t", 8, CAPACITY)], &shape).unwrap()
+}
+
+fn pool() -> (Pool, Plan) {
+    let plan = plan();
+    let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
+    cfg.profile = Profile::ideal();
+    cfg.adversary = Adversary::off();
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    for k in 0..100u64 {
+        l.insert(&pool, k, &k.to_le_bytes()).unwrap();
+    }
+    (pool, plan)
+}
+
+fn one() -> Topology {
+    Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    }
+}
+
+/// Coordinator 0 takes `LOCKED` locks (FORD's hitchhiked locks at execution)
+/// then stops for good without releasing them: what a crash right after its lock
+/// CASes leaves.
+fn locked(pool: &mut Pool, journal: bool) {
+    let Pool::Sim(sim) = pool else { unreachable!() };
+    sim.run(one(), None, move |mut ep: Endpoint| async move {
+        let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+        let mut cfg = TxnConfig {
+            protocol: Protocol::Ford,
+            lock_journal: journal,
+            ..TxnConfig::default()
+        };
+        cfg.ford.hitchhiked_locking = true;
+        let mut c = Coordinator::new(ep, map, Rc::new(cfg));
+        let keys: Vec<Access> = (0..LOCKED).map(|k| Access::update(T, k * 7)).collect();
+        // Committed many times over (locks hitchhike on READs of cached addresses only): the
+        // journal's ring wraps around several times before the crash.
+        for _ in 0..300 {
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&keys).await.unwrap();
+            tx.commit().await.unwrap();
+        }
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.fetch(&keys).await.unwrap();
+        // Dropped uncommitted: nothing is released.
+        std::mem::forget(tx);
+    })
+    .unwrap();
+}
+
+/// Every lock word of the table's primary that is set.
+fn set_locks(pool: &Pool, plan: &Plan) -> usize {
+    let t = plan.table(T).unwrap();
+    let mut b = vec![0u8; t.bytes() as usize];
+    pool.with_local(t.primary(), |m| m.read(t.table_off, &mut b));
+    let bucket = t.bucket_bytes as usize;
+    let mut n = 0;
+    for chunk in b.chunks_exact(bucket) {
+        n += usize::from(u64::from_le_bytes(chunk[8..16].try_into().unwrap()) != 0);
+        for s in 0..t.slots_per_bucket {
+            n += usize::from(t.codec().header(t.slot_bytes(chunk, s)).lock != 0);
+        }
+    }
+    n
+}
+
+/// Recovers coordinator 0 on a coordinator of its own, crashed `crash_at` ns into the run if
+/// given: (locks released, READs posted, round trips), or None if it crashed, and the run's
+/// length.
+fn recovered(pool: &mut Pool, crash_at: Option<u64>) -> (Option<(u32, u64, u64)>, u64) {
+    let Pool::Sim(sim) = pool else { unreachable!() };
+    let mut f = dtxn_fabric::sim::Faults::default();
+    if let Some(at_ns) = crash_at {
+        f.compute_crashes.push(ComputeCrash {
+            at_ns,
+            compute_node: 0,
+        });
+    }
+    sim.set_faults(f);
+    let two = Topology {
+        compute_nodes: 2,
+        ..one()
+    };
+    let r = sim
+        .run(two, None, |mut ep: Endpoint| async move {
+            if ep.id().index != 0 {
+                return None;
+            }
+            let map = PoolMap::bootstrap(&mut ep).await.unwrap();
+            let before = ep.stats();
+            let (_, n) = recover(&mut ep, &map, Protocol::Ford, 0).await.unwrap();
+            let after = ep.stats();
+            let reads = after.verbs[OpKind::Read as usize] - before.verbs[OpKind::Read as usize];
+            Some((n, reads, after.round_trips - before.round_trips))
+        })
+        .unwrap();
+    sim.set_faults(Default::default());
+    (r.outputs[0].flatten(), r.elapsed_ns)
+}
+
+#[test]
+fn a_journaled_coordinators_locks_are_released_without_a_scan() {
+    let (mut pool, plan) = pool();
+    locked(&mut pool, true);
+    assert_eq!(set_locks(&pool, &plan), LOCKED as usize);
+    let (r, _) = recovered(&mut pool, None);
+    let (released, reads, round_trips) = r.unwrap();
+    assert_eq!(released, LOCKED as u32);
+    assert_eq!(set_locks(&pool, &plan), 0);
+    // The log slice and the journal on both nodes, then each named word on both replicas.
+    assert!(reads <= 4 + 2 * LOCKED, "{reads} READs");
+    assert!(round_trips <= 4, "{round_trips} round trips");
+}
+
+#[test]
+fn without_the_journal_recovery_scans_the_table() {
+    let (mut pool, plan) = pool();
+    locked(&mut pool, false);
+    assert_eq!(set_locks(&pool, &plan), LOCKED as usize);
+    let (r, _) = recovered(&mut pool, None);
+    let (released, reads, _) = r.unwrap();
+    assert_eq!(released, LOCKED as u32);
+    assert_eq!(set_locks(&pool, &plan), 0);
+    let t = plan.table(T).unwrap();
+    let buckets = t.bucket_count + t.overflow_buckets;
+    assert!(
+        reads >= buckets * t.bucket_bytes / (16 << 10),
+        "{reads} READs for {buckets} buckets"
+    );
+}
+
+#[test]
+fn a_journaled_recovery_cut_short_and_run_again_frees_every_lock() {
+    let (mut reference, _) = pool();
+    locked(&mut reference, true);
+    let (_, took) = recovered(&mut reference, None);
+    let mut cut = 0;
+    for tenth in 1..10 {
+        let (mut pool, plan) = pool();
+        locked(&mut pool, true);
+        let (first, _) = recovered(&mut pool, Some(took * tenth / 10));
+        cut += u32::from(first.is_none());
+        let (again, _) = recovered(&mut pool, None);
+        let (released, _, _) = again.unwrap();
+        let first = first.map_or(0, |f| f.0);
+        assert!(
+            first + released <= LOCKED as u32,
+            "{tenth}/10: released twice"
+        );
+        assert_eq!(set_locks(&pool, &plan), 0, "{tenth}/10");
+    }
+    assert!(cut > 3, "only {cut} recoveries were cut short");
+}
