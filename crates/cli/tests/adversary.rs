@@ -166,11 +166,11 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "--backend",
                 "sim",
                 "--protocol",
-                "motor",
+                "mvcc",
                 "--faults",
                 "memory=1",
             ],
-            "memory-node failover is FORD's, FaRM's and DrTM+H's for now",
+            "memory-node failover is FORD's, FaRM's, DrTM+H's and Motor's for now",
         ),
         (
             vec![

@@ -48,7 +48,7 @@ pub async fn probe(ep: &mut Endpoint, map: &PoolMap) -> Result<Vec<NodeId>, Fabr
 pub async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<u32, FabricError> {
     let mut tables = 0;
     let mut bytes = Vec::new();
-    for t in map.promoted().filter(|t| t.mv.is_none()) {
+    for t in map.promoted() {
         tables += 1;
         let n = t.primary();
         let codec = t.codec();
