@@ -171,7 +171,12 @@ fn fail_over(script: Script) -> Seen {
             ep.post().await.unwrap();
             seen.counter.0 = ep.word(r, 0);
             if repair {
-                seen.repaired = repair_promoted(ep, &map).await.unwrap();
+                let p = if motor {
+                    Protocol::Motor
+                } else {
+                    Protocol::Ford
+                };
+                seen.repaired = repair_promoted(ep, &map, p).await.unwrap();
             }
             let r = ep.read(t.primary(), t.overflow_counter(), 8);
             ep.post().await.unwrap();

@@ -607,13 +607,14 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
                 Protocol::Farm,
                 Protocol::Drtmh,
                 Protocol::Motor,
+                Protocol::Sundial,
             ];
             if plan.memory_crashes.iter().any(|c| c.is_failure())
                 && !failover.contains(&cfg.protocol)
             {
                 bail!(
-                    "--faults memory=N: memory-node failover is FORD's, FaRM's, DrTM+H's and \
-                     Motor's for now ({} keeps state on its primaries that a promoted backup \
+                    "--faults memory=N: memory-node failover is FORD's, FaRM's, DrTM+H's, \
+                     Motor's and SUNDIAL's for now ({} keeps state on its primaries that a promoted backup \
                      lacks)",
                     cfg.protocol.name()
                 );
