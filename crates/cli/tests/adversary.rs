@@ -166,11 +166,11 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "--backend",
                 "sim",
                 "--protocol",
-                "motor",
+                "mvcc",
                 "--faults",
                 "memory=1",
             ],
-            "memory-node failover is FORD's, FaRM's and DrTM+H's for now",
+            "memory-node failover is FORD's, FaRM's, DrTM+H's, Motor's and SUNDIAL's for now",
         ),
         (
             vec![
@@ -203,7 +203,7 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
 /// one that may fail (node 1: node 0 holds the view) is SmallBank's checking table's primary.
 #[test]
 fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
-    for (protocol, seed) in [("ford", "3"), ("farm", "1"), ("drtmh", "2")] {
+    for (protocol, seed) in [("ford", "3"), ("farm", "1"), ("drtmh", "2"), ("motor", "3")] {
         let o = dtxn(&[
             "bench",
             "--backend",

@@ -101,6 +101,9 @@ pub(crate) struct Core {
     /// The last finished transaction's time per phase (kept apart from [`TxnOutcome`], which
     /// is copied per transaction and stays small).
     pub last_breakdown: crate::Breakdown,
+    /// Memory-node failover is on: a memory node found down is failed for good (the
+    /// membership service changes the view without it), never restarted into this view.
+    pub failover: bool,
 }
 
 impl Core {
@@ -145,6 +148,7 @@ impl Coordinator {
                 tso_group: None,
                 breakdown: false,
                 last_breakdown: Default::default(),
+                failover: false,
             },
             stats: CoordStats::default(),
             next_seq: 0,
@@ -194,6 +198,13 @@ impl Coordinator {
     /// clock reads per phase, so off unless asked.
     pub fn set_breakdown(&mut self, on: bool) {
         self.core.breakdown = on;
+    }
+
+    /// Memory-node failover is on (`membership::Service` runs beside this coordinator): a
+    /// memory node found down is failed for good. Motor then finishes a commit whose install
+    /// failed on one on the live replicas (it has no undo log to roll back by).
+    pub fn set_failover(&mut self, on: bool) {
+        self.core.failover = on;
     }
 
     pub fn set_recorder(&mut self, r: Box<dyn Recorder>) {

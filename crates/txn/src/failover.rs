@@ -17,11 +17,14 @@
 //!   (nothing of an older view in flight: the repair runs only then), an invisible word on a
 //!   promoted primary is stale, and cleared.
 //!
-//! Primary-only state of other protocols (read timestamps, version slots' links, tickets) is
-//! not rebuilt: failover is FORD's, FaRM's and DrTM+H's for now.
+//! A protocol's own primary-only state is its repair hook's (`Protocol::repair_promoted`):
+//! SUNDIAL raises the promoted leases. Motor needs nothing more (a backup holds whole CVTs).
+//! MVCC's read timestamps and version slots, Scythe's tickets and CALVIN's queues are not
+//! rebuilt: those protocols have no failover yet.
 
 use crate::mechanisms::INVISIBLE;
 use crate::recovery::{read_buckets, scan_chunks};
+use crate::registry::Protocol;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::PoolMap;
 
@@ -43,12 +46,17 @@ pub async fn probe(ep: &mut Endpoint, map: &PoolMap) -> Result<Vec<NodeId>, Fabr
 }
 
 /// Repairs every promoted primary of `map`'s view (see the module doc): raises its overflow
-/// counter to the highest link and clears its stale invisible words. Idempotent (a
-/// leader that dies half-way leaves it for the next). Returns the tables repaired.
-pub async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<u32, FabricError> {
+/// counter to the highest link and clears its stale invisible words, then what `protocol`
+/// kept on the primary alone (SUNDIAL's leases). Idempotent (a leader that dies half-way
+/// leaves it for the next). Returns the tables repaired.
+pub async fn repair_promoted(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    protocol: Protocol,
+) -> Result<u32, FabricError> {
     let mut tables = 0;
     let mut bytes = Vec::new();
-    for t in map.promoted().filter(|t| t.mv.is_none()) {
+    for t in map.promoted() {
         tables += 1;
         let n = t.primary();
         let codec = t.codec();
@@ -86,6 +94,9 @@ pub async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<u32, Fa
                 break;
             }
         }
+    }
+    if tables > 0 {
+        protocol.repair_promoted(ep, map).await?;
     }
     Ok(tables)
 }

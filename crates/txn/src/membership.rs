@@ -511,7 +511,7 @@ impl Service {
         let m = read_members(ep, self.members).await?;
         let mut tables = 0;
         if m.view == view && m.repaired != view.number {
-            match failover::repair_promoted(ep, &self.map).await {
+            match failover::repair_promoted(ep, &self.map, self.protocol).await {
                 Ok(n) => tables = n,
                 Err(FabricError::NodeDown(n)) if n != 0 => {
                     self.suspect = true;

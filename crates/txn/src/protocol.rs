@@ -133,6 +133,14 @@ pub(crate) trait Protocol: Sized + 'static {
         Ok(vec![(true, 0); dead.len()])
     }
 
+    /// Memory-node failover: what a promoted primary of `map`'s view kept alone, beside the
+    /// overflow counters and invisible words every protocol's tables get repaired
+    /// ([`crate::failover::repair_promoted`], once nothing of an older view is in flight and
+    /// before anyone uses a promoted primary). Nothing by default.
+    async fn repair_promoted(_ep: &mut Endpoint, _map: &PoolMap) -> Result<(), FabricError> {
+        Ok(())
+    }
+
     /// The coordinator leaves for good: it will run no more transactions (CALVIN's sequencer
     /// stops holding the epochs back). Nothing for the other protocols.
     async fn retire(_c: &mut Core, _s: &mut Self::Scratch) {}

@@ -92,6 +92,17 @@ macro_rules! registry {
                 }
             }
 
+            /// Memory-node failover: the protocol's part of a promoted primary's repair.
+            pub(crate) async fn repair_promoted(
+                self,
+                ep: &mut Endpoint,
+                map: &PoolMap,
+            ) -> Result<(), FabricError> {
+                match self {
+                    $( Protocol::$variant => <$ty>::repair_promoted(ep, map).await, )*
+                }
+            }
+
             /// Extra 8-byte words per record the protocol keeps its own metadata in.
             pub fn meta_words(self) -> u8 {
                 match self {

@@ -2,14 +2,15 @@
 //! probe finds it, the view changes, the backup of the table it was the primary of is
 //! promoted and repaired, and transactions go on against it. (The whole protocol, with many
 //! coordinators, leases and crashes, runs in `dtxn bench --faults memory=N`:
-//! `crates/cli/tests/adversary.rs`.)
+//! `crates/cli/tests/adversary.rs`.) The same script runs under FORD and Motor (its tables
+//! laid out as CVTs).
 
 use dtxn_fabric::sim::{Adversary, MemoryCrash, SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
 use dtxn_store::layout::VIEW_OFF;
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec, View};
 use dtxn_txn::failover::{probe, repair_promoted};
-use dtxn_txn::{AbortReason, Coordinator, TxKind, TxnConfig};
+use dtxn_txn::{AbortReason, Coordinator, Protocol, TxKind, TxnConfig};
 use std::rc::Rc;
 
 /// Two tables, two replicas each on two memory nodes: `A`'s primary is node 0, `B`'s node 1.
@@ -25,7 +26,7 @@ fn v(x: u64) -> Vec<u8> {
     (x * 7).to_le_bytes().to_vec()
 }
 
-fn plan() -> Plan {
+fn plan(motor: bool) -> Plan {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -37,7 +38,11 @@ fn plan() -> Plan {
     // buckets and chain overflow buckets, claimed on its primary.
     let mut b = TableSpec::new(B, "b", 8, 8);
     b.overflow_fraction = 40.0;
-    Plan::new(&[TableSpec::new(A, "a", 8, 100), b], &shape).unwrap()
+    let mut a = TableSpec::new(A, "a", 8, 100);
+    if motor {
+        (a, b) = (a.multi_version(2), b.multi_version(2));
+    }
+    Plan::new(&[a, b], &shape).unwrap()
 }
 
 fn sim(plan: &Plan) -> SimPool {
@@ -73,6 +78,10 @@ async fn insert(c: &mut Coordinator, keys: std::ops::Range<u64>) -> Result<(), A
 struct Seen {
     /// An insert into `B` once node 1 is down, before the view changes.
     failed_before_view: Option<AbortReason>,
+    /// An update of `A`'s key 0 (primary node 0, backup node 1) once node 1 is down, before
+    /// the view changes; and another in the new view.
+    updated_before_view: Option<AbortReason>,
+    updated_after: Option<AbortReason>,
     down: Vec<u16>,
     promoted: Vec<u32>,
     repaired: u32,
@@ -86,10 +95,42 @@ struct Seen {
     bootstrapped: Option<(View, Vec<u16>)>,
 }
 
+/// How the script runs.
+#[derive(Debug, Clone, Copy)]
+struct Script {
+    motor: bool,
+    /// The promoted primary is repaired.
+    repair: bool,
+    /// The coordinator knows memory-node failover is on ([`Coordinator::set_failover`]).
+    failover: bool,
+}
+
+const FORD: Script = Script {
+    motor: false,
+    repair: true,
+    failover: true,
+};
+const MOTOR: Script = Script {
+    motor: true,
+    ..FORD
+};
+
+async fn update_a(c: &mut Coordinator, x: u64) -> Result<(), AbortReason> {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    tx.read_for_update(A, 0).await.map_err(|a| a.reason)?;
+    tx.update(A, 0, &v(x)).await.map_err(|a| a.reason)?;
+    tx.commit().await.map_err(|a| a.reason)
+}
+
 /// Inserts into `B`, lets node 1 fail, fails over (or, with `repair` false, skips the
 /// promoted primary's repair), inserts more and reads everything back.
-fn fail_over(repair: bool) -> Seen {
-    let plan = plan();
+fn fail_over(script: Script) -> Seen {
+    let Script {
+        motor,
+        repair,
+        failover,
+    } = script;
+    let plan = plan(motor);
     let mut sim = sim(&plan);
     let one = Topology {
         compute_nodes: 1,
@@ -101,11 +142,21 @@ fn fail_over(repair: bool) -> Seen {
             let mut seen = Seen::default();
             let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
             assert_eq!(map.table(B).unwrap().replicas, [1, 0]);
-            let mut c = Coordinator::new(ep, map.clone(), Rc::new(TxnConfig::default()));
+            let cfg = TxnConfig {
+                protocol: if motor {
+                    Protocol::Motor
+                } else {
+                    Protocol::Ford
+                },
+                ..TxnConfig::default()
+            };
+            let mut c = Coordinator::new(ep, map.clone(), Rc::new(cfg));
+            c.set_failover(failover);
             insert(&mut c, 0..BEFORE).await.unwrap();
             let now = c.endpoint().now_ns();
             c.endpoint().sleep(FAIL_NS + 1_000 - now.min(FAIL_NS)).await;
             seen.failed_before_view = insert(&mut c, BEFORE..BEFORE + 1).await.err();
+            seen.updated_before_view = update_a(&mut c, 1000).await.err();
             // The failover: probe, change the view, promote, repair.
             let ep = c.endpoint();
             seen.down = probe(ep, &map).await.unwrap();
@@ -120,13 +171,19 @@ fn fail_over(repair: bool) -> Seen {
             ep.post().await.unwrap();
             seen.counter.0 = ep.word(r, 0);
             if repair {
-                seen.repaired = repair_promoted(ep, &map).await.unwrap();
+                let p = if motor {
+                    Protocol::Motor
+                } else {
+                    Protocol::Ford
+                };
+                seen.repaired = repair_promoted(ep, &map, p).await.unwrap();
             }
             let r = ep.read(t.primary(), t.overflow_counter(), 8);
             ep.post().await.unwrap();
             seen.counter.1 = ep.word(r, 0);
             c.set_map(map.clone());
             seen.inserted_after = insert(&mut c, BEFORE + 1..BEFORE + 1 + AFTER).await.err();
+            seen.updated_after = update_a(&mut c, 1001).await.err();
             for k in (0..BEFORE).chain(BEFORE + 1..BEFORE + 1 + AFTER) {
                 let mut tx = c.begin(TxKind::ReadOnly);
                 let read = tx.read(B, k).await.map(|x| x == Some(v(k).as_slice()));
@@ -148,7 +205,54 @@ fn fail_over(repair: bool) -> Seen {
 
 #[test]
 fn the_backup_is_promoted_repaired_and_serves_inserts() {
-    let s = fail_over(true);
+    let s = fail_over(FORD);
+    // FORD rolls the update back on the live replicas; it commits again in the new view.
+    assert_eq!(s.updated_before_view, Some(AbortReason::ReplicaFailure));
+    promoted_and_repaired(&s);
+}
+
+/// Motor's tables chain overflow buckets the same way: the repair raises their counters too.
+/// An update whose install fails on the backup that died has no undo log to roll back by:
+/// it finishes on the live replicas and commits.
+#[test]
+fn under_motor_the_backup_is_promoted_repaired_and_serves_inserts() {
+    let s = fail_over(MOTOR);
+    assert_eq!(s.updated_before_view, None);
+    promoted_and_repaired(&s);
+}
+
+/// The negative control of the finish on the live replicas: without it (a coordinator that
+/// does not know failover is on), the failed install keeps its lock for a recovery that
+/// never comes to a live coordinator, and the record stays locked in the new view.
+#[test]
+fn under_motor_without_failover_a_failed_install_keeps_its_lock() {
+    let s = fail_over(Script {
+        failover: false,
+        ..MOTOR
+    });
+    assert_eq!(s.updated_before_view, Some(AbortReason::ReplicaFailure));
+    assert!(s.updated_after.is_some(), "{s:?}");
+}
+
+/// The negative control under Motor: without the repair, the promoted primary hands out
+/// overflow buckets already linked.
+#[test]
+fn under_motor_without_the_repair_inserts_after_the_promotion_fail() {
+    let s = fail_over(Script {
+        repair: false,
+        ..MOTOR
+    });
+    assert_eq!(s.counter, (0, 0));
+    assert!(
+        !s.wrong.is_empty() || s.inserted_after.is_some(),
+        "found {} of {}",
+        s.found,
+        BEFORE + AFTER
+    );
+}
+
+fn promoted_and_repaired(s: &Seen) {
+    assert_eq!(s.updated_after, None);
     assert_eq!(s.failed_before_view, Some(AbortReason::ReplicaFailure));
     assert_eq!(s.down, [1]);
     assert_eq!(s.promoted, [B]);
@@ -157,7 +261,7 @@ fn the_backup_is_promoted_repaired_and_serves_inserts() {
     assert_eq!(s.counter.0, 0);
     assert!(s.counter.1 > 0, "{:?}", s.counter);
     assert_eq!(s.inserted_after, None);
-    assert_eq!((s.found, s.wrong), (BEFORE + AFTER, vec![]));
+    assert_eq!((s.found, &s.wrong), (BEFORE + AFTER, &vec![]));
     let v1 = View::default().without(&[1]).unwrap();
     assert_eq!(s.bootstrapped, Some((v1, vec![0])));
 }
@@ -166,7 +270,10 @@ fn the_backup_is_promoted_repaired_and_serves_inserts() {
 /// already linked, and keys inserted before the failure are lost.
 #[test]
 fn without_the_repair_inserts_after_the_promotion_lose_keys() {
-    let s = fail_over(false);
+    let s = fail_over(Script {
+        repair: false,
+        ..FORD
+    });
     assert_eq!(s.counter, (0, 0));
     assert!(
         !s.wrong.is_empty() || s.inserted_after.is_some(),

@@ -348,6 +348,7 @@ async fn coordinator<W: Workload>(
     };
     let mut c = Coordinator::new(ep, map.clone(), cfg);
     c.set_breakdown(sh.breakdown);
+    c.set_failover(service.is_some() && !sh.fence_on_node_down);
     if let Some(v) = &sh.vcache {
         c.set_vcache(v.clone());
     }

@@ -609,13 +609,20 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             }
             check_recoverable("--faults", cfg.protocol, topo)?;
             let (plan, knobs) = faults(spec, a, topo)?;
-            let failover = [Protocol::Ford, Protocol::Farm, Protocol::Drtmh];
+            let failover = [
+                Protocol::Ford,
+                Protocol::Farm,
+                Protocol::Drtmh,
+                Protocol::Motor,
+                Protocol::Sundial,
+            ];
             if plan.memory_crashes.iter().any(|c| c.is_failure())
                 && !failover.contains(&cfg.protocol)
             {
                 bail!(
-                    "--faults memory=N: memory-node failover is FORD's, FaRM's and DrTM+H's for \
-                     now ({} keeps state on its primaries that a promoted backup lacks)",
+                    "--faults memory=N: memory-node failover is FORD's, FaRM's, DrTM+H's, \
+                     Motor's and SUNDIAL's for now ({} keeps state on its primaries that a promoted backup \
+                     lacks)",
                     cfg.protocol.name()
                 );
             }

@@ -73,12 +73,14 @@ use crate::mechanisms::rpc::{self, CasRead};
 use crate::mechanisms::{abort, absent, fetch, insert, lock, release, undo};
 use crate::mechanisms::{needs_meta_words, table, INVISIBLE};
 use crate::protocol::{Protocol, Row};
+use crate::recovery::{read_buckets, scan_chunks};
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
-use dtxn_fabric::NodeId;
+use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::log::LogStatus;
 use dtxn_store::record::META_OFF;
+use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
 /// The lease word's freeze bit.
@@ -223,6 +225,85 @@ impl Protocol for Sundial {
         lock::unfreeze(tx, Stage::Renew, |x| x.frozen.zip(x.at)).await;
         release::release_on_abort(tx).await;
     }
+    /// Failover: a promoted primary's leases are its backup's, as the last install (or an
+    /// insert's release, for a chain) wrote them: renewals went to the failed primary alone.
+    /// An old-view reader may have renewed one there and committed above its `wts`; a
+    /// new-view writer taking the stale `rts` would commit below that reader, under a version
+    /// it did not see. So every lease and chain lease of a promoted table is raised to
+    /// `bound`, the largest timestamp on the live primaries, which no old-view transaction
+    /// exceeded: a read-write one's timestamp is the version of what it wrote, installed on
+    /// every replica before it committed (and a slot's version never goes down: a commit's
+    /// timestamp is at least the version it replaces); a read-only one's is the largest
+    /// version or chain `wts` it read, committed, so on every replica as well. Nothing runs
+    /// while the repair does (every coordinator waits for the view to be active), so the
+    /// words are written, not CASed.
+    async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<(), FabricError> {
+        let mut bound = 0u64;
+        let mut bytes = Vec::new();
+        for t in map.tables().filter(|t| t.meta_words >= 1) {
+            let codec = t.codec();
+            for chunk in scan_chunks(t) {
+                read_buckets(ep, t, t.primary(), &chunk, &mut bytes).await?;
+                for (b, bucket) in chunk.clone().zip(bytes.chunks(t.bucket_bytes as usize)) {
+                    if b < t.bucket_count {
+                        let w = word(bucket, CHAIN_META_OFF as usize);
+                        bound = bound.max(wts_lo(w) + delta(w));
+                    }
+                    for s in 0..t.slots_per_bucket {
+                        let slot = t.slot_bytes(bucket, s);
+                        let h = codec.header(slot);
+                        let d = if h.valid {
+                            delta(word(slot, META_OFF))
+                        } else {
+                            0
+                        };
+                        bound = bound.max(h.version + d);
+                    }
+                }
+            }
+        }
+        for t in map.promoted().filter(|t| t.meta_words >= 1) {
+            let (n, codec) = (t.primary(), t.codec());
+            for chunk in scan_chunks(t) {
+                read_buckets(ep, t, n, &chunk, &mut bytes).await?;
+                for (b, bucket) in chunk.clone().zip(bytes.chunks(t.bucket_bytes as usize)) {
+                    let base_at = t.bucket(b);
+                    if b < t.bucket_count {
+                        let w = word(bucket, CHAIN_META_OFF as usize);
+                        if let Some(raised) = raise(wts_lo(w), w, bound) {
+                            ep.write(n, base_at + CHAIN_META_OFF, &raised.to_le_bytes());
+                        }
+                    }
+                    for s in 0..t.slots_per_bucket {
+                        let slot = t.slot_bytes(bucket, s);
+                        let h = codec.header(slot);
+                        let w = word(slot, META_OFF);
+                        if let Some(raised) = raise(h.version, w, bound).filter(|_| h.valid) {
+                            let at = t.slot(base_at, s) + META_OFF as u64;
+                            ep.write(n, at, &raised.to_le_bytes());
+                        }
+                    }
+                }
+                ep.post().await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The 8-byte word at `at` of `bytes`.
+fn word(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("word"))
+}
+
+/// The lease word `w` (of `wts` `base`) with its `rts` raised to `bound` and unfrozen, if it
+/// ends below it or is frozen (a roll-back writes its frozen undo image to the backups too,
+/// and only the primary's is unfrozen), and the delta fits (timestamps stay below 2^31).
+fn raise(base: u64, w: u64, bound: u64) -> Option<u64> {
+    let d = delta(w).max(bound.saturating_sub(base));
+    (w & LOCK != 0 || base + delta(w) < bound)
+        .then(|| lease(base, d))
+        .filter(|_| d <= DELTA_MASK)
 }
 
 /// Each item's job, lease address and seen word, and the starting `commit_ts`: after every

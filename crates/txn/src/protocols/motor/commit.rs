@@ -7,7 +7,7 @@ use crate::abort::{Abort, AbortReason};
 use crate::item::{Item, NewValue};
 use crate::mechanisms::{abort, table};
 use crate::tx::Tx;
-use dtxn_fabric::{NodeId, OpId};
+use dtxn_fabric::{FabricError, NodeId, OpId};
 use dtxn_store::cvt::{Cvt, MvCodec, Pick, Vcell, CREATED, FRESH, TOMBSTONE, VALID};
 use dtxn_store::log::{encode_head, encode_item_as, ItemKind, LogStatus, HEAD_BYTES};
 use dtxn_store::record::RecordHeader;
@@ -50,7 +50,19 @@ pub(crate) async fn mark_committing(tx: &mut Tx<'_, Motor>, marks: bool) -> Resu
         .find(|i| i.new != NewValue::Keep)
         .expect("a write");
     if tx.c.ep.post().await.is_err() {
-        return Err(abort(AbortReason::ReplicaFailure, first));
+        let fail = abort(AbortReason::ReplicaFailure, first);
+        // A memory node failed: claims on the live ones may have taken their slots, which
+        // the abort would not know to give back (a CAS back from our word: on a dead node,
+        // nothing of ours is left).
+        for &(i, _, _) in &claims {
+            let it = &tx.items[i];
+            let p = table(&map, it.table).primary();
+            let off = it.offset.expect("written items have a slot");
+            tx.c.ep.cas(p, off, value, 0);
+        }
+        tx.s.claims = claims;
+        let _ = tx.c.ep.post().await;
+        return Err(fail);
     }
     let mut failed = None;
     for &(i, c, r) in &claims {
@@ -396,8 +408,52 @@ pub(crate) async fn install(tx: &mut Tx<'_, Motor>, tc: u64) -> Result<(), Abort
     );
     log[..HEAD_BYTES].copy_from_slice(&head);
     let mut nodes = std::mem::take(&mut tx.s.nodes);
-    write_log(tx, &map, &installs, &mut nodes, slice, &log);
+    // Memory nodes found down for good (failover): the commit finishes on the live replicas.
+    let mut down: Vec<NodeId> = Vec::new();
+    let r = loop {
+        let args = (&installs[..], &bytes[..], slice, &log[..], &down[..]);
+        match post_install(tx, &map, &mut nodes, args).await {
+            // With failover a node down never comes back into this view, and no undo log
+            // could roll the records back: validated and logged, the commit is finished on
+            // every live replica (the same WRITEs again; we hold every primary's lock, so
+            // nobody else writes these records). The promoted backup's record is then
+            // installed before the view that promotes it is active (our acknowledgement
+            // waits for these ops to land), and our release clears the live primaries.
+            Err((FabricError::NodeDown(n), _)) if tx.c.failover && n != 0 && !down.contains(&n) => {
+                down.push(n)
+            }
+            r => break r,
+        }
+    };
     tx.st.log = log;
+    let scratch = &mut tx.s;
+    (scratch.installs, scratch.bytes, scratch.nodes) = (installs, bytes, nodes);
+    let records_posted = !matches!(r, Err((_, false)));
+    if records_posted {
+        tx.installed = true;
+        for it in tx.items.iter_mut().filter(|i| i.new != NewValue::Keep) {
+            it.install = Some(tc);
+        }
+    }
+    if r.is_err() {
+        // Some replicas may hold the new versions (or, with `flush`, the op log only):
+        // validated, logged somewhere, so recovery may roll it forward from the log; the
+        // locks stay held for it (no reader trusts a committing CVT).
+        tx.st.keep_locks = true;
+        return Err(fail);
+    }
+    Ok(())
+}
+
+/// The commit's verbs, on every replica but those `down`, awaited: the op log, (`flush`: made
+/// durable first), the records. An error says whether the records' WRITEs were posted.
+async fn post_install(
+    tx: &mut Tx<'_, Motor>,
+    map: &PoolMap,
+    nodes: &mut Vec<NodeId>,
+    (installs, bytes, slice, log, down): (&[Install], &[u8], u64, &[u8], &[NodeId]),
+) -> Result<(), (FabricError, bool)> {
+    write_log(tx, map, installs, nodes, slice, log, down);
     if tx.c.cfg.flush {
         // Persistent memory: the op log is durable before any record WRITE can be (a FLUSH
         // orders nothing after it, so it is awaited: one more round trip, as Motor's
@@ -405,41 +461,22 @@ pub(crate) async fn install(tx: &mut Tx<'_, Motor>, tc: u64) -> Result<(), Abort
         for &n in nodes.iter() {
             tx.c.ep.flush(n);
         }
-        if tx.c.ep.post().await.is_err() {
-            // As a failed install below: validated, logged somewhere, so recovery may roll it
-            // forward from the log; the locks stay for it.
-            let scratch = &mut tx.s;
-            (scratch.installs, scratch.bytes, scratch.nodes) = (installs, bytes, nodes);
-            tx.st.keep_locks = true;
-            return Err(fail);
-        }
+        tx.c.ep.post().await.map_err(|e| (e, false))?;
     }
-    write_records(tx, &map, &installs, &bytes);
+    write_records(tx, map, installs, bytes, down);
     if tx.c.cfg.flush {
         // Each backup once, after its last WRITE (FORD's selective remote flush: a lost
         // primary is rebuilt from its backups).
         for &n in nodes.iter() {
             if installs
                 .iter()
-                .any(|w| table(&map, w.table).backups().contains(&n))
+                .any(|w| table(map, w.table).backups().contains(&n))
             {
                 tx.c.ep.flush(n);
             }
         }
     }
-    let scratch = &mut tx.s;
-    (scratch.installs, scratch.bytes, scratch.nodes) = (installs, bytes, nodes);
-    tx.installed = true;
-    for it in tx.items.iter_mut().filter(|i| i.new != NewValue::Keep) {
-        it.install = Some(tc);
-    }
-    if tx.c.ep.post().await.is_err() {
-        // Some replicas may hold the new versions: the locks stay held (no reader trusts a
-        // committing CVT), for recovery to finish the commit from the op log.
-        tx.st.keep_locks = true;
-        return Err(fail);
-    }
-    Ok(())
+    tx.c.ep.post().await.map_err(|e| (e, true))
 }
 
 /// The op log's items, after its head in `log`: the new records, each followed by its
@@ -466,7 +503,7 @@ fn encode_redo_items(installs: &[Install], bytes: &[u8], log: &mut Vec<u8>) -> u
 }
 
 /// The op log's WRITE to every memory node that holds a replica of a written record (into
-/// `nodes`), to the coordinator's log `slice`.
+/// `nodes`; but those `down`), to the coordinator's log `slice`.
 fn write_log(
     tx: &mut Tx<'_, Motor>,
     map: &PoolMap,
@@ -474,12 +511,14 @@ fn write_log(
     nodes: &mut Vec<NodeId>,
     slice: u64,
     log: &[u8],
+    down: &[NodeId],
 ) {
     nodes.clear();
     nodes.extend(
         installs
             .iter()
-            .flat_map(|w| table(map, w.table).replicas.iter().copied()),
+            .flat_map(|w| table(map, w.table).replicas.iter().copied())
+            .filter(|n| !down.contains(n)),
     );
     nodes.sort_unstable();
     nodes.dedup();
@@ -489,13 +528,22 @@ fn write_log(
 }
 
 /// Each record's WRITEs on every replica: its pre-image lines, then its CVT (the primary's
-/// under our lock, marked committing).
-fn write_records(tx: &mut Tx<'_, Motor>, map: &PoolMap, installs: &[Install], bytes: &[u8]) {
+/// under our lock, marked committing); none to the nodes `down`.
+fn write_records(
+    tx: &mut Tx<'_, Motor>,
+    map: &PoolMap,
+    installs: &[Install],
+    bytes: &[u8],
+    down: &[NodeId],
+) {
     let owner = tx.c.owner;
     for w in installs {
         let t = table(map, w.table);
         let record = &bytes[w.record.clone()];
         for (rank, &n) in t.replicas.iter().enumerate() {
+            if down.contains(&n) {
+                continue;
+            }
             if let Some((at, chunk)) = &w.chunk {
                 tx.c.ep.write(n, *at, &bytes[chunk.clone()]);
             }

@@ -9,7 +9,7 @@ use crate::item::{Access, Item};
 use crate::mechanisms::{abort, table};
 use crate::tx::Tx;
 use crate::txn::TxKind;
-use dtxn_fabric::OpId;
+use dtxn_fabric::{NodeId, OpId};
 use dtxn_store::cvt::{Pick, CHUNK};
 use dtxn_store::record::Torn;
 use dtxn_store::{PoolMap, TableInfo};
@@ -141,6 +141,18 @@ pub(crate) async fn stage_rounds(
             spans.push((start, ids.len()));
         }
         if tx.c.ep.post().await.is_err() {
+            // A memory node failed: this round's lock CASes on the live ones may have taken
+            // their locks, which the abort would not know to give back.
+            let cased: Vec<(NodeId, u64)> = work
+                .iter()
+                .filter_map(|&(i, stage)| match stage {
+                    Stage::Cvt { off, lock: true } => {
+                        Some((table(&map, tx.items[i].table).primary(), off))
+                    }
+                    _ => None,
+                })
+                .collect();
+            crate::mechanisms::lock::give_back_after_failure(tx, &cased).await;
             return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
         }
         next.clear();

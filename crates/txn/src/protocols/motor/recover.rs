@@ -3,6 +3,10 @@
 //! not hold it whole yet (a replica's record is stamped with the commit timestamp once
 //! installed; a lock released means installed everywhere, so nothing else is touched). The op
 //! log was written before any of the records on each memory node (G4).
+//!
+//! Across a view change (memory-node failover), a coordinator that died in an older view
+//! held its locks on a primary that failed since: a promoted primary's records are judged
+//! by their versions alone (see [`redo_motor`]).
 
 use super::COMMITTING;
 use crate::recovery::Recovered;
@@ -41,6 +45,18 @@ pub(crate) async fn redo_motor(
             let lock = t.codec().header(ep.bytes(r)).lock;
             if lock == owner || lock == owner | COMMITTING {
                 held[g] = Some(lock);
+            } else if map.lost_locks(t) {
+                // A promoted primary, and the dead coordinator died before the promotion:
+                // its lock died with the failed primary (a backup's lock word is always 0).
+                // Taken as held, as every record an op log names is while its commit is in
+                // flight: the redo below writes only a replica whose record is older than
+                // the logged one (versions are commit timestamps, and a released commit had
+                // installed on every replica, so only a commit in flight leaves one older),
+                // and nobody else can have written it since (its lock was ours on the failed
+                // primary; the promoted one is used only once this recovery is done). A
+                // released commit is then reported rolled forward again, which the history
+                // takes once (by its id).
+                held[g] = Some(0);
             }
         }
     }
