@@ -202,3 +202,89 @@ fn in_pm_mode_recoverys_roll_back_survives_a_power_loss() {
     }
     assert_eq!(lost, 0, "seeds whose backup kept the rolled-back install");
 }
+
+/// The dead coordinator's commit was acknowledged; its release (detached) was cut off after
+/// unlocking `KEY` but before unlocking `OTHER` or closing its log entry; its next transaction
+/// had already locked `KEY` again (the same owner id, no invisible bit). Recovery must see the
+/// install (`OTHER` still shows it, invisible under our id) and roll forward: judged as
+/// another's commit over our image, `KEY` once made it roll back and undo `OTHER`, an
+/// acknowledged write (torture: ford/kv/seed 1000718).
+#[test]
+fn recovery_rolls_forward_an_acknowledged_commit_whose_key_the_next_transaction_relocked() {
+    const OTHER: u64 = 11;
+    let (values, outcome) =
+        common::with_coordinator(pool(), TxnConfig::default(), |mut c| async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(T).unwrap().clone();
+            let bytes = t.record_bytes as usize;
+            let owner = u64::from(DEAD) + 1;
+            let ep = c.endpoint();
+            let mut items = Vec::new();
+            let mut offsets = Vec::new();
+            for (key, lock) in [(KEY, owner), (OTHER, owner | (1 << 63))] {
+                let home = t.home_bucket(key);
+                let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
+                ep.post().await.unwrap();
+                let bucket = ep.bytes(r).to_vec();
+                let slot = (0..t.slots_per_bucket)
+                    .find(|&s| t.codec().header(t.slot_bytes(&bucket, s)).key == key)
+                    .expect("the key in its home bucket");
+                let offset = t.slot(home, slot);
+                let image = t.slot_bytes(&bucket, slot)[..bytes].to_vec();
+                // Its install, one version up: KEY released and locked again (plain), OTHER
+                // still invisible under its id.
+                let mut h = t.codec().header(&image);
+                h.version += 1;
+                h.lock = lock;
+                let mut install = vec![0u8; bytes];
+                t.codec()
+                    .encode(&h, &(key + 500).to_le_bytes(), &mut install);
+                ep.write(t.primary(), offset, &install);
+                items.push(LogItem {
+                    table: T,
+                    offset,
+                    insert: false,
+                    kind: ItemKind::Undo,
+                    image,
+                });
+                offsets.push(offset);
+            }
+            let entry = LogEntry {
+                txn: 99,
+                coordinator: DEAD,
+                status: LogStatus::Pending,
+                items,
+            };
+            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
+            let mut log = Vec::new();
+            entry.encode(slice_bytes, &mut log).unwrap();
+            for n in map.live_nodes() {
+                ep.write(n, slice, &log);
+            }
+            ep.post().await.unwrap();
+            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
+            let mut values = Vec::new();
+            for off in offsets {
+                let r = ep.read(t.primary(), off, bytes);
+                ep.post().await.unwrap();
+                let mut value = vec![0u8; t.value_size as usize];
+                let h = t.codec().decode(ep.bytes(r), &mut value).unwrap();
+                values.push((u64::from_le_bytes(value.try_into().unwrap()), h.version));
+            }
+            (values, outcome)
+        });
+    assert_eq!(
+        values,
+        vec![(KEY + 500, 1), (OTHER + 500, 1)],
+        "the acknowledged install stays"
+    );
+    match outcome {
+        Recovered::RolledForward(t) => {
+            assert_eq!(t.txn, 99);
+            let mut keys: Vec<u64> = t.writes.iter().map(|w| w.key).collect();
+            keys.sort_unstable();
+            assert_eq!(keys, vec![KEY, OTHER]);
+        }
+        other => panic!("rolled forward, not {other:?}"),
+    }
+}

@@ -36,7 +36,18 @@ pub(crate) async fn settle(
         // It holds nothing it logged: it never wrote, or it released everything already.
         return Ok(Recovered::Nothing);
     }
-    let committed = ours.iter().all(|&i| seen.everywhere[i]);
+    // Its install showing on a primary (our id with the invisible bit, newer than the image)
+    // means it held and validated every lock before installing: then a newer record under
+    // our plain lock is not another's commit over our image (that is only seen by a lock
+    // round that aborts before any install) but our install, released by the cut-off
+    // release, and locked again by our *next* transaction, which started as soon as this
+    // one's commit was acknowledged (its log entry is still this one's: the release that
+    // closes it was cut off too). Judged foreign, the acknowledged commit was rolled back
+    // (torture: ford/kv/seed 1000718).
+    let installed_seen = ours.iter().any(|&i| seen.our_install[i]);
+    let committed = ours
+        .iter()
+        .all(|&i| seen.everywhere[i] && (!seen.foreign[i] || installed_seen));
     if committed {
         return Ok(rolled_forward(ep, e, &ours, &seen));
     }
@@ -62,6 +73,9 @@ struct Seen {
     /// transaction committed over in between, which the dead one's lock round then saw and
     /// aborted on. Rolling it back would undo that other, acknowledged, commit.
     foreign: Vec<bool>,
+    /// The primary shows our install: our id with the invisible bit, whole and newer than
+    /// the image (FORD's and FaRM's installs leave it until the release).
+    our_install: Vec<bool>,
 }
 
 /// Queues a READ of every replica of every logged item, as it is now.
@@ -99,6 +113,7 @@ fn judge_replicas(
         installed: vec![0u64; n_items],
         keys: vec![0u64; n_items],
         foreign: vec![false; n_items],
+        our_install: vec![false; n_items],
     };
     for &(i, n, r) in reads {
         let it = &e.items[i];
@@ -153,10 +168,11 @@ fn judge_replicas(
             seen.undo[i] = seen.held[i];
             // Every install leaves the primary invisible until the release: a whole, newer
             // primary without the bit under our plain lock was installed by someone else.
+            // (Or ours, released and locked again by our next transaction: see `settle`.)
             if !it.insert && new.is_some() && now.lock & INVISIBLE == 0 {
                 seen.foreign[i] = true;
-                seen.everywhere[i] = false;
             }
+            seen.our_install[i] = seen.held[i] && new.is_some() && now.lock & INVISIBLE != 0;
         }
         match new {
             Some(v) => seen.installed[i] = v,
