@@ -274,8 +274,8 @@ fn crash_run<'a>(protocol: &'a str, seed: &'a str) -> Vec<&'a str> {
 
 #[test]
 fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
-    // Seed 8 crashes compute node 0: all 6 of its coordinators.
-    let mut args = crash_run("farm", "8");
+    // Seed 11 crashes compute node 0: all 6 of its coordinators.
+    let mut args = crash_run("farm", "11");
     args.push("--json");
     let o = dtxn(&args);
     assert!(o.status.success(), "{}", text(&o));
@@ -386,7 +386,7 @@ fn recovery_rolls_back_a_crashed_transaction_and_the_run_verifies() {
         "--protocol",
         "ford",
         "--seed",
-        "1",
+        "7",
         "--txns",
         "2000",
         "--compute-nodes",
