@@ -610,7 +610,8 @@ impl Service {
             self.give_back(ep, mine).await?;
             return Ok(scan);
         }
-        // Every dead coordinator at once: one scan of the tables releases all their locks.
+        // Every dead coordinator at once: their lock journals (or one scan of the tables)
+        // release all their locks.
         let started_ns = ep.lease_now_ns();
         let map = self.map.clone();
         let in_views: Vec<(u32, bool)> = dead
