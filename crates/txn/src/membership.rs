@@ -402,10 +402,22 @@ impl Service {
         if self.probe(ep, m.view).await? {
             m = read_members(ep, self.members).await?;
         }
-        while m.view != self.map.view() {
+        while m.view != self.map.view() || self.unacknowledged(ep, &m) {
             m = self.adopt(ep, m.view).await?;
         }
         self.recover_dead(ep, m).await
+    }
+
+    /// This coordinator bootstrapped into a changed view that it has not acknowledged (it
+    /// started during a failover, or changed the view itself to bootstrap past a node found
+    /// down): it adopts it like the others, waiting until it is active before it uses a
+    /// promoted primary.
+    fn unacknowledged(&self, ep: &Endpoint, m: &Members) -> bool {
+        let me = ep.id().index as usize;
+        m.view.number > 0
+            && m.members
+                .get(me)
+                .is_some_and(|x| x.ack != u64::from(m.view.number))
     }
 
     /// If a transaction failed on a memory node: asks every live one, and if some are down,

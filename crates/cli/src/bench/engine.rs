@@ -10,8 +10,9 @@
 //! transaction.
 
 use dtxn_check::HistoryWriter;
+use dtxn_fabric::FabricError;
 use dtxn_fabric::{Endpoint, Pool, Topology};
-use dtxn_store::PoolMap;
+use dtxn_store::{PoolMap, StoreError, View};
 use dtxn_txn::membership::{self, LeaseConfig, RecoveryEvent, Service, ViewEvent};
 use dtxn_txn::Breakdown;
 use dtxn_txn::{
@@ -300,6 +301,33 @@ fn retried(o: &TxnOutcome) -> bool {
 const PROGRESS_EVERY: u64 = 256;
 
 // The tally's borrow is held across awaits on purpose: see the comment where it is taken.
+
+/// Learns the pool. With failover (the run holds leases), a memory node found down that the
+/// view still holds live is failed over here, as a coordinator's probe would (a CAS of the view
+/// word), and the pool learnt again in the new view: a node that dies before a coordinator
+/// starts is not an error then. The recovery service adopts that view (waits until it is
+/// active) before the first transaction.
+async fn bootstrap(ep: &mut Endpoint, failover: bool) -> Result<PoolMap, StoreError> {
+    let mut tries = 0;
+    loop {
+        match PoolMap::bootstrap(ep).await {
+            Err(StoreError::Fabric(FabricError::NodeDown(n)))
+                if failover && n != 0 && tries < 8 =>
+            {
+                tries += 1;
+                let w = ep.read(0, dtxn_store::layout::VIEW_OFF, 8);
+                ep.post().await?;
+                let view = View::parse(ep.word(w, 0));
+                if let Some(next) = view.without(&[n]) {
+                    // If another coordinator changed it first, its view is the one learnt.
+                    ep.cas(0, dtxn_store::layout::VIEW_OFF, view.word(), next.word());
+                    ep.post().await?;
+                }
+            }
+            r => return r,
+        }
+    }
+}
 #[allow(clippy::await_holding_refcell_ref)]
 async fn coordinator<W: Workload>(
     mut ep: Endpoint,
@@ -314,7 +342,7 @@ async fn coordinator<W: Workload>(
     ep.fence_on_node_down(sh.fence_on_node_down);
     ep.set_rpc_pack_limit(sh.rpc_pack_limit);
     let map = Rc::new(
-        PoolMap::bootstrap(&mut ep)
+        bootstrap(&mut ep, sh.lease.is_some())
             .await
             .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?,
     );
