@@ -104,6 +104,39 @@ impl Drop for Daemon {
     }
 }
 
+/// `n` memory-node daemons on 127.0.0.1 (TCP on `lo`, 4 MiB each), and their addresses as
+/// `--memnodes` takes them. They do not spin: several processes share a few cores here, and
+/// spinning progress threads would starve each other.
+fn loopback_memnodes(n: usize) -> (Vec<Daemon>, String) {
+    let nodes: Vec<Daemon> = (0..n)
+        .map(|_| {
+            Daemon::start(
+                &[],
+                &[
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--size",
+                    "4M",
+                    "--token",
+                    TOKEN,
+                    "--ucx-tls",
+                    "tcp",
+                    "--ucx-devices",
+                    "lo",
+                    "--spin-us",
+                    "0",
+                ],
+            )
+        })
+        .collect();
+    let addrs = nodes
+        .iter()
+        .map(|d| d.addr.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    (nodes, addrs)
+}
+
 /// Sends `sig` to the process `pid` (a child of ours).
 fn kill(pid: u32, sig: Signal) -> rustix::io::Result<()> {
     let pid = rustix::process::Pid::from_raw(pid as i32).ok_or(rustix::io::Errno::SRCH)?;
@@ -286,32 +319,7 @@ fn loopback_two_memnodes_two_compute_processes() {
     if skip_without_ucx() {
         return;
     }
-    let mem = |_: usize| {
-        Daemon::start(
-            &[],
-            &[
-                "--listen",
-                "127.0.0.1:0",
-                "--size",
-                "4M",
-                "--token",
-                TOKEN,
-                "--ucx-tls",
-                "tcp",
-                "--ucx-devices",
-                "lo",
-                // Four processes on a few cores: spinning progress threads would starve them.
-                "--spin-us",
-                "0",
-            ],
-        )
-    };
-    let nodes: Vec<Daemon> = (0..2).map(mem).collect();
-    let memnodes = nodes
-        .iter()
-        .map(|d| d.addr.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let (nodes, memnodes) = loopback_memnodes(2);
 
     // A wrong token: one line, exit 2, no rkey.
     let o = run_bounded({
@@ -852,31 +860,7 @@ fn loopback_a_compute_process_dead_mid_run_is_recovered_by_the_survivors() {
     if skip_without_ucx() {
         return;
     }
-    let mem = |_: usize| {
-        Daemon::start(
-            &[],
-            &[
-                "--listen",
-                "127.0.0.1:0",
-                "--size",
-                "4M",
-                "--token",
-                TOKEN,
-                "--ucx-tls",
-                "tcp",
-                "--ucx-devices",
-                "lo",
-                "--spin-us",
-                "0",
-            ],
-        )
-    };
-    let nodes: Vec<Daemon> = (0..2).map(mem).collect();
-    let memnodes = nodes
-        .iter()
-        .map(|d| d.addr.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let (nodes, memnodes) = loopback_memnodes(2);
     let workload = [
         "--workload",
         "smallbank",
@@ -1111,31 +1095,7 @@ fn loopback_a_memnode_dies_for_good_its_backup_takes_over_and_the_run_verifies()
     if skip_without_ucx() {
         return;
     }
-    let mem = |_: usize| {
-        Daemon::start(
-            &[],
-            &[
-                "--listen",
-                "127.0.0.1:0",
-                "--size",
-                "4M",
-                "--token",
-                TOKEN,
-                "--ucx-tls",
-                "tcp",
-                "--ucx-devices",
-                "lo",
-                "--spin-us",
-                "0",
-            ],
-        )
-    };
-    let mut nodes: Vec<Daemon> = (0..3).map(mem).collect();
-    let memnodes = nodes
-        .iter()
-        .map(|d| d.addr.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let (mut nodes, memnodes) = loopback_memnodes(3);
     let workload = [
         "--workload",
         "smallbank",

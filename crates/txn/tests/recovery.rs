@@ -2,9 +2,9 @@
 //! `recovery::recover` runs.
 
 use dtxn_fabric::sim::{Adversary, SimConfig, SimPool};
-use dtxn_fabric::{Pool, Profile};
+use dtxn_fabric::{Endpoint, Pool, Profile};
 use dtxn_store::log::{ItemKind, LogEntry, LogItem, LogStatus};
-use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec};
 use dtxn_txn::recovery::{recover, Recovered};
 use dtxn_txn::{Access, Protocol, TxKind, TxnConfig};
 
@@ -36,6 +36,19 @@ fn pool() -> Pool {
     pool
 }
 
+/// Where `key` lives on `t`'s primary, and its record as it is now (one round trip).
+async fn record_of(ep: &mut Endpoint, t: &TableInfo, key: u64) -> (u64, Vec<u8>) {
+    let home = t.home_bucket(key);
+    let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
+    ep.post().await.unwrap();
+    let bucket = ep.bytes(r);
+    let slot = (0..t.slots_per_bucket)
+        .find(|&s| t.codec().header(t.slot_bytes(bucket, s)).key == key)
+        .expect("the key in its home bucket");
+    let record = t.slot_bytes(bucket, slot)[..t.record_bytes as usize].to_vec();
+    (t.slot(home, slot), record)
+}
+
 /// A transaction read `KEY` cold, unlocked, and logged that image; another transaction
 /// committed over it; the first then won its commit-time lock, saw the newer version and
 /// aborted, and the crash cut off its release. Its pending entry's image is older than the
@@ -50,16 +63,7 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
             let t = map.table(T).unwrap().clone();
             let bytes = t.record_bytes as usize;
             // Where KEY lives, and its record as the dead transaction read and logged it.
-            let home = t.home_bucket(KEY);
-            let ep = c.endpoint();
-            let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
-            ep.post().await.unwrap();
-            let bucket = ep.bytes(r).to_vec();
-            let slot = (0..t.slots_per_bucket)
-                .find(|&s| t.codec().header(t.slot_bytes(&bucket, s)).key == KEY)
-                .expect("KEY in its home bucket");
-            let offset = t.slot(home, slot);
-            let image = t.slot_bytes(&bucket, slot)[..bytes].to_vec();
+            let (offset, image) = record_of(c.endpoint(), &t, KEY).await;
             // Another transaction commits KEY = 700.
             let mut tx = c.begin(TxKind::ReadWrite);
             tx.fetch(&[Access::update(T, KEY)]).await.unwrap();
@@ -139,16 +143,8 @@ fn in_pm_mode_recoverys_roll_back_survives_a_power_loss() {
             let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
             let t = map.table(T).unwrap().clone();
             let bytes = t.record_bytes as usize;
-            let home = t.home_bucket(KEY);
             let ep = c.endpoint();
-            let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
-            ep.post().await.unwrap();
-            let bucket = ep.bytes(r).to_vec();
-            let slot = (0..t.slots_per_bucket)
-                .find(|&s| t.codec().header(t.slot_bytes(&bucket, s)).key == KEY)
-                .expect("KEY in its home bucket");
-            let offset = t.slot(home, slot);
-            let image = t.slot_bytes(&bucket, slot)[..bytes].to_vec();
+            let (offset, image) = record_of(ep, &t, KEY).await;
             let owner = u64::from(DEAD) + 1;
             // Its pending entry on every node, flushed; its lock on the primary; its
             // install (one version up, invisible with its id) on the backup, flushed.
@@ -222,15 +218,7 @@ fn recovery_rolls_forward_an_acknowledged_commit_whose_key_the_next_transaction_
             let mut items = Vec::new();
             let mut offsets = Vec::new();
             for (key, lock) in [(KEY, owner), (OTHER, owner | (1 << 63))] {
-                let home = t.home_bucket(key);
-                let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
-                ep.post().await.unwrap();
-                let bucket = ep.bytes(r).to_vec();
-                let slot = (0..t.slots_per_bucket)
-                    .find(|&s| t.codec().header(t.slot_bytes(&bucket, s)).key == key)
-                    .expect("the key in its home bucket");
-                let offset = t.slot(home, slot);
-                let image = t.slot_bytes(&bucket, slot)[..bytes].to_vec();
+                let (offset, image) = record_of(ep, &t, key).await;
                 // Its install, one version up: KEY released and locked again (plain), OTHER
                 // still invisible under its id.
                 let mut h = t.codec().header(&image);
