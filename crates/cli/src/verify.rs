@@ -72,6 +72,10 @@ pub struct RunId {
     pub compute_nodes: u32,
     pub threads: u32,
     pub coroutines: u32,
+    /// The run held leases (`--leases`): its 2PL read shares expire, and void ones are left
+    /// counted in their words (cleared before the checks).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub leases: bool,
 }
 
 /// [`PoolShape`], as the file holds it.
@@ -517,14 +521,34 @@ fn check<W: Workload>(
         1
     };
     let claim = claim_alone(&mut pool, compute_nodes)?;
+    let shares = dtxn_txn::Protocol::from_name(&run.protocol)
+        .and_then(|p| clear_void_shares(&pool, plan, p, run.leases));
     let verdict = w
         .verify(&pool, plan, run.seed, std::slice::from_ref(&merged))
+        .map(|mut checks| {
+            checks.extend(shares);
+            checks
+        })
         .map_err(|e| match e {
             WorkloadError::Inconsistent(what) => what,
             other => other.to_string(),
         });
     bench::release_claim(&mut pool, claim, compute_nodes)?;
     Ok(verdict)
+}
+
+/// Before the checks of a run that held leases with a 2PL protocol: its void read shares
+/// cleared ([`dtxn_workloads::clear_read_shares`]), and a line that says how many.
+pub(crate) fn clear_void_shares(
+    pool: &Pool,
+    plan: &Plan,
+    protocol: dtxn_txn::Protocol,
+    leases: bool,
+) -> Option<String> {
+    (leases && protocol.read_shares()).then(|| {
+        let n = dtxn_workloads::clear_read_shares(pool, &plan.tables);
+        format!("{n} lock words counting void read shares (left to expire) cleared")
+    })
 }
 
 /// Runs `dtxn verify`: exit 0 consistent, 1 a check failed, 2 the files or pool are wrong.
@@ -617,6 +641,7 @@ mod tests {
 
     fn run_id() -> RunId {
         RunId {
+            leases: false,
             workload: "smallbank".into(),
             options: serde_json::json!({"accounts": 100, "hot": 4, "hot_pct": 90, "mix": "standard"}),
             seed: 1,

@@ -56,6 +56,9 @@ pub(crate) struct Item<X> {
     pub locked: bool,
     /// We hold a read share of its lock on the primary (2PL).
     pub shared: bool,
+    /// The lock word right after our share was taken: its expiry is our share's
+    /// ([`crate::mechanisms::share`]).
+    pub share_word: u64,
     /// Read through its bucket without a lock: locked (and version-checked) at commit.
     pub cold: bool,
     /// The value as read, then as the transaction wants it.

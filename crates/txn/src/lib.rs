@@ -40,6 +40,7 @@ pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use item::Access;
 pub use mechanisms::journal::TAIL as LOCK_JOURNAL_TAIL;
 pub use mechanisms::rpc::MemoryNodeHandlers;
+pub use mechanisms::share::is_read_share_word;
 pub use stage::{Stage, Stages};
 pub use tso::TsoGroup;
 pub use txn::{TxKind, Txn};

@@ -35,7 +35,8 @@
 //! Steps 1, 3 and 4 are the same for every protocol; step 3 clears a lock word holding the
 //! dead owner's id in its low bits (`mechanisms::holds`: whatever flags and timestamp the
 //! protocol sets above them). A 2PL lock word counting read shares says nothing of whose
-//! they are: a dead coordinator's read shares stay until leases expire them (issue #23).
+//! they are: a dead coordinator's read shares are not given back but expire
+//! (`mechanisms/share.rs`: under leases a share is good until the expiry its word holds).
 
 use crate::mechanisms::{holds, journal, INVISIBLE, OWNER_MASK};
 use crate::registry::Protocol;

@@ -230,4 +230,11 @@ impl Protocol {
     pub fn multi_version(self) -> bool {
         self.records() == RecordFormat::Cvt
     }
+
+    /// Whether its lock words count read shares (2PL), which under leases are not given back
+    /// by recovery but expire, and stay counted until someone takes the word
+    /// ([`crate::is_read_share_word`]).
+    pub fn read_shares(self) -> bool {
+        matches!(self, Protocol::NoWait | Protocol::WaitDie)
+    }
 }

@@ -126,6 +126,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             version: 0,
             locked: false,
             shared: false,
+            share_word: 0,
             cold: false,
             value,
             image,

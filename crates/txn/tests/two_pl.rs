@@ -150,3 +150,162 @@ fn no_wait_aborts_on_the_first_conflict() {
     );
     assert_eq!(young, [("key 2", Ok(())), ("key 1", Ok(()))]);
 }
+
+/// Coordinators holding leases of `LEASE` (their read shares last half of it): coordinator
+/// 0 takes a read share of key 1 and a lock on key 2, then stalls past its share's expiry
+/// (a descheduled thread; were it dead, nobody could give a count's share back for it);
+/// coordinator 1 tries to write key 1 before that expiry and after it.
+fn stalled_reader(protocol: Protocol, code: u64, leases: bool) -> (Steps, Steps) {
+    const LEASE: u64 = 200_000;
+    let hold = move |c: &mut Coordinator| {
+        if leases {
+            let index = c.endpoint().id().index;
+            c.endpoint().hold_lease(dtxn_fabric::Lease {
+                node: 0,
+                addr: dtxn_store::layout::LEASE_OFF + 8 * u64::from(index),
+                lease_ns: LEASE,
+                guard_ns: 20_000,
+                incarnation: 1,
+            });
+        }
+    };
+    script(
+        protocol,
+        code,
+        async move |c: &mut Coordinator| {
+            hold(c);
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let read = res(tx.read(T, 1).await);
+            let lock = res(tx.fetch(&[Access::update(T, 2)]).await);
+            let _ = tx.update(T, 2, &5u64.to_le_bytes()).await;
+            // Past the share's expiry, not past the lease's guard (it stays unfenced).
+            tx.endpoint().sleep(3 * LEASE / 4).await;
+            vec![
+                ("read", read),
+                ("lock", lock),
+                ("commit", res(tx.commit().await)),
+            ]
+        },
+        async move |c: &mut Coordinator| {
+            hold(c);
+            c.endpoint().sleep(10_000).await;
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let early = res(tx.fetch(&[Access::update(T, 1)]).await);
+            if early.is_ok() {
+                tx.rollback().await;
+            }
+            // Past the share's expiry (half the lease after it was taken).
+            c.endpoint().sleep(LEASE / 2).await;
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let late = res(tx.fetch(&[Access::update(T, 1)]).await);
+            let commit = match late {
+                Ok(()) => {
+                    let _ = tx.update(T, 1, &7u64.to_le_bytes()).await;
+                    res(tx.commit().await)
+                }
+                Err(a) => Err(a),
+            };
+            vec![("write", early), ("write after", late), ("commit", commit)]
+        },
+    )
+}
+
+#[test]
+fn under_leases_a_read_share_expires_and_its_stalled_holder_cannot_commit() {
+    for p in [Protocol::NoWait, Protocol::WaitDie] {
+        for code in [511, 0, 28] {
+            let what = format!("{} hybrid {code}", p.name());
+            let (reader, writer) = stalled_reader(p, code, true);
+            assert_eq!(
+                writer,
+                [
+                    // The share is good: a writer meets it.
+                    ("write", Err(AbortReason::LockConflict)),
+                    // Its expiry has come: void, the word is the writer's.
+                    ("write after", Ok(())),
+                    ("commit", Ok(())),
+                ],
+                "{what}"
+            );
+            // The reader finds at validation that it may no longer rely on its share (key 1
+            // was written since it read it): it aborts.
+            assert_eq!(
+                reader,
+                [
+                    ("read", Ok(())),
+                    ("lock", Ok(())),
+                    ("commit", Err(AbortReason::Validation))
+                ],
+                "{what}"
+            );
+        }
+    }
+}
+
+#[test]
+fn without_leases_a_read_share_never_expires() {
+    // The control: the same script with no lease held. The stalled reader's share blocks the
+    // writer for as long as it stalls (were it dead, for ever), and its commit goes through.
+    let (reader, writer) = stalled_reader(Protocol::NoWait, 511, false);
+    assert_eq!(writer[1], ("write after", Err(AbortReason::LockConflict)));
+    assert_eq!(reader[2], ("commit", Ok(())));
+}
+
+#[test]
+fn a_read_share_given_back_after_its_expiry_is_left_to_expire() {
+    // Coordinator 0's share of key 1 expires while it stalls; coordinator 1 then takes a share
+    // of the word, which starts a new count, and holds it. Coordinator 0's abort must not give
+    // its void share back: a decrement would take coordinator 1's share from the count, and
+    // coordinator 0's own next write of key 1 would then find the word free.
+    const LEASE: u64 = 200_000;
+    let hold = |c: &mut Coordinator| {
+        let index = c.endpoint().id().index;
+        c.endpoint().hold_lease(dtxn_fabric::Lease {
+            node: 0,
+            addr: dtxn_store::layout::LEASE_OFF + 8 * u64::from(index),
+            lease_ns: LEASE,
+            guard_ns: 20_000,
+            incarnation: 1,
+        });
+    };
+    for p in [Protocol::NoWait, Protocol::WaitDie] {
+        for code in [511, 0, 28] {
+            let (stalled, other) = script(
+                p,
+                code,
+                async move |c: &mut Coordinator| {
+                    hold(c);
+                    let mut tx = c.begin(TxKind::ReadOnly);
+                    let read = res(tx.read(T, 1).await);
+                    tx.endpoint().sleep(3 * LEASE / 4).await;
+                    let commit = res(tx.commit().await);
+                    let mut tx = c.begin(TxKind::ReadWrite);
+                    let write = res(tx.fetch(&[Access::update(T, 1)]).await);
+                    if write.is_ok() {
+                        tx.rollback().await;
+                    }
+                    vec![("read", read), ("commit", commit), ("write", write)]
+                },
+                async move |c: &mut Coordinator| {
+                    hold(c);
+                    c.endpoint().sleep(LEASE / 2 + 10_000).await;
+                    let mut tx = c.begin(TxKind::ReadOnly);
+                    let read = res(tx.read(T, 1).await);
+                    tx.endpoint().sleep(LEASE / 4).await;
+                    vec![("read", read), ("commit", res(tx.commit().await))]
+                },
+            );
+            let what = format!("{} hybrid {code}", p.name());
+            assert_eq!(
+                stalled,
+                [
+                    ("read", Ok(())),
+                    ("commit", Err(AbortReason::Validation)),
+                    ("write", Err(AbortReason::LockConflict)),
+                ],
+                "{what}"
+            );
+            assert_eq!(other, [("read", Ok(())), ("commit", Ok(()))], "{what}");
+        }
+    }
+}

@@ -24,7 +24,7 @@ pub mod smallbank;
 pub mod tatp;
 pub mod tpcc;
 
-pub use local::{record_offsets, scan_replica, scan_table, LocalRecord};
+pub use local::{clear_read_shares, record_offsets, scan_replica, scan_table, LocalRecord};
 
 use dtxn_fabric::Pool;
 use dtxn_store::{Plan, StoreError, TableSpec};

@@ -3,6 +3,7 @@
 
 use dtxn_fabric::{NodeId, Pool};
 use dtxn_store::cvt::MvCodec;
+use dtxn_store::record::LOCK_OFF;
 use dtxn_store::TableInfo;
 
 /// One valid record of a table, as its primary holds it.
@@ -50,6 +51,30 @@ pub fn scan_replica(pool: &Pool, table: &TableInfo, node: NodeId) -> Vec<LocalRe
         });
     });
     out
+}
+
+/// After a run under leases (no coordinator left), clears every 2PL read share word left on
+/// the primaries of `tables`: void shares (a dead coordinator's, or given back too late and
+/// left to expire), which count nothing a live transaction relies on
+/// ([`dtxn_txn::is_read_share_word`]). Returns how many words it cleared.
+pub fn clear_read_shares(pool: &Pool, tables: &[TableInfo]) -> u64 {
+    let mut cleared = 0;
+    for table in tables {
+        let codec = table.codec();
+        let mut words = Vec::new();
+        for_each_record(pool, table, table.primary(), |off, rec| {
+            let lock = codec.header(rec).lock;
+            if dtxn_txn::is_read_share_word(lock) && lock != 0 {
+                words.push((off + LOCK_OFF, lock));
+            }
+        });
+        pool.with_local(table.primary(), |m| {
+            for &(at, w) in &words {
+                cleared += u64::from(m.cas(at, w, 0) == w);
+            }
+        });
+    }
+    cleared
 }
 
 /// Every valid record of `table` on its primary as (key, slot offset): what an address

@@ -1161,6 +1161,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         .map_err(|_| anyhow!("a coordinator outlived the run"))?
         .finish_record()?;
     let mut tallies = std::mem::take(&mut out.tallies);
+    let held_leases = faults.is_some() || host_leases.is_some();
     if let Some(path) = &a.tally_out {
         // One tally for the process: what `dtxn verify` merges with the other processes'.
         let merged =
@@ -1175,13 +1176,19 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             compute_nodes: topo.compute_nodes,
             threads: topo.threads,
             coroutines: topo.coroutines,
+            leases: held_leases,
         };
         crate::verify::TallyFile::new::<W>(run, a.backend.compute_node, &merged)?.write(path)?;
         tallies = vec![merged];
     }
     let verify = if verify {
+        // Under leases, 2PL's void read shares stay counted in their words: cleared first.
+        let shares = crate::verify::clear_void_shares(&pool, plan, cfg.protocol, held_leases);
         Some(match w.verify(&pool, plan, a.backend.seed, &tallies) {
-            Ok(checks) => report::Verdict { ok: true, checks },
+            Ok(mut checks) => {
+                checks.extend(shares);
+                report::Verdict { ok: true, checks }
+            }
             Err(e) => report::Verdict {
                 ok: false,
                 checks: vec![e.to_string()],

@@ -13,7 +13,7 @@
 
 use super::lock::{give_back_after_failure, unshare};
 use super::rpc::{CasRead, Read, Via};
-use super::{abort, next_bucket, table, INVISIBLE, SHARED};
+use super::{abort, next_bucket, share, table, INVISIBLE, SHARED};
 use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
 use crate::item::{Access, Item};
@@ -144,7 +144,9 @@ async fn rounds<P: Protocol>(
     let mut rereads = 0;
     let mut waits = 0;
     while !work.is_empty() {
-        post(tx, &map, work, ids);
+        // The read shares' terms for this round (their clock: read before any is posted).
+        let terms = share::Terms::of(&tx.c.ep);
+        post(tx, &map, work, ids, terms);
         if tx.c.ep.post().await.is_err() {
             return Err(give_back_round(tx, &map, work).await);
         }
@@ -160,9 +162,14 @@ async fn rounds<P: Protocol>(
         };
         for (&(i, stage, expect), &done) in work.iter().zip(ids.iter()) {
             match stage {
-                Stage::Record { off, lock } => {
-                    on_record(tx, &map, (i, expect), (off, lock, locking), done, &mut out)
-                }
+                Stage::Record { off, lock } => on_record(
+                    tx,
+                    &map,
+                    (i, expect),
+                    (off, lock, locking, terms),
+                    done,
+                    &mut out,
+                ),
                 Stage::Bucket { at, hops } => {
                     on_bucket(tx, &map, (i, expect), (at, hops, locking), done, &mut out)
                 }
@@ -177,8 +184,8 @@ async fn rounds<P: Protocol>(
         } = out;
         if !give_back.is_empty() {
             for (n, off, share) in give_back {
-                if share {
-                    unshare(tx, n, off);
+                if let Some(held) = share {
+                    unshare(tx, n, off, held);
                 } else {
                     tx.c.ep.write(n, off, &0u64.to_le_bytes());
                 }
@@ -222,8 +229,8 @@ struct Outcome<'a> {
     wait: bool,
     /// The first abort seen.
     failed: Option<Abort>,
-    /// Locks won through a stale address, to give back: (node, address, a read share).
-    give_back: Vec<(NodeId, u64, bool)>,
+    /// Locks won through a stale address, to give back: (node, address, a read share's word).
+    give_back: Vec<(NodeId, u64, Option<u64>)>,
 }
 
 impl Outcome<'_> {
@@ -272,8 +279,16 @@ fn plan<P: Protocol>(
                 if let Some(off) = it.offset.filter(|_| it.exists) {
                     let v = it.version;
                     it.node = table(map, a.table).primary();
-                    // Under 2PL we hold a read share: the upgrade expects it alone.
-                    let expect = if it.shared { SHARED | 1 } else { 0 };
+                    // Under 2PL we hold a read share: the upgrade expects it alone, while
+                    // we may still rely on it (else what we read may have changed).
+                    let expect = if it.shared {
+                        if !share::usable(it.share_word, share::Terms::of(&tx.c.ep)) {
+                            return Err(abort(AbortReason::Validation, it));
+                        }
+                        share::alone(it.share_word)
+                    } else {
+                        0
+                    };
                     // An item held exclusively already (TOCC's reads) is read again for its
                     // undo image, under the lock it has.
                     let lock = if it.locked {
@@ -335,6 +350,7 @@ fn post<P: Protocol>(
     map: &PoolMap,
     work: &[(usize, Stage, Option<u64>)],
     ids: &mut Vec<Fetched>,
+    terms: Option<share::Terms>,
 ) {
     ids.clear();
     let (lock_via, fetch_via) = (tx.c.via(Step::Lock), tx.c.via(Step::Fetch));
@@ -362,6 +378,7 @@ fn post<P: Protocol>(
                 t.primary(),
                 off,
                 expect,
+                terms,
                 record,
             )),
             Stage::Record {
@@ -424,7 +441,8 @@ async fn give_back_round<P: Protocol>(
         .iter()
         .filter_map(|&(i, stage, _)| match stage {
             // (A read share won on a node still up is lost with the round: only its count
-            // says it is there, so it cannot be told from another reader's.)
+            // says it is there, so it cannot be told from another reader's. Under leases it
+            // expires.)
             Stage::Record {
                 off,
                 lock: Lock::Exclusive { .. },
@@ -442,7 +460,7 @@ fn on_record<P: Protocol>(
     tx: &mut Tx<'_, P>,
     map: &PoolMap,
     (i, expect): (usize, Option<u64>),
-    (off, lock, locking): (u64, Lock, Locking),
+    (off, lock, locking, terms): (u64, Lock, Locking, Option<share::Terms>),
     done: Fetched,
     out: &mut Outcome<'_>,
 ) {
@@ -451,7 +469,7 @@ fn on_record<P: Protocol>(
     let t = table(map, table_id);
     let codec = t.codec();
     let len = read_len(&tx.c.cfg, t, rw);
-    if !locked_and_read(tx, (i, expect, len), (off, lock, locking), done, out) {
+    if !locked_and_read(tx, (i, expect, len), (off, lock, locking, terms), done, out) {
         return;
     }
     let it = &mut tx.items[i];
@@ -466,7 +484,8 @@ fn on_record<P: Protocol>(
         // taken through it, and find the record through its bucket.
         tx.c.cache.invalidate(table_id, key);
         if matches!(lock, Lock::Exclusive { .. } | Lock::Share { .. }) {
-            out.give_back.push((t.primary(), off, it.shared));
+            let share = it.shared.then_some(it.share_word);
+            out.give_back.push((t.primary(), off, share));
             it.locked = false;
             it.shared = false;
             it.offset = None;
@@ -542,14 +561,16 @@ fn decode(
 fn locked_and_read<P: Protocol>(
     tx: &mut Tx<'_, P>,
     (i, expect, len): (usize, Option<u64>, usize),
-    (off, lock, locking): (u64, Lock, Locking),
+    (off, lock, locking, terms): (u64, Lock, Locking, Option<share::Terms>),
     done: Fetched,
     out: &mut Outcome<'_>,
 ) -> bool {
     if let Fetched::Locked(c) = done {
+        let old = c.old(&tx.c.ep);
         if !c.swapped(&tx.c.ep) {
-            let old = c.old(&tx.c.ep);
-            match conflict(lock, locking, old, tx.c.lock_word) {
+            let it = &tx.items[i];
+            let ours = it.shared.then_some(it.share_word);
+            match judge(lock, locking, old, tx.c.lock_word, (terms, ours)) {
                 Conflict::Retry(lock) => {
                     out.next.push((i, Stage::Record { off, lock }, expect));
                     out.again = true;
@@ -567,7 +588,11 @@ fn locked_and_read<P: Protocol>(
         }
         let it = &mut tx.items[i];
         match lock {
-            Lock::Share { .. } => it.shared = true,
+            Lock::Share { .. } => {
+                it.shared = true;
+                // The word as our share left it: its expiry is our share's.
+                it.share_word = old.and_then(|w| share::one_more(w, terms)).unwrap_or(0);
+            }
             _ => {
                 it.locked = true;
                 // An upgrade's CAS turned our read share into the exclusive lock.
@@ -595,25 +620,38 @@ enum Conflict {
 }
 
 /// Decides what a lock CAS that found `old` (`None`: a malformed RPC reply) leads to, for a
-/// transaction whose lock word is `mine`. Under WAIT_DIE the lock words' values order the
-/// transactions (the older holds the smaller timestamp); a writer meeting read shares dies,
-/// since the shares do not say whose they are (so a wait never points from young to old, and
-/// no cycle of waits can form).
-fn conflict(lock: Lock, locking: Locking, old: Option<u64>, mine: u64) -> Conflict {
+/// transaction whose lock word is `mine`, reading read share words on `terms` and holding
+/// the share taken as `ours`, if any ([`share`]). Under WAIT_DIE the lock words' values
+/// order the transactions (the older holds the smaller timestamp); a writer meeting read
+/// shares dies, since the shares do not say whose they are (so a wait never points from
+/// young to old, and no cycle of waits can form).
+fn judge(
+    lock: Lock,
+    locking: Locking,
+    old: Option<u64>,
+    mine: u64,
+    (terms, ours): (Option<share::Terms>, Option<u64>),
+) -> Conflict {
     let Some(old) = old else {
         return Conflict::Abort;
     };
-    let shares = old & SHARED != 0 && old & INVISIBLE == 0;
+    let shares = share::is_share(old);
     match lock {
-        Lock::Share { .. } if old == 0 || shares && old & !SHARED < SHARED - 1 => {
+        Lock::Share { .. } if share::one_more(old, terms).is_some() => {
             return Conflict::Retry(Lock::Share { expect: old });
         }
-        // A word of `SHARED` alone is free (a last reader's release is under way).
-        Lock::Exclusive { expect: 0 } if old == SHARED => {
-            return Conflict::Retry(Lock::Exclusive { expect: SHARED });
+        // Free after all: no shares left (a last reader's release is under way), or void.
+        Lock::Exclusive { .. } if share::free_for_writer(old, terms) => {
+            return Conflict::Retry(Lock::Exclusive { expect: old });
         }
-        Lock::Exclusive { expect: SHARED } if old == 0 => {
-            return Conflict::Retry(Lock::Exclusive { expect: 0 });
+        // An upgrade: the word counts one share, ours (it cannot have started over while
+        // ours is usable), with another expiry than we guessed.
+        Lock::Exclusive { .. }
+            if shares
+                && share::count(old) == 1
+                && ours.is_some_and(|h| share::usable(h, terms)) =>
+        {
+            return Conflict::Retry(Lock::Exclusive { expect: old });
         }
         _ => {}
     }
@@ -716,6 +754,11 @@ mod tests {
     const NO_WAIT: Locking = Locking::TwoPhase { wait: false };
     const WAIT_DIE: Locking = Locking::TwoPhase { wait: true };
 
+    /// [`judge`] without leases, holding no share.
+    fn conflict(lock: Lock, locking: Locking, old: Option<u64>, mine: u64) -> Conflict {
+        judge(lock, locking, old, mine, (None, None))
+    }
+
     #[test]
     fn a_read_share_is_tried_again_from_the_count_the_word_holds() {
         let share = Lock::Share { expect: 0 };
@@ -771,6 +814,55 @@ mod tests {
         // An OCC committer's word (its owner alone) is the oldest: waited for.
         assert_eq!(conflict(x, ordered, Some(3), young), Conflict::Wait);
         assert_eq!(first_lock(ordered, false), x);
+    }
+
+    #[test]
+    fn under_leases_a_void_share_word_is_free_and_an_upgrade_follows_its_expiry() {
+        let at = |now_ns| {
+            Some(share::Terms {
+                now_ns,
+                share_ns: 100_000,
+                guard_ns: 10_000,
+            })
+        };
+        let held = share::one_more(0, at(0)).unwrap();
+        let x = Lock::Exclusive { expect: 0 };
+        // Good: a writer meets it; void from its expiry on: the writer CASes from it.
+        assert_eq!(
+            judge(x, NO_WAIT, Some(held), 1, (at(50_000), None)),
+            Conflict::Abort
+        );
+        assert_eq!(
+            judge(x, NO_WAIT, Some(held), 1, (at(200_000), None)),
+            Conflict::Retry(Lock::Exclusive { expect: held })
+        );
+        // A reader joins a good count and starts a void one over.
+        let s = Lock::Share { expect: 0 };
+        assert_eq!(
+            judge(s, WAIT_DIE, Some(held), 1, (at(200_000), None)),
+            Conflict::Retry(Lock::Share { expect: held })
+        );
+        // Our share alone, its expiry raised by a reader since gone: the upgrade CASes from
+        // the word as it is, while ours is usable; not once it is not.
+        let raised = share::one_more(held, at(50_000)).unwrap() - 1;
+        let up = Lock::Exclusive {
+            expect: share::alone(held),
+        };
+        let ours = Some(held);
+        assert_eq!(
+            judge(up, NO_WAIT, Some(raised), 1, (at(60_000), ours)),
+            Conflict::Retry(Lock::Exclusive { expect: raised })
+        );
+        assert_eq!(
+            judge(up, NO_WAIT, Some(raised), 1, (at(95_000), ours)),
+            Conflict::Abort
+        );
+        // Two shares, ours and another's: no upgrade.
+        let two = share::one_more(held, at(60_000)).unwrap();
+        assert_eq!(
+            judge(up, NO_WAIT, Some(two), 1, (at(60_000), ours)),
+            Conflict::Abort
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! locks of items read without one), what a failed batch may have left locked, and giving
 //! back a 2PL read share.
 
-use super::{abort, table};
+use super::{abort, share, table};
 use crate::abort::{Abort, AbortReason};
 use crate::item::{Item, NewValue};
 use crate::mechanisms::rpc::{CasRead, Read};
@@ -161,11 +161,16 @@ pub(crate) async fn lock_cold<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abo
     .await
 }
 
-/// Gives back a read share of the lock word at `off` on `node` (posted, not waited for):
-/// the lock stage's way, since its atomics must all go one way (G11).
-pub(crate) fn unshare<P: Protocol>(tx: &mut Tx<'_, P>, node: NodeId, off: u64) {
+/// Gives back a read share of the lock word at `off` on `node`, taken as `held` (posted, not
+/// waited for): the lock stage's way, since its atomics must all go one way (G11). Not once
+/// the share may be void by the time it lands ([`share::usable`]): it is left to expire, so
+/// that it never decrements a count started since.
+pub(crate) fn unshare<P: Protocol>(tx: &mut Tx<'_, P>, node: NodeId, off: u64, held: u64) {
+    if !share::usable(held, share::Terms::of(&tx.c.ep)) {
+        return;
+    }
     let via = tx.c.via(Stage::Lock);
-    super::rpc::unshare(&mut tx.c.ep, via, node, off);
+    super::rpc::unshare(&mut tx.c.ep, via, node, off, held);
 }
 
 /// After an abort: every metadata word the transaction froze (bit 63: SUNDIAL's leases,

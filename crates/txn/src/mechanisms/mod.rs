@@ -8,6 +8,7 @@
 //! - [`release`]: unlock, make visible, close the log;
 //! - [`insert`]: chain locks, free slots, new overflow buckets;
 //! - [`rpc`]: the RPC forms of their verbs, and the memory nodes' handlers of them;
+//! - [`share`]: 2PL's read shares, which expire under leases;
 //! - [`takeout`]: Scythe's takeout lock (a ticket queue per record);
 //! - [`timestamp`]: timestamp sources (the pool's oracle, a local oracle, a start clock).
 
@@ -20,6 +21,7 @@ pub(crate) mod lock;
 pub(crate) mod release;
 pub(crate) mod rpc;
 pub(crate) mod settle;
+pub(crate) mod share;
 pub(crate) mod takeout;
 pub(crate) mod timestamp;
 pub(crate) mod undo;
@@ -33,8 +35,8 @@ use dtxn_store::{PoolMap, TableInfo};
 
 /// Bit 63 of a lock word: the record is being installed by a committing transaction.
 pub(crate) const INVISIBLE: u64 = 1 << 63;
-/// Bit 61 of a lock word: the low bits count read shares (2PL's shared locks), not an owner.
-/// A word of `SHARED` alone (no shares) is free, left for a moment by a last reader's release.
+/// Bit 61 of a lock word: the low bits count read shares (2PL's shared locks), not an owner,
+/// with an expiry above them under leases ([`share`]). A word counting no share is free.
 /// (Bits 62 and 63 are protocols' flags: Motor's committing bit, the invisible bit.)
 pub(crate) const SHARED: u64 = 1 << 61;
 /// The bits of an exclusive lock word that hold its owner's id (coordinator index + 1; a pool

@@ -34,7 +34,7 @@ pub(crate) fn release<P: Protocol>(tx: &mut Tx<'_, P>, status: LogStatus) {
                 v.unlock(it.table, it.key, tx.c.owner);
             }
         } else if it.shared {
-            unshare(tx, t.primary(), off);
+            unshare(tx, t.primary(), off, it.share_word);
         }
     }
     for it in &tx.items {

@@ -21,7 +21,7 @@
 //!                                                  -> status | old | the READ (if swapped)
 //! READ    tag=2 | addr | len                       -> status | bytes
 //! WRITE   tag=3 | addr | bytes...                  -> status
-//! SHARE   tag=4 | addr | read_addr | read_len      -> status | old | the READ (if granted)
+//! SHARE   tag=4 | addr | read_addr | read_len | now | share_ns -> status | old | the READ (if granted)
 //! UNSHARE tag=5 | addr                             -> status | old
 //! RAISE   tag=6 | addr | ts | read_addr | read_len -> status | old | the READ
 //! TICKET  tag=7 | grant addr | ts | limit | journal -> status | GRANT before | UPPER
@@ -42,6 +42,8 @@
 //! A request that does not fit the region (or a misaligned CAS) is answered with status
 //! [`BAD`], never a panic: a memory node serves whoever reaches it.
 
+use super::share;
+#[cfg(test)]
 use super::{INVISIBLE, SHARED};
 use dtxn_fabric::{Endpoint, LocalMem, NodeId, OpId, RpcHandler};
 
@@ -120,9 +122,13 @@ impl MemoryNodeHandlers {
                 if !addr.is_multiple_of(8) || !fits(mem, addr, 8) || !fits(mem, read_addr, len) {
                     return None;
                 }
+                // The requester's share terms (its clock and its shares' length; a length of
+                // 0: it holds no lease, and shares never expire): the word is judged by them,
+                // as the requester's own CAS would judge it.
+                let terms = share_terms(word(req, 4)?, word(req, 5)?);
                 let (granted, old) = loop {
                     let w = mem.read_u64(addr);
-                    let Some(new) = one_share_more(w) else {
+                    let Some(new) = share::one_more(w, terms) else {
                         break (false, w);
                     };
                     if mem.cas(addr, w, new) == w {
@@ -144,7 +150,7 @@ impl MemoryNodeHandlers {
                 }
                 let old = loop {
                     let w = mem.read_u64(addr);
-                    let new = one_share_less(w)?;
+                    let new = share::one_less(w)?;
                     if mem.cas(addr, w, new) == w {
                         break w;
                     }
@@ -177,22 +183,13 @@ impl MemoryNodeHandlers {
     }
 }
 
-/// A 2PL lock word with one read share more than `w`, if `w` is free or shared (not held
-/// exclusively, not at the most shares a word counts).
-#[inline]
-pub(crate) fn one_share_more(w: u64) -> Option<u64> {
-    let shared = w & SHARED != 0 && w & INVISIBLE == 0 && w & !SHARED < SHARED - 1;
-    (w == 0 || shared).then(|| (w | SHARED) + 1)
-}
-
-/// A 2PL lock word with one read share fewer than `w` (0 with the last); `None` if `w` holds
-/// no share.
-fn one_share_less(w: u64) -> Option<u64> {
-    let count = w & !SHARED;
-    if w & SHARED == 0 || w & INVISIBLE != 0 || count == 0 {
-        return None;
-    }
-    Some(if count == 1 { 0 } else { w - 1 })
+/// A SHARE request's terms (`share_ns` 0: none). The guard is the requester's to apply.
+fn share_terms(now_ns: u64, share_ns: u64) -> Option<share::Terms> {
+    (share_ns > 0).then_some(share::Terms {
+        now_ns,
+        share_ns,
+        guard_ns: 0,
+    })
 }
 
 impl RpcHandler for MemoryNodeHandlers {
@@ -281,9 +278,9 @@ impl CasRead {
         }
     }
 
-    /// A read share of the 2PL lock word at `addr` and, if asked, a READ after it: CAS(the
-    /// `expect`ed word -> one share more) + READ in one batch (tried again by the caller if
-    /// the word was not as expected), or one SHARE request.
+    /// A read share of the 2PL lock word at `addr`, taken on `terms` ([`share`]), and, if
+    /// asked, a READ after it: CAS(the `expect`ed word -> one share more) + READ in one batch
+    /// (tried again by the caller if the word was not as expected), or one SHARE request.
     #[inline]
     pub(crate) fn share(
         ep: &mut Endpoint,
@@ -291,17 +288,23 @@ impl CasRead {
         node: NodeId,
         addr: u64,
         expect: u64,
+        terms: Option<share::Terms>,
         read: Option<(u64, usize)>,
     ) -> CasRead {
         match via {
             Via::OneSided => {
-                let new = (expect | SHARED) + 1;
+                // (The caller retries only a word that takes one more share.)
+                let new = share::one_more(expect, terms).unwrap_or(expect);
                 CasRead::post(ep, via, node, addr, (expect, new), read)
             }
             Via::Rpc => {
                 let (at, len) = read.unwrap_or((addr, 0));
-                let mut req = [0u8; 32];
-                for (i, w) in [SHARE, addr, at, len as u64].into_iter().enumerate() {
+                let (now, length) = terms.map_or((0, 0), |t| (t.now_ns, t.share_ns));
+                let mut req = [0u8; 48];
+                for (i, w) in [SHARE, addr, at, len as u64, now, length]
+                    .into_iter()
+                    .enumerate()
+                {
                     req[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
                 }
                 CasRead::Share {
@@ -382,16 +385,17 @@ impl CasRead {
     }
 }
 
-/// Gives back a read share of the 2PL lock word at `addr`, posted: FAA(-1) then CAS(a word of
-/// no shares -> 0) (so that the last share leaves the word free as writers expect it; if
-/// someone took a share or the lock in between, the CAS fails and changes nothing), or one
-/// UNSHARE request.
+/// Gives back a read share of the 2PL lock word at `addr`, taken as `held` (the word right
+/// after its CAS), posted: FAA(-1) then CAS(the word of no shares -> 0) (so that the last
+/// share leaves the word free as writers expect it; if someone took a share or the lock in
+/// between, or raised the expiry, the CAS fails and changes nothing: a word of no shares is
+/// free all the same), or one UNSHARE request.
 #[inline]
-pub(crate) fn unshare(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64) {
+pub(crate) fn unshare(ep: &mut Endpoint, via: Via, node: NodeId, addr: u64, held: u64) {
     match via {
         Via::OneSided => {
             ep.faa(node, addr, u64::MAX);
-            ep.cas(node, addr, SHARED, 0);
+            ep.cas(node, addr, share::drained(held), 0);
         }
         Via::Rpc => {
             let mut req = [0u8; 16];
@@ -594,7 +598,7 @@ mod tests {
     fn share_grants_read_shares_until_a_writer_holds_the_word_and_unshare_frees_the_last() {
         let mut mem = Mem(vec![0; 64]);
         mem.write_u64(8, 0xabcd);
-        let share = |mem: &mut Mem| serve(mem, &req(&[SHARE, 0, 8, 8], &[]));
+        let share = |mem: &mut Mem| serve(mem, &req(&[SHARE, 0, 8, 8, 0, 0], &[]));
         // Two shares of a free word, each with its READ after it.
         assert_eq!(share(&mut mem), req(&[OK, 0, 0xabcd], &[]));
         assert_eq!(share(&mut mem), req(&[OK, SHARED | 1, 0xabcd], &[]));
@@ -616,18 +620,33 @@ mod tests {
 
     #[test]
     fn share_counts_stay_below_the_flags() {
-        assert_eq!(one_share_more(0), Some(SHARED | 1));
-        assert_eq!(one_share_more(SHARED), Some(SHARED | 1));
-        assert_eq!(
-            one_share_more(SHARED | (SHARED - 2)),
-            Some(SHARED | (SHARED - 1))
-        );
-        assert_eq!(one_share_more(SHARED | (SHARED - 1)), None);
-        assert_eq!(one_share_more(5), None);
-        assert_eq!(one_share_less(SHARED | 1), Some(0));
-        assert_eq!(one_share_less(SHARED | 3), Some(SHARED | 2));
-        assert_eq!(one_share_less(SHARED), None);
-        assert_eq!(one_share_less(0), None);
+        use share::{one_more, COUNT};
+        assert_eq!(one_more(0, None), Some(SHARED | 1));
+        assert_eq!(one_more(SHARED, None), Some(SHARED | 1));
+        assert_eq!(one_more(SHARED | (COUNT - 1), None), Some(SHARED | COUNT));
+        assert_eq!(one_more(SHARED | COUNT, None), None);
+        assert_eq!(one_more(5, None), None);
+        assert_eq!(share::one_less(SHARED | 1), Some(0));
+        assert_eq!(share::one_less(SHARED | 3), Some(SHARED | 2));
+        assert_eq!(share::one_less(SHARED), None);
+        assert_eq!(share::one_less(0), None);
+    }
+
+    #[test]
+    fn share_judges_the_word_by_the_requesters_terms_and_starts_over_a_void_count() {
+        let mut mem = Mem(vec![0; 64]);
+        let share =
+            |mem: &mut Mem, now: u64| serve(mem, &req(&[SHARE, 0, 8, 0, now, 1 << 20], &[]));
+        // A share taken at 0 lasts about 2^20 ns; another joins it before that.
+        assert_eq!(share(&mut mem, 0), req(&[OK, 0], &[]));
+        let first = mem.read_u64(0);
+        assert_eq!(share::count(first), 1);
+        assert_eq!(share(&mut mem, 1000), req(&[OK, first], &[]));
+        assert_eq!(share::count(mem.read_u64(0)), 2);
+        // Once the expiry has come, both are void: the next share counts alone.
+        let held = mem.read_u64(0);
+        assert_eq!(share(&mut mem, 4 << 20), req(&[OK, held], &[]));
+        assert_eq!(share::count(mem.read_u64(0)), 1);
     }
 
     #[test]
@@ -643,8 +662,9 @@ mod tests {
             req(&[LOCK, 0, 0, 1, 60, 8], &[]),
             req(&[LOCK, 0, 0], &[]),
             req(&[WRITE, 62], &[1, 2, 3]),
-            req(&[SHARE, 4, 0, 0], &[]),
-            req(&[SHARE, 0, 60, 8], &[]),
+            req(&[SHARE, 4, 0, 0, 0, 0], &[]),
+            req(&[SHARE, 0, 60, 8, 0, 0], &[]),
+            req(&[SHARE, 0, 8, 8], &[]),
             req(&[UNSHARE, 64], &[]),
             req(&[UNSHARE, 0], &[]),
         ] {

@@ -667,6 +667,7 @@ mod tests {
             version: copies[0].expect("a newest version").0,
             locked: false,
             shared: false,
+            share_word: 0,
             cold: false,
             value: vec![0; 64],
             image,

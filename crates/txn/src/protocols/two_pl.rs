@@ -21,7 +21,8 @@
 //!      and waiting on an unknown reader could close a cycle of waits.
 //! 2. **Lock** (only for inserts): the free slots of inserted keys, CAS + READ(header).
 //! 3. **Validate** (only for absent keys): 2PL locks records, not the gaps between them, so a
-//!    read of an absent key is validated as FORD validates it (its chain re-read).
+//!    read of an absent key is validated as FORD validates it (its chain re-read). Under
+//!    leases, every read share is checked to be still good (no verb: the coordinator's clock).
 //! 4. **Commit** (1 RT): every replica of every written record in one batch, after the undo
 //!    log's completion (FORD's coalescent commit; RCC logs to the backups and then updates,
 //!    2 RTs: the undo log written during execution takes the log off the critical path).
@@ -34,16 +35,20 @@
 //! exclusively: no guessing), a release one UNSHARE. Read shares always go the lock stage's
 //! way, since their atomics must (G11); exclusive unlocks go the release stage's.
 //!
-//! A crashed coordinator's exclusive locks are freed by recovery; its read shares are not (a
-//! count does not say whose they are) until leases expire them (issue #23).
+//! A crashed coordinator's exclusive locks are freed by recovery. Its read shares cannot be (a
+//! count does not say whose they are): where coordinators hold leases, a share is itself a
+//! lease ([`share`]: the word says until when its shares are good; after that they are
+//! void and the word free), so a transaction checks at validation that it may still rely on
+//! every share, and a share given back too late is left to expire instead.
 
 use crate::abort::Abort;
+use crate::abort::AbortReason;
 use crate::config::TxnConfig;
 use crate::item::Access;
 use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::INVISIBLE;
-use crate::mechanisms::{absent, fetch, insert, lock, release, timestamp, undo};
+use crate::mechanisms::{abort, absent, fetch, insert, lock, release, share, timestamp, undo};
 use crate::protocol::{Protocol, Row};
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
@@ -90,8 +95,22 @@ impl<const WAIT: bool> Protocol for TwoPl<WAIT> {
         lock::lock_cold(tx).await
     }
 
+    /// Absent keys validated; then, where shares expire (leases held), every share still one
+    /// we may rely on: the transaction holds all its locks and shares at once here, its
+    /// serialization point ([`share`]).
     async fn validate(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
-        absent::validate_absent(tx).await
+        absent::validate_absent(tx).await?;
+        let terms = share::Terms::of(&tx.c.ep);
+        if terms.is_some() {
+            if let Some(it) = tx
+                .items
+                .iter()
+                .find(|it| it.shared && !share::usable(it.share_word, terms))
+            {
+                return Err(abort(AbortReason::Validation, it));
+            }
+        }
+        Ok(())
     }
 
     async fn install(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
