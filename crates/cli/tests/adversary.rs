@@ -170,7 +170,7 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "--faults",
                 "memory=1",
             ],
-            "memory-node failover is FORD's, FaRM's, DrTM+H's, Motor's and SUNDIAL's for now",
+            "mvcc has no memory-node failover yet",
         ),
         (
             vec![

@@ -615,15 +615,18 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
                 Protocol::Drtmh,
                 Protocol::Motor,
                 Protocol::Sundial,
+                Protocol::NoWait,
+                Protocol::WaitDie,
             ];
             if plan.memory_crashes.iter().any(|c| c.is_failure())
                 && !failover.contains(&cfg.protocol)
             {
+                let names: Vec<&str> = failover.iter().map(|p| p.name()).collect();
                 bail!(
-                    "--faults memory=N: memory-node failover is FORD's, FaRM's, DrTM+H's, \
-                     Motor's and SUNDIAL's for now ({} keeps state on its primaries that a promoted backup \
-                     lacks)",
-                    cfg.protocol.name()
+                    "--faults memory=N: {} has no memory-node failover yet (it keeps state on \
+                     its primaries that a promoted backup lacks); these have: {}",
+                    cfg.protocol.name(),
+                    names.join(", ")
                 );
             }
             Some((plan, knobs))
