@@ -51,11 +51,16 @@ fn one() -> Topology {
 /// then stops for good without releasing them: what a crash right after its lock
 /// CASes leaves.
 fn locked(pool: &mut Pool, journal: bool) {
+    locked_by(pool, journal, Protocol::Ford)
+}
+
+/// [`locked`], the locks taken at execution under `protocol` (FORD hitchhiking, 2PL).
+fn locked_by(pool: &mut Pool, journal: bool, protocol: Protocol) {
     let Pool::Sim(sim) = pool else { unreachable!() };
     sim.run(one(), None, move |mut ep: Endpoint| async move {
         let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
         let mut cfg = TxnConfig {
-            protocol: Protocol::Ford,
+            protocol,
             lock_journal: journal,
             ..TxnConfig::default()
         };
@@ -97,6 +102,15 @@ fn set_locks(pool: &Pool, plan: &Plan) -> usize {
 /// given: (locks released, READs posted, round trips), or None if it crashed, and the run's
 /// length.
 fn recovered(pool: &mut Pool, crash_at: Option<u64>) -> (Option<(u32, u64, u64)>, u64) {
+    recovered_by(pool, crash_at, Protocol::Ford)
+}
+
+/// [`recovered`], of a coordinator that ran `protocol`.
+fn recovered_by(
+    pool: &mut Pool,
+    crash_at: Option<u64>,
+    protocol: Protocol,
+) -> (Option<(u32, u64, u64)>, u64) {
     let Pool::Sim(sim) = pool else { unreachable!() };
     let mut f = dtxn_fabric::sim::Faults::default();
     if let Some(at_ns) = crash_at {
@@ -111,13 +125,13 @@ fn recovered(pool: &mut Pool, crash_at: Option<u64>) -> (Option<(u32, u64, u64)>
         ..one()
     };
     let r = sim
-        .run(two, None, |mut ep: Endpoint| async move {
+        .run(two, None, move |mut ep: Endpoint| async move {
             if ep.id().index != 0 {
                 return None;
             }
             let map = PoolMap::bootstrap(&mut ep).await.unwrap();
             let before = ep.stats();
-            let (_, n) = recover(&mut ep, &map, Protocol::Ford, 0).await.unwrap();
+            let (_, n) = recover(&mut ep, &map, protocol, 0).await.unwrap();
             let after = ep.stats();
             let reads = after.verbs[OpKind::Read as usize] - before.verbs[OpKind::Read as usize];
             Some((n, reads, after.round_trips - before.round_trips))
@@ -179,4 +193,18 @@ fn a_journaled_recovery_cut_short_and_run_again_frees_every_lock() {
         assert_eq!(set_locks(&pool, &plan), 0, "{tenth}/10");
     }
     assert!(cut > 3, "only {cut} recoveries were cut short");
+}
+
+#[test]
+fn a_2pl_coordinators_exclusive_locks_are_released_from_its_journal() {
+    for p in [Protocol::NoWait, Protocol::WaitDie] {
+        let (mut pool, plan) = pool();
+        locked_by(&mut pool, true, p);
+        assert_eq!(set_locks(&pool, &plan), LOCKED as usize, "{}", p.name());
+        let (r, _) = recovered_by(&mut pool, None, p);
+        let (released, reads, _) = r.unwrap();
+        assert_eq!(released, LOCKED as u32, "{}", p.name());
+        assert_eq!(set_locks(&pool, &plan), 0, "{}", p.name());
+        assert!(reads <= 4 + 2 * LOCKED, "{}: {reads} READs", p.name());
+    }
 }

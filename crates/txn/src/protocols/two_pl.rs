@@ -62,6 +62,9 @@ impl<const WAIT: bool> Protocol for TwoPl<WAIT> {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("rcc");
     const LOCK_FLAGS: u64 = INVISIBLE;
+    /// Every exclusive lock goes through the shared fetch, lock and insert mechanisms, which
+    /// journal it; read shares need no journal (they expire).
+    const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = ();
     type Txn = ();
