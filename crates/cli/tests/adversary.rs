@@ -177,6 +177,17 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "bench",
                 "--backend",
                 "sim",
+                "--set",
+                "ford.backup_reads=true",
+                "--faults",
+            ],
+            "not with --set ford.backup_reads=true",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "sim",
                 "--compute-nodes",
                 "2",
                 "--faults",

@@ -607,7 +607,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if a.kind() != Backend::Sim {
                 bail!("--faults is for --backend sim (crashes are simulated, and replay from the seed)");
             }
-            check_recoverable("--faults", cfg.protocol, topo)?;
+            check_recoverable("--faults", &cfg, topo)?;
             let (plan, knobs) = faults(spec, a, topo)?;
             let failover = [
                 Protocol::Ford,
@@ -638,7 +638,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if a.kind() == Backend::Sim {
                 bail!("--leases is for shm and ucx (on sim, --faults holds leases and crashes compute nodes)");
             }
-            check_recoverable("--leases", cfg.protocol, topo)?;
+            check_recoverable("--leases", &cfg, topo)?;
             Some(host_lease_terms(spec)?)
         }
         None => None,
@@ -1243,7 +1243,11 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
 
 /// What `--faults` and `--leases` (`option`) both need: a protocol whose dead coordinators
 /// recovery can settle, and a membership slot for every coordinator.
-fn check_recoverable(option: &str, protocol: Protocol, topo: Topology) -> Result<()> {
+fn check_recoverable(option: &str, cfg: &TxnConfig, topo: Topology) -> Result<()> {
+    let protocol = cfg.protocol;
+    if cfg.ford.backup_reads {
+        bail!("{option}: not with --set ford.backup_reads=true (a release's late clear of a backup's lock word can erase the next holder's invisible bit, and a backup reader could then read an install that recovery rolls back; see docs/src/ford.md)");
+    }
     if protocol == Protocol::Calvin {
         bail!("{option}: not for calvin (a dead coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)");
     }
