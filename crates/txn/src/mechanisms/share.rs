@@ -9,7 +9,8 @@
 //! rules that make that safe, with `G` the lease guard (it covers an op's flight and the
 //! clocks' skew, `membership`'s argument):
 //!
-//! 1. A share is taken with an expiry `X = now + SHARE` (half the coordinator lease), or
+//! 1. A share is taken with an expiry `X = now + SHARE` (half the coordinator lease, at least
+//!    twice the guard), or
 //!    joins a count whose expiry is later, raising it to `X` at least; the word's expiry only
 //!    grows until the shares are void.
 //! 2. The holder relies on its share only before `X' - G`, `X'` the expiry the word held
@@ -63,7 +64,10 @@ impl Terms {
         let (lease, _) = ep.lease()?;
         Some(Terms {
             now_ns: ep.lease_now_ns(),
-            share_ns: lease.lease_ns / 2,
+            // Long enough to be relied on for a while past the guard whatever the terms
+            // (safety does not depend on the length; a dead holder's share blocks writers
+            // for this long at most).
+            share_ns: (lease.lease_ns / 2).max(2 * lease.guard_ns),
             guard_ns: lease.guard_ns,
         })
     }
