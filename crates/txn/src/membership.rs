@@ -292,7 +292,45 @@ pub struct Service {
     /// crashes later has reported it all the same (the next leader may report it again).
     sink: Option<Sink>,
     view_sink: Option<ViewSink>,
+    /// Failed memory nodes that come back are re-replicated ([`Service::with_rejoin`]).
+    rejoin: bool,
+    /// The copy takes each slot's lock (false: the negative control's unsound copy).
+    copy_locks: bool,
+    /// This coordinator's copy in progress: its view and what it has done.
+    copy: Option<CopyState>,
+    /// The copies this coordinator completed, in order.
+    pub joins: Vec<JoinEvent>,
+    join_sink: Option<JoinSink>,
 }
+
+/// A copy to joining memory nodes under way (see [`Service::with_rejoin`]).
+#[derive(Debug, Clone)]
+struct CopyState {
+    view: View,
+    started_ns: u64,
+    copied: u64,
+    passes: u32,
+    left: Vec<failover::Slot>,
+}
+
+/// A re-replication this coordinator completed (times on the run's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinEvent {
+    /// The view in which the nodes were joining, and the one that made them full replicas.
+    pub joining: View,
+    pub joined: View,
+    /// The coordinator that copied.
+    pub by: u32,
+    /// The copy's first pass started, its last ended (the joined view's CAS).
+    pub copy_started_ns: u64,
+    pub copy_finished_ns: u64,
+    /// Slots copied, and passes (a pass retries what the one before found locked).
+    pub copied: u64,
+    pub passes: u32,
+}
+
+/// Where a [`Service`] reports the re-replications it completes.
+pub type JoinSink = Box<dyn FnMut(&JoinEvent)>;
 
 /// Where a [`Service`] reports its recoveries as they happen.
 pub type Sink = Box<dyn FnMut(&RecoveryEvent)>;
@@ -321,7 +359,34 @@ impl Service {
             views: Vec::new(),
             sink: None,
             view_sink: None,
+            rejoin: false,
+            copy_locks: true,
+            copy: None,
+            joins: Vec::new(),
+            join_sink: None,
         }
+    }
+
+    /// Re-replicates failed memory nodes that come back (blank): it probes them at each
+    /// scan, and a node that answers is formatted and joins the view; once that view is
+    /// active the leader copies its tables to it, and it becomes a full replica (see the
+    /// module doc). FORD, FaRM and DrTM+H only, with one-sided lock stages.
+    pub fn with_rejoin(mut self, rejoin: bool) -> Service {
+        self.rejoin = rejoin;
+        self
+    }
+
+    /// The negative control: the copy takes no lock (unsound; tests only).
+    #[doc(hidden)]
+    pub fn with_unlocked_copy(mut self) -> Service {
+        self.copy_locks = false;
+        self
+    }
+
+    /// Reports every completed re-replication to `sink` too.
+    pub fn with_join_sink(mut self, sink: JoinSink) -> Service {
+        self.join_sink = Some(sink);
+        self
     }
 
     /// Reports every recovery to `sink` too, as soon as it is settled.
@@ -377,12 +442,15 @@ impl Service {
         let mut probed = false;
         loop {
             let s = self.scan(ep).await?;
-            if s.unsettled == 0 && !probed {
+            // A node joining is copied to before the run ends (no coordinator may be left
+            // to do it for the next run).
+            let settled = s.unsettled == 0 && !(self.rejoin && self.map.view().joining != 0);
+            if settled && !probed {
                 probed = true;
                 self.suspect = true;
                 continue;
             }
-            if s.unsettled == 0 {
+            if settled {
                 let me = ep.id().index;
                 ep.write(0, ACK_OFF + 8 * u64::from(me), &ACK_GONE.to_le_bytes());
                 return ep.post().await;
@@ -405,7 +473,114 @@ impl Service {
         while m.view != self.map.view() || self.unacknowledged(ep, &m) {
             m = self.adopt(ep, m.view).await?;
         }
-        self.recover_dead(ep, m).await
+        let active = m.view == self.map.view() && m.repaired == m.view.number;
+        let scan = self.recover_dead(ep, m).await?;
+        if self.rejoin && active {
+            self.rejoin_step(ep).await?;
+        }
+        Ok(scan)
+    }
+
+    /// In an active view: copies to the joining nodes if there are any (the leader), else
+    /// asks the failed nodes whether one is back, and if so formats it and changes the view
+    /// to one where it joins.
+    async fn rejoin_step(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
+        let view = self.map.view();
+        if view.joining != 0 {
+            return self.copy_step(ep).await;
+        }
+        if view.failed == 0 {
+            return Ok(());
+        }
+        let back = match failover::probe_failed(ep, &self.map).await {
+            Ok(b) => b,
+            Err(FabricError::NodeDown(n)) if n != 0 => {
+                self.suspect = true;
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(&n) = back.first() else {
+            return Ok(());
+        };
+        // Formatted before the view names it, so that a bootstrap in the new view finds its
+        // catalog. (A failed node is written by nobody else.)
+        match failover::format_joiner(ep, &self.map, n).await {
+            Ok(()) => {}
+            Err(FabricError::NodeDown(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let next = view.joining(n).expect("failed");
+        // If another coordinator changed the view first, its view is the one adopted.
+        ep.cas(0, VIEW_OFF, view.word(), next.word());
+        ep.post().await
+    }
+
+    /// The leader copies the joining nodes' tables (one pass: everything, or what the last
+    /// pass found locked), and once nothing is left, changes the view to one where they are
+    /// full replicas. Gives the leader word back between passes, so that recovery of a dead
+    /// coordinator (whose locks the copy waits for) can run.
+    async fn copy_step(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
+        let m = read_members(ep, self.members).await?;
+        let Some(mine) = self.lead(ep, &m).await? else {
+            return Ok(());
+        };
+        let view = self.map.view();
+        let m = read_members(ep, self.members).await?;
+        if m.view != view || m.repaired != view.number {
+            return self.give_back(ep, mine).await;
+        }
+        let mut state = match self.copy.take() {
+            Some(c) if c.view == view => c,
+            _ => CopyState {
+                view,
+                started_ns: ep.now_ns(),
+                copied: 0,
+                passes: 0,
+                left: Vec::new(),
+            },
+        };
+        let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
+        let owner = u64::from(ep.id().index) + 1;
+        let pass =
+            failover::copy_to_joiners(ep, &self.map, owner, only.as_deref(), self.copy_locks).await;
+        let pass = match pass {
+            Ok(p) => p,
+            Err(FabricError::NodeDown(n)) if n != 0 => {
+                self.suspect = true;
+                return self.give_back(ep, mine).await;
+            }
+            Err(e) => return Err(e),
+        };
+        state.passes += 1;
+        state.copied += pass.copied;
+        state.left = pass.left;
+        if !state.left.is_empty() {
+            self.copy = Some(state);
+            self.give_back(ep, mine).await?;
+            // What is locked now is soon released (or its dead holder recovered).
+            ep.sleep(self.period_ns() / 16).await;
+            return Ok(());
+        }
+        let next = view.all_joined().expect("joining");
+        let c = ep.cas(0, VIEW_OFF, view.word(), next.word());
+        ep.post().await?;
+        if ep.cas_ok(c) {
+            let e = JoinEvent {
+                joining: view,
+                joined: next,
+                by: ep.id().index,
+                copy_started_ns: state.started_ns,
+                copy_finished_ns: ep.now_ns(),
+                copied: state.copied,
+                passes: state.passes,
+            };
+            if let Some(sink) = &mut self.join_sink {
+                sink(&e);
+            }
+            self.joins.push(e);
+        }
+        self.give_back(ep, mine).await
     }
 
     /// This coordinator bootstrapped into a changed view that it has not acknowledged (it

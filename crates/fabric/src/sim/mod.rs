@@ -10,7 +10,9 @@
 mod config;
 mod world;
 
-pub use config::{Adversary, ComputeCrash, FaultRates, Faults, MemoryCrash, SimConfig};
+pub use config::{
+    Adversary, ComputeCrash, FaultRates, Faults, MemoryCrash, MemoryRejoin, SimConfig,
+};
 pub use world::TraceEntry;
 
 use crate::contract::{Fabric, LocalMem, RpcHandler};

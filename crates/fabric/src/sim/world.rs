@@ -74,6 +74,9 @@ enum Ev {
         node: u16,
         down_ns: u64,
     },
+    RejoinMemory {
+        node: u16,
+    },
     RestartMemory {
         node: u16,
     },
@@ -390,6 +393,9 @@ impl World {
                     down_ns: c.down_ns,
                 },
             );
+        }
+        for r in &faults.memory_rejoins {
+            self.push(base + r.at_ns, Ev::RejoinMemory { node: r.node });
         }
     }
 
@@ -777,6 +783,7 @@ impl World {
                     n.up = true;
                 }
             }
+            Ev::RejoinMemory { node } => self.rejoin_memory(node),
         }
         true
     }
@@ -795,6 +802,25 @@ impl World {
                 self.killed.push(i as u32);
             }
         }
+    }
+
+    /// A replacement for a memory node that is down: up again, blank (nothing persisted
+    /// either). Ops posted before it came back still fail (the epoch moved at the crash).
+    fn rejoin_memory(&mut self, node: u16) {
+        let Some(n) = self.nodes.get_mut(node as usize) else {
+            return;
+        };
+        if n.up {
+            return;
+        }
+        n.up = true;
+        n.epoch += 1;
+        n.mem.fill(0);
+        n.persisted.fill(0);
+        for l in std::mem::take(&mut n.dirty_lines) {
+            n.dirty[l as usize] = CLEAN;
+        }
+        self.hash = mix(self.hash, 0xd2 ^ u64::from(node));
     }
 
     fn crash_memory(&mut self, node: u16, down_ns: u64) {
