@@ -107,6 +107,9 @@ pub async fn probe_failed(ep: &mut Endpoint, map: &PoolMap) -> Result<Vec<NodeId
     let mut back = Vec::new();
     let nodes = ep.node_sizes().len() as NodeId;
     for n in map.view().failed_nodes().filter(|&n| n < nodes) {
+        // A replacement is a new region: reach it by a new connection (the old one broke with
+        // the node).
+        ep.reconnect(n);
         ep.read(n, 0, 8);
         match ep.post().await {
             Ok(()) => back.push(n),

@@ -540,6 +540,20 @@ impl Service {
                 left: Vec::new(),
             },
         };
+        if state.passes == 0 {
+            // Formatted again (the same bytes): the node may have failed and come back once
+            // more since whoever changed the view formatted it.
+            for n in view.joining_nodes() {
+                match failover::format_joiner(ep, &self.map, n).await {
+                    Ok(()) => {}
+                    Err(FabricError::NodeDown(n)) if n != 0 => {
+                        self.suspect = true;
+                        return self.give_back(ep, mine).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
         let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
         let owner = u64::from(ep.id().index) + 1;
         let pass =
@@ -628,6 +642,12 @@ impl Service {
         // flight, which the lease guard bounds: after it none of them is left in flight.
         let _ = ep.wait_background().await;
         ep.sleep(self.cfg.guard_ns).await;
+        // A node that joins in this view is a replacement: connect to it as it is now (our
+        // old connection broke with the node it replaces).
+        let old = self.map.view();
+        for n in view.joining_nodes().filter(|&n| !old.is_joining(n)) {
+            ep.reconnect(n);
+        }
         self.map = Rc::new(self.map.in_view(view));
         ep.write(
             0,

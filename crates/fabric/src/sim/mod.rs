@@ -260,6 +260,10 @@ impl Fabric for SimPort {
         self.world.borrow_mut().charge_cpu(self.coord, ns);
     }
 
+    fn reconnect(&mut self, node: NodeId) {
+        self.world.borrow_mut().reconnect(self.coord, node);
+    }
+
     fn logic_cpu_ns(&self) -> (u64, u64) {
         let w = self.world.borrow();
         (w.profile.cpu_per_txn_ns, w.profile.cpu_per_item_ns)
