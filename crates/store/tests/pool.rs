@@ -165,7 +165,7 @@ fn strangers_and_corruption_are_clear_errors() {
     old.with_local(2, |m| m.write(8, &1u32.to_le_bytes()));
     assert_eq!(
         bootstrap_error(&mut old),
-        "memory node 2 has layout v1, this binary reads v3"
+        "memory node 2 has layout v1, this binary reads v4"
     );
     let (mut bad, _) = build(1, 3, 2);
     bad.with_local(1, |m| {

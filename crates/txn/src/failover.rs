@@ -17,6 +17,9 @@
 //!   (nothing of an older view in flight: the repair runs only then), an invisible word on a
 //!   promoted primary is stale, and cleared.
 //!
+//! A node that *rejoined* (a blank replacement, copied to: [`copy_to_joiners`], the protocol
+//! in [`crate::membership`]) gets the same repair when it becomes a primary.
+//!
 //! A protocol's own primary-only state is its repair hook's (`Protocol::repair_promoted`):
 //! SUNDIAL raises the promoted leases. Motor needs nothing more (a backup holds whole CVTs).
 //! MVCC's read timestamps and version slots, Scythe's tickets and CALVIN's queues are not
@@ -162,7 +165,7 @@ const COPY_BYTES: u64 = 16 << 10;
 /// that is set; then, once those WRITEs completed, a CAS of each lock back to 0. A slot
 /// found locked is left for a later pass. Why a commit's WRITE to the joiner and the copy's
 /// never land out of order, and why links, inserts and deletes need nothing more: see
-/// `crate::membership` (re-replication).
+/// [`crate::membership`] (re-replication).
 ///
 /// The caller's view must be active (every coordinator works in it): then every commit
 /// that can still write a copied slot writes the joiners too. Before its first lock on a

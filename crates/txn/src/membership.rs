@@ -62,6 +62,49 @@
 //! **The liveness phase.** A coordinator done with its transactions marks its lease done and
 //! keeps serving ([`Service::drain`]) until every other coordinator is done or recovered: a
 //! coordinator that crashed late is recovered before the run ends.
+//!
+//! **Re-replication** ([`Service::with_rejoin`]; issue #23). A failed memory node that comes
+//! back blank (a replacement under its id) is made a full replica again while transactions
+//! go on, in two view changes:
+//!
+//! 1. *Join.* Each scan in an active view asks the failed nodes (one READ each, over a new
+//!    connection: a replacement is a new region, and the old connection broke with the node,
+//!    so a node that failed unnoticed and came back is never used unknowingly). One that
+//!    answers is given the pool's catalog and superblock (`failover::format_joiner`) and the
+//!    view CASed to one where it is *joining*: every commit writes it as one more backup, in
+//!    the same batches as the others; nobody reads it, promotes it, or counts it as a
+//!    replica (a table whose readable replicas all fail is lost).
+//! 2. *Copy.* Once that view is active (every coordinator acknowledged it: no commit of an
+//!    older view, which does not write the joiner, is in flight, and the dead of older views
+//!    were recovered), the leader copies each table of the joiner from its primary, slot by
+//!    slot under the slot's lock (`failover::copy_to_joiners`): a CAS of the primary's lock
+//!    word from 0 to the leader's owner id and a READ in one batch (the atomic executes before
+//!    the READ on its QP), the WRITE of the record to the joiner, awaited, then the unlock.
+//!    A slot found locked is left for the next pass (the leader word is given back between
+//!    passes, so that a dead holder can be recovered).
+//! 3. *Full.* With nothing left, the leader CASes the view to one where the node is
+//!    *rejoined*: a full replica, ranked after the live ones (so no primary moves), promoted
+//!    like any backup later. Activation as for every view.
+//!
+//! Why no commit's WRITE to the joiner is overwritten by an older image: a commit writes the
+//! joiner after it holds the record's lock and awaits those WRITEs before it unlocks. If it
+//! unlocked before the copier's CAS, its WRITE to the joiner executed before the copier's
+//! READ of the primary, which shows its install or a later one. If it locks after the
+//! copier's unlock, the copier's WRITE had completed before the unlock was posted: the
+//! commit's lands after it. The release's detached clearing of the backup's invisible word
+//! may land after the copy: it writes 0, what the copy wrote there. Inserts and deletes are
+//! commits on a slot (a free slot is copied under its lock word like a record; a tombstone is
+//! a record). A chain link is set once, under the chain's insert lock, on every replica (the
+//! joiner too, in a joining view), and never changes: the copier writes the links the primary
+//! has set and leaves unset ones alone; overflow buckets claimed after the copy read the
+//! counter are linked by joining-view commits. The overflow counter, the insert locks and the
+//! chain words are the primary's alone; a rejoined node that becomes primary is repaired like
+//! a promoted backup (`PoolMap::is_promoted`). Recovery in a joining view judges a commit by
+//! the readable replicas (an older view's commit never wrote the joiner), rolls back onto the
+//! joiner too (the image is the committed state), and on a roll forward gives the joiner the
+//! primary's record under the dead's lock (the crash may have cut its WRITE there after the
+//! copy passed). The copier's locks are not journaled: it marks its lock journal overflowed on
+//! each primary before its first copy lock there, so its recovery scans for them.
 
 use crate::failover;
 use crate::recovery::{recover_within, Recovered};
