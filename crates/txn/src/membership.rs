@@ -80,8 +80,9 @@
 //!    slot under the slot's lock (`failover::copy_to_joiners`): a CAS of the primary's lock
 //!    word from 0 to the leader's owner id and a READ in one batch (the atomic executes before
 //!    the READ on its QP), the WRITE of the record to the joiner, awaited, then the unlock.
-//!    A slot found locked is left for the next pass (the leader word is given back between
-//!    passes, so that a dead holder can be recovered).
+//!    A slot found locked is left for the next pass (the leader keeps the word across passes,
+//!    and gives it back, keeping what is left, when a coordinator died: a dead holder's
+//!    recovery needs it).
 //! 3. *Full.* With nothing left, the leader CASes the view to one where the node is
 //!    *rejoined*: a full replica, ranked after the live ones (so no primary moves), promoted
 //!    like any backup later. Activation as for every view.
@@ -346,6 +347,9 @@ pub struct Service {
     join_sink: Option<JoinSink>,
 }
 
+/// Passes over what a copy found locked before its leader gives the word back between them.
+const MAX_COPY_RETRIES: u32 = 64;
+
 /// A copy to joining memory nodes under way (see [`Service::with_rejoin`]).
 #[derive(Debug, Clone)]
 struct CopyState {
@@ -559,10 +563,10 @@ impl Service {
         ep.post().await
     }
 
-    /// The leader copies the joining nodes' tables (one pass: everything, or what the last
-    /// pass found locked), and once nothing is left, changes the view to one where they are
-    /// full replicas. Gives the leader word back between passes, so that recovery of a dead
-    /// coordinator (whose locks the copy waits for) can run.
+    /// The leader copies the joining nodes' tables (a pass over everything, then passes over
+    /// what the last one found locked), and once nothing is left, changes the view to one
+    /// where they are full replicas. Gives the leader word back when a coordinator died
+    /// (recovery of a dead holder of what is left needs the word), keeping what it did.
     async fn copy_step(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
         let m = read_members(ep, self.members).await?;
         let Some(mine) = self.lead(ep, &m).await? else {
@@ -597,27 +601,42 @@ impl Service {
                 }
             }
         }
-        let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
         let owner = u64::from(ep.id().index) + 1;
-        let pass =
-            failover::copy_to_joiners(ep, &self.map, owner, only.as_deref(), self.copy_locks).await;
-        let pass = match pass {
-            Ok(p) => p,
-            Err(FabricError::NodeDown(n)) if n != 0 => {
-                self.suspect = true;
-                return self.give_back(ep, mine).await;
+        // Passes until nothing is left, holding the leader word (another leader would start
+        // over: what is left is known to this coordinator only), unless a coordinator died
+        // (it may hold what is left, and its recovery needs the word) or the view moved.
+        for retry in 0.. {
+            let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
+            let pass =
+                failover::copy_to_joiners(ep, &self.map, owner, only.as_deref(), self.copy_locks)
+                    .await;
+            let pass = match pass {
+                Ok(p) => p,
+                Err(FabricError::NodeDown(n)) if n != 0 => {
+                    self.suspect = true;
+                    return self.give_back(ep, mine).await;
+                }
+                Err(e) => return Err(e),
+            };
+            state.passes += 1;
+            state.copied += pass.copied;
+            state.left = pass.left;
+            if state.left.is_empty() {
+                break;
             }
-            Err(e) => return Err(e),
-        };
-        state.passes += 1;
-        state.copied += pass.copied;
-        state.left = pass.left;
-        if !state.left.is_empty() {
-            self.copy = Some(state);
-            self.give_back(ep, mine).await?;
             // What is locked now is soon released (or its dead holder recovered).
             ep.sleep(self.period_ns() / 16).await;
-            return Ok(());
+            let m = read_members(ep, self.members).await?;
+            let me = ep.id().index as usize;
+            let dead = m
+                .members
+                .iter()
+                .enumerate()
+                .any(|(i, x)| i != me && x.dead(m.posted_ns));
+            if dead || m.view != view || retry >= MAX_COPY_RETRIES {
+                self.copy = Some(state);
+                return self.give_back(ep, mine).await;
+            }
         }
         let next = view.all_joined().expect("joining");
         let c = ep.cas(0, VIEW_OFF, view.word(), next.word());

@@ -1329,6 +1329,13 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
                         a.memory_nodes
                     )));
                 }
+                if n > 0 && usize::from(a.memory_nodes) > dtxn_store::view::MAX_VIEW_NODES {
+                    return Err(bad(&format!(
+                        "at most {} memory nodes (what the pool's view word names), not {}",
+                        dtxn_store::view::MAX_VIEW_NODES,
+                        a.memory_nodes
+                    )));
+                }
                 rates.memory_failures = n;
                 if !spec.contains("compute=") {
                     rates.compute_crashes = 0;
