@@ -692,5 +692,28 @@ mod tests {
         // A later view of the same failures is the same map (views only grow).
         assert_eq!(all.in_view(m.view()).tables, m.tables);
         assert_eq!(m.log_slice(1), Some(((1 << 16) + 4096, 4096)));
+        // Node 2 comes back and joins: written after the readable replicas, never read; the
+        // map of a view that failed it before learns its superblock.
+        let j = v.joining(2).unwrap();
+        let m = all.in_view(v).in_view(j);
+        assert_eq!(m.live_nodes().collect::<Vec<_>>(), [0, 1, 2, 3]);
+        let b = m.table(2).unwrap();
+        assert_eq!((b.replicas.as_slice(), b.joining), (&[3, 2][..], 1));
+        assert_eq!(b.readable(), [3]);
+        assert_eq!(b.backups(), [2], "commits write the joiner");
+        assert!(b.is_joiner(2) && !b.is_joiner(3));
+        assert_eq!(m.table(1).unwrap().replicas, [1, 0, 2]);
+        // A full replica, ranked last; once the others failed, it is the primary and is
+        // repaired like a promoted backup.
+        let r = j.joined(2).unwrap();
+        let m = all.in_view(r);
+        assert_eq!(m.table(2).unwrap().replicas, [3, 2]);
+        assert_eq!(m.table(2).unwrap().joining, 0);
+        let m = all.in_view(r.without(&[3]).unwrap());
+        assert_eq!(m.table(2).unwrap().replicas, [2]);
+        assert!(m.is_promoted(m.table(2).unwrap()), "a rejoined primary");
+        // A joiner alone is no replica: the table is lost.
+        let m = all.in_view(v.without(&[3]).unwrap().joining(2).unwrap());
+        assert_eq!(m.lost(), [2]);
     }
 }
