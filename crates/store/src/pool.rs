@@ -112,6 +112,19 @@ impl PoolMap {
         }
     }
 
+    /// This map with no joining replica (a negative control's: commits that do not write the
+    /// joiners, which re-replication needs them to).
+    #[doc(hidden)]
+    pub fn without_joiners(&self) -> PoolMap {
+        let mut m = self.clone();
+        for t in &mut m.tables {
+            let n = t.readable().len();
+            t.replicas.truncate(n);
+            t.joining = 0;
+        }
+        m
+    }
+
     /// The locks on `t`'s primary that a coordinator being recovered held are lost (it died
     /// in an older view, before `t`'s backup was promoted: see [`PoolMap::for_older_view`]).
     pub fn lost_locks(&self, t: &TableInfo) -> bool {

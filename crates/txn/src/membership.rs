@@ -340,6 +340,8 @@ pub struct Service {
     rejoin: bool,
     /// The copy takes each slot's lock (false: the negative control's unsound copy).
     copy_locks: bool,
+    /// The coordinator's commits write the joiners (false: the other negative control).
+    write_joiners: bool,
     /// This coordinator's copy in progress: its view and what it has done.
     copy: Option<CopyState>,
     /// The copies this coordinator completed, in order.
@@ -408,6 +410,7 @@ impl Service {
             view_sink: None,
             rejoin: false,
             copy_locks: true,
+            write_joiners: true,
             copy: None,
             joins: Vec::new(),
             join_sink: None,
@@ -427,6 +430,14 @@ impl Service {
     #[doc(hidden)]
     pub fn with_unlocked_copy(mut self) -> Service {
         self.copy_locks = false;
+        self
+    }
+
+    /// The other negative control: the maps this service hands its coordinator leave the
+    /// joiners out, so its commits do not write them (unsound; tests only).
+    #[doc(hidden)]
+    pub fn with_joiners_unwritten(mut self) -> Service {
+        self.write_joiners = false;
         self
     }
 
@@ -471,6 +482,9 @@ impl Service {
             let before = self.map.view();
             self.scan(ep).await?;
             if self.map.view() != before {
+                if !self.write_joiners {
+                    return Ok(Some(Rc::new(self.map.without_joiners())));
+                }
                 return Ok(Some(self.map.clone()));
             }
         }

@@ -77,6 +77,14 @@ fn pool(seed: u64) -> (SimPool, Plan, SimConfig) {
     (s, plan, cfg)
 }
 
+/// The sound protocol, or one of the negative controls.
+#[derive(Debug, Clone, Copy)]
+enum Control {
+    Sound,
+    UnlockedCopy,
+    JoinersUnwritten,
+}
+
 /// What the coordinators saw.
 #[derive(Default)]
 struct Seen {
@@ -116,14 +124,16 @@ async fn insert(c: &mut Coordinator, k: u64) -> Result<(), AbortReason> {
     tx.commit().await.map_err(|a| a.reason)
 }
 
-async fn member(mut ep: Endpoint, lease: LeaseConfig, seen: Rc<RefCell<Seen>>, locked_copy: bool) {
+async fn member(mut ep: Endpoint, lease: LeaseConfig, seen: Rc<RefCell<Seen>>, control: Control) {
     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
     membership::join(&mut ep, lease).await.unwrap();
     let me = ep.id().index;
     let mut service =
         Service::new(Protocol::Ford, lease, COORDINATORS, map.clone()).with_rejoin(true);
-    if !locked_copy {
-        service = service.with_unlocked_copy();
+    match control {
+        Control::Sound => {}
+        Control::UnlockedCopy => service = service.with_unlocked_copy(),
+        Control::JoinersUnwritten => service = service.with_joiners_unwritten(),
     }
     let cfg = TxnConfig {
         protocol: Protocol::Ford,
@@ -167,7 +177,7 @@ async fn member(mut ep: Endpoint, lease: LeaseConfig, seen: Rc<RefCell<Seen>>, l
 
 /// Runs the scenario; returns what the coordinators saw, the final view and `B` as node 1
 /// holds it (key -> value), every lock word checked clear.
-fn run(seed: u64, locked_copy: bool) -> (Seen, View, BTreeMap<u64, u64>) {
+fn run(seed: u64, control: Control) -> (Seen, View, BTreeMap<u64, u64>) {
     let (mut sim, plan, cfg) = pool(seed);
     let lease = LeaseConfig::for_fabric(cfg.flight_bound_ns(), 0);
     let seen = Rc::new(RefCell::new(Seen::default()));
@@ -177,10 +187,8 @@ fn run(seed: u64, locked_copy: bool) -> (Seen, View, BTreeMap<u64, u64>) {
         threads: 1,
         coroutines: COORDINATORS / 2,
     };
-    sim.run(topo, None, move |ep| {
-        member(ep, lease, s.clone(), locked_copy)
-    })
-    .unwrap();
+    sim.run(topo, None, move |ep| member(ep, lease, s.clone(), control))
+        .unwrap();
     let pool = Pool::Sim(sim);
     let view = View::parse(pool.with_local(0, |m| m.read_u64(VIEW_OFF)));
     let t = plan.table(B).unwrap();
@@ -219,7 +227,7 @@ fn losses(seen: &Seen, b: &BTreeMap<u64, u64>) -> (Vec<u64>, i64) {
 #[test]
 fn a_blank_replacement_is_copied_to_under_load_and_promoted_later() {
     for seed in 1..=3 {
-        let (seen, view, b) = run(seed, true);
+        let (seen, view, b) = run(seed, Control::Sound);
         // Node 1 rejoined, node 2 failed: `B`'s only replica is the rejoined node.
         assert!(
             view.is_rejoined(1) && view.is_failed(2),
@@ -259,9 +267,23 @@ fn a_blank_replacement_is_copied_to_under_load_and_promoted_later() {
 #[test]
 fn without_the_slot_locks_the_copy_loses_commits() {
     let lost = (1..=6).any(|seed| {
-        let (seen, _, b) = run(seed, false);
+        let (seen, _, b) = run(seed, Control::UnlockedCopy);
         let (missing, money) = losses(&seen, &b);
         !missing.is_empty() || money != 0
     });
     assert!(lost, "the unlocked copy lost nothing on 6 seeds");
+}
+
+/// The other negative control: commits that do not write the joiner lose what they commit
+/// after the copy passed their slots (every seed).
+#[test]
+fn without_the_joiner_in_the_commits_backups_commits_are_lost() {
+    for seed in 1..=3 {
+        let (seen, _, b) = run(seed, Control::JoinersUnwritten);
+        let (missing, money) = losses(&seen, &b);
+        assert!(
+            !missing.is_empty() || money != 0,
+            "seed {seed}: nothing lost"
+        );
+    }
 }
