@@ -131,7 +131,9 @@ pub async fn format_joiner(
     map: &PoolMap,
     node: NodeId,
 ) -> Result<(), FabricError> {
-    let size = ep.node_sizes()[node as usize];
+    let Some(&size) = ep.node_sizes().get(node as usize) else {
+        return Err(FabricError::NodeDown(node));
+    };
     for (at, bytes) in map.format_image(node, size) {
         ep.write(node, at, &bytes);
     }
