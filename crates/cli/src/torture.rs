@@ -50,8 +50,10 @@ pub struct TortureArgs {
     /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
     /// crashed coordinator stalls its epochs).
     /// `memory=N` (memory-node failover) strikes ford, farm, drtmh, ford-rpc, motor, motor-si,
-    /// sundial, nowait, waitdie, nowait-rpc and waitdie-hybrid, with two replicas; the other protocols run the rest of the plan (no faults if
-    /// nothing is left).
+    /// sundial, nowait, waitdie, nowait-rpc and waitdie-hybrid, with two replicas; the other
+    /// protocols run the rest of the plan (no faults if nothing is left). `rejoin=DURATION`
+    /// (the failed node comes back blank and is re-replicated) goes to ford, farm and drtmh
+    /// only.
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -103,11 +105,16 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
         .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin"));
     let memory = faults.is_some_and(|f| f.split(',').any(|k| k.trim().starts_with("memory=")));
     let failover = memory && FAILOVER.contains(&p);
+    // `rejoin=` (re-replication of a failed node that comes back) only where the copy works.
+    let rejoin = failover && REJOIN.contains(&p);
     let faults: Option<String> = match faults {
-        Some(f) if memory && !failover => {
+        Some(f) if memory && !rejoin => {
             let rest: Vec<&str> = f
                 .split(',')
-                .filter(|k| !k.trim().starts_with("memory="))
+                .filter(|k| {
+                    let k = k.trim();
+                    !k.starts_with("rejoin=") && (failover || !k.starts_with("memory="))
+                })
                 .collect();
             (!rest.is_empty()).then(|| rest.join(","))
         }
@@ -205,6 +212,8 @@ const FAILOVER: [&str; 11] = [
     RPC_NOWAIT,
     HYBRID_WAITDIE,
 ];
+/// The variants that re-replicate a failed memory node that comes back (`rejoin=`).
+const REJOIN: [&str; 3] = ["ford", "farm", "drtmh"];
 /// NO_WAIT with every stage as RPCs (RCC's hybrid code 0).
 const RPC_NOWAIT: &str = "nowait-rpc";
 /// WAIT_DIE with fetch and lock as RPCs, log, release and commit one-sided (hybrid code 28:

@@ -196,6 +196,30 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
             "not a duration",
         ),
         (
+            vec![
+                "bench",
+                "--backend",
+                "sim",
+                "--compute-nodes",
+                "2",
+                "--faults",
+                "rejoin=1ms",
+            ],
+            "rejoin= brings failed memory nodes back: it needs memory=N",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "sim",
+                "--protocol",
+                "sundial",
+                "--faults",
+                "memory=1,rejoin=1ms",
+            ],
+            "re-replication is FORD's, FaRM's and DrTM+H's for now",
+        ),
+        (
             vec!["torture", "--adversary", "gentle"],
             "unknown preset 'gentle'",
         ),
@@ -247,6 +271,52 @@ fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
             "memory-node failures: memory node 1 at",
             "the pool ends in view 1 (memory node 1 failed)",
             "1 promoted tables repaired",
+            "strict serializable",
+            "every backup holds what its primary holds",
+            "verify: consistent",
+        ] {
+            assert!(t.contains(want), "{protocol}: want {want:?} in {t}");
+        }
+    }
+}
+
+/// The failed memory node comes back blank, joins, is copied to while the run goes on, and is
+/// a full replica again: the pool ends with it rejoined, and every check passes on it too.
+#[test]
+fn a_failed_memory_node_comes_back_is_re_replicated_and_the_run_verifies() {
+    for (protocol, seed) in [("ford", "3"), ("farm", "1"), ("drtmh", "2")] {
+        let o = dtxn(&[
+            "bench",
+            "--backend",
+            "sim",
+            "--workload",
+            "smallbank",
+            "--protocol",
+            protocol,
+            "--memory-nodes",
+            "2",
+            "--replicas",
+            "2",
+            "--compute-nodes",
+            "2",
+            "--threads",
+            "2",
+            "--coroutines",
+            "2",
+            "--txns",
+            "2000",
+            "--seed",
+            seed,
+            "--faults",
+            "memory=1,compute=1,rejoin=200us",
+            "--quiet",
+        ]);
+        let t = text(&o);
+        assert!(o.status.success(), "{protocol}: {t}");
+        for want in [
+            "the pool ends in view 3 (memory node 1 rejoined)",
+            "view 2 (memory node 1 joining)",
+            "memory node 1 rejoined: back (blank) at",
             "strict serializable",
             "every backup holds what its primary holds",
             "verify: consistent",

@@ -131,6 +131,13 @@ pub trait Fabric {
     /// backends spend real CPU instead).
     fn charge_cpu(&mut self, ns: u64);
 
+    /// Connects again to memory node `node` after it came back as a replacement (a new
+    /// region: on RDMA, a new queue pair and rkey). Until then every op to a replacement
+    /// fails with `NodeDown`, as on RDMA, where the old connection broke with the node: a
+    /// node that failed and came back blank is never used unknowingly. (`sim` only, where
+    /// [`crate::sim`]'s rejoins bring nodes back; a no-op elsewhere.)
+    fn reconnect(&mut self, _node: NodeId) {}
+
     /// What a transaction's own logic costs the CPU (`sim` only): (per transaction, per item
     /// it touches), in nanoseconds. The real backends spend real CPU instead.
     fn logic_cpu_ns(&self) -> (u64, u64) {

@@ -342,6 +342,12 @@ impl Endpoint {
         self.fabric.lease_now_ns()
     }
 
+    /// Connects again to memory node `node`, which came back as a replacement (see
+    /// [`Fabric::reconnect`]): until then its ops fail with `NodeDown`.
+    pub fn reconnect(&mut self, node: NodeId) {
+        self.fabric.reconnect(node);
+    }
+
     /// Number of memory nodes and their region sizes.
     pub fn node_sizes(&self) -> &[u64] {
         self.fabric.node_sizes()

@@ -53,8 +53,11 @@ pub struct TableInfo {
     pub overflow_buckets: u64,
     pub table_off: u64,
     pub overflow_off: u64,
-    /// Memory nodes holding the table, primary first.
+    /// Memory nodes holding the table, primary first; the last [`TableInfo::joining`] of
+    /// them are joining (written by commits as backups, never read nor promoted).
     pub replicas: Vec<NodeId>,
+    /// How many of `replicas`, at the end, are joining (issue #23, re-replication).
+    pub joining: u8,
     /// Multi-version tables (Motor's CVTs): the value region and the attributes.
     pub mv: Option<crate::cvt::MvInfo>,
 }
@@ -78,8 +81,19 @@ impl TableInfo {
         self.replicas[0]
     }
 
+    /// The replicas a commit writes besides the primary: joining ones too.
     pub fn backups(&self) -> &[NodeId] {
         &self.replicas[1..]
+    }
+
+    /// The replicas that can be read (and promoted): all but the joining ones.
+    pub fn readable(&self) -> &[NodeId] {
+        &self.replicas[..self.replicas.len() - usize::from(self.joining)]
+    }
+
+    /// Whether `node` is one of the table's joining replicas.
+    pub fn is_joiner(&self, node: NodeId) -> bool {
+        self.replicas[self.replicas.len() - usize::from(self.joining)..].contains(&node)
     }
 
     /// Bytes the table occupies on each replica.

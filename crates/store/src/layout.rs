@@ -38,8 +38,9 @@ use crate::record::{RecordFormat, SingleVersion, MAX_COPIES, MAX_META_WORDS};
 use dtxn_fabric::NodeId;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DTXNPOOL");
-/// Bumped on every incompatible change of any layout in this crate.
-pub const LAYOUT_VERSION: u32 = 3;
+/// Bumped on every incompatible change of any layout in this crate (4: the view word gives
+/// each memory node two bits of state, for re-replication).
+pub const LAYOUT_VERSION: u32 = 4;
 pub const SUPERBLOCK_BYTES: usize = 64;
 /// Memory node 0: the compute processes' claim word, right after the superblock (CAS and FAA
 /// only). Bit 63: one process holds the pool alone (FORD's localized validation needs every
@@ -52,8 +53,8 @@ pub const ORACLE_OFF: u64 = 128;
 /// Memory node 0: the recovery service's leader word (CAS only): 0, or the lock-owner id of
 /// the coordinator running recovery (`dtxn_txn::membership`). Alone on its line.
 pub const LEADER_OFF: u64 = 192;
-/// Memory node 0: the pool's view ([`crate::view::View`]: its number and the failed memory
-/// nodes), CAS only, on the leader word's line.
+/// Memory node 0: the pool's view ([`crate::view::View`]: its number and each memory node's
+/// state: live, failed, joining, rejoined), CAS only, on the leader word's line.
 pub const VIEW_OFF: u64 = 200;
 /// Memory node 0: the number of the newest view whose promoted primaries have been repaired
 /// (`dtxn_txn::membership`), CAS only, on the leader word's line.
@@ -364,7 +365,7 @@ mod tests {
         v1[8..12].copy_from_slice(&7u32.to_le_bytes());
         assert_eq!(
             Superblock::decode(2, &v1).unwrap_err().to_string(),
-            "memory node 2 has layout v7, this binary reads v3"
+            "memory node 2 has layout v7, this binary reads v4"
         );
         let mut bad = b;
         bad[20] ^= 1;

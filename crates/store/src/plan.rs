@@ -248,6 +248,7 @@ impl Plan {
                 bucket_bytes,
                 bucket_count,
                 overflow_buckets,
+                joining: 0,
                 table_off,
                 overflow_off: table_off + 64 + bucket_count * bucket_bytes,
                 replicas,

@@ -54,12 +54,15 @@ impl PoolMap {
         let mut tables = Vec::with_capacity(catalog.len());
         let mut lost = Vec::new();
         for t in &catalog {
-            let replicas = view.live(&t.replicas);
+            let mut replicas = view.live(&t.replicas);
             if replicas.is_empty() {
                 lost.push(t.id);
             } else {
+                let joiners = view.joiners(&t.replicas);
+                replicas.extend(&joiners);
                 tables.push(TableInfo {
                     replicas,
+                    joining: joiners.len() as u8,
                     ..t.clone()
                 });
             }
@@ -77,9 +80,14 @@ impl PoolMap {
                 by_id[t.id as usize] = pos as u16 + 1;
             }
         }
-        let nodes = nodes
-            .into_iter()
-            .filter(|sb| !view.is_failed(sb.node))
+        // A node back from failure (joining) was not read at bootstrap: its superblock is the
+        // one its copier formats it with, every node's but its id.
+        let nodes = (0..node_count)
+            .filter(|&n| !view.is_failed(n))
+            .filter_map(|n| match nodes.iter().find(|sb| sb.node == n) {
+                Some(sb) => Some(*sb),
+                None => nodes.first().map(|sb| Superblock { node: n, ..*sb }),
+            })
             .collect();
         PoolMap {
             nodes,
@@ -95,11 +103,26 @@ impl PoolMap {
 
     /// This map, for recovering a coordinator that died in an older view than this one: the
     /// lock words it held on a failed primary are gone, which [`PoolMap::lost_locks`] says.
+    /// (Its commits may not have written the joining replicas: recovery judges a commit by
+    /// the readable replicas alone, see `dtxn_txn`'s `mechanisms/settle.rs`.)
     pub fn for_older_view(&self) -> PoolMap {
         PoolMap {
             older_view: true,
             ..self.clone()
         }
+    }
+
+    /// This map with no joining replica (a negative control's: commits that do not write the
+    /// joiners, which re-replication needs them to).
+    #[doc(hidden)]
+    pub fn without_joiners(&self) -> PoolMap {
+        let mut m = self.clone();
+        for t in &mut m.tables {
+            let n = t.readable().len();
+            t.replicas.truncate(n);
+            t.joining = 0;
+        }
+        m
     }
 
     /// The locks on `t`'s primary that a coordinator being recovered held are lost (it died
@@ -155,17 +178,80 @@ impl PoolMap {
         self.tables.iter()
     }
 
-    /// The tables whose primary in this view is not the catalog's (a backup was promoted).
+    /// The tables whose primary in this view is not the catalog's (a backup was promoted),
+    /// or is a node that rejoined (it came back blank: its overflow counter and words only
+    /// a primary keeps are not the primary's).
     pub fn promoted(&self) -> impl Iterator<Item = &TableInfo> {
         self.tables.iter().filter(|t| self.is_promoted(t))
     }
 
     /// `t` (a table of this map) has a promoted backup for its primary.
     pub fn is_promoted(&self, t: &TableInfo) -> bool {
+        if self.view.is_rejoined(t.replicas[0]) {
+            return true;
+        }
         match self.catalog.binary_search_by_key(&t.id, |c| c.id) {
             Ok(c) => self.catalog[c].replicas[0] != t.replicas[0],
             Err(_) => false,
         }
+    }
+
+    /// The catalog's replicas of table `id` (failed ones too), by rank.
+    pub fn catalog_replicas(&self, id: u32) -> Option<&[NodeId]> {
+        self.catalog
+            .binary_search_by_key(&id, |c| c.id)
+            .ok()
+            .map(|c| self.catalog[c].replicas.as_slice())
+    }
+
+    /// The catalog as the memory nodes hold it (every table, failed replicas too).
+    pub fn catalog(&self) -> &[TableInfo] {
+        &self.catalog
+    }
+
+    /// What a blank memory node `node` must be given to join the pool (issue #23,
+    /// re-replication): its catalog and then its superblock, as (offset, bytes), in the order
+    /// to WRITE them on one QP (the superblock last, so a half-formatted node never passes
+    /// bootstrap, as in [`Plan::format`]); its tables and logs are zero on a blank node.
+    pub fn format_image(&self, node: NodeId, region_size: u64) -> Vec<(u64, Vec<u8>)> {
+        let entries: Vec<CatalogEntry> = self
+            .catalog
+            .iter()
+            .filter_map(|t| {
+                let rank = t.replicas.iter().position(|&n| n == node)?;
+                Some(CatalogEntry {
+                    table: t.id,
+                    name: t.name.clone(),
+                    format: t.format,
+                    rank: rank as u8,
+                    replicas: t.replicas.clone(),
+                    value_size: t.value_size,
+                    meta_words: t.meta_words,
+                    copies: t.copies,
+                    record_bytes: t.record_bytes,
+                    table_off: t.table_off,
+                    bucket_count: t.bucket_count,
+                    slots_per_bucket: t.slots_per_bucket,
+                    bucket_bytes: t.bucket_bytes as u32,
+                    overflow_off: t.overflow_off,
+                    overflow_buckets: t.overflow_buckets,
+                    mv: t.mv.clone(),
+                })
+            })
+            .collect();
+        let mut cat = vec![0u8; entries.len() * ENTRY_BYTES];
+        for (e, b) in entries.iter().zip(cat.chunks_mut(ENTRY_BYTES)) {
+            e.encode(b);
+        }
+        let sb = Superblock {
+            node,
+            nodes: self.node_count,
+            region_size,
+            catalog_entries: entries.len() as u32,
+            catalog_crc: crc32fast::hash(&cat),
+            ..self.nodes[0]
+        };
+        vec![(CATALOG_OFF, cat), (0, sb.encode().to_vec())]
     }
 
     /// Tables whose every replica failed, ascending.
@@ -326,6 +412,7 @@ fn info_of(e: &CatalogEntry) -> TableInfo {
         bucket_bytes: u64::from(e.bucket_bytes),
         bucket_count: e.bucket_count,
         overflow_buckets: e.overflow_buckets,
+        joining: 0,
         table_off: e.table_off,
         overflow_off: e.overflow_off,
         replicas: e.replicas.clone(),
@@ -542,6 +629,7 @@ mod tests {
             bucket_bytes: 128,
             bucket_count: 1,
             overflow_buckets: 0,
+            joining: 0,
             table_off: u64::from(id) * 4096,
             overflow_off: 0,
             replicas: vec![0],
@@ -617,5 +705,28 @@ mod tests {
         // A later view of the same failures is the same map (views only grow).
         assert_eq!(all.in_view(m.view()).tables, m.tables);
         assert_eq!(m.log_slice(1), Some(((1 << 16) + 4096, 4096)));
+        // Node 2 comes back and joins: written after the readable replicas, never read; the
+        // map of a view that failed it before learns its superblock.
+        let j = v.joining(2).unwrap();
+        let m = all.in_view(v).in_view(j);
+        assert_eq!(m.live_nodes().collect::<Vec<_>>(), [0, 1, 2, 3]);
+        let b = m.table(2).unwrap();
+        assert_eq!((b.replicas.as_slice(), b.joining), (&[3, 2][..], 1));
+        assert_eq!(b.readable(), [3]);
+        assert_eq!(b.backups(), [2], "commits write the joiner");
+        assert!(b.is_joiner(2) && !b.is_joiner(3));
+        assert_eq!(m.table(1).unwrap().replicas, [1, 0, 2]);
+        // A full replica, ranked last; once the others failed, it is the primary and is
+        // repaired like a promoted backup.
+        let r = j.joined(2).unwrap();
+        let m = all.in_view(r);
+        assert_eq!(m.table(2).unwrap().replicas, [3, 2]);
+        assert_eq!(m.table(2).unwrap().joining, 0);
+        let m = all.in_view(r.without(&[3]).unwrap());
+        assert_eq!(m.table(2).unwrap().replicas, [2]);
+        assert!(m.is_promoted(m.table(2).unwrap()), "a rejoined primary");
+        // A joiner alone is no replica: the table is lost.
+        let m = all.in_view(v.without(&[3]).unwrap().joining(2).unwrap());
+        assert_eq!(m.lost(), [2]);
     }
 }

@@ -165,7 +165,7 @@ fn strangers_and_corruption_are_clear_errors() {
     old.with_local(2, |m| m.write(8, &1u32.to_le_bytes()));
     assert_eq!(
         bootstrap_error(&mut old),
-        "memory node 2 has layout v1, this binary reads v3"
+        "memory node 2 has layout v1, this binary reads v4"
     );
     let (mut bad, _) = build(1, 3, 2);
     bad.with_local(1, |m| {
@@ -292,4 +292,30 @@ fn a_pool_formatted_with_meta_words_reads_them_back() {
     let words: Vec<u8> = map.tables().map(|t| t.meta_words).collect();
     assert_eq!(words, [0, 1, 2, 3, 4]);
     assert_eq!(map.tables().cloned().collect::<Vec<_>>(), plan.tables);
+}
+
+/// What a re-replication copier WRITEs to a blank memory node to make it joinable
+/// (`PoolMap::format_image`) is byte for byte the catalog and superblock `Plan::format` gave it.
+#[test]
+fn a_blank_nodes_format_image_is_what_the_plan_formatted() {
+    for (seed, nodes, replicas) in [(1, 3, 2), (4, 3, 3)] {
+        let (mut pool, _) = build(seed, nodes, replicas);
+        let sizes = pool.node_sizes();
+        let r = pool
+            .run(one(), None, |mut ep: Endpoint| async move {
+                PoolMap::bootstrap(&mut ep).await.unwrap()
+            })
+            .unwrap();
+        let map = r.outputs.into_iter().next().unwrap().unwrap();
+        for node in 0..nodes {
+            let image = map.format_image(node, sizes[node as usize]);
+            assert_eq!(image.len(), 2, "the catalog, then the superblock");
+            assert_eq!(image[1].0, 0, "the superblock last");
+            for (at, bytes) in image {
+                let mut held = vec![0u8; bytes.len()];
+                pool.with_local(node, |m| m.read(at, &mut held));
+                assert_eq!(held, bytes, "node {node} at {at}");
+            }
+        }
+    }
 }

@@ -17,12 +17,15 @@
 //!   (nothing of an older view in flight: the repair runs only then), an invisible word on a
 //!   promoted primary is stale, and cleared.
 //!
+//! A node that *rejoined* (a blank replacement, copied to: [`copy_to_joiners`], the protocol
+//! in [`crate::membership`]) gets the same repair when it becomes a primary.
+//!
 //! A protocol's own primary-only state is its repair hook's (`Protocol::repair_promoted`):
 //! SUNDIAL raises the promoted leases. Motor needs nothing more (a backup holds whole CVTs).
 //! MVCC's read timestamps and version slots, Scythe's tickets and CALVIN's queues are not
 //! rebuilt: those protocols have no failover yet.
 
-use crate::mechanisms::INVISIBLE;
+use crate::mechanisms::{journal, INVISIBLE};
 use crate::recovery::{read_buckets, scan_chunks};
 use crate::registry::Protocol;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
@@ -99,4 +102,212 @@ pub async fn repair_promoted(
         protocol.repair_promoted(ep, map).await?;
     }
     Ok(tables)
+}
+
+/// The failed memory nodes of `map`'s view that answer a READ again (a replacement came back
+/// blank, or a new node took the id): one round trip per failed node.
+pub async fn probe_failed(ep: &mut Endpoint, map: &PoolMap) -> Result<Vec<NodeId>, FabricError> {
+    let mut back = Vec::new();
+    let nodes = ep.node_sizes().len() as NodeId;
+    for n in map.view().failed_nodes().filter(|&n| n < nodes) {
+        // A replacement is a new region: reach it by a new connection (the old one broke with
+        // the node).
+        ep.reconnect(n);
+        ep.read(n, 0, 8);
+        match ep.post().await {
+            Ok(()) => back.push(n),
+            Err(FabricError::NodeDown(m)) if m == n => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(back)
+}
+
+/// Gives blank memory node `node` the pool's catalog and superblock (one round trip), so that
+/// a bootstrap in a view where it joins finds it. Its tables and logs are zero already.
+/// Idempotent: two coordinators doing it write the same bytes.
+pub async fn format_joiner(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    node: NodeId,
+) -> Result<(), FabricError> {
+    let Some(&size) = ep.node_sizes().get(node as usize) else {
+        return Err(FabricError::NodeDown(node));
+    };
+    for (at, bytes) in map.format_image(node, size) {
+        ep.write(node, at, &bytes);
+    }
+    ep.post().await
+}
+
+/// A slot of a table, to copy: (table id, slot offset).
+pub type Slot = (u32, u64);
+
+/// What one pass of [`copy_to_joiners`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CopyPass {
+    /// Slots copied.
+    pub copied: u64,
+    /// Slots found locked (by a transaction, or a dead coordinator not yet recovered): to
+    /// copy in a later pass.
+    pub left: Vec<Slot>,
+}
+
+/// Bytes of buckets one copy round locks and READs.
+const COPY_BYTES: u64 = 16 << 10;
+
+/// Copies every table of `map`'s view that has joining replicas from its primary to them
+/// (the whole table, or only the slots `only` names: what an earlier pass left), per slot
+/// under the slot's lock on the primary, taken with `owner` (issue #23, re-replication).
+///
+/// Per chunk of buckets, three round trips: a CAS of each slot's lock word from 0 to
+/// `owner`, then a READ of the buckets (an atomic executes before later ops on its QP: the
+/// READ sees every slot we locked as locked, so no commit writes it under us); the WRITE of
+/// each locked record (its lock word 0) to every joiner, and of each bucket's chain link
+/// that is set; then, once those WRITEs completed, a CAS of each lock back to 0. A slot
+/// found locked is left for a later pass. Why a commit's WRITE to the joiner and the copy's
+/// never land out of order, and why links, inserts and deletes need nothing more: see
+/// [`crate::membership`] (re-replication).
+///
+/// The caller's view must be active (every coordinator works in it): then every commit
+/// that can still write a copied slot writes the joiners too. Before its first lock on a
+/// node the copier marks its own lock journal there overflowed: its copy locks are not
+/// journaled, and if it dies holding some, its recovery scans for them.
+///
+/// `lock` false copies without the locks (READ, then WRITE to the joiners): unsound, the
+/// negative control of `crates/txn/tests/rejoin.rs` (an older image overwrites a commit's
+/// WRITE to a joiner).
+pub async fn copy_to_joiners(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    owner: u64,
+    only: Option<&[Slot]>,
+    lock: bool,
+) -> Result<CopyPass, FabricError> {
+    let owner = if lock { owner } else { 0 };
+    let mut pass = CopyPass::default();
+    let index = ep.id().index;
+    let mut marked: Vec<NodeId> = Vec::new();
+    let mut bytes = Vec::new();
+    for t in map.tables().filter(|t| t.joining > 0) {
+        let p = t.primary();
+        let joiners: Vec<NodeId> = t.replicas[t.readable().len()..].to_vec();
+        if !marked.contains(&p) {
+            journal::mark_overflowed(ep, map, index, p);
+            ep.post().await?;
+            marked.push(p);
+        }
+        let record = t.record_bytes as usize;
+        if let Some(only) = only {
+            let slots: Vec<u64> = only.iter().filter(|s| s.0 == t.id).map(|s| s.1).collect();
+            for chunk in slots.chunks((COPY_BYTES / t.slot_stride.max(1)).max(1) as usize) {
+                let ops: Vec<_> = chunk
+                    .iter()
+                    .map(|&s| {
+                        (
+                            s,
+                            lock.then(|| ep.cas(p, s, 0, owner)),
+                            ep.read(p, s, record),
+                        )
+                    })
+                    .collect();
+                ep.post().await?;
+                let mut locked = Vec::new();
+                for (s, c, r) in ops {
+                    if c.is_none_or(|c| ep.cas_ok(c)) {
+                        let mut b = ep.bytes(r).to_vec();
+                        b[..8].copy_from_slice(&0u64.to_le_bytes());
+                        locked.push((s, b));
+                    } else {
+                        pass.left.push((t.id, s));
+                    }
+                }
+                copy_locked(ep, p, &joiners, owner, &locked, &[]).await?;
+                pass.copied += locked.len() as u64;
+            }
+            continue;
+        }
+        // Overflow buckets claimed before the copy started; later ones are claimed and
+        // linked by commits that write the joiners too.
+        let r = ep.read(p, t.overflow_counter(), 8);
+        ep.post().await?;
+        let used = ep.word(r, 0).min(t.overflow_buckets);
+        let buckets = t.bucket_count + used;
+        let per = (COPY_BYTES / t.bucket_bytes).max(1);
+        let mut first = 0;
+        while first < buckets {
+            let chunk = first..buckets.min(first + per);
+            first = chunk.end;
+            let mut cas = Vec::new();
+            for b in chunk.clone() {
+                for s in 0..t.slots_per_bucket {
+                    let at = t.slot(t.bucket(b), s);
+                    cas.push((b, s, at, lock.then(|| ep.cas(p, at, 0, owner))));
+                }
+            }
+            let len = (chunk.end - chunk.start) * t.bucket_bytes;
+            let r = ep.read(p, t.bucket(chunk.start), len as usize);
+            ep.post().await?;
+            bytes.clear();
+            bytes.extend_from_slice(ep.bytes(r));
+            let bucket_of = |b: u64| {
+                let at = ((b - chunk.start) * t.bucket_bytes) as usize;
+                &bytes[at..at + t.bucket_bytes as usize]
+            };
+            let mut locked = Vec::new();
+            for &(b, s, at, c) in &cas {
+                if c.is_none_or(|c| ep.cas_ok(c)) {
+                    let mut rec = t.slot_bytes(bucket_of(b), s).to_vec();
+                    rec[..8].copy_from_slice(&0u64.to_le_bytes());
+                    locked.push((at, rec));
+                } else {
+                    pass.left.push((t.id, at));
+                }
+            }
+            // A chain link, once set, never changes and is the same on every replica: the
+            // one we read is the joiner's too (a link not yet set is left alone: the insert
+            // that sets it writes the joiners).
+            let links: Vec<(u64, u64)> = chunk
+                .clone()
+                .map(|b| {
+                    let w = u64::from_le_bytes(bucket_of(b)[..8].try_into().expect("word"));
+                    (t.bucket(b), w)
+                })
+                .filter(|&(_, w)| w != 0)
+                .collect();
+            copy_locked(ep, p, &joiners, owner, &locked, &links).await?;
+            pass.copied += locked.len() as u64;
+        }
+    }
+    Ok(pass)
+}
+
+/// WRITEs the `locked` records (and the chain `links`) to every joiner, and once those have
+/// executed, unlocks the records on primary `p`. On a failed WRITE (a joiner died) the locks
+/// are given back all the same.
+async fn copy_locked(
+    ep: &mut Endpoint,
+    p: NodeId,
+    joiners: &[NodeId],
+    owner: u64,
+    locked: &[(u64, Vec<u8>)],
+    links: &[(u64, u64)],
+) -> Result<(), FabricError> {
+    for &j in joiners {
+        for (at, rec) in locked {
+            ep.write(j, *at, rec);
+        }
+        for &(at, w) in links {
+            ep.write(j, at, &w.to_le_bytes());
+        }
+    }
+    let written = ep.post().await;
+    if owner == 0 {
+        return written; // copied without locks
+    }
+    for (at, _) in locked {
+        ep.cas(p, *at, owner, 0);
+    }
+    let unlocked = ep.post().await;
+    written.and(unlocked)
 }

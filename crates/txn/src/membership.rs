@@ -62,6 +62,50 @@
 //! **The liveness phase.** A coordinator done with its transactions marks its lease done and
 //! keeps serving ([`Service::drain`]) until every other coordinator is done or recovered: a
 //! coordinator that crashed late is recovered before the run ends.
+//!
+//! **Re-replication** ([`Service::with_rejoin`]; issue #23). A failed memory node that comes
+//! back blank (a replacement under its id) is made a full replica again while transactions
+//! go on, in two view changes:
+//!
+//! 1. *Join.* Each scan in an active view asks the failed nodes (one READ each, over a new
+//!    connection: a replacement is a new region, and the old connection broke with the node,
+//!    so a node that failed unnoticed and came back is never used unknowingly). One that
+//!    answers is given the pool's catalog and superblock (`failover::format_joiner`) and the
+//!    view CASed to one where it is *joining*: every commit writes it as one more backup, in
+//!    the same batches as the others; nobody reads it, promotes it, or counts it as a
+//!    replica (a table whose readable replicas all fail is lost).
+//! 2. *Copy.* Once that view is active (every coordinator acknowledged it: no commit of an
+//!    older view, which does not write the joiner, is in flight, and the dead of older views
+//!    were recovered), the leader copies each table of the joiner from its primary, slot by
+//!    slot under the slot's lock (`failover::copy_to_joiners`): a CAS of the primary's lock
+//!    word from 0 to the leader's owner id and a READ in one batch (the atomic executes before
+//!    the READ on its QP), the WRITE of the record to the joiner, awaited, then the unlock.
+//!    A slot found locked is left for the next pass (the leader keeps the word across passes,
+//!    and gives it back, keeping what is left, when a coordinator died: a dead holder's
+//!    recovery needs it).
+//! 3. *Full.* With nothing left, the leader CASes the view to one where the node is
+//!    *rejoined*: a full replica, ranked after the live ones (so no primary moves), promoted
+//!    like any backup later. Activation as for every view.
+//!
+//! Why no commit's WRITE to the joiner is overwritten by an older image: a commit writes the
+//! joiner after it holds the record's lock and awaits those WRITEs before it unlocks. If it
+//! unlocked before the copier's CAS, its WRITE to the joiner executed before the copier's
+//! READ of the primary, which shows its install or a later one. If it locks after the
+//! copier's unlock, the copier's WRITE had completed before the unlock was posted: the
+//! commit's lands after it. The release's detached clearing of the backup's invisible word
+//! may land after the copy: it writes 0, what the copy wrote there. Inserts and deletes are
+//! commits on a slot (a free slot is copied under its lock word like a record; a tombstone is
+//! a record). A chain link is set once, under the chain's insert lock, on every replica (the
+//! joiner too, in a joining view), and never changes: the copier writes the links the primary
+//! has set and leaves unset ones alone; overflow buckets claimed after the copy read the
+//! counter are linked by joining-view commits. The overflow counter, the insert locks and the
+//! chain words are the primary's alone; a rejoined node that becomes primary is repaired like
+//! a promoted backup (`PoolMap::is_promoted`). Recovery in a joining view judges a commit by
+//! the readable replicas (an older view's commit never wrote the joiner), rolls back onto the
+//! joiner too (the image is the committed state), and on a roll forward gives the joiner the
+//! primary's record under the dead's lock (the crash may have cut its WRITE there after the
+//! copy passed). The copier's locks are not journaled: it marks its lock journal overflowed on
+//! each primary before its first copy lock there, so its recovery scans for them.
 
 use crate::failover;
 use crate::recovery::{recover_within, Recovered};
@@ -292,7 +336,50 @@ pub struct Service {
     /// crashes later has reported it all the same (the next leader may report it again).
     sink: Option<Sink>,
     view_sink: Option<ViewSink>,
+    /// Failed memory nodes that come back are re-replicated ([`Service::with_rejoin`]).
+    rejoin: bool,
+    /// The copy takes each slot's lock (false: the negative control's unsound copy).
+    copy_locks: bool,
+    /// The coordinator's commits write the joiners (false: the other negative control).
+    write_joiners: bool,
+    /// This coordinator's copy in progress: its view and what it has done.
+    copy: Option<CopyState>,
+    /// The copies this coordinator completed, in order.
+    pub joins: Vec<JoinEvent>,
+    join_sink: Option<JoinSink>,
 }
+
+/// Passes over what a copy found locked before its leader gives the word back between them.
+const MAX_COPY_RETRIES: u32 = 64;
+
+/// A copy to joining memory nodes under way (see [`Service::with_rejoin`]).
+#[derive(Debug, Clone)]
+struct CopyState {
+    view: View,
+    started_ns: u64,
+    copied: u64,
+    passes: u32,
+    left: Vec<failover::Slot>,
+}
+
+/// A re-replication this coordinator completed (times on the run's clock).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinEvent {
+    /// The view in which the nodes were joining, and the one that made them full replicas.
+    pub joining: View,
+    pub joined: View,
+    /// The coordinator that copied.
+    pub by: u32,
+    /// The copy's first pass started, its last ended (the joined view's CAS).
+    pub copy_started_ns: u64,
+    pub copy_finished_ns: u64,
+    /// Slots copied, and passes (a pass retries what the one before found locked).
+    pub copied: u64,
+    pub passes: u32,
+}
+
+/// Where a [`Service`] reports the re-replications it completes.
+pub type JoinSink = Box<dyn FnMut(&JoinEvent)>;
 
 /// Where a [`Service`] reports its recoveries as they happen.
 pub type Sink = Box<dyn FnMut(&RecoveryEvent)>;
@@ -321,7 +408,43 @@ impl Service {
             views: Vec::new(),
             sink: None,
             view_sink: None,
+            rejoin: false,
+            copy_locks: true,
+            write_joiners: true,
+            copy: None,
+            joins: Vec::new(),
+            join_sink: None,
         }
+    }
+
+    /// Re-replicates failed memory nodes that come back (blank): it probes them at each
+    /// scan, and a node that answers is formatted and joins the view; once that view is
+    /// active the leader copies its tables to it, and it becomes a full replica (see the
+    /// module doc). FORD, FaRM and DrTM+H only, with one-sided lock stages.
+    pub fn with_rejoin(mut self, rejoin: bool) -> Service {
+        self.rejoin = rejoin;
+        self
+    }
+
+    /// The negative control: the copy takes no lock (unsound; tests only).
+    #[doc(hidden)]
+    pub fn with_unlocked_copy(mut self) -> Service {
+        self.copy_locks = false;
+        self
+    }
+
+    /// The other negative control: the maps this service hands its coordinator leave the
+    /// joiners out, so its commits do not write them (unsound; tests only).
+    #[doc(hidden)]
+    pub fn with_joiners_unwritten(mut self) -> Service {
+        self.write_joiners = false;
+        self
+    }
+
+    /// Reports every completed re-replication to `sink` too.
+    pub fn with_join_sink(mut self, sink: JoinSink) -> Service {
+        self.join_sink = Some(sink);
+        self
     }
 
     /// Reports every recovery to `sink` too, as soon as it is settled.
@@ -359,6 +482,9 @@ impl Service {
             let before = self.map.view();
             self.scan(ep).await?;
             if self.map.view() != before {
+                if !self.write_joiners {
+                    return Ok(Some(Rc::new(self.map.without_joiners())));
+                }
                 return Ok(Some(self.map.clone()));
             }
         }
@@ -377,12 +503,15 @@ impl Service {
         let mut probed = false;
         loop {
             let s = self.scan(ep).await?;
-            if s.unsettled == 0 && !probed {
+            // A node joining is copied to before the run ends (no coordinator may be left
+            // to do it for the next run).
+            let settled = s.unsettled == 0 && !(self.rejoin && self.map.view().joining != 0);
+            if settled && !probed {
                 probed = true;
                 self.suspect = true;
                 continue;
             }
-            if s.unsettled == 0 {
+            if settled {
                 let me = ep.id().index;
                 ep.write(0, ACK_OFF + 8 * u64::from(me), &ACK_GONE.to_le_bytes());
                 return ep.post().await;
@@ -405,7 +534,143 @@ impl Service {
         while m.view != self.map.view() || self.unacknowledged(ep, &m) {
             m = self.adopt(ep, m.view).await?;
         }
-        self.recover_dead(ep, m).await
+        let active = m.view == self.map.view() && m.repaired == m.view.number;
+        let scan = self.recover_dead(ep, m).await?;
+        if self.rejoin && active {
+            self.rejoin_step(ep).await?;
+        }
+        Ok(scan)
+    }
+
+    /// In an active view: copies to the joining nodes if there are any (the leader), else
+    /// asks the failed nodes whether one is back, and if so formats it and changes the view
+    /// to one where it joins.
+    async fn rejoin_step(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
+        let view = self.map.view();
+        if view.joining != 0 {
+            return self.copy_step(ep).await;
+        }
+        if view.failed == 0 {
+            return Ok(());
+        }
+        let back = match failover::probe_failed(ep, &self.map).await {
+            Ok(b) => b,
+            Err(FabricError::NodeDown(n)) if n != 0 => {
+                self.suspect = true;
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(&n) = back.first() else {
+            return Ok(());
+        };
+        // Formatted before the view names it, so that a bootstrap in the new view finds its
+        // catalog. (A failed node is written by nobody else.)
+        match failover::format_joiner(ep, &self.map, n).await {
+            Ok(()) => {}
+            Err(FabricError::NodeDown(_)) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let next = view.joining(n).expect("failed");
+        // If another coordinator changed the view first, its view is the one adopted.
+        ep.cas(0, VIEW_OFF, view.word(), next.word());
+        ep.post().await
+    }
+
+    /// The leader copies the joining nodes' tables (a pass over everything, then passes over
+    /// what the last one found locked), and once nothing is left, changes the view to one
+    /// where they are full replicas. Gives the leader word back when a coordinator died
+    /// (recovery of a dead holder of what is left needs the word), keeping what it did.
+    async fn copy_step(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
+        let m = read_members(ep, self.members).await?;
+        let Some(mine) = self.lead(ep, &m).await? else {
+            return Ok(());
+        };
+        let view = self.map.view();
+        let m = read_members(ep, self.members).await?;
+        if m.view != view || m.repaired != view.number {
+            return self.give_back(ep, mine).await;
+        }
+        let mut state = match self.copy.take() {
+            Some(c) if c.view == view => c,
+            _ => CopyState {
+                view,
+                started_ns: ep.now_ns(),
+                copied: 0,
+                passes: 0,
+                left: Vec::new(),
+            },
+        };
+        if state.passes == 0 {
+            // Formatted again (the same bytes): the node may have failed and come back once
+            // more since whoever changed the view formatted it.
+            for n in view.joining_nodes() {
+                match failover::format_joiner(ep, &self.map, n).await {
+                    Ok(()) => {}
+                    Err(FabricError::NodeDown(n)) if n != 0 => {
+                        self.suspect = true;
+                        return self.give_back(ep, mine).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        let owner = u64::from(ep.id().index) + 1;
+        // Passes until nothing is left, holding the leader word (another leader would start
+        // over: what is left is known to this coordinator only), unless a coordinator died
+        // (it may hold what is left, and its recovery needs the word) or the view moved.
+        for retry in 0.. {
+            let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
+            let pass =
+                failover::copy_to_joiners(ep, &self.map, owner, only.as_deref(), self.copy_locks)
+                    .await;
+            let pass = match pass {
+                Ok(p) => p,
+                Err(FabricError::NodeDown(n)) if n != 0 => {
+                    self.suspect = true;
+                    return self.give_back(ep, mine).await;
+                }
+                Err(e) => return Err(e),
+            };
+            state.passes += 1;
+            state.copied += pass.copied;
+            state.left = pass.left;
+            if state.left.is_empty() {
+                break;
+            }
+            // What is locked now is soon released (or its dead holder recovered).
+            ep.sleep(self.period_ns() / 16).await;
+            let m = read_members(ep, self.members).await?;
+            let me = ep.id().index as usize;
+            let dead = m
+                .members
+                .iter()
+                .enumerate()
+                .any(|(i, x)| i != me && x.dead(m.posted_ns));
+            if dead || m.view != view || retry >= MAX_COPY_RETRIES {
+                self.copy = Some(state);
+                return self.give_back(ep, mine).await;
+            }
+        }
+        let next = view.all_joined().expect("joining");
+        let c = ep.cas(0, VIEW_OFF, view.word(), next.word());
+        ep.post().await?;
+        if ep.cas_ok(c) {
+            let e = JoinEvent {
+                joining: view,
+                joined: next,
+                by: ep.id().index,
+                copy_started_ns: state.started_ns,
+                copy_finished_ns: ep.now_ns(),
+                copied: state.copied,
+                passes: state.passes,
+            };
+            if let Some(sink) = &mut self.join_sink {
+                sink(&e);
+            }
+            self.joins.push(e);
+        }
+        self.give_back(ep, mine).await
     }
 
     /// This coordinator bootstrapped into a changed view that it has not acknowledged (it
@@ -453,6 +718,12 @@ impl Service {
         // flight, which the lease guard bounds: after it none of them is left in flight.
         let _ = ep.wait_background().await;
         ep.sleep(self.cfg.guard_ns).await;
+        // A node that joins in this view is a replacement: connect to it as it is now (our
+        // old connection broke with the node it replaces).
+        let old = self.map.view();
+        for n in view.joining_nodes().filter(|&n| !old.is_joining(n)) {
+            ep.reconnect(n);
+        }
         self.map = Rc::new(self.map.in_view(view));
         ep.write(
             0,

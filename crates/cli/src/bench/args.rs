@@ -198,7 +198,9 @@ pub struct BenchArgs {
     /// times. Knobs: `compute=N` nodes crash (default 1, or 0 when `memory=` is given; never
     /// all), `memory=N` memory nodes fail for good (never node 0; at most replicas - 1: the
     /// survivors change the view and promote backups; the protocols with failover, which
-    /// `--faults memory=1` with another names), `within=DURATION` of the
+    /// `--faults memory=1` with another names), `rejoin=DURATION` (each failed node comes back
+    /// blank that long after its failure, joins and is re-replicated while transactions run;
+    /// FORD, FaRM and DrTM+H), `within=DURATION` of the
     /// start (default: about the run's length), `delay_prob=P` and `delay=DURATION` (ops
     /// delayed on the way), `lease=DURATION` and `guard=DURATION` (default: from the fabric's
     /// longest op flight and the adversary's longest stall; checked against both).

@@ -13,7 +13,7 @@ use dtxn_check::HistoryWriter;
 use dtxn_fabric::FabricError;
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::{PoolMap, StoreError, View};
-use dtxn_txn::membership::{self, LeaseConfig, RecoveryEvent, Service, ViewEvent};
+use dtxn_txn::membership::{self, JoinEvent, LeaseConfig, RecoveryEvent, Service, ViewEvent};
 use dtxn_txn::Breakdown;
 use dtxn_txn::{
     AbortReason, Coordinator, LocalOracle, Recorder, StartClock, TxnConfig, TxnOutcome, Vcache,
@@ -239,6 +239,10 @@ pub struct Shared {
     recoveries: Mutex<Vec<RecoveryEvent>>,
     /// Every coordinator's view changes (`--faults memory=N`), as they became active.
     views: Mutex<Vec<ViewEvent>>,
+    /// `--faults rejoin=`: failed memory nodes come back blank and are re-replicated.
+    pub rejoin: bool,
+    /// The copies to rejoining memory nodes that completed.
+    joins: Mutex<Vec<JoinEvent>>,
     /// `--progress-lines`: a line on stderr per 100 attempts of this process.
     pub progress_lines: bool,
     /// `--wait-memnodes`: a coordinator that finds a memory node down stops (fenced).
@@ -366,10 +370,14 @@ async fn coordinator<W: Workload>(
             };
             let views = sh.clone();
             let view = move |e: &ViewEvent| push(&views.views, e.clone());
+            let joins = sh.clone();
+            let join = move |e: &JoinEvent| push(&joins.joins, e.clone());
             Some(
                 Service::new(cfg.protocol, l, sh.coordinators, map.clone())
                     .with_sink(Box::new(report))
-                    .with_view_sink(Box::new(view)),
+                    .with_view_sink(Box::new(view))
+                    .with_rejoin(sh.rejoin)
+                    .with_join_sink(Box::new(join)),
             )
         }
         None => None,
@@ -580,6 +588,8 @@ impl Shared {
             lease: None,
             recoveries: Mutex::default(),
             views: Mutex::default(),
+            rejoin: false,
+            joins: Mutex::default(),
             progress_lines: false,
             fence_on_node_down: false,
             attempts: AtomicU64::new(0),
@@ -589,6 +599,11 @@ impl Shared {
     /// What the recovery service did, in the order the coordinators finished.
     pub fn take_views(&self) -> Vec<ViewEvent> {
         take(&self.views)
+    }
+
+    /// The copies to rejoining memory nodes that completed.
+    pub fn take_joins(&self) -> Vec<JoinEvent> {
+        take(&self.joins)
     }
 
     pub fn take_recoveries(&self) -> Vec<RecoveryEvent> {

@@ -629,6 +629,25 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
                     names.join(", ")
                 );
             }
+            if !plan.memory_rejoins.is_empty() {
+                // The copy locks records with one-sided CASes and takes the slot bytes for the
+                // whole record: the protocols whose primaries keep nothing else.
+                if ![Protocol::Ford, Protocol::Farm, Protocol::Drtmh].contains(&cfg.protocol) {
+                    bail!(
+                        "--faults rejoin=: re-replication is FORD's, FaRM's and DrTM+H's for now \
+                         ({} keeps state on its primaries that the copy does not take)",
+                        cfg.protocol.name()
+                    );
+                }
+                if !cfg.ford.rpc.is_empty() {
+                    bail!("--faults rejoin=: not with stages as RPCs (the copy's one-sided lock CASes would not compose with the memory nodes' CPUs')");
+                }
+                if cfg.flush {
+                    bail!(
+                        "--faults rejoin=: not with flush (the copy does not flush the joiner yet)"
+                    );
+                }
+            }
             Some((plan, knobs))
         }
         None => None,
@@ -956,6 +975,9 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         None => None,
     };
     sh.lease = lease.or(host_leases.map(|h| h.terms));
+    sh.rejoin = faults
+        .as_ref()
+        .is_some_and(|f| !f.memory_rejoins.is_empty());
     sh.progress_lines = a.progress_lines;
     sh.fence_on_node_down = a.wait_memnodes.is_some();
     sh.retry = a.retry;
@@ -1006,6 +1028,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     // a coordinator that died before its lease was written, or one done before it died.
     let mut online = sh.take_recoveries();
     let views = sh.take_views();
+    let joins = sh.take_joins();
     // The pool as the run left it: with failed memory nodes, each table's live replicas
     // (every check below reads those).
     let final_view =
@@ -1227,6 +1250,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             lease,
         );
         view_report(&mut f, fplan, &views, final_view, run_start_ns);
+        f.joins = join_lines(fplan, &joins, &views, run_start_ns);
         report.faults = Some(f);
     }
     report.memnode_outage = outage_report;
@@ -1319,11 +1343,19 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
                         a.memory_nodes
                     )));
                 }
+                if n > 0 && usize::from(a.memory_nodes) > dtxn_store::view::MAX_VIEW_NODES {
+                    return Err(bad(&format!(
+                        "at most {} memory nodes (what the pool's view word names), not {}",
+                        dtxn_store::view::MAX_VIEW_NODES,
+                        a.memory_nodes
+                    )));
+                }
                 rates.memory_failures = n;
                 if !spec.contains("compute=") {
                     rates.compute_crashes = 0;
                 }
             }
+            "rejoin" => rates.memory_rejoin_ns = duration()?.max(1),
             "within" => within = duration()?.max(1),
             "delay_prob" => {
                 rates.delay_prob = match value.parse::<f64>() {
@@ -1340,6 +1372,9 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
             ),
         }
     }
+    if rates.memory_rejoin_ns > 0 && rates.memory_failures == 0 {
+        bail!("--faults {spec}: rejoin= brings failed memory nodes back: it needs memory=N");
+    }
     let plan = Faults::draw(
         a.backend.seed,
         within,
@@ -1351,9 +1386,10 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
 }
 
 /// The knobs `--faults` takes.
-const FAULT_KNOBS: [&str; 7] = [
+const FAULT_KNOBS: [&str; 8] = [
     "compute",
     "memory",
+    "rejoin",
     "within",
     "delay_prob",
     "delay",
@@ -1681,6 +1717,56 @@ fn view_report(
             .map(|c| run_start_ns + c.at_ns)
             .max()
     });
+}
+
+/// Re-replication's part of the fault report: per completed copy, when its node came back
+/// (the plan's instant), when the view made it join, the copy, and when the view that made it
+/// a full replica was active for every coordinator.
+fn join_lines(
+    fplan: &Faults,
+    joins: &[dtxn_txn::membership::JoinEvent],
+    views: &[dtxn_txn::membership::ViewEvent],
+    run_start_ns: u64,
+) -> Vec<report::JoinLine> {
+    let us = |ns: u64| ns.saturating_sub(run_start_ns) as f64 / 1e3;
+    let first_adopted = |v: dtxn_store::View| {
+        views
+            .iter()
+            .filter(|e| e.view == v)
+            .map(|e| e.adopted_ns)
+            .min()
+    };
+    let last_active = |v: dtxn_store::View| {
+        views
+            .iter()
+            .filter(|e| e.view == v)
+            .map(|e| e.active_ns)
+            .max()
+    };
+    joins
+        .iter()
+        .map(|j| {
+            let nodes: Vec<u16> = j.joining.joining_nodes().collect();
+            let back = fplan
+                .memory_rejoins
+                .iter()
+                .filter(|r| nodes.contains(&r.node))
+                .map(|r| r.at_ns as f64 / 1e3)
+                .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+            report::JoinLine {
+                nodes,
+                back_us: back,
+                joining_us: first_adopted(j.joining).map(us),
+                joining_active_us: last_active(j.joining).map(us),
+                copy_started_us: us(j.copy_started_ns),
+                copy_us: j.copy_finished_ns.saturating_sub(j.copy_started_ns) as f64 / 1e3,
+                slots: j.copied,
+                passes: j.passes,
+                by: j.by,
+                full_us: last_active(j.joined).map(us),
+            }
+        })
+        .collect()
 }
 
 /// One line per view change the coordinators saw: `failed_ns(view)` is when its newest failed

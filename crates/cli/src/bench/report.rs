@@ -312,6 +312,26 @@ pub struct LeaseReport {
     pub views: Vec<ViewLine>,
 }
 
+/// A replacement memory node re-replicated (virtual us from the run's start).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct JoinLine {
+    pub nodes: Vec<u16>,
+    /// When it came back (blank), by the plan.
+    pub back_us: Option<f64>,
+    /// When the first coordinator adopted the view where it joins, and when that view was
+    /// active for every coordinator (the copy may start).
+    pub joining_us: Option<f64>,
+    pub joining_active_us: Option<f64>,
+    /// The copy: its start, its length, slots copied, passes, and the coordinator that did it.
+    pub copy_started_us: f64,
+    pub copy_us: f64,
+    pub slots: u64,
+    pub passes: u32,
+    pub by: u32,
+    /// When the view that made it a full replica was active for every coordinator.
+    pub full_us: Option<f64>,
+}
+
 /// What `--faults` injected and what came of it.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct FaultReport {
@@ -347,6 +367,8 @@ pub struct FaultReport {
     /// The pool's view after the run, and each view change.
     pub final_view: String,
     pub views: Vec<ViewLine>,
+    /// Failed memory nodes that came back and were re-replicated (`rejoin=`).
+    pub joins: Vec<JoinLine>,
 }
 
 /// One view change (memory nodes failed), as the coordinators saw it (virtual us from the
@@ -831,6 +853,26 @@ impl BenchReport {
                         v.active_us,
                         v.coordinators,
                         v.promoted_tables
+                    );
+                }
+                for j in &f.joins {
+                    let nodes: Vec<String> = j.nodes.iter().map(|n| n.to_string()).collect();
+                    let at = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} us"));
+                    let _ = writeln!(
+                        s,
+                        "  memory node {} rejoined: back (blank) at {}, joining from {} (active at \
+                         {}); copy by coordinator {} from {:.1} us for {:.1} us ({} slots, {} \
+                         passes); a full replica at {}",
+                        nodes.join(", "),
+                        at(j.back_us),
+                        at(j.joining_us),
+                        at(j.joining_active_us),
+                        j.by,
+                        j.copy_started_us,
+                        j.copy_us,
+                        j.slots,
+                        j.passes,
+                        at(j.full_us)
                     );
                 }
             }

@@ -92,6 +92,10 @@ impl Adversary {
 pub struct Faults {
     pub compute_crashes: Vec<ComputeCrash>,
     pub memory_crashes: Vec<MemoryCrash>,
+    /// Memory nodes that come back blank (a replacement under the failed node's id: zeroed
+    /// memory, persisted lines too), to be re-replicated (issue #23).
+    #[serde(default)]
+    pub memory_rejoins: Vec<MemoryRejoin>,
     /// Probability that an op is delayed by up to `delay_max_ns` on its way to the memory node.
     pub delay_prob: f64,
     pub delay_max_ns: u64,
@@ -110,6 +114,9 @@ pub struct FaultRates {
     /// holds the pool's view): the survivors change the view and promote backups.
     #[serde(default)]
     pub memory_failures: u32,
+    /// Each failed memory node comes back blank this long after its failure (0: never).
+    #[serde(default)]
+    pub memory_rejoin_ns: u64,
     pub delay_prob: f64,
     pub delay_max_ns: u64,
 }
@@ -147,17 +154,26 @@ impl Faults {
             .collect::<Vec<_>>();
         // Drawn after the others, so that plans without failures stay what they were.
         let mut candidates: Vec<u16> = (1..memory_nodes).collect();
+        let mut memory_rejoins = Vec::new();
         for _ in 0..(rates.memory_failures as usize).min(candidates.len()) {
             let i = rng.random_range(0..candidates.len());
-            memory_crashes.push(MemoryCrash {
+            let c = MemoryCrash {
                 at_ns: rng.random_range(0..horizon),
                 node: candidates.swap_remove(i),
                 down_ns: MemoryCrash::FOREVER,
-            });
+            };
+            if rates.memory_rejoin_ns > 0 {
+                memory_rejoins.push(MemoryRejoin {
+                    at_ns: c.at_ns + rates.memory_rejoin_ns,
+                    node: c.node,
+                });
+            }
+            memory_crashes.push(c);
         }
         Faults {
             compute_crashes,
             memory_crashes,
+            memory_rejoins,
             delay_prob: rates.delay_prob,
             delay_max_ns: rates.delay_max_ns,
         }
@@ -180,6 +196,15 @@ pub struct MemoryCrash {
     pub at_ns: u64,
     pub node: u16,
     pub down_ns: u64,
+}
+
+/// A memory node down (failed) comes back blank at `at_ns`: a replacement with the failed
+/// node's id and a zeroed region, which the survivors re-replicate (issue #23). Nothing
+/// happens if the node is up then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MemoryRejoin {
+    pub at_ns: u64,
+    pub node: u16,
 }
 
 impl MemoryCrash {

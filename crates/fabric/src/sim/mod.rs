@@ -10,7 +10,9 @@
 mod config;
 mod world;
 
-pub use config::{Adversary, ComputeCrash, FaultRates, Faults, MemoryCrash, SimConfig};
+pub use config::{
+    Adversary, ComputeCrash, FaultRates, Faults, MemoryCrash, MemoryRejoin, SimConfig,
+};
 pub use world::TraceEntry;
 
 use crate::contract::{Fabric, LocalMem, RpcHandler};
@@ -256,6 +258,10 @@ impl Fabric for SimPort {
 
     fn charge_cpu(&mut self, ns: u64) {
         self.world.borrow_mut().charge_cpu(self.coord, ns);
+    }
+
+    fn reconnect(&mut self, node: NodeId) {
+        self.world.borrow_mut().reconnect(self.coord, node);
     }
 
     fn logic_cpu_ns(&self) -> (u64, u64) {

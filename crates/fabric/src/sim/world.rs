@@ -74,6 +74,9 @@ enum Ev {
         node: u16,
         down_ns: u64,
     },
+    RejoinMemory {
+        node: u16,
+    },
     RestartMemory {
         node: u16,
     },
@@ -85,6 +88,9 @@ struct MemNode {
     mem: Vec<u8>,
     up: bool,
     epoch: u32,
+    /// Bumped when a replacement comes back blank ([`World::rejoin_memory`]): coordinators
+    /// must reconnect to it.
+    incarnation: u32,
     nic_free_at: u64,
     /// Next free instant of each NIC atomic-table slot (`addr mod 4096`, per 8-byte word).
     slot_free_at: Vec<u64>,
@@ -150,6 +156,9 @@ struct Coord {
     rec: Option<u32>,
     /// The background batch in flight.
     bg: Option<u32>,
+    /// Per memory node, the incarnation this coordinator is connected to (see
+    /// [`World::reconnect`]).
+    connected: Vec<u32>,
 }
 
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
@@ -281,6 +290,7 @@ impl World {
                 mem: vec![0; size as usize],
                 up: true,
                 epoch: 0,
+                incarnation: 0,
                 nic_free_at: 0,
                 slot_free_at: vec![0; 4096 / 8],
                 faa_held: Vec::new(),
@@ -362,6 +372,7 @@ impl World {
                 alive: true,
                 rec: None,
                 bg: None,
+                connected: self.nodes.iter().map(|n| n.incarnation).collect(),
             })
             .collect();
         self.cutoff = vec![u64::MAX; compute_nodes as usize];
@@ -391,6 +402,9 @@ impl World {
                 },
             );
         }
+        for r in &faults.memory_rejoins {
+            self.push(base + r.at_ns, Ev::RejoinMemory { node: r.node });
+        }
     }
 
     /// Ends a run: forget pending events (ops of coordinators that no longer exist).
@@ -408,6 +422,28 @@ impl World {
     pub fn coord_now(&self, coord: u32) -> u64 {
         let t = self.coords[coord as usize].thread as usize;
         self.now.max(self.threads_cpu_free_at[t])
+    }
+
+    /// Coordinator `coord` connects to memory node `node` as it is now (a replacement that
+    /// came back: its ops were failing until then).
+    pub fn reconnect(&mut self, coord: u32, node: NodeId) {
+        if let (Some(c), Some(n)) = (
+            self.coords.get_mut(coord as usize),
+            self.nodes.get(node as usize),
+        ) {
+            c.connected[node as usize] = n.incarnation;
+        }
+    }
+
+    /// The epoch an op of `coord` to `node` carries: the node's, unless the coordinator is
+    /// connected to an earlier incarnation of it (then no epoch the node will have: it fails).
+    fn op_epoch(&self, coord: u32, node: usize) -> u32 {
+        let n = &self.nodes[node];
+        if self.coords[coord as usize].connected[node] == n.incarnation {
+            n.epoch
+        } else {
+            u32::MAX
+        }
     }
 
     pub fn charge_cpu(&mut self, coord: u32, ns: u64) {
@@ -526,7 +562,7 @@ impl World {
             depart += per_verb;
             let node = op.node as usize;
             if op.kind == OpKind::Rpc {
-                let epoch = self.nodes[node].epoch;
+                let epoch = self.op_epoch(coord, node);
                 let rec = &mut self.recs[r as usize];
                 rec.epochs.push(epoch);
                 let packed = rec.batch.rpc_packed(op);
@@ -653,7 +689,7 @@ impl World {
             self.max_flight_ns = self.max_flight_ns.max(end - posted);
             let back = end + one_way + self.profile.transfer_ns(in_bytes);
             done_at = done_at.max(back);
-            let epoch = self.nodes[node].epoch;
+            let epoch = self.op_epoch(coord, node);
             self.recs[r as usize].epochs.push(epoch);
         }
         self.threads_cpu_free_at[thread as usize] = depart;
@@ -777,6 +813,7 @@ impl World {
                     n.up = true;
                 }
             }
+            Ev::RejoinMemory { node } => self.rejoin_memory(node),
         }
         true
     }
@@ -795,6 +832,26 @@ impl World {
                 self.killed.push(i as u32);
             }
         }
+    }
+
+    /// A replacement for a memory node that is down: up again, blank (nothing persisted
+    /// either). Ops posted before it came back still fail (the epoch moved at the crash).
+    fn rejoin_memory(&mut self, node: u16) {
+        let Some(n) = self.nodes.get_mut(node as usize) else {
+            return;
+        };
+        if n.up {
+            return;
+        }
+        n.up = true;
+        n.epoch += 1;
+        n.incarnation += 1;
+        n.mem.fill(0);
+        n.persisted.fill(0);
+        for l in std::mem::take(&mut n.dirty_lines) {
+            n.dirty[l as usize] = CLEAN;
+        }
+        self.hash = mix(self.hash, 0xd2 ^ u64::from(node));
     }
 
     fn crash_memory(&mut self, node: u16, down_ns: u64) {

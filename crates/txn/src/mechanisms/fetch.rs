@@ -306,7 +306,8 @@ fn plan<P: Protocol>(
         };
         // 2PL reads lock the primary's word: they read the primary.
         let backup = !a.for_update && !two_phase && tx.c.cfg.ford.backup_reads;
-        let node = if backup && t.replicas.len() > 1 {
+        // (Never a joining replica: its copy may be incomplete.)
+        let node = if backup && t.readable().len() > 1 {
             t.replicas[1]
         } else {
             t.primary()

@@ -202,6 +202,17 @@ pub(crate) fn note(c: &mut Core, via: Via, node: NodeId, addr: u64) {
     ring.current += 1;
 }
 
+/// Marks coordinator `index`'s journal on `node` overflowed (one-sided, queued, not posted):
+/// locks it takes outside its transactions (the re-replication copier's) go unjournaled, so
+/// its recovery must scan. Only where the lock stage is one-sided (the journal's atomics go
+/// its way).
+pub(crate) fn mark_overflowed(ep: &mut Endpoint, map: &PoolMap, index: u32, node: NodeId) {
+    if let Some(at) = at(map, index) {
+        ep.cas(node, at, 0, OVERFLOWED);
+        ep.cas(node, at, ACTIVE, OVERFLOWED);
+    }
+}
+
 /// What recovery reads of the dead coordinators' journals: per dead coordinator, the lock
 /// words (node, address) it may hold, or None when one of its journals cannot be trusted (it
 /// is then found by the scan). One round trip.

@@ -49,6 +49,23 @@ pub(crate) async fn settle(
         .iter()
         .all(|&i| seen.everywhere[i] && (!seen.foreign[i] || installed_seen));
     if committed {
+        // A joining replica may lack the install (a coordinator of an older view never wrote
+        // it; or the crash cut its WRITE there), and the copier, which skips what is locked,
+        // may have passed the record already: it gets the primary's record, still under the
+        // dead's lock, as the commit would have left it.
+        let mut fixed = false;
+        for &(i, n, r) in &seen.to_joiners {
+            let t = map.table(e.items[i].table).expect("checked");
+            if ours.contains(&i) && t.copy_bytes() == t.record_bytes as usize {
+                let mut record = ep.bytes(r).to_vec();
+                record[..8].copy_from_slice(&0u64.to_le_bytes());
+                ep.write(n, e.items[i].offset, &record);
+                fixed = true;
+            }
+        }
+        if fixed {
+            ep.post().await?;
+        }
         return Ok(rolled_forward(ep, e, &ours, &seen));
     }
     roll_back(ep, map, owner, e, &ours_to_undo, &seen.installed, live_meta);
@@ -76,6 +93,10 @@ struct Seen {
     /// The primary shows our install: our id with the invisible bit, whole and newer than
     /// the image (FORD's and FaRM's installs leave it until the release).
     our_install: Vec<bool>,
+    /// Per item, each joining replica, with the READ of the primary's record: judged by the
+    /// readable replicas alone (an older view's commit never wrote a joiner), a roll forward
+    /// gives them the primary's record.
+    to_joiners: Vec<(usize, NodeId, OpId)>,
 }
 
 /// Queues a READ of every replica of every logged item, as it is now.
@@ -114,10 +135,17 @@ fn judge_replicas(
         keys: vec![0u64; n_items],
         foreign: vec![false; n_items],
         our_install: vec![false; n_items],
+        to_joiners: Vec::new(),
     };
     for &(i, n, r) in reads {
         let it = &e.items[i];
         let t = map.table(it.table).expect("checked");
+        if t.is_joiner(n) {
+            let primary = reads.iter().find(|x| x.0 == i && x.1 == t.primary());
+            seen.to_joiners
+                .extend(primary.map(|&(_, _, pr)| (i, n, pr)));
+            continue;
+        }
         let now = t.codec().header(ep.bytes(r));
         // A commit WRITE cut off by the crash leaves line 0 new and later lines old: the
         // header alone would call it installed. Only a record whose every line agrees is.
