@@ -49,9 +49,9 @@ pub struct TortureArgs {
     /// and the pool all the same (`dtxn bench --faults`; default
     /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
     /// crashed coordinator stalls its epochs).
-    /// `memory=N` (memory-node failover) strikes ford, farm, drtmh, ford-rpc, motor, motor-si
-    /// and sundial, with two replicas; the other protocols run the rest of the plan (no faults if
-    /// nothing is left).
+    /// `memory=N` (memory-node failover) strikes ford, farm, drtmh, ford-rpc, motor, motor-si,
+    /// sundial, occ, mvcc, mvcc-hybrid, scythe, scythe-tocc and scythe-cas, with two replicas;
+    /// the other protocols run the rest of the plan (no faults if nothing is left).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -192,7 +192,7 @@ const LOCAL_MOTOR: &str = "motor-local";
 /// FORD with its lock, validate and commit stages as RPCs to the memory nodes.
 const RPC_FORD: &str = "ford-rpc";
 /// The variants with memory-node failover (`--faults memory=N`).
-const FAILOVER: [&str; 7] = [
+const FAILOVER: [&str; 13] = [
     "ford",
     "farm",
     "drtmh",
@@ -200,6 +200,12 @@ const FAILOVER: [&str; 7] = [
     "motor",
     SNAPSHOT_MOTOR,
     "sundial",
+    "occ",
+    "mvcc",
+    HYBRID_MVCC,
+    "scythe",
+    TOCC_SCYTHE,
+    CAS_SCYTHE,
 ];
 /// NO_WAIT with every stage as RPCs (RCC's hybrid code 0).
 const RPC_NOWAIT: &str = "nowait-rpc";

@@ -166,11 +166,11 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "--backend",
                 "sim",
                 "--protocol",
-                "mvcc",
+                "nowait",
                 "--faults",
                 "memory=1",
             ],
-            "memory-node failover is FORD's, FaRM's, DrTM+H's, Motor's and SUNDIAL's for now",
+            "no memory-node failover for nowait yet",
         ),
         (
             vec![

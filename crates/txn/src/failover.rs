@@ -26,7 +26,7 @@ use crate::mechanisms::INVISIBLE;
 use crate::recovery::{read_buckets, scan_chunks};
 use crate::registry::Protocol;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
-use dtxn_store::PoolMap;
+use dtxn_store::{PoolMap, TableInfo};
 
 /// The memory nodes of `map`'s view (but node 0, which holds the view) that do not answer a
 /// READ: one round trip per node found down, one more when none is.
@@ -99,4 +99,25 @@ pub async fn repair_promoted(
         protocol.repair_promoted(ep, map).await?;
     }
     Ok(tables)
+}
+
+/// For a protocol's repair hook: every bucket of every promoted table of `map`'s view, as its
+/// new primary holds it, one chunk per round trip (16 KiB per READ): `f(ep, table, bucket
+/// index, bucket address, bucket bytes)` posts what it repairs there, awaited with the chunk.
+pub(crate) async fn each_promoted_bucket(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    mut f: impl FnMut(&mut Endpoint, &TableInfo, u64, u64, &[u8]),
+) -> Result<(), FabricError> {
+    let mut bytes = Vec::new();
+    for t in map.promoted() {
+        for chunk in scan_chunks(t) {
+            read_buckets(ep, t, t.primary(), &chunk, &mut bytes).await?;
+            for (b, bucket) in chunk.clone().zip(bytes.chunks(t.bucket_bytes as usize)) {
+                f(ep, t, b, t.bucket(b), bucket);
+            }
+            ep.post().await?;
+        }
+    }
+    Ok(())
 }

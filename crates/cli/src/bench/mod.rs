@@ -615,14 +615,16 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
                 Protocol::Drtmh,
                 Protocol::Motor,
                 Protocol::Sundial,
+                Protocol::Occ,
+                Protocol::Mvcc,
+                Protocol::Scythe,
             ];
             if plan.memory_crashes.iter().any(|c| c.is_failure())
                 && !failover.contains(&cfg.protocol)
             {
                 bail!(
-                    "--faults memory=N: memory-node failover is FORD's, FaRM's, DrTM+H's, \
-                     Motor's and SUNDIAL's for now ({} keeps state on its primaries that a promoted backup \
-                     lacks)",
+                    "--faults memory=N: no memory-node failover for {} yet (its read shares \
+                     are on the primaries alone, which a promoted backup lacks)",
                     cfg.protocol.name()
                 );
             }

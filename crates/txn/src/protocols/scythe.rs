@@ -79,6 +79,7 @@
 use crate::abort::{Abort, AbortReason};
 use crate::config::{ScytheMode, TxnConfig};
 use crate::coord::Core;
+use crate::failover;
 use crate::item::Access;
 use crate::mechanisms::absent::validate_absent;
 use crate::mechanisms::fetch::Locking;
@@ -286,13 +287,15 @@ impl Protocol for Scythe {
             return;
         }
         let mut owed = std::mem::take(&mut s.owed);
+        let view = c.map.view();
+        owed.retain(|(t, _)| !view.is_failed(t.node));
         let _ =
             takeout::wait_turns(&mut c.ep, &mut owed, &mut s.srtt, &mut s.polls, u64::MAX).await;
         owed.retain(|&(t, ahead)| {
             if ahead == 0 {
                 takeout::release(&mut c.ep, t.node, t.at);
             }
-            ahead > 0
+            ahead > 0 && ahead != takeout::PASSED
         });
         let _ = c.ep.post().await;
         s.owed = owed;
@@ -308,11 +311,45 @@ impl Protocol for Scythe {
     ) -> Result<Vec<(bool, u32)>, FabricError> {
         takeout::release_dead(ep, map, dead, deadline_ns).await
     }
+
+    /// Failover: a promoted primary's takeout words are its backup's, which no CPU granted
+    /// from and no NIC released to: commits write a backup's record whole, its GRANT word as
+    /// the committer read it on the primary and its UPPER word whatever the commit's buffer
+    /// held, so its queue (`lower - upper`) may read as long as anything, and a queue above
+    /// the watermarks refuses every ticket and aborts every OCC attempt for good. Nothing of
+    /// an older view is in flight (a ticket is the primary's: none was ever granted on a
+    /// backup, and the failed node's died with it), so every promoted lock starts as an
+    /// empty queue: GRANT written to `lower = upper`, `queued_ts` 0 (no ticket older than the
+    /// next grant is waiting). UPPER, the NICs' count of releases, is left as it is.
+    async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<(), FabricError> {
+        failover::each_promoted_bucket(ep, map, |ep, t, _, at, bucket| {
+            if t.meta_words < takeout::WORDS {
+                return;
+            }
+            for s in 0..t.slots_per_bucket {
+                let m = (t.slot(at, s) - at) as usize + META_OFF;
+                let word = |i: usize| {
+                    let w = &bucket[m + 8 * i..m + 8 * i + 8];
+                    u64::from_le_bytes(w.try_into().expect("word"))
+                };
+                let (grant, upper) = (word(0), word(1));
+                let empty = takeout::grant_word(0, upper as u16);
+                if takeout::queue(grant, upper) != 0 {
+                    ep.write(t.primary(), at + m as u64, &empty.to_le_bytes());
+                }
+            }
+        })
+        .await
+    }
 }
 
 /// Waits for `tickets`' turns until `deadline_ns` and releases those served; leaves the others
 /// in `tickets`.
 async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline_ns: u64) {
+    // A ticket on a memory node the view has failed died with its queue: nobody waits
+    // behind it, and its turn never comes.
+    let view = tx.c.map.view();
+    tickets.retain(|(t, _)| !view.is_failed(t.node));
     let mut polls = std::mem::take(&mut tx.s.polls);
     let _ = takeout::wait_turns(
         &mut tx.c.ep,
@@ -329,7 +366,7 @@ async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline
         if ahead == 0 {
             takeout::release(ep, t.node, t.at);
         }
-        ahead > 0
+        ahead > 0 && ahead != takeout::PASSED
     });
     if tickets.len() < before {
         let _ = ep.post_detached();
@@ -387,6 +424,7 @@ fn on_replies(
                     node: table(map, a.table).primary(),
                     at,
                     ticket: r.ticket(),
+                    full: r.full_ticket(),
                 };
                 tx.st.tickets.push((ticket, r.queue()));
                 tx.st.keys.push((a.table, a.key));
