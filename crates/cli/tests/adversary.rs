@@ -177,6 +177,18 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "bench",
                 "--backend",
                 "sim",
+                "--protocol",
+                "calvin",
+                "--faults",
+                "memory=1",
+            ],
+            "not for calvin (each coordinator's epoch batches live on one memory node",
+        ),
+        (
+            vec![
+                "bench",
+                "--backend",
+                "sim",
                 "--compute-nodes",
                 "2",
                 "--faults",
