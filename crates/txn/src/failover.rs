@@ -18,9 +18,12 @@
 //!   promoted primary is stale, and cleared.
 //!
 //! A protocol's own primary-only state is its repair hook's (`Protocol::repair_promoted`):
-//! SUNDIAL raises the promoted leases. Motor needs nothing more (a backup holds whole CVTs).
-//! MVCC's read timestamps and version slots, Scythe's tickets and CALVIN's queues are not
-//! rebuilt: those protocols have no failover yet.
+//! SUNDIAL raises the promoted leases; MVCC unfreezes its rts words (its read timestamps need
+//! no rebuilding: its timestamps carry the view, so every new-view writer is above every
+//! old-view reader); Scythe empties its takeout queues. Motor and RCC's OCC need nothing more
+//! (a backup holds whole CVTs; OCC is DrTM+H's code). CALVIN's epoch batches are on one
+//! memory node each, unreplicated: it has no failover, and NO_WAIT and WAIT_DIE (read shares
+//! on the primaries alone) none yet.
 
 use crate::mechanisms::INVISIBLE;
 use crate::recovery::{read_buckets, scan_chunks};

@@ -119,8 +119,16 @@
 //! Limits: a read-write item (and a key read absent) still needs the newest version below
 //! `ctts` (W1; a tombstone has no older copies). A crashed coordinator's logged undo image holds the rts
 //! word as its fetch read it, so settling may lower `rts` (as SUNDIAL's leases); a freeze left
-//! by a crash stays until the record's next writer takes it over. Readers raise `rts` on the
-//! primary only: after a fail-over to a backup, earlier raises are lost.
+//! by a crash stays until the record's next writer takes it over.
+//!
+//! **Memory-node failover.** Readers raise `rts` on the primary alone: a promoted backup has
+//! none of the raises made before the failure, and a read-only transaction's `ctts` is on no
+//! live node, so no bound on it can be read there (SUNDIAL's repair has one). Instead, with
+//! failover on, `ctts` carries the pool's view number above the clock
+//! ([`timestamp::view_clock`]): every new-view transaction is above every old-view one, so
+//! W1 against a stale promoted `rts` admits no writer below an old-view reader. The repair
+//! ([`Mvcc::repair_promoted`]) unfreezes what failed installs' roll-backs left frozen on the
+//! backups. Test: `crates/txn/tests/failover_mvcc.rs`, with its negative control.
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
