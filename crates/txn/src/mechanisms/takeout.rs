@@ -342,6 +342,16 @@ pub(crate) struct Ticket {
 /// be released again.
 pub(crate) const PASSED: u64 = u64::MAX;
 
+/// Why a wait for turns ended before every turn came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitEnd {
+    /// Past its deadline or its poll limit.
+    TimedOut,
+    /// A memory node did not answer a poll (failed, perhaps for good: the coordinator
+    /// should probe).
+    Unreachable,
+}
+
 /// The deadline of a live coordinator's wait for its turns: a quarter of its lease (its
 /// recovery service's scan period) when it holds one, so that a coordinator queued behind a
 /// crashed one's ticket gets back, between two attempts, to the service that recovers it
@@ -366,7 +376,7 @@ pub(crate) async fn wait_turns(
     srtt: &mut u64,
     polls: &mut Vec<(usize, OpId)>,
     deadline_ns: u64,
-) -> Result<(), ()> {
+) -> Result<(), WaitEnd> {
     for _ in 0..WAIT_LIMIT {
         let waiting = tickets.iter().map(|&(_, a)| a).filter(|&a| a != PASSED);
         let most = waiting.max().unwrap_or(0);
@@ -374,7 +384,7 @@ pub(crate) async fn wait_turns(
             return Ok(());
         }
         if ep.now_ns() >= deadline_ns {
-            return Err(());
+            return Err(WaitEnd::TimedOut);
         }
         let pause = (most * (*srtt).max(1)).clamp(MIN_BACKOFF_NS, MAX_BACKOFF_NS);
         ep.sleep(pause).await;
@@ -385,12 +395,13 @@ pub(crate) async fn wait_turns(
             }
         }
         let sent = ep.now_ns();
-        ep.post().await.map_err(|_| ())?;
+        ep.post().await.map_err(|_| WaitEnd::Unreachable)?;
         let rtt = ep.now_ns().saturating_sub(sent);
         *srtt = (9 * *srtt + rtt) / 10;
         for &(i, id) in polls.iter() {
             let b = ep.bytes(id);
-            let upper = u64::from_le_bytes(b.get(..8).ok_or(())?.try_into().map_err(|_| ())?);
+            let word = b.get(..8).and_then(|w| w.try_into().ok());
+            let upper = u64::from_le_bytes(word.ok_or(WaitEnd::Unreachable)?);
             let t = tickets[i].0;
             tickets[i].1 = if upper > t.full {
                 PASSED
@@ -399,7 +410,7 @@ pub(crate) async fn wait_turns(
             };
         }
     }
-    Err(())
+    Err(WaitEnd::TimedOut)
 }
 
 /// Coordinator `index`'s grant journal (the same address on every memory node): the last

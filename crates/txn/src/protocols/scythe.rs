@@ -275,7 +275,7 @@ impl Protocol for Scythe {
             true => tx.c.ep.now_ns(),
             false => takeout::wait_deadline(&tx.c.ep),
         };
-        pay(tx, &mut tickets, deadline).await;
+        let _ = pay(tx, &mut tickets, deadline).await;
         tx.s.owed.append(&mut tickets);
         tx.st.tickets = tickets;
     }
@@ -344,14 +344,14 @@ impl Protocol for Scythe {
 }
 
 /// Waits for `tickets`' turns until `deadline_ns` and releases those served; leaves the others
-/// in `tickets`.
-async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline_ns: u64) {
+/// in `tickets`. Whether the wait ended on a memory node that did not answer.
+async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline_ns: u64) -> bool {
     // A ticket on a memory node the view has failed died with its queue: nobody waits
     // behind it, and its turn never comes.
     let view = tx.c.map.view();
     tickets.retain(|(t, _)| !view.is_failed(t.node));
     let mut polls = std::mem::take(&mut tx.s.polls);
-    let _ = takeout::wait_turns(
+    let r = takeout::wait_turns(
         &mut tx.c.ep,
         tickets,
         &mut tx.s.srtt,
@@ -371,6 +371,7 @@ async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline
     if tickets.len() < before {
         let _ = ep.post_detached();
     }
+    r == Err(takeout::WaitEnd::Unreachable)
 }
 
 /// Before an attempt goes on: the tickets earlier attempts still owe, released as their turn
@@ -382,15 +383,20 @@ async fn settle_owed(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(),
     }
     let mut owed = std::mem::take(&mut tx.s.owed);
     let deadline = takeout::wait_deadline(&tx.c.ep);
-    pay(tx, &mut owed, deadline).await;
+    let down = pay(tx, &mut owed, deadline).await;
     let left = owed.is_empty();
     tx.s.owed = owed;
     if left {
         return Ok(());
     }
     let a = accesses.first().copied().unwrap_or(Access::read(0, 0));
+    // A node that did not answer: said so, so that the coordinator probes the memory nodes
+    // (a lock conflict would have it retry against a dead node until a periodic scan).
     Err(Abort {
-        reason: AbortReason::LockConflict,
+        reason: match down {
+            true => AbortReason::ReplicaFailure,
+            false => AbortReason::LockConflict,
+        },
         table: a.table,
         key: a.key,
     })
@@ -583,10 +589,13 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access], limit: u64) -> Re
     tx.st.tickets = tickets;
     tx.s.polls = polls;
     tx.st.waited_out = r.is_err();
-    r.map_err(|()| {
+    r.map_err(|end| {
         let a = accesses[0];
         Abort {
-            reason: AbortReason::LockConflict,
+            reason: match end {
+                takeout::WaitEnd::Unreachable => AbortReason::ReplicaFailure,
+                takeout::WaitEnd::TimedOut => AbortReason::LockConflict,
+            },
             table: a.table,
             key: a.key,
         }
