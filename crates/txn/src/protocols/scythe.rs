@@ -131,6 +131,9 @@ pub(crate) struct Coord {
     /// Tickets of aborted attempts whose turn had not come when their wait ended: released
     /// as it comes, before the next attempt goes on (only their holder may pass them on).
     owed: Vec<(Ticket, u64)>,
+    /// A ticket round failed on a memory node down: the grants of the live nodes it reached
+    /// are known to the grant journals alone, released from there before the next attempt.
+    unsure: bool,
 }
 
 /// A header lock word for an OCC holder: its owner alone, the oldest there is (a TOCC
@@ -378,6 +381,26 @@ async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline
 /// comes; if some still wait at the deadline, the attempt aborts (its coordinator serves
 /// recovery between attempts: the queue ahead may wait for a dead coordinator's ticket).
 async fn settle_owed(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(), Abort> {
+    if tx.s.unsure {
+        // Every ticket this coordinator holds is owed now (between attempts; its releases
+        // posted before on each node's QP execute before these READs): its journals name
+        // them all, the ones granted by a round whose replies were lost included. Those
+        // released here, still in `owed`, read as passed on.
+        let map = tx.c.map.clone();
+        let index = (tx.c.owner - 1) as u32;
+        let deadline = takeout::wait_deadline(&tx.c.ep);
+        let a = accesses.first().copied().unwrap_or(Access::read(0, 0));
+        let abort = |reason| Abort {
+            reason,
+            table: a.table,
+            key: a.key,
+        };
+        match takeout::release_dead(&mut tx.c.ep, &map, &[index], deadline).await {
+            Ok(done) if done.first().is_none_or(|d| d.0) => tx.s.unsure = false,
+            Ok(_) => return Err(abort(AbortReason::LockConflict)),
+            Err(_) => return Err(abort(AbortReason::ReplicaFailure)),
+        }
+    }
     if tx.s.owed.is_empty() {
         return Ok(());
     }
@@ -567,6 +590,7 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access], limit: u64) -> Re
         return Ok(());
     }
     let posted = tx.c.ep.post().await.is_ok();
+    tx.s.unsure |= !posted;
     let failed = on_replies(tx, &map, accesses, &requests, posted);
     tx.s.requests = requests;
     if let Some(a) = failed {
