@@ -50,10 +50,10 @@ pub struct TortureArgs {
     /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
     /// crashed coordinator stalls its epochs).
     /// `memory=N` (memory-node failover) strikes ford, farm, drtmh, ford-rpc, motor, motor-si,
-    /// sundial, nowait, waitdie, nowait-rpc and waitdie-hybrid, with two replicas; the other
-    /// protocols run the rest of the plan (no faults if nothing is left). `rejoin=DURATION`
-    /// (the failed node comes back blank and is re-replicated) goes to ford, farm and drtmh
-    /// only.
+    /// sundial, nowait, waitdie, nowait-rpc, waitdie-hybrid, occ, mvcc, mvcc-hybrid, scythe,
+    /// scythe-tocc and scythe-cas, with two replicas; the other protocols run the rest of the
+    /// plan (no faults if nothing is left). `rejoin=DURATION` (the failed node comes back blank
+    /// and is re-replicated) goes to ford, farm and drtmh only.
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -199,7 +199,7 @@ const LOCAL_MOTOR: &str = "motor-local";
 /// FORD with its lock, validate and commit stages as RPCs to the memory nodes.
 const RPC_FORD: &str = "ford-rpc";
 /// The variants with memory-node failover (`--faults memory=N`).
-const FAILOVER: [&str; 11] = [
+const FAILOVER: [&str; 17] = [
     "ford",
     "farm",
     "drtmh",
@@ -211,6 +211,12 @@ const FAILOVER: [&str; 11] = [
     "waitdie",
     RPC_NOWAIT,
     HYBRID_WAITDIE,
+    "occ",
+    "mvcc",
+    HYBRID_MVCC,
+    "scythe",
+    TOCC_SCYTHE,
+    CAS_SCYTHE,
 ];
 /// The variants that re-replicate a failed memory node that comes back (`rejoin=`).
 const REJOIN: [&str; 3] = ["ford", "farm", "drtmh"];

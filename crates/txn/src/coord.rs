@@ -202,7 +202,8 @@ impl Coordinator {
 
     /// Memory-node failover is on (`membership::Service` runs beside this coordinator): a
     /// memory node found down is failed for good. Motor then finishes a commit whose install
-    /// failed on one on the live replicas (it has no undo log to roll back by).
+    /// failed on one on the live replicas (it has no undo log to roll back by); MVCC's
+    /// timestamps carry the view's number (`mechanisms::timestamp::view_clock`).
     pub fn set_failover(&mut self, on: bool) {
         self.core.failover = on;
     }

@@ -21,15 +21,19 @@
 //! in [`crate::membership`]) gets the same repair when it becomes a primary.
 //!
 //! A protocol's own primary-only state is its repair hook's (`Protocol::repair_promoted`):
-//! SUNDIAL raises the promoted leases. Motor needs nothing more (a backup holds whole CVTs).
-//! MVCC's read timestamps and version slots, Scythe's tickets and CALVIN's queues are not
-//! rebuilt: those protocols have no failover yet.
+//! SUNDIAL raises the promoted leases; MVCC unfreezes its rts words (its read timestamps need
+//! no rebuilding: its timestamps carry the view, so every new-view writer is above every
+//! old-view reader); Scythe empties its takeout queues. Motor and RCC's OCC need nothing more
+//! (a backup holds whole CVTs; OCC is DrTM+H's code), nor do NO_WAIT and WAIT_DIE (their
+//! lock words are FORD's; a read share on the failed primary belongs to an old-view
+//! transaction, which ends before the new view is active). CALVIN's epoch batches are on one
+//! memory node each, unreplicated: it has no failover.
 
 use crate::mechanisms::{journal, INVISIBLE};
 use crate::recovery::{read_buckets, scan_chunks};
 use crate::registry::Protocol;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
-use dtxn_store::PoolMap;
+use dtxn_store::{PoolMap, TableInfo};
 
 /// The memory nodes of `map`'s view (but node 0, which holds the view) that do not answer a
 /// READ: one round trip per node found down, one more when none is.
@@ -310,4 +314,25 @@ async fn copy_locked(
     }
     let unlocked = ep.post().await;
     written.and(unlocked)
+}
+
+/// For a protocol's repair hook: every bucket of every promoted table of `map`'s view, as its
+/// new primary holds it, one chunk per round trip (16 KiB per READ): `f(ep, table, bucket
+/// index, bucket address, bucket bytes)` posts what it repairs there, awaited with the chunk.
+pub(crate) async fn each_promoted_bucket(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    mut f: impl FnMut(&mut Endpoint, &TableInfo, u64, u64, &[u8]),
+) -> Result<(), FabricError> {
+    let mut bytes = Vec::new();
+    for t in map.promoted() {
+        for chunk in scan_chunks(t) {
+            read_buckets(ep, t, t.primary(), &chunk, &mut bytes).await?;
+            for (b, bucket) in chunk.clone().zip(bytes.chunks(t.bucket_bytes as usize)) {
+                f(ep, t, b, t.bucket(b), bucket);
+            }
+            ep.post().await?;
+        }
+    }
+    Ok(())
 }

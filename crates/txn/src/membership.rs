@@ -771,6 +771,16 @@ impl Service {
             if !live_behind {
                 self.recover_dead(ep, m).await?;
             }
+            // What we hold beside lock words and owe to queues (Scythe's tickets, paid
+            // between transactions, which we start no more until the view is active): the
+            // dead's may queue behind it, and the view waits for them to be recovered.
+            // Ours only, between transactions, our last release landed (the guard above).
+            let now = ep.now_ns();
+            match self.protocol.release_held(ep, &self.map, &[me], now).await {
+                Err(FabricError::NodeDown(n)) if n != 0 => self.suspect = true,
+                Err(e) => return Err(e),
+                Ok(_) => {}
+            }
             if self.probe(ep, view).await? {
                 continue;
             }

@@ -2,15 +2,15 @@
 //! probe finds it, the view changes, the backup of the table it was the primary of is
 //! promoted and repaired, and transactions go on against it. (The whole protocol, with many
 //! coordinators, leases and crashes, runs in `dtxn bench --faults memory=N`:
-//! `crates/cli/tests/adversary.rs`.) The same script runs under FORD and Motor (its tables
-//! laid out as CVTs).
+//! `crates/cli/tests/adversary.rs`.) The same script runs under FORD, Motor (its tables
+//! laid out as CVTs), RCC's OCC and MVCC (its version slots), and Scythe (its takeout queues).
 
 use dtxn_fabric::sim::{Adversary, MemoryCrash, SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
 use dtxn_store::layout::VIEW_OFF;
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec, View};
 use dtxn_txn::failover::{probe, repair_promoted};
-use dtxn_txn::{AbortReason, Coordinator, Protocol, TxKind, TxnConfig};
+use dtxn_txn::{AbortReason, Coordinator, Protocol, ScytheMode, TxKind, TxnConfig};
 use std::rc::Rc;
 
 /// Two tables, two replicas each on two memory nodes: `A`'s primary is node 0, `B`'s node 1.
@@ -26,7 +26,7 @@ fn v(x: u64) -> Vec<u8> {
     (x * 7).to_le_bytes().to_vec()
 }
 
-fn plan(motor: bool) -> Plan {
+fn plan(p: Protocol) -> Plan {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -39,8 +39,16 @@ fn plan(motor: bool) -> Plan {
     let mut b = TableSpec::new(B, "b", 8, 8);
     b.overflow_fraction = 40.0;
     let mut a = TableSpec::new(A, "a", 8, 100);
-    if motor {
+    if p == Protocol::Motor {
         (a, b) = (a.multi_version(2), b.multi_version(2));
+    }
+    let words = p.meta_words();
+    if words > 0 {
+        (a, b) = (a.with_meta_words(words), b.with_meta_words(words));
+    }
+    let copies = p.copies();
+    if copies > 1 && p != Protocol::Motor {
+        (a, b) = (a.with_copies(copies), b.with_copies(copies));
     }
     Plan::new(&[a, b], &shape).unwrap()
 }
@@ -54,7 +62,8 @@ fn sim(plan: &Plan) -> SimPool {
         node: 1,
         down_ns: MemoryCrash::FOREVER,
     }];
-    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    pool.set_rpc_handler(std::sync::Arc::new(dtxn_txn::MemoryNodeHandlers));
     plan.format_pool(&pool).unwrap();
     let mut l = Loader::new(plan.table(A).unwrap());
     for k in 0..10 {
@@ -82,6 +91,8 @@ struct Seen {
     /// the view changes; and another in the new view.
     updated_before_view: Option<AbortReason>,
     updated_after: Option<AbortReason>,
+    /// An update of `B`'s key 0 (written before the failure) on its promoted primary.
+    updated_b0_after: Option<AbortReason>,
     down: Vec<u16>,
     promoted: Vec<u32>,
     repaired: u32,
@@ -98,39 +109,51 @@ struct Seen {
 /// How the script runs.
 #[derive(Debug, Clone, Copy)]
 struct Script {
-    motor: bool,
+    protocol: Protocol,
     /// The promoted primary is repaired.
     repair: bool,
+    /// With the protocol's own part of the repair (else the common part alone).
+    own_repair: bool,
     /// The coordinator knows memory-node failover is on ([`Coordinator::set_failover`]).
     failover: bool,
 }
 
 const FORD: Script = Script {
-    motor: false,
+    protocol: Protocol::Ford,
     repair: true,
+    own_repair: true,
     failover: true,
 };
 const MOTOR: Script = Script {
-    motor: true,
+    protocol: Protocol::Motor,
     ..FORD
 };
 
-async fn update_a(c: &mut Coordinator, x: u64) -> Result<(), AbortReason> {
+async fn update(c: &mut Coordinator, t: u32, k: u64, x: u64) -> Result<(), AbortReason> {
     let mut tx = c.begin(TxKind::ReadWrite);
-    tx.read_for_update(A, 0).await.map_err(|a| a.reason)?;
-    tx.update(A, 0, &v(x)).await.map_err(|a| a.reason)?;
+    tx.read_for_update(t, k).await.map_err(|a| a.reason)?;
+    tx.update(t, k, &v(x)).await.map_err(|a| a.reason)?;
     tx.commit().await.map_err(|a| a.reason)
 }
+
+async fn update_a(c: &mut Coordinator, x: u64) -> Result<(), AbortReason> {
+    update(c, A, 0, x).await
+}
+
+/// Updates of `B`'s key 0 before the failure: under Scythe each takes a ticket, and the
+/// backup's takeout words come to show a queue longer than any a ticket is granted behind.
+const B0_UPDATES: u64 = 12;
 
 /// Inserts into `B`, lets node 1 fail, fails over (or, with `repair` false, skips the
 /// promoted primary's repair), inserts more and reads everything back.
 fn fail_over(script: Script) -> Seen {
     let Script {
-        motor,
+        protocol,
         repair,
+        own_repair,
         failover,
     } = script;
-    let plan = plan(motor);
+    let plan = plan(protocol);
     let mut sim = sim(&plan);
     let one = Topology {
         compute_nodes: 1,
@@ -142,17 +165,18 @@ fn fail_over(script: Script) -> Seen {
             let mut seen = Seen::default();
             let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
             assert_eq!(map.table(B).unwrap().replicas, [1, 0]);
-            let cfg = TxnConfig {
-                protocol: if motor {
-                    Protocol::Motor
-                } else {
-                    Protocol::Ford
-                },
+            let mut cfg = TxnConfig {
+                protocol,
                 ..TxnConfig::default()
             };
+            // Scythe's updates take tickets (TOCC), so that its takeout queues move.
+            cfg.scythe.mode = ScytheMode::Tocc;
             let mut c = Coordinator::new(ep, map.clone(), Rc::new(cfg));
             c.set_failover(failover);
             insert(&mut c, 0..BEFORE).await.unwrap();
+            for x in 0..B0_UPDATES {
+                update(&mut c, B, 0, x).await.unwrap();
+            }
             let now = c.endpoint().now_ns();
             c.endpoint().sleep(FAIL_NS + 1_000 - now.min(FAIL_NS)).await;
             seen.failed_before_view = insert(&mut c, BEFORE..BEFORE + 1).await.err();
@@ -171,11 +195,7 @@ fn fail_over(script: Script) -> Seen {
             ep.post().await.unwrap();
             seen.counter.0 = ep.word(r, 0);
             if repair {
-                let p = if motor {
-                    Protocol::Motor
-                } else {
-                    Protocol::Ford
-                };
+                let p = if own_repair { protocol } else { Protocol::Ford };
                 seen.repaired = repair_promoted(ep, &map, p).await.unwrap();
             }
             let r = ep.read(t.primary(), t.overflow_counter(), 8);
@@ -184,6 +204,7 @@ fn fail_over(script: Script) -> Seen {
             c.set_map(map.clone());
             seen.inserted_after = insert(&mut c, BEFORE + 1..BEFORE + 1 + AFTER).await.err();
             seen.updated_after = update_a(&mut c, 1001).await.err();
+            seen.updated_b0_after = update(&mut c, B, 0, 0).await.err();
             for k in (0..BEFORE).chain(BEFORE + 1..BEFORE + 1 + AFTER) {
                 let mut tx = c.begin(TxKind::ReadOnly);
                 let read = tx.read(B, k).await.map(|x| x == Some(v(k).as_slice()));
@@ -258,6 +279,7 @@ fn repair_missed(s: &Seen) {
 
 fn promoted_and_repaired(s: &Seen) {
     assert_eq!(s.updated_after, None);
+    assert_eq!(s.updated_b0_after, None);
     assert_eq!(s.failed_before_view, Some(AbortReason::ReplicaFailure));
     assert_eq!(s.down, [1]);
     assert_eq!(s.promoted, [B]);
@@ -280,4 +302,52 @@ fn without_the_repair_inserts_after_the_promotion_lose_keys() {
         ..FORD
     });
     repair_missed(&s);
+}
+
+/// RCC's OCC is DrTM+H's code: the common repair is all it needs.
+#[test]
+fn under_occ_the_backup_is_promoted_repaired_and_serves_inserts() {
+    let s = fail_over(Script {
+        protocol: Protocol::Occ,
+        ..FORD
+    });
+    assert_eq!(s.updated_before_view, Some(AbortReason::ReplicaFailure));
+    promoted_and_repaired(&s);
+}
+
+/// MVCC's version slots are written to every replica (the displaced copy before the new
+/// version), so the promoted backup serves reads and inserts as the primary did.
+#[test]
+fn under_mvcc_the_backup_is_promoted_repaired_and_serves_inserts() {
+    let s = fail_over(Script {
+        protocol: Protocol::Mvcc,
+        ..FORD
+    });
+    assert_eq!(s.updated_before_view, Some(AbortReason::ReplicaFailure));
+    promoted_and_repaired(&s);
+}
+
+/// Scythe (every update TOCC, ticketed): the promoted takeout queues start empty.
+#[test]
+fn under_scythe_the_backup_is_promoted_repaired_and_serves_inserts() {
+    let s = fail_over(Script {
+        protocol: Protocol::Scythe,
+        ..FORD
+    });
+    assert_eq!(s.updated_before_view, Some(AbortReason::ReplicaFailure));
+    promoted_and_repaired(&s);
+}
+
+/// The negative control under Scythe: without its part of the repair, the promoted takeout
+/// words are the backup's, whose queue reads longer than the hot watermark: every ticket on
+/// `B`/0 is refused, and its update aborts.
+#[test]
+fn under_scythe_without_the_queue_repair_updates_of_a_promoted_record_are_refused() {
+    let s = fail_over(Script {
+        protocol: Protocol::Scythe,
+        own_repair: false,
+        ..FORD
+    });
+    assert_eq!(s.updated_b0_after, Some(AbortReason::LockConflict));
+    assert_eq!(s.updated_after, None);
 }

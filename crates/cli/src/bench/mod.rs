@@ -607,6 +607,10 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if a.kind() != Backend::Sim {
                 bail!("--faults is for --backend sim (crashes are simulated, and replay from the seed)");
             }
+            let memory = spec.split(',').any(|k| k.trim().starts_with("memory="));
+            if memory && cfg.protocol == Protocol::Calvin {
+                bail!("--faults memory=N: not for calvin (each coordinator's epoch batches live on one memory node, unreplicated: a failed one stalls every epoch)");
+            }
             check_recoverable("--faults", &cfg, topo)?;
             let (plan, knobs) = faults(spec, a, topo)?;
             let failover = [
@@ -617,6 +621,9 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
                 Protocol::Sundial,
                 Protocol::NoWait,
                 Protocol::WaitDie,
+                Protocol::Occ,
+                Protocol::Mvcc,
+                Protocol::Scythe,
             ];
             if plan.memory_crashes.iter().any(|c| c.is_failure())
                 && !failover.contains(&cfg.protocol)

@@ -326,12 +326,30 @@ const WAIT_LIMIT: u32 = 1 << 20;
 const MIN_BACKOFF_NS: u64 = 500;
 const MAX_BACKOFF_NS: u64 = 50_000;
 
-/// A ticket held or waited for: the lock's (node, GRANT address), the ticket.
+/// A ticket held or waited for: the lock's (node, GRANT address), the ticket, and its full
+/// number (as its grant journal entry holds it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Ticket {
     pub node: NodeId,
     pub at: u64,
     pub ticket: u16,
+    pub full: u64,
+}
+
+/// A wait's `ahead` for a ticket released already, by its holder's own recovery service
+/// from its grant journal (`membership`'s adoption of a view, which waits for the dead to be
+/// recovered, and their tickets may queue behind one the holder owes): passed on, never to
+/// be released again.
+pub(crate) const PASSED: u64 = u64::MAX;
+
+/// Why a wait for turns ended before every turn came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitEnd {
+    /// Past its deadline or its poll limit.
+    TimedOut,
+    /// A memory node did not answer a poll (failed, perhaps for good: the coordinator
+    /// should probe).
+    Unreachable,
 }
 
 /// The deadline of a live coordinator's wait for its turns: a quarter of its lease (its
@@ -358,34 +376,41 @@ pub(crate) async fn wait_turns(
     srtt: &mut u64,
     polls: &mut Vec<(usize, OpId)>,
     deadline_ns: u64,
-) -> Result<(), ()> {
+) -> Result<(), WaitEnd> {
     for _ in 0..WAIT_LIMIT {
-        let most = tickets.iter().map(|&(_, a)| a).max().unwrap_or(0);
+        let waiting = tickets.iter().map(|&(_, a)| a).filter(|&a| a != PASSED);
+        let most = waiting.max().unwrap_or(0);
         if most == 0 {
             return Ok(());
         }
         if ep.now_ns() >= deadline_ns {
-            return Err(());
+            return Err(WaitEnd::TimedOut);
         }
         let pause = (most * (*srtt).max(1)).clamp(MIN_BACKOFF_NS, MAX_BACKOFF_NS);
         ep.sleep(pause).await;
         polls.clear();
         for (i, &(t, a)) in tickets.iter().enumerate() {
-            if a > 0 {
+            if a > 0 && a != PASSED {
                 polls.push((i, ep.read(t.node, t.at + 8, 8)));
             }
         }
         let sent = ep.now_ns();
-        ep.post().await.map_err(|_| ())?;
+        ep.post().await.map_err(|_| WaitEnd::Unreachable)?;
         let rtt = ep.now_ns().saturating_sub(sent);
         *srtt = (9 * *srtt + rtt) / 10;
         for &(i, id) in polls.iter() {
             let b = ep.bytes(id);
-            let upper = u64::from_le_bytes(b.get(..8).ok_or(())?.try_into().map_err(|_| ())?);
-            tickets[i].1 = ahead(tickets[i].0.ticket, upper);
+            let word = b.get(..8).and_then(|w| w.try_into().ok());
+            let upper = u64::from_le_bytes(word.ok_or(WaitEnd::Unreachable)?);
+            let t = tickets[i].0;
+            tickets[i].1 = if upper > t.full {
+                PASSED
+            } else {
+                ahead(t.ticket, upper)
+            };
         }
     }
-    Err(())
+    Err(WaitEnd::TimedOut)
 }
 
 /// Coordinator `index`'s grant journal (the same address on every memory node): the last

@@ -91,9 +91,48 @@ pub(crate) fn local_clock(now_ns: u64, last: u64, owner: u64) -> u64 {
     (clock << 16) | (owner & super::OWNER_MASK)
 }
 
+/// Bits of a [`view_clock`] timestamp's clock under its view epoch: microseconds since the
+/// process started (2^39 of them are over six days).
+const VIEW_CLOCK_BITS: u32 = CLOCK_BITS - EPOCH_BITS;
+/// Bits of the view epoch, above the clock: views 0 to 63, more than a view can reach while
+/// views only fail memory nodes (at most `MAX_VIEW_NODES - 1` of them).
+const EPOCH_BITS: u32 = 6;
+const _: () = assert!(dtxn_store::view::MAX_VIEW_NODES <= 1 << EPOCH_BITS);
+
+/// [`local_clock`] under the pool's view `view` (memory-node failover, MVCC's): the view's
+/// number above the clock, so that every timestamp of a view is above every timestamp of the
+/// views before it, whatever the clocks' skew or a coordinator's run ahead of its clock. The
+/// clock stops at its largest value (then timestamps step by one, still rising).
+pub(crate) fn view_clock(now_ns: u64, last: u64, owner: u64, view: u16) -> u64 {
+    let epoch = u64::from(view).min((1 << EPOCH_BITS) - 1) << VIEW_CLOCK_BITS;
+    let clock = (now_ns / 1_000).min((1 << VIEW_CLOCK_BITS) - 1) | epoch;
+    let mask = (1u64 << CLOCK_BITS) - 1;
+    let clock = clock.max(((last >> 16) + 1) & mask);
+    (clock << 16) | (owner & super::OWNER_MASK)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_views_timestamps_are_above_every_earlier_views() {
+        // A coordinator far ahead of its clock in view 0 (it saw a skewed clock's stamps)...
+        let ahead = view_clock(5_000, (1u64 << 38) << 16, 3, 0);
+        // ...is still below a coordinator just started in view 1, and the clock stays in view.
+        let next = view_clock(0, 0, 4, 1);
+        assert!(next > ahead, "{next:#x} <= {ahead:#x}");
+        assert_eq!(view_clock(5_000, 0, 3, 0), local_clock(5_000, 0, 3));
+        // A clock past its bits does not spill into the next view's.
+        assert!(view_clock(u64::MAX, 0, 3, 1) < view_clock(0, 0, 3, 2));
+        // Rising per coordinator, and never into the share bit or the flags.
+        let a = view_clock(7_000, 0, 3, 2);
+        assert!(view_clock(7_000, a, 3, 2) > a);
+        assert_eq!(
+            view_clock(u64::MAX, u64::MAX >> 3, 0xffff, u16::MAX) >> 61,
+            0
+        );
+    }
 
     #[test]
     fn local_clock_timestamps_rise_per_coordinator_and_differ_between_coordinators() {

@@ -119,11 +119,20 @@
 //! Limits: a read-write item (and a key read absent) still needs the newest version below
 //! `ctts` (W1; a tombstone has no older copies). A crashed coordinator's logged undo image holds the rts
 //! word as its fetch read it, so settling may lower `rts` (as SUNDIAL's leases); a freeze left
-//! by a crash stays until the record's next writer takes it over. Readers raise `rts` on the
-//! primary only: after a fail-over to a backup, earlier raises are lost.
+//! by a crash stays until the record's next writer takes it over.
+//!
+//! **Memory-node failover.** Readers raise `rts` on the primary alone: a promoted backup has
+//! none of the raises made before the failure, and a read-only transaction's `ctts` is on no
+//! live node, so no bound on it can be read there (SUNDIAL's repair has one). Instead, with
+//! failover on, `ctts` carries the pool's view number above the clock
+//! ([`timestamp::view_clock`]): every new-view transaction is above every old-view one, so
+//! W1 against a stale promoted `rts` admits no writer below an old-view reader. The repair
+//! ([`Mvcc::repair_promoted`]) unfreezes what failed installs' roll-backs left frozen on the
+//! backups. Test: `crates/txn/tests/failover_mvcc.rs`, with its negative control.
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
+use crate::failover;
 use crate::item::{Access, Item, NewValue};
 use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
@@ -134,12 +143,12 @@ use crate::mechanisms::{needs_meta_words, table, timestamp, INVISIBLE};
 use crate::protocol::{Protocol, Row};
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
-use dtxn_fabric::NodeId;
+use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::log::LogStatus;
 use dtxn_store::record::{RecordHeader, HEADER_BYTES, META_OFF};
 use dtxn_store::RecordFormat;
-use dtxn_store::TableInfo;
+use dtxn_store::{PoolMap, TableInfo};
 
 // The rts word's freeze bit (the memory nodes' RAISE requests know it).
 use crate::mechanisms::rpc::FROZEN;
@@ -212,9 +221,14 @@ impl Protocol for Mvcc {
     }
 
     /// `ctts` from the local clock, above everything the coordinator has seen; it is the lock
-    /// word of every lock the transaction takes (RCC's `tts`).
+    /// word of every lock the transaction takes (RCC's `tts`). With memory-node failover on,
+    /// the view's number rides above the clock (see the module doc's failover).
     fn begin(tx: &mut Tx<'_, Self>) {
-        let ts = timestamp::local_clock(tx.c.ep.now_ns(), tx.s.last, tx.c.owner);
+        let (now, last, owner) = (tx.c.ep.now_ns(), tx.s.last, tx.c.owner);
+        let ts = match tx.c.failover {
+            true => timestamp::view_clock(now, last, owner, tx.c.map.view().number),
+            false => timestamp::local_clock(now, last, owner),
+        };
         tx.s.last = ts;
         tx.st = ts;
         tx.c.lock_word = ts;
@@ -291,6 +305,40 @@ impl Protocol for Mvcc {
     async fn abort(tx: &mut Tx<'_, Self>) {
         lock::unfreeze(tx, Stage::Fetch, |x| x.frozen.zip(x.at)).await;
         release::release_on_abort(tx).await;
+    }
+
+    /// Failover: a promoted primary's rts words are its backup's, as installs and releases
+    /// wrote them; raises went to the failed primary alone. They need no raising: every
+    /// timestamp of the new view is above every one of an older view (the view's number
+    /// rides above the clock, [`timestamp::view_clock`]), so W1 holds against every old-view
+    /// reader whatever the promoted word says. What a backup may hold that a primary must not
+    /// is a *frozen* word: a failed install's roll-back writes its frozen image to every
+    /// replica, and only the primary's is unfrozen by the abort (readers would abort on it
+    /// until the record's next writer took it over). Nothing runs while the repair does, so
+    /// a frozen word on a promoted primary is stale: written back unfrozen.
+    async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<(), FabricError> {
+        failover::each_promoted_bucket(ep, map, |ep, t, b, at, bucket| {
+            if t.meta_words < 1 {
+                return;
+            }
+            let n = t.primary();
+            let unfreeze = |ep: &mut Endpoint, word_at: usize, addr: u64| {
+                let w = u64::from_le_bytes(bucket[word_at..word_at + 8].try_into().expect("word"));
+                if w & FROZEN != 0 {
+                    ep.write(n, addr, &(w & !FROZEN).to_le_bytes());
+                }
+            };
+            if b < t.bucket_count {
+                let c = CHAIN_META_OFF as usize;
+                unfreeze(ep, c, at + c as u64);
+            }
+            for s in 0..t.slots_per_bucket {
+                let slot = t.slot(at, s) - at;
+                let m = slot as usize + META_OFF;
+                unfreeze(ep, m, at + m as u64);
+            }
+        })
+        .await
     }
 }
 

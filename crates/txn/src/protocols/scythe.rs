@@ -79,6 +79,7 @@
 use crate::abort::{Abort, AbortReason};
 use crate::config::{ScytheMode, TxnConfig};
 use crate::coord::Core;
+use crate::failover;
 use crate::item::Access;
 use crate::mechanisms::absent::validate_absent;
 use crate::mechanisms::fetch::Locking;
@@ -130,6 +131,9 @@ pub(crate) struct Coord {
     /// Tickets of aborted attempts whose turn had not come when their wait ended: released
     /// as it comes, before the next attempt goes on (only their holder may pass them on).
     owed: Vec<(Ticket, u64)>,
+    /// A ticket round failed on a memory node down: the grants of the live nodes it reached
+    /// are known to the grant journals alone, released from there before the next attempt.
+    unsure: bool,
 }
 
 /// A header lock word for an OCC holder: its owner alone, the oldest there is (a TOCC
@@ -274,7 +278,7 @@ impl Protocol for Scythe {
             true => tx.c.ep.now_ns(),
             false => takeout::wait_deadline(&tx.c.ep),
         };
-        pay(tx, &mut tickets, deadline).await;
+        let _ = pay(tx, &mut tickets, deadline).await;
         tx.s.owed.append(&mut tickets);
         tx.st.tickets = tickets;
     }
@@ -286,13 +290,15 @@ impl Protocol for Scythe {
             return;
         }
         let mut owed = std::mem::take(&mut s.owed);
+        let view = c.map.view();
+        owed.retain(|(t, _)| !view.is_failed(t.node));
         let _ =
             takeout::wait_turns(&mut c.ep, &mut owed, &mut s.srtt, &mut s.polls, u64::MAX).await;
         owed.retain(|&(t, ahead)| {
             if ahead == 0 {
                 takeout::release(&mut c.ep, t.node, t.at);
             }
-            ahead > 0
+            ahead > 0 && ahead != takeout::PASSED
         });
         let _ = c.ep.post().await;
         s.owed = owed;
@@ -308,13 +314,47 @@ impl Protocol for Scythe {
     ) -> Result<Vec<(bool, u32)>, FabricError> {
         takeout::release_dead(ep, map, dead, deadline_ns).await
     }
+
+    /// Failover: a promoted primary's takeout words are its backup's, which no CPU granted
+    /// from and no NIC released to: commits write a backup's record whole, its GRANT word as
+    /// the committer read it on the primary and its UPPER word whatever the commit's buffer
+    /// held, so its queue (`lower - upper`) may read as long as anything, and a queue above
+    /// the watermarks refuses every ticket and aborts every OCC attempt for good. Nothing of
+    /// an older view is in flight (a ticket is the primary's: none was ever granted on a
+    /// backup, and the failed node's died with it), so every promoted lock starts as an
+    /// empty queue: GRANT written to `lower = upper`, `queued_ts` 0 (no ticket older than the
+    /// next grant is waiting). UPPER, the NICs' count of releases, is left as it is.
+    async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<(), FabricError> {
+        failover::each_promoted_bucket(ep, map, |ep, t, _, at, bucket| {
+            if t.meta_words < takeout::WORDS {
+                return;
+            }
+            for s in 0..t.slots_per_bucket {
+                let m = (t.slot(at, s) - at) as usize + META_OFF;
+                let word = |i: usize| {
+                    let w = &bucket[m + 8 * i..m + 8 * i + 8];
+                    u64::from_le_bytes(w.try_into().expect("word"))
+                };
+                let (grant, upper) = (word(0), word(1));
+                let empty = takeout::grant_word(0, upper as u16);
+                if takeout::queue(grant, upper) != 0 {
+                    ep.write(t.primary(), at + m as u64, &empty.to_le_bytes());
+                }
+            }
+        })
+        .await
+    }
 }
 
 /// Waits for `tickets`' turns until `deadline_ns` and releases those served; leaves the others
-/// in `tickets`.
-async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline_ns: u64) {
+/// in `tickets`. Whether the wait ended on a memory node that did not answer.
+async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline_ns: u64) -> bool {
+    // A ticket on a memory node the view has failed died with its queue: nobody waits
+    // behind it, and its turn never comes.
+    let view = tx.c.map.view();
+    tickets.retain(|(t, _)| !view.is_failed(t.node));
     let mut polls = std::mem::take(&mut tx.s.polls);
-    let _ = takeout::wait_turns(
+    let r = takeout::wait_turns(
         &mut tx.c.ep,
         tickets,
         &mut tx.s.srtt,
@@ -329,31 +369,57 @@ async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline
         if ahead == 0 {
             takeout::release(ep, t.node, t.at);
         }
-        ahead > 0
+        ahead > 0 && ahead != takeout::PASSED
     });
     if tickets.len() < before {
         let _ = ep.post_detached();
     }
+    r == Err(takeout::WaitEnd::Unreachable)
 }
 
 /// Before an attempt goes on: the tickets earlier attempts still owe, released as their turn
 /// comes; if some still wait at the deadline, the attempt aborts (its coordinator serves
 /// recovery between attempts: the queue ahead may wait for a dead coordinator's ticket).
 async fn settle_owed(tx: &mut Tx<'_, Scythe>, accesses: &[Access]) -> Result<(), Abort> {
+    if tx.s.unsure {
+        // Every ticket this coordinator holds is owed now (between attempts; its releases
+        // posted before on each node's QP execute before these READs): its journals name
+        // them all, the ones granted by a round whose replies were lost included. Those
+        // released here, still in `owed`, read as passed on.
+        let map = tx.c.map.clone();
+        let index = (tx.c.owner - 1) as u32;
+        let deadline = takeout::wait_deadline(&tx.c.ep);
+        let a = accesses.first().copied().unwrap_or(Access::read(0, 0));
+        let abort = |reason| Abort {
+            reason,
+            table: a.table,
+            key: a.key,
+        };
+        match takeout::release_dead(&mut tx.c.ep, &map, &[index], deadline).await {
+            Ok(done) if done.first().is_none_or(|d| d.0) => tx.s.unsure = false,
+            Ok(_) => return Err(abort(AbortReason::LockConflict)),
+            Err(_) => return Err(abort(AbortReason::ReplicaFailure)),
+        }
+    }
     if tx.s.owed.is_empty() {
         return Ok(());
     }
     let mut owed = std::mem::take(&mut tx.s.owed);
     let deadline = takeout::wait_deadline(&tx.c.ep);
-    pay(tx, &mut owed, deadline).await;
+    let down = pay(tx, &mut owed, deadline).await;
     let left = owed.is_empty();
     tx.s.owed = owed;
     if left {
         return Ok(());
     }
     let a = accesses.first().copied().unwrap_or(Access::read(0, 0));
+    // A node that did not answer: said so, so that the coordinator probes the memory nodes
+    // (a lock conflict would have it retry against a dead node until a periodic scan).
     Err(Abort {
-        reason: AbortReason::LockConflict,
+        reason: match down {
+            true => AbortReason::ReplicaFailure,
+            false => AbortReason::LockConflict,
+        },
         table: a.table,
         key: a.key,
     })
@@ -387,6 +453,7 @@ fn on_replies(
                     node: table(map, a.table).primary(),
                     at,
                     ticket: r.ticket(),
+                    full: r.full_ticket(),
                 };
                 tx.st.tickets.push((ticket, r.queue()));
                 tx.st.keys.push((a.table, a.key));
@@ -523,6 +590,7 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access], limit: u64) -> Re
         return Ok(());
     }
     let posted = tx.c.ep.post().await.is_ok();
+    tx.s.unsure |= !posted;
     let failed = on_replies(tx, &map, accesses, &requests, posted);
     tx.s.requests = requests;
     if let Some(a) = failed {
@@ -545,10 +613,13 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access], limit: u64) -> Re
     tx.st.tickets = tickets;
     tx.s.polls = polls;
     tx.st.waited_out = r.is_err();
-    r.map_err(|()| {
+    r.map_err(|end| {
         let a = accesses[0];
         Abort {
-            reason: AbortReason::LockConflict,
+            reason: match end {
+                takeout::WaitEnd::Unreachable => AbortReason::ReplicaFailure,
+                takeout::WaitEnd::TimedOut => AbortReason::LockConflict,
+            },
             table: a.table,
             key: a.key,
         }
