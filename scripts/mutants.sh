@@ -6,10 +6,18 @@
 #   scripts/mutants.sh                      the whole slice (hours: a periodic job, not CI)
 #   scripts/mutants.sh FILE...              some files, e.g. crates/txn/src/mechanisms/validate.rs
 #   MUTANTS_ARGS="--shard 1/4" scripts/mutants.sh   a quarter of it (any cargo-mutants flags)
+#   MUTANTS_TESTS=fast scripts/mutants.sh FILE...   judged by the txn crate's quick tests only
 #
-# Each mutant rebuilds dtxn-txn and the tests that judge it (the txn crate's, the store's, the
-# workloads' adversarial sim matrix): about a minute and a half each on 2 cores. Results go to
-# target/mutants/mutants.out (missed.txt, caught.txt, timeout.txt, unviable.txt).
+# The full judge: the tests of the store, txn and workloads crates (the workloads' adversarial
+# sim matrix among them), each mutant in a copy of the tree (a ten-minute first build).
+# MUTANTS_TESTS=fast judges each mutant by the txn crate's scripted races, bank runs, Hermitage,
+# round trips, recovery and lock tests (about 20 s of tests; the store's unit tests too when a
+# store file is mutated), in place (the source tree is mutated and restored: leave it alone
+# while it runs; its incremental build is what makes a mutant cost a minute or two instead of
+# five), and under `nice` so that other builds on the machine go first. A mutant it misses may
+# still be caught by the full judge; one it catches is caught.
+#
+# Results go to target/mutants/mutants.out (missed.txt, caught.txt, timeout.txt, unviable.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +35,35 @@ args=()
 for f in "${files[@]}"; do
   args+=(--file "$f")
 done
-# shellcheck disable=SC2086 # MUTANTS_ARGS is a list of flags
-exec cargo mutants "${args[@]}" --test-package dtxn-store,dtxn-txn,dtxn-workloads \
-  --output target/mutants --timeout 600 ${MUTANTS_ARGS:-}
+
+case "${MUTANTS_TESTS:-full}" in
+  full)
+    # shellcheck disable=SC2086 # MUTANTS_ARGS is a list of flags
+    exec cargo mutants "${args[@]}" --test-package dtxn-store,dtxn-txn,dtxn-workloads \
+      --output target/mutants --timeout 600 ${MUTANTS_ARGS:-}
+    ;;
+  fast)
+    # (A store file: every test of the store and txn crates, as `--test` cannot name one
+    # crate's tests alone when two are judged.)
+    packages=dtxn-txn
+    tests=(--all-targets)
+    for f in "${files[@]}"; do
+      case "$f" in crates/store/*) packages=dtxn-store,dtxn-txn ;; esac
+    done
+    if [ "$packages" = dtxn-txn ]; then
+      tests=(--lib)
+      for t in aborts bank hermitage two_pl round_trips recovery lock_journal inserts failures \
+        motor_races leases; do
+        tests+=(--test "$t")
+      done
+    fi
+    # shellcheck disable=SC2086 # MUTANTS_ARGS is a list of flags
+    exec nice -n 10 cargo mutants "${args[@]}" --test-package "$packages" --in-place \
+      --baseline skip --output target/mutants --timeout 180 --build-timeout 1200 \
+      ${MUTANTS_ARGS:-} -- "${tests[@]}"
+    ;;
+  *)
+    echo "MUTANTS_TESTS must be full or fast, not ${MUTANTS_TESTS}" >&2
+    exit 2
+    ;;
+esac
