@@ -44,23 +44,23 @@ case "${MUTANTS_TESTS:-full}" in
     ;;
   fast)
     # (A store file: every test of the store and txn crates, as `--test` cannot name one
-    # crate's tests alone when two are judged.)
+    # crate's tests alone when two are judged. `--cargo-arg`: the build builds only these.)
     packages=dtxn-txn
-    tests=(--all-targets)
+    tests=(--cargo-arg=--all-targets)
     for f in "${files[@]}"; do
       case "$f" in crates/store/*) packages=dtxn-store,dtxn-txn ;; esac
     done
     if [ "$packages" = dtxn-txn ]; then
-      tests=(--lib)
+      tests=(--cargo-arg=--lib)
       for t in aborts bank hermitage two_pl round_trips recovery lock_journal inserts failures \
-        motor_races leases; do
-        tests+=(--test "$t")
+        motor_races leases sundial mvcc; do
+        tests+=(--cargo-arg=--test="$t")
       done
     fi
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a list of flags
     exec nice -n 10 cargo mutants "${args[@]}" --test-package "$packages" --in-place \
       --baseline skip --output target/mutants --timeout 180 --build-timeout 1200 \
-      ${MUTANTS_ARGS:-} -- "${tests[@]}"
+      "${tests[@]}" ${MUTANTS_ARGS:-}
     ;;
   *)
     echo "MUTANTS_TESTS must be full or fast, not ${MUTANTS_TESTS}" >&2
