@@ -107,6 +107,14 @@ fn negative_numbers_say_so() {
             "tpcc: --theta must be 0 (uniform) or positive, got NaN",
         ),
         (
+            vec!["bench", "--workload", "tpcc", "--tpcc-variant", "dbx1000"],
+            "tpcc: the dbx1000 variant runs NewOrder and Payment only",
+        ),
+        (
+            vec!["bench", "--workload", "kv", "--tpcc-variant", "dbx1000"],
+            "--tpcc-variant",
+        ),
+        (
             vec![
                 "bench",
                 "--workload",

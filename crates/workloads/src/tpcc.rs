@@ -64,6 +64,10 @@
 //! `--new-orders-per-district`, which sets both). [`Options::mix`] weighs the five types
 //! (the spec's 45/43/4/4/4 by default).
 //!
+//! [`Options::variant`] (`--tpcc-variant dbx1000`) leaves out what DBx1000's TPC-C does not do
+//! (every insert, the bad-credit C_DATA update, the 1% rollback, CUSTOMER_LAST_ORDER), for a
+//! comparison of equal work with it ([`Variant::Dbx1000`]).
+//!
 //! `--verify` checks the spec's consistency conditions 1 to 4 for every warehouse and
 //! district, the delivery head (it equals min(NO_O_ID), or D_NEXT_O_ID when no order is
 //! pending), condition 6 (every order has O_OL_CNT lines), and that no lock is left behind.
@@ -189,6 +193,29 @@ impl FetchOrder {
     }
 }
 
+/// What NewOrder and Payment write ([`Options::variant`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Variant {
+    /// The spec's: every row NewOrder and Payment insert or update.
+    #[default]
+    Spec,
+    /// DBx1000's TPC-C (Yu et al., VLDB'14; the commit `shared/baselines` builds), for a
+    /// side-by-side comparison of equal work: NewOrder and Payment only, neither inserting a
+    /// row (its `insert_row` calls for ORDER, NEW_ORDER, ORDER_LINE and HISTORY are commented
+    /// out), no bad-credit C_DATA update, no 1% rollback (its `rbk` is drawn, never used),
+    /// and no CUSTOMER_LAST_ORDER update (dtxn's own index table for OrderStatus). What is
+    /// left: NewOrder reads the warehouse, customer and items and updates the district and
+    /// the stock rows; Payment updates warehouse, district and customer (by last name 60%).
+    Dbx1000,
+}
+
+impl Variant {
+    pub fn is_spec(&self) -> bool {
+        *self == Variant::Spec
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Options {
@@ -218,6 +245,10 @@ pub struct Options {
     /// of its own (an attempt that loses the district lock stops after one round trip).
     #[serde(skip_serializing_if = "FetchOrder::is_batched")]
     pub fetch_order: FetchOrder,
+    /// What NewOrder and Payment write: the spec's rows, or only what DBx1000's TPC-C writes
+    /// (for comparing equal work with it; NewOrder and Payment only).
+    #[serde(skip_serializing_if = "Variant::is_spec")]
+    pub variant: Variant,
     /// Slots per bucket of the tables (the store's 4 unless given).
     #[serde(skip_serializing_if = "crate::Slots::is_default")]
     pub slots: crate::Slots,
@@ -237,6 +268,7 @@ impl Default for Options {
             mix: STANDARD_MIX,
             theta: None,
             fetch_order: FetchOrder::Batched,
+            variant: Variant::Spec,
             slots: crate::Slots::default(),
         }
     }
@@ -403,6 +435,13 @@ impl Tpcc {
         if o.mix.iter().all(|&w| w == 0) || o.mix.iter().any(|&w| w > 1_000_000) {
             return bad(format!(
                 "tpcc: the mix's weights must be 0 to 1,000,000 and not all 0, got {:?}",
+                o.mix
+            ));
+        }
+        if o.variant == Variant::Dbx1000 && o.mix[2..].iter().any(|&w| w > 0) {
+            return bad(format!(
+                "tpcc: the dbx1000 variant runs NewOrder and Payment only (DBx1000's TPC-C has \
+                 no other type): give a mix of the form N,P,0,0,0, got {:?}",
                 o.mix
             ));
         }
@@ -757,7 +796,9 @@ impl Tpcc {
         let d = rng.random_range(1..=DISTRICTS);
         let cid = self.customer_id(rng);
         let n = rng.random_range(MIN_LINES..=MAX_LINES) as usize;
-        let rollback = rng.random_range(1..=100) == 1;
+        let spec = self.o.variant.is_spec();
+        // (Drawn in either variant, so that both draw the same orders.)
+        let rollback = rng.random_range(1..=100) == 1 && spec;
         let mut lines: PerLine<Line> = PerLine::new();
         while lines.len() < n {
             let item = self.item_id(rng);
@@ -789,7 +830,10 @@ impl Tpcc {
         acc.push(Access::read(WAREHOUSE, u64::from(w)));
         acc.push(Access::update(DISTRICT, dkey(w, d)));
         acc.push(Access::read(CUSTOMER, ckey(w, d, cid)));
-        acc.push(Access::update(CUSTOMER_LAST_ORDER, ckey(w, d, cid)));
+        if spec {
+            acc.push(Access::update(CUSTOMER_LAST_ORDER, ckey(w, d, cid)));
+        }
+        let head = acc.len();
         for l in &lines {
             acc.push(Access::read(ITEM, u64::from(l.item)));
             acc.push(Access::update(STOCK, skey(l.supply_w, l.item)));
@@ -800,8 +844,8 @@ impl Tpcc {
             FetchOrder::Ford => {
                 // The order's head (warehouse, district, customer), then line by line: an
                 // attempt that loses the district's lock stops after its first round trip.
-                tx.fetch(&acc[..4]).await?;
-                for pair in acc[4..].chunks(2) {
+                tx.fetch(&acc[..head]).await?;
+                for pair in acc[head..].chunks(2) {
                     tx.fetch(pair).await?;
                     if tx.get(ITEM, pair[0].key).is_none() {
                         break; // the 1% rollback: found missing, nothing more to fetch
@@ -830,8 +874,10 @@ impl Tpcc {
         let o = field::u64_at(&dist, D_NEXT_O_ID);
         field::put_u64(&mut dist, D_NEXT_O_ID, o + 1);
         tx.update(DISTRICT, dkey(w, d), &dist).await?;
-        tx.update(CUSTOMER_LAST_ORDER, ckey(w, d, cid), &o.to_le_bytes())
-            .await?;
+        if spec {
+            tx.update(CUSTOMER_LAST_ORDER, ckey(w, d, cid), &o.to_le_bytes())
+                .await?;
+        }
         let mut all_local = 1;
         let mut ols: PerLine<[u8; OL_BYTES]> = PerLine::new();
         for (l, price) in lines.iter().zip(&prices) {
@@ -858,11 +904,17 @@ impl Tpcc {
             let mut ol = [0u8; OL_BYTES];
             ol[OL_DIST_INFO..].copy_from_slice(&s[dist_info..dist_info + 24]);
             tx.update(STOCK, sk, &s).await?;
+            if !spec {
+                continue; // DBx1000's inserts no ORDER_LINE
+            }
             field::put_u32(&mut ol, OL_I_ID, l.item);
             field::put_u32(&mut ol, OL_SUPPLY_W, l.supply_w);
             field::put_u32(&mut ol, OL_QUANTITY, l.quantity);
             field::put_i64(&mut ol, OL_AMOUNT, qty * price);
             ols.push(ol);
+        }
+        if !spec {
+            return tx.commit().await; // nor the ORDER and NEW_ORDER rows
         }
         let mut ov = [0u8; O_BYTES];
         field::put_u32(&mut ov, O_C_ID, cid);
@@ -952,7 +1004,8 @@ impl Tpcc {
         field::add_i64(&mut cust, C_BALANCE, -amount);
         field::add_i64(&mut cust, C_YTD_PAYMENT, amount);
         field::add_u32(&mut cust, C_PAYMENT_CNT, 1);
-        if &cust[C_CREDIT..C_CREDIT + 2] == b"BC" {
+        let spec = self.o.variant.is_spec();
+        if spec && &cust[C_CREDIT..C_CREDIT + 2] == b"BC" {
             // Bad credit: the payment goes in front of C_DATA, which keeps 500 characters.
             // Five ids of at most 5 digits and an amount of at most 6: 37 characters at most.
             let mut entry = ArrayString::<40>::new();
@@ -965,6 +1018,9 @@ impl Tpcc {
         tx.update(WAREHOUSE, u64::from(w), &wh).await?;
         tx.update(DISTRICT, dkey(w, d), &dist).await?;
         tx.update(CUSTOMER, ck, &cust).await?;
+        if !spec {
+            return tx.commit().await; // DBx1000's inserts no HISTORY row
+        }
         let mut h = [0u8; H_BYTES];
         for (i, x) in [cid, cd, cw, d, w].into_iter().enumerate() {
             field::put_u32(&mut h, 4 * i, x);
@@ -1190,6 +1246,18 @@ fn verify(tp: &Tpcc, pool: &Pool, plan: &Plan) -> Result<Vec<String>, WorkloadEr
                 "condition 1: warehouse {w}: W_YTD {wy} but its districts' D_YTD sum to {dy}"
             ));
         }
+    }
+    if !tp.o.variant.is_spec() {
+        // DBx1000's variant inserts no order: the conditions on orders hold of the loaded
+        // ones only, and D_NEXT_O_ID has moved past them.
+        return Ok(vec![
+            format!(
+                "condition 1: W_YTD = sum(D_YTD) for all {} warehouses",
+                warehouses.len()
+            ),
+            "conditions 2 to 6 not checked: the dbx1000 variant inserts no orders".into(),
+            "no lock left".into(),
+        ]);
     }
     // Per district: max(O_ID), NEW_ORDER ids, sum(O_OL_CNT), order-line count.
     #[derive(Default)]

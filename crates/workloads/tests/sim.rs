@@ -27,6 +27,8 @@ struct Outcome {
     committed: u64,
     attempts: u64,
     per_type: Vec<u64>,
+    /// The tables committed transactions wrote.
+    written: std::collections::BTreeSet<u32>,
 }
 
 /// Loads `w` into a fresh adversarial sim pool, runs `txns` transactions on each of `topo`'s
@@ -125,6 +127,7 @@ fn run_unchecked<W: Workload + Clone>(
         committed: 0,
         attempts: txns * u64::from(topo.coordinators()),
         per_type: vec![0; types],
+        written: Default::default(),
     };
     for o in r.outputs {
         let (tally, committed, per_type) = o.expect("no crash was injected");
@@ -164,6 +167,11 @@ fn run_unchecked<W: Workload + Clone>(
         ),
     }
     let h = history.borrow();
+    out.written = h
+        .iter()
+        .filter(|t| t.status == dtxn_check::history::Status::Committed)
+        .flat_map(|t| t.writes.iter().map(|w| w.table))
+        .collect();
     assert_eq!(
         h.len() as u64,
         out.attempts,
@@ -339,6 +347,60 @@ fn tpcc_meets_consistency_conditions_and_the_history_is_serializable() {
         }
     }
     assert!(per_type.iter().all(|&n| n > 0), "{per_type:?}");
+}
+
+/// `--tpcc-variant dbx1000`: NewOrder and Payment write only what DBx1000's TPC-C writes (no
+/// inserts, no CUSTOMER_LAST_ORDER), histories and condition 1 hold; another mix is refused.
+#[test]
+fn tpcc_in_dbx1000s_variant_writes_what_dbx1000_writes() {
+    let o = tpcc::Options {
+        warehouses: 2,
+        customers_per_district: 30,
+        items: 200,
+        new_orders_per_district: 200,
+        mix: [1, 1, 0, 0, 0],
+        variant: tpcc::Variant::Dbx1000,
+        ..tpcc::Options::default()
+    };
+    let w = tpcc::Tpcc::new(o.clone()).unwrap();
+    let ford_and_motor: Vec<TxnConfig> = all_protocols()
+        .into_iter()
+        .filter(|t| matches!(t.protocol, Protocol::Ford | Protocol::Motor))
+        .collect();
+    for txn in ford_and_motor.clone() {
+        let (out, verified, report) = run_unchecked(&w, 1, topo(2, 2), 40, txn.clone());
+        let what = txn.protocol.name();
+        assert!(report.ok(), "{what}: {}", report.verdict());
+        let checks = verified.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(checks.iter().any(|c| c.contains("dbx1000")), "{checks:?}");
+        assert!(
+            out.per_type[0] > 0 && out.per_type[1] > 0,
+            "{what}: {:?}",
+            out.per_type
+        );
+        let want = [tpcc::WAREHOUSE, tpcc::DISTRICT, tpcc::CUSTOMER, tpcc::STOCK];
+        assert_eq!(out.written, want.into_iter().collect(), "{what}");
+    }
+    // The spec's variant of the same run does insert.
+    let spec = tpcc::Tpcc::new(tpcc::Options {
+        variant: tpcc::Variant::Spec,
+        ..o.clone()
+    })
+    .unwrap();
+    let out = run(&spec, 1, topo(2, 2), 40, ford_and_motor[0].clone());
+    for t in [
+        tpcc::ORDER,
+        tpcc::NEW_ORDER,
+        tpcc::ORDER_LINE,
+        tpcc::HISTORY,
+    ] {
+        assert!(out.written.contains(&t), "{t}: {:?}", out.written);
+    }
+    let bad = tpcc::Tpcc::new(tpcc::Options {
+        mix: tpcc::STANDARD_MIX,
+        ..o
+    });
+    assert!(matches!(bad, Err(WorkloadError::Options(m)) if m.contains("N,P,0,0,0")));
 }
 
 /// FORD's and Motor's layouts and NewOrder order (`--slots-per-bucket`, `--tpcc-order

@@ -88,6 +88,12 @@ pub struct WorkloadArgs {
     /// stock in a round trip of its own) [default: batched].
     #[arg(long, help_heading = "TPC-C", value_name = "ORDER", value_parser = ["batched", "ford"])]
     pub tpcc_order: Option<String>,
+    /// tpcc: `spec` (every row the spec writes) or `dbx1000` (only what DBx1000's TPC-C
+    /// writes, to compare equal work with it: NewOrder and Payment without their inserts,
+    /// without the bad-credit C_DATA update and the 1% rollback; needs `--mix N,P,0,0,0`)
+    /// [default: spec].
+    #[arg(long, help_heading = "TPC-C", value_name = "VARIANT", value_parser = ["spec", "dbx1000"])]
+    pub tpcc_variant: Option<String>,
 
     /// Slots per hash bucket: `N` for every table, `NAME=N,...` for some (names as `dtxn
     /// layout` prints them), or both, e.g. `22` (FORD's code: a bucket READ then returns 22

@@ -87,6 +87,7 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
         ("--warehouses", a.warehouses.is_some(), &["tpcc"]),
         ("--spec-sizes", a.spec_sizes, &["tpcc"]),
         ("--tpcc-order", a.tpcc_order.is_some(), &["tpcc"]),
+        ("--tpcc-variant", a.tpcc_variant.is_some(), &["tpcc"]),
         (
             "--new-orders-per-district",
             a.new_orders_per_district.is_some(),
@@ -201,6 +202,9 @@ pub fn choose(a: &WorkloadArgs, txns_hint: u64) -> Result<Chosen> {
             o.slots = slots.clone();
             if a.tpcc_order.as_deref() == Some("ford") {
                 o.fetch_order = tpcc::FetchOrder::Ford;
+            }
+            if a.tpcc_variant.as_deref() == Some("dbx1000") {
+                o.variant = tpcc::Variant::Dbx1000;
             }
             Chosen::Tpcc(tpcc::Tpcc::new(o)?)
         }
