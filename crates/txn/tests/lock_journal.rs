@@ -14,7 +14,12 @@ const T: u32 = 1;
 const CAPACITY: u64 = 200_000;
 const LOCKED: u64 = 6;
 
-fn plan() -> Plan {
+/// The table, laid out as `protocol` needs it (Motor: CVTs).
+fn plan_for(protocol: Protocol) -> Plan {
+    let mut t = TableSpec::new(T, "t", 8, CAPACITY);
+    if protocol == Protocol::Motor {
+        t = t.multi_version(2);
+    }
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -22,11 +27,15 @@ fn plan() -> Plan {
         log_slice_bytes: 32 << 10,
         region_bytes: None,
     };
-    Plan::new(&[TableSpec::new(T, "t", 8, CAPACITY)], &shape).unwrap()
+    Plan::new(&[t], &shape).unwrap()
 }
 
 fn pool() -> (Pool, Plan) {
-    let plan = plan();
+    pool_for(Protocol::Ford)
+}
+
+fn pool_for(protocol: Protocol) -> (Pool, Plan) {
+    let plan = plan_for(protocol);
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = Profile::ideal();
     cfg.adversary = Adversary::off();
@@ -85,8 +94,9 @@ fn locked_by(pool: &mut Pool, journal: bool, protocol: Protocol) {
 /// Every lock word of the table's primary that is set.
 fn set_locks(pool: &Pool, plan: &Plan) -> usize {
     let t = plan.table(T).unwrap();
-    let mut b = vec![0u8; t.bytes() as usize];
-    pool.with_local(t.primary(), |m| m.read(t.table_off, &mut b));
+    // The buckets, main and overflow (after the table's first line, its overflow counter).
+    let mut b = vec![0u8; ((t.bucket_count + t.overflow_buckets) * t.bucket_bytes) as usize];
+    pool.with_local(t.primary(), |m| m.read(t.bucket(0), &mut b));
     let bucket = t.bucket_bytes as usize;
     let mut n = 0;
     for chunk in b.chunks_exact(bucket) {
@@ -196,9 +206,9 @@ fn a_journaled_recovery_cut_short_and_run_again_frees_every_lock() {
 }
 
 #[test]
-fn a_2pl_coordinators_exclusive_locks_are_released_from_its_journal() {
-    for p in [Protocol::NoWait, Protocol::WaitDie] {
-        let (mut pool, plan) = pool();
+fn a_2pl_or_motor_coordinators_exclusive_locks_are_released_from_its_journal() {
+    for p in [Protocol::NoWait, Protocol::WaitDie, Protocol::Motor] {
+        let (mut pool, plan) = pool_for(p);
         locked_by(&mut pool, true, p);
         assert_eq!(set_locks(&pool, &plan), LOCKED as usize, "{}", p.name());
         let (r, _) = recovered_by(&mut pool, None, p);

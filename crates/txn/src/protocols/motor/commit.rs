@@ -5,7 +5,8 @@ use super::execute::Stage;
 use super::{codec, committing, Motor, MvState, COMMITTING};
 use crate::abort::{Abort, AbortReason};
 use crate::item::{Item, NewValue};
-use crate::mechanisms::{abort, table};
+use crate::mechanisms::rpc::Via;
+use crate::mechanisms::{abort, journal, table};
 use crate::tx::Tx;
 use dtxn_fabric::{FabricError, NodeId, OpId};
 use dtxn_store::cvt::{Cvt, MvCodec, Pick, Vcell, CREATED, FRESH, TOMBSTONE, VALID};
@@ -20,6 +21,13 @@ use std::ops::Range;
 pub(crate) async fn mark_committing(tx: &mut Tx<'_, Motor>, marks: bool) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let value = tx.c.owner | COMMITTING;
+    if tx
+        .items
+        .iter()
+        .any(|it| it.new != NewValue::Keep && it.cold)
+    {
+        journal::ready_tx(tx).await?;
+    }
     let mut claims = std::mem::take(&mut tx.s.claims);
     claims.clear();
     let mut any = false;
@@ -30,6 +38,7 @@ pub(crate) async fn mark_committing(tx: &mut Tx<'_, Motor>, marks: bool) -> Resu
         let t = table(&map, it.table);
         let off = it.offset.expect("written items have a slot");
         if it.cold {
+            journal::note(tx.c, Via::OneSided, t.primary(), off);
             let c = tx.c.ep.cas(t.primary(), off, 0, value);
             claims.push((i, c, tx.c.ep.read(t.primary(), off, 64)));
             any = true;

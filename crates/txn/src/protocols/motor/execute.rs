@@ -6,7 +6,8 @@ use super::{codec, committing, ended, start, Motor, MvState, COMMITTING};
 use crate::abort::{Abort, AbortReason};
 use crate::config::Isolation;
 use crate::item::{Access, Item};
-use crate::mechanisms::{abort, table};
+use crate::mechanisms::rpc::Via;
+use crate::mechanisms::{abort, journal, table};
 use crate::tx::Tx;
 use crate::txn::TxKind;
 use dtxn_fabric::{NodeId, OpId};
@@ -135,6 +136,12 @@ pub(crate) async fn stage_rounds(
         tx.st.suspects.forget_ended();
         ids.clear();
         spans.clear();
+        if work
+            .iter()
+            .any(|w| matches!(w.1, Stage::Cvt { lock: true, .. }))
+        {
+            journal::ready_tx(tx).await?;
+        }
         for &(i, stage) in work.iter() {
             let start = ids.len();
             post_stage(tx, &map, i, stage, ids);
@@ -203,6 +210,9 @@ pub(crate) fn post_stage(
     let it = &tx.items[i];
     let t = table(map, it.table);
     let p = t.primary();
+    if let Stage::Cvt { off, lock: true } = stage {
+        journal::note(tx.c, Via::OneSided, p, off);
+    }
     let ep = &mut tx.c.ep;
     match stage {
         Stage::Cvt { off, lock } => {

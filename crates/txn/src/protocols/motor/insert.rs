@@ -6,7 +6,8 @@ use super::{start, Motor};
 use crate::abort::{Abort, AbortReason};
 use crate::item::NewValue;
 use crate::mechanisms::insert::{accept_row, RowItem};
-use crate::mechanisms::{abort, table};
+use crate::mechanisms::rpc::Via;
+use crate::mechanisms::{abort, journal, table};
 use crate::protocol::Row;
 use crate::tx::Tx;
 use dtxn_fabric::{NodeId, OpId};
@@ -96,6 +97,16 @@ pub(crate) async fn choose_slots(
     let mut walks = std::mem::take(&mut scratch.walks);
     let mut next = std::mem::take(&mut scratch.next_walks);
     let mut reads = std::mem::take(&mut scratch.ids);
+    if let Err(a) = journal::ready_tx(tx).await {
+        let scratch = &mut tx.s;
+        (
+            scratch.chain_cas,
+            scratch.walks,
+            scratch.next_walks,
+            scratch.ids,
+        ) = (cas, walks, next, reads);
+        return Err(a);
+    }
     lock_chains(tx, map, items, &mut cas, &mut walks);
     let mut left = Leftovers::default();
     let mut first_round = true;
@@ -158,6 +169,7 @@ fn lock_chains(
         let held = tx.items.iter().any(|o| o.chain_lock == Some(lock))
             || cas.iter().any(|&(_, n, a, _)| (n, a) == lock);
         if !held {
+            journal::note(tx.c, Via::OneSided, lock.0, lock.1);
             cas.push((i, lock.0, lock.1, tx.c.ep.cas(lock.0, lock.1, 0, owner)));
         }
         walks.push((i, home, 0, None));
@@ -266,6 +278,10 @@ pub(crate) async fn choose_slot(
         .items
         .iter()
         .any(|o| o.chain_lock == Some((primary, lock_addr)));
+    if !held {
+        journal::ready_tx(tx).await?;
+        journal::note(tx.c, Via::OneSided, primary, lock_addr);
+    }
     let cas = (!held).then(|| tx.c.ep.cas(primary, lock_addr, 0, owner));
     let read = tx.c.ep.read(primary, home, t.bucket_bytes as usize);
     if tx.c.ep.post().await.is_err() {
