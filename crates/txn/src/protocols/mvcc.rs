@@ -210,6 +210,10 @@ impl Protocol for Mvcc {
     const COPIES: u8 = 4;
     const OPTIONS: Option<&'static str> = Some("rcc");
     const LOCK_FLAGS: u64 = INVISIBLE;
+    // Journaled: its lock words are taken by the shared mechanisms alone (execution's hitchhiked locks, the cold
+    // items' lock round, inserts' chain locks), which journal each; its rts words are not locks
+    // (a frozen one a crashed coordinator left is taken over by the next writer).
+    const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = Word;
     /// `ctts`.

@@ -148,6 +148,10 @@ impl Protocol for Scythe {
     const LIVE_META: bool = true;
     const NEEDS_HANDLERS: bool = true;
     const LOCK_FLAGS: u64 = INVISIBLE;
+    // Journaled: its header locks are taken by the shared mechanisms alone (TOCC's ordered locks at
+    // execution, OCC's lock round, inserts' chain locks), which journal each; its takeout
+    // tickets are released from the grant journals instead.
+    const JOURNALED: bool = true;
     const OPTIONS: Option<&'static str> = Some("scythe");
     const RPC_FORMS: Stages = Stages::NONE;
     type Item = ();

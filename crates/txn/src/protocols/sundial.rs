@@ -149,6 +149,10 @@ impl Protocol for Sundial {
     const META_WORDS: u8 = 1;
     const OPTIONS: Option<&'static str> = Some("rcc");
     const LOCK_FLAGS: u64 = INVISIBLE;
+    // Journaled: its lock words are taken by the shared mechanisms alone (execution's hitchhiked locks, the cold
+    // items' lock round, inserts' chain locks), which journal each; its leases are not locks (a
+    // frozen lease a crashed coordinator left is taken over by the next writer).
+    const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::ALL);
     type Item = Lease;
     /// The commit timestamp.
