@@ -243,10 +243,11 @@ fn workload_cmd(prefix: &[&str], memnodes: &str, workload: &[&str], extra: &[&st
         "--token",
         TOKEN,
     ])
-    .args(workload)
-    .args([
-        "--protocol",
-        "ford",
+    .args(workload);
+    if !workload.contains(&"--protocol") {
+        cmd.args(["--protocol", "ford"]);
+    }
+    cmd.args([
         "--threads",
         "1",
         "--coroutines",
@@ -1095,8 +1096,18 @@ fn loopback_a_memnode_dies_for_good_its_backup_takes_over_and_the_run_verifies()
     if skip_without_ucx() {
         return;
     }
+    for protocol in ["ford", "motor"] {
+        a_memnode_dies_for_good_under(protocol);
+    }
+}
+
+/// [`loopback_a_memnode_dies_for_good_its_backup_takes_over_and_the_run_verifies`] under
+/// `protocol`.
+fn a_memnode_dies_for_good_under(protocol: &str) {
     let (mut nodes, memnodes) = loopback_memnodes(3);
     let workload = [
+        "--protocol",
+        protocol,
         "--workload",
         "smallbank",
         "--accounts",
@@ -1112,7 +1123,10 @@ fn loopback_a_memnode_dies_for_good_its_backup_takes_over_and_the_run_verifies()
         &run_bounded(workload_cmd(&[], &memnodes, &workload, &["--load-only"])),
         "--load-only",
     );
-    let dir = std::env::temp_dir().join(format!("dtxn-ucx-failover-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "dtxn-ucx-failover-{protocol}-{}",
+        std::process::id()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let tally = dir.join("t.json");
     // 1,500 transactions (`workload_cmd`): node 1 dies after the first hundred.
@@ -1156,7 +1170,10 @@ fn loopback_a_memnode_dies_for_good_its_backup_takes_over_and_the_run_verifies()
         &run_bounded(verify_cmd(&memnodes, std::slice::from_ref(&tally))),
         "verify after the failover",
     );
-    assert!(out.starts_with("consistent: smallbank under ford"), "{out}");
+    assert!(
+        out.starts_with(&format!("consistent: smallbank under {protocol}")),
+        "{out}"
+    );
     for check in [
         "every one of 4000 balances equals its initial value plus the committed changes",
         "money is conserved",
