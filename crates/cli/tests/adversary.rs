@@ -217,7 +217,7 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "--faults",
                 "memory=1,rejoin=1ms",
             ],
-            "re-replication is FORD's, FaRM's and DrTM+H's for now",
+            "re-replication is FORD's, FaRM's, DrTM+H's and Motor's for now",
         ),
         (
             vec!["torture", "--adversary", "gentle"],
@@ -284,7 +284,7 @@ fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
 /// a full replica again: the pool ends with it rejoined, and every check passes on it too.
 #[test]
 fn a_failed_memory_node_comes_back_is_re_replicated_and_the_run_verifies() {
-    for (protocol, seed) in [("ford", "3"), ("farm", "1"), ("drtmh", "2")] {
+    for (protocol, seed) in [("ford", "3"), ("farm", "1"), ("drtmh", "2"), ("motor", "1")] {
         let o = dtxn(&[
             "bench",
             "--backend",

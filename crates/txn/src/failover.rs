@@ -178,15 +178,20 @@ const COPY_BYTES: u64 = 16 << 10;
 /// node the copier marks its own lock journal there overflowed: its copy locks are not
 /// journaled, and if it dies holding some, its recovery scans for them.
 ///
+/// A multi-version table's slots take their attribute bars with them (Motor's older
+/// versions' chunks, READ under the slot's lock after the slot was locked and read).
+///
 /// `lock` false copies without the locks (READ, then WRITE to the joiners): unsound, the
 /// negative control of `crates/txn/tests/rejoin.rs` (an older image overwrites a commit's
-/// WRITE to a joiner).
+/// WRITE to a joiner); `bars` false leaves the bars out (the joiner cannot rebuild the older
+/// versions its CVTs name: the same file's Motor control).
 pub async fn copy_to_joiners(
     ep: &mut Endpoint,
     map: &PoolMap,
     owner: u64,
     only: Option<&[Slot]>,
     lock: bool,
+    bars: bool,
 ) -> Result<CopyPass, FabricError> {
     let owner = if lock { owner } else { 0 };
     let mut pass = CopyPass::default();
@@ -226,7 +231,12 @@ pub async fn copy_to_joiners(
                         pass.left.push((t.id, s));
                     }
                 }
-                copy_locked(ep, p, &joiners, owner, &locked, &[]).await?;
+                let bars = if bars {
+                    bars_of(ep, t, p, &locked).await?
+                } else {
+                    Vec::new()
+                };
+                copy_locked(ep, p, &joiners, owner, &locked, &bars, &[]).await?;
                 pass.copied += locked.len() as u64;
             }
             continue;
@@ -279,26 +289,63 @@ pub async fn copy_to_joiners(
                 })
                 .filter(|&(_, w)| w != 0)
                 .collect();
-            copy_locked(ep, p, &joiners, owner, &locked, &links).await?;
+            let bars = if bars {
+                bars_of(ep, t, p, &locked).await?
+            } else {
+                Vec::new()
+            };
+            copy_locked(ep, p, &joiners, owner, &locked, &bars, &links).await?;
             pass.copied += locked.len() as u64;
         }
     }
     Ok(pass)
 }
 
-/// WRITEs the `locked` records (and the chain `links`) to every joiner, and once those have
-/// executed, unlocks the records on primary `p`. On a failed WRITE (a joiner died) the locks
-/// are given back all the same.
+/// The attribute bars of the `locked` slots of multi-version table `t` (Motor's older
+/// versions' chunks, apart from the CVTs), READ from primary `p` while the copy holds the
+/// slots' locks: a commit writes a record's bar under the record's lock, so the bar read is
+/// the one its CVT (read under the same lock) names. Nothing for a single-version table.
+async fn bars_of(
+    ep: &mut Endpoint,
+    t: &TableInfo,
+    p: NodeId,
+    locked: &[(u64, Vec<u8>)],
+) -> Result<Vec<(u64, Vec<u8>)>, FabricError> {
+    let Some(mv) = t.mv.as_ref() else {
+        return Ok(Vec::new());
+    };
+    if mv.bar_lines == 0 || locked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let len = mv.bar_lines as usize * dtxn_store::record::LINE;
+    let reads: Vec<(u64, _)> = locked
+        .iter()
+        .map(|(at, _)| {
+            let bar = t.bar_line_off(*at, 0);
+            (bar, ep.read(p, bar, len))
+        })
+        .collect();
+    ep.post().await?;
+    Ok(reads
+        .into_iter()
+        .map(|(bar, r)| (bar, ep.bytes(r).to_vec()))
+        .collect())
+}
+
+/// WRITEs the `locked` records, their `bars` (a multi-version table's) and the chain `links`
+/// to every joiner, and once those have executed, unlocks the records on primary `p`. On a
+/// failed WRITE (a joiner died) the locks are given back all the same.
 async fn copy_locked(
     ep: &mut Endpoint,
     p: NodeId,
     joiners: &[NodeId],
     owner: u64,
     locked: &[(u64, Vec<u8>)],
+    bars: &[(u64, Vec<u8>)],
     links: &[(u64, u64)],
 ) -> Result<(), FabricError> {
     for &j in joiners {
-        for (at, rec) in locked {
+        for (at, rec) in locked.iter().chain(bars) {
             ep.write(j, *at, rec);
         }
         for &(at, w) in links {

@@ -340,6 +340,8 @@ pub struct Service {
     rejoin: bool,
     /// The copy takes each slot's lock (false: the negative control's unsound copy).
     copy_locks: bool,
+    /// The copy takes multi-version tables' attribute bars (false: the Motor control).
+    copy_bars: bool,
     /// The coordinator's commits write the joiners (false: the other negative control).
     write_joiners: bool,
     /// This coordinator's copy in progress: its view and what it has done.
@@ -410,6 +412,7 @@ impl Service {
             view_sink: None,
             rejoin: false,
             copy_locks: true,
+            copy_bars: true,
             write_joiners: true,
             copy: None,
             joins: Vec::new(),
@@ -420,7 +423,7 @@ impl Service {
     /// Re-replicates failed memory nodes that come back (blank): it probes them at each
     /// scan, and a node that answers is formatted and joins the view; once that view is
     /// active the leader copies its tables to it, and it becomes a full replica (see the
-    /// module doc). FORD, FaRM and DrTM+H only, with one-sided lock stages.
+    /// module doc). FORD, FaRM, DrTM+H and Motor, with one-sided lock stages.
     pub fn with_rejoin(mut self, rejoin: bool) -> Service {
         self.rejoin = rejoin;
         self
@@ -430,6 +433,14 @@ impl Service {
     #[doc(hidden)]
     pub fn with_unlocked_copy(mut self) -> Service {
         self.copy_locks = false;
+        self
+    }
+
+    /// The Motor negative control: the copy leaves the attribute bars (the older versions'
+    /// chunks) out (unsound; tests only).
+    #[doc(hidden)]
+    pub fn with_bars_uncopied(mut self) -> Service {
+        self.copy_bars = false;
         self
     }
 
@@ -621,9 +632,15 @@ impl Service {
         // (it may hold what is left, and its recovery needs the word) or the view moved.
         for retry in 0.. {
             let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
-            let pass =
-                failover::copy_to_joiners(ep, &self.map, owner, only.as_deref(), self.copy_locks)
-                    .await;
+            let pass = failover::copy_to_joiners(
+                ep,
+                &self.map,
+                owner,
+                only.as_deref(),
+                self.copy_locks,
+                self.copy_bars,
+            )
+            .await;
             let pass = match pass {
                 Ok(p) => p,
                 Err(FabricError::NodeDown(n)) if n != 0 => {

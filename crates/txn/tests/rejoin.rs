@@ -6,9 +6,14 @@
 //! committed insert and every unit of money must be on node 1 at the end. The negative
 //! control copies without the slot locks: an insert committed between the copy's READ and
 //! its WRITE is overwritten on the joiner by the free slot the copy read, and is lost.
+//!
+//! Under Motor the same, with 64-byte values (an update's pre-image goes to the record's
+//! attribute bar, not its Vcell): node 1 must also hold, for every version each of its CVTs
+//! names, the bar chunk that version's stamps say, which a copy of the CVTs alone misses.
 
 use dtxn_fabric::sim::{MemoryCrash, MemoryRejoin, SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_store::cvt::{MvCodec, CHUNK};
 use dtxn_store::layout::VIEW_OFF;
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec, View};
 use dtxn_txn::membership::{self, JoinEvent, LeaseConfig, Service, ViewEvent};
@@ -30,15 +35,30 @@ const FAIL_2_NS: u64 = 45_000_000;
 const STOP_NS: u64 = 60_000_000;
 const COORDINATORS: u32 = 4;
 
+/// The value of an account or row: `x`, then (Motor's) the same repeated to `value_size`.
 fn v(x: u64) -> Vec<u8> {
-    x.to_le_bytes().to_vec()
+    VALUE.with(|n| x.to_le_bytes().repeat(n.get() / 8))
+}
+
+thread_local! {
+    /// The value size of the run in progress on this thread (8: FORD's, 64: Motor's).
+    static VALUE: std::cell::Cell<usize> = const { std::cell::Cell::new(8) };
+}
+
+/// The value size a protocol's run uses.
+fn value_size(p: Protocol) -> usize {
+    if p == Protocol::Motor {
+        64
+    } else {
+        8
+    }
 }
 
 fn num(b: &[u8]) -> u64 {
     u64::from_le_bytes(b[..8].try_into().unwrap())
 }
 
-fn pool(seed: u64) -> (SimPool, Plan, SimConfig) {
+fn pool(seed: u64, protocol: Protocol) -> (SimPool, Plan, SimConfig) {
     let shape = PoolShape {
         memory_nodes: 3,
         replicas: 2,
@@ -46,8 +66,14 @@ fn pool(seed: u64) -> (SimPool, Plan, SimConfig) {
         log_slice_bytes: 32 << 10,
         region_bytes: None,
     };
-    let a = TableSpec::new(A, "a", 8, 16);
-    let b = TableSpec::new(B, "b", 8, 4096);
+    let size = value_size(protocol);
+    let (mut a, mut b) = (
+        TableSpec::new(A, "a", size, 16),
+        TableSpec::new(B, "b", size, 4096),
+    );
+    if protocol == Protocol::Motor {
+        (a, b) = (a.multi_version(2), b.multi_version(2));
+    }
     let plan = Plan::new(&[a, b], &shape).unwrap();
     assert_eq!(plan.table(B).unwrap().replicas, [1, 2]);
     let mut cfg = SimConfig::new(seed, 3, plan.region_bytes);
@@ -69,9 +95,11 @@ fn pool(seed: u64) -> (SimPool, Plan, SimConfig) {
     }];
     let pool = Pool::Sim(SimPool::new(cfg.clone()).unwrap());
     plan.format_pool(&pool).unwrap();
-    let mut l = Loader::new(plan.table(B).unwrap());
-    for k in 0..ACCOUNTS {
-        l.insert(&pool, k, &v(BALANCE)).unwrap();
+    for table in [A, B] {
+        let mut l = Loader::new(plan.table(table).unwrap());
+        for k in 0..ACCOUNTS {
+            l.insert(&pool, k, &v(BALANCE)).unwrap();
+        }
     }
     let Pool::Sim(s) = pool else { unreachable!() };
     (s, plan, cfg)
@@ -83,6 +111,7 @@ enum Control {
     Sound,
     UnlockedCopy,
     JoinersUnwritten,
+    BarsUncopied,
 }
 
 /// What the coordinators saw.
@@ -104,17 +133,33 @@ fn next(x: &mut u64) -> u64 {
 }
 
 async fn transfer(c: &mut Coordinator, from: u64, to: u64) -> Result<(), AbortReason> {
+    transfer_in(c, B, from, to).await
+}
+
+async fn transfer_in(
+    c: &mut Coordinator,
+    table: u32,
+    from: u64,
+    to: u64,
+) -> Result<(), AbortReason> {
     let mut tx = c.begin(TxKind::ReadWrite);
-    tx.fetch(&[Access::update(B, from), Access::update(B, to)])
+    tx.fetch(&[Access::update(table, from), Access::update(table, to)])
         .await
         .map_err(|a| a.reason)?;
-    let (a, b) = (num(tx.get(B, from).unwrap()), num(tx.get(B, to).unwrap()));
+    let (a, b) = (
+        num(tx.get(table, from).unwrap()),
+        num(tx.get(table, to).unwrap()),
+    );
     if a == 0 {
         tx.rollback().await;
         return Ok(());
     }
-    tx.update(B, from, &v(a - 1)).await.map_err(|a| a.reason)?;
-    tx.update(B, to, &v(b + 1)).await.map_err(|a| a.reason)?;
+    tx.update(table, from, &v(a - 1))
+        .await
+        .map_err(|a| a.reason)?;
+    tx.update(table, to, &v(b + 1))
+        .await
+        .map_err(|a| a.reason)?;
     tx.commit().await.map_err(|a| a.reason)
 }
 
@@ -124,19 +169,26 @@ async fn insert(c: &mut Coordinator, k: u64) -> Result<(), AbortReason> {
     tx.commit().await.map_err(|a| a.reason)
 }
 
-async fn member(mut ep: Endpoint, lease: LeaseConfig, seen: Rc<RefCell<Seen>>, control: Control) {
+async fn member(
+    mut ep: Endpoint,
+    lease: LeaseConfig,
+    seen: Rc<RefCell<Seen>>,
+    control: Control,
+    protocol: Protocol,
+) {
+    VALUE.with(|n| n.set(value_size(protocol)));
     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
     membership::join(&mut ep, lease).await.unwrap();
     let me = ep.id().index;
-    let mut service =
-        Service::new(Protocol::Ford, lease, COORDINATORS, map.clone()).with_rejoin(true);
+    let mut service = Service::new(protocol, lease, COORDINATORS, map.clone()).with_rejoin(true);
     match control {
         Control::Sound => {}
         Control::UnlockedCopy => service = service.with_unlocked_copy(),
         Control::JoinersUnwritten => service = service.with_joiners_unwritten(),
+        Control::BarsUncopied => service = service.with_bars_uncopied(),
     }
     let cfg = TxnConfig {
-        protocol: Protocol::Ford,
+        protocol,
         lock_journal: true,
         ..TxnConfig::default()
     };
@@ -144,6 +196,13 @@ async fn member(mut ep: Endpoint, lease: LeaseConfig, seen: Rc<RefCell<Seen>>, c
     c.set_failover(true);
     let mut rng = 0x9e37_79b9_7f4a_7c15 ^ ((u64::from(me) + 1) * 0x1234_5678);
     let mut n = 0;
+    // Motor: `A`'s rows get older versions (pre-images in their bars) before node 1 fails,
+    // and none after: node 1, `A`'s backup, gets those bars from the copy alone.
+    while protocol == Protocol::Motor && c.endpoint().now_ns() < FAIL_1_NS / 2 {
+        let from = next(&mut rng) % ACCOUNTS;
+        let to = (from + 1 + next(&mut rng) % (ACCOUNTS - 1)) % ACCOUNTS;
+        let _ = transfer_in(&mut c, A, from, to).await;
+    }
     while c.endpoint().now_ns() < STOP_NS {
         if let Some(map) = service.tick(c.endpoint()).await.unwrap() {
             c.set_map(map);
@@ -175,10 +234,22 @@ async fn member(mut ep: Endpoint, lease: LeaseConfig, seen: Rc<RefCell<Seen>>, c
     s.views.extend(service.views.iter().cloned());
 }
 
-/// Runs the scenario; returns what the coordinators saw, the final view and `B` as node 1
-/// holds it (key -> value), every lock word checked clear.
+/// Runs the scenario under FORD; see [`run_under`].
 fn run(seed: u64, control: Control) -> (Seen, View, BTreeMap<u64, u64>) {
-    let (mut sim, plan, cfg) = pool(seed);
+    let (seen, view, b, _) = run_under(seed, control, Protocol::Ford);
+    (seen, view, b)
+}
+
+/// Runs the scenario; returns what the coordinators saw, the final view, `B` as node 1
+/// holds it (key -> value), every lock word checked clear, and (Motor) how many versions
+/// node 1's CVTs name whose bar chunk node 1 lacks.
+fn run_under(
+    seed: u64,
+    control: Control,
+    protocol: Protocol,
+) -> (Seen, View, BTreeMap<u64, u64>, u64) {
+    VALUE.with(|n| n.set(value_size(protocol)));
+    let (mut sim, plan, cfg) = pool(seed, protocol);
     let lease = LeaseConfig::for_fabric(cfg.flight_bound_ns(), 0);
     let seen = Rc::new(RefCell::new(Seen::default()));
     let s = seen.clone();
@@ -187,28 +258,75 @@ fn run(seed: u64, control: Control) -> (Seen, View, BTreeMap<u64, u64>) {
         threads: 1,
         coroutines: COORDINATORS / 2,
     };
-    sim.run(topo, None, move |ep| member(ep, lease, s.clone(), control))
-        .unwrap();
+    sim.run(topo, None, move |ep| {
+        member(ep, lease, s.clone(), control, protocol)
+    })
+    .unwrap();
     let pool = Pool::Sim(sim);
     let view = View::parse(pool.with_local(0, |m| m.read_u64(VIEW_OFF)));
-    let t = plan.table(B).unwrap();
-    let codec = t.codec();
     let mut b = BTreeMap::new();
+    let mut missing_chunks = 0;
+    for table in [A, B] {
+        let (rows, chunks) = node_1_holds(&pool, &plan, table);
+        if table == B {
+            b = rows;
+        }
+        missing_chunks += chunks;
+    }
+    let seen = Rc::try_unwrap(seen).ok().unwrap().into_inner();
+    (seen, view, b, missing_chunks)
+}
+
+/// `table` as node 1 holds it (key -> value), every lock word checked clear, and (Motor)
+/// how many versions its CVTs name whose bar chunk node 1 lacks.
+fn node_1_holds(pool: &Pool, plan: &Plan, table: u32) -> (BTreeMap<u64, u64>, u64) {
+    let t = plan.table(table).unwrap();
+    let codec = t.codec();
+    let mv = MvCodec::new(t);
+    let mut b = BTreeMap::new();
+    let mut missing_chunks = 0;
     let mut bytes = vec![0u8; t.bucket_bytes as usize];
     for i in 0..t.bucket_count + t.overflow_buckets {
         pool.with_local(1, |m| m.read(t.bucket(i), &mut bytes));
         for s in 0..t.slots_per_bucket {
-            let mut val = vec![0u8; 8];
-            if let Ok(h) = codec.decode(t.slot_bytes(&bytes, s), &mut val) {
-                assert_eq!(h.lock, 0, "a lock word left on node 1");
-                if h.valid {
+            let slot = t.slot_bytes(&bytes, s);
+            let h = codec.header(slot);
+            assert_eq!(h.lock, 0, "a lock word left on node 1");
+            if !h.valid {
+                continue;
+            }
+            let mut val = vec![0u8; t.value_size as usize];
+            let Some(k) = &mv else {
+                if codec.decode(slot, &mut val).is_ok() {
                     assert!(b.insert(h.key, num(&val)).is_none(), "key {} twice", h.key);
+                }
+                continue;
+            };
+            let cvt = k.decode(slot, &mut val).expect("a whole CVT on node 1");
+            assert!(b.insert(h.key, num(&val)).is_none(), "key {} twice", h.key);
+            // Every version it names whose pre-image is a bar chunk: the chunk, stamped
+            // with that version, in node 1's own bar.
+            let off = t.slot(t.bucket(i), s);
+            for c in cvt
+                .cells
+                .iter()
+                .filter(|c| c.valid() && c.flags & CHUNK != 0)
+            {
+                let lines = k.chunk_lines(c.bitmap) as usize;
+                let mut chunk = vec![0u8; lines * dtxn_store::record::LINE];
+                pool.with_local(1, |m| {
+                    m.read(t.bar_line_off(off, u32::from(c.start)), &mut chunk)
+                });
+                let mut scratch = vec![0u8; t.value_size as usize];
+                if k.apply_chunk(&chunk, c.bitmap, c.version, 0, &mut scratch)
+                    .is_err()
+                {
+                    missing_chunks += 1;
                 }
             }
         }
     }
-    let seen = Rc::try_unwrap(seen).ok().unwrap().into_inner();
-    (seen, view, b)
+    (b, missing_chunks)
 }
 
 /// The keys inserted and committed that node 1 does not hold as inserted, and the money on
@@ -286,4 +404,34 @@ fn without_the_joiner_in_the_commits_backups_commits_are_lost() {
             "seed {seed}: nothing lost"
         );
     }
+}
+
+/// Motor: the same scenario; node 1 ends with every committed insert and unit of money, and
+/// every older version its CVTs name rebuildable from its own bars.
+#[test]
+fn a_blank_replacement_is_copied_to_under_motor_with_its_bars() {
+    for seed in 1..=2 {
+        let (seen, view, b, missing_chunks) = run_under(seed, Control::Sound, Protocol::Motor);
+        assert!(
+            view.is_rejoined(1) && view.is_failed(2),
+            "seed {seed}: {view}"
+        );
+        let j = seen.joins.first().expect("a copy completed");
+        assert!(j.copied >= 4096, "seed {seed}: {j:?}");
+        assert!(seen.committed_joining > 0, "seed {seed}");
+        assert_eq!(losses(&seen, &b), (vec![], 0), "seed {seed}");
+        assert_eq!(missing_chunks, 0, "seed {seed}");
+        assert!(seen.inserted.len() > 50, "seed {seed}");
+    }
+}
+
+/// Motor's negative control: a copy of the CVTs without their bars leaves node 1 naming
+/// versions it cannot rebuild.
+#[test]
+fn without_the_bars_a_motor_joiner_cannot_rebuild_its_older_versions() {
+    let (_, _, _, missing_chunks) = run_under(1, Control::BarsUncopied, Protocol::Motor);
+    assert!(
+        missing_chunks > 0,
+        "every chunk was there without the bars' copy"
+    );
 }

@@ -206,7 +206,7 @@ pub struct BenchArgs {
     /// survivors change the view and promote backups; the protocols with failover, which
     /// `--faults memory=1` with another names), `rejoin=DURATION` (each failed node comes back
     /// blank that long after its failure, joins and is re-replicated while transactions run;
-    /// FORD, FaRM and DrTM+H), `within=DURATION` of the
+    /// FORD, FaRM, DrTM+H and Motor), `within=DURATION` of the
     /// start (default: about the run's length), `delay_prob=P` and `delay=DURATION` (ops
     /// delayed on the way), `lease=DURATION` and `guard=DURATION` (default: from the fabric's
     /// longest op flight and the adversary's longest stall; checked against both).

@@ -642,11 +642,19 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             }
             if !plan.memory_rejoins.is_empty() {
                 // The copy locks records with one-sided CASes and takes the slot bytes for the
-                // whole record: the protocols whose primaries keep nothing else.
-                if ![Protocol::Ford, Protocol::Farm, Protocol::Drtmh].contains(&cfg.protocol) {
+                // whole record (and a CVT's attribute bar): the protocols whose primaries keep
+                // nothing else.
+                let copied = [
+                    Protocol::Ford,
+                    Protocol::Farm,
+                    Protocol::Drtmh,
+                    Protocol::Motor,
+                ];
+                if !copied.contains(&cfg.protocol) {
                     bail!(
-                        "--faults rejoin=: re-replication is FORD's, FaRM's and DrTM+H's for now \
-                         ({} keeps state on its primaries that the copy does not take)",
+                        "--faults rejoin=: re-replication is FORD's, FaRM's, DrTM+H's and \
+                         Motor's for now ({} keeps state on its primaries that the copy does \
+                         not take)",
                         cfg.protocol.name()
                     );
                 }
