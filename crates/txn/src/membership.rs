@@ -758,6 +758,10 @@ impl Service {
             }
             if agreed {
                 repaired += self.repair(ep, m, view).await?;
+                // A repair that failed on another memory node (a second failure during the
+                // view change) is retried only in a view without it: probe now, or the
+                // repair fails on the same node forever.
+                self.probe(ep, view).await?;
                 continue;
             }
             // Somebody works in an older view still, or died in one: once every live one
