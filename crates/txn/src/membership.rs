@@ -775,6 +775,10 @@ impl Service {
             }
             if agreed {
                 repaired += self.repair(ep, m, view).await?;
+                // A repair that failed on another memory node (a second failure during the
+                // view change) is retried only in a view without it: probe now, or the
+                // repair fails on the same node forever.
+                self.probe(ep, view).await?;
                 continue;
             }
             // Somebody works in an older view still, or died in one: once every live one
@@ -866,6 +870,13 @@ impl Service {
         Ok(ep.cas_ok(c).then_some(mine))
     }
 
+    fn report(&mut self, e: RecoveryEvent) {
+        if let Some(sink) = &mut self.sink {
+            sink(&e);
+        }
+        self.events.push(e);
+    }
+
     async fn give_back(&mut self, ep: &mut Endpoint, mine: u64) -> Result<(), FabricError> {
         ep.cas(0, LEADER_OFF, mine, 0);
         ep.post().await
@@ -931,11 +942,39 @@ impl Service {
         // What must wait for its turn (Scythe's tickets behind others) waits a scan period at
         // most: it may wait for a dead coordinator not yet found, which the next scan finds.
         let deadline = ep.now_ns().saturating_add(self.period_ns());
-        let settled = match recover_within(ep, &map, self.protocol, &in_views, deadline).await {
+        let mut early = Vec::new();
+        let r = recover_within(ep, &map, self.protocol, &in_views, deadline, &mut early).await;
+        let settled = match r {
             Ok(s) => s,
             // A memory node failed under us: give the word back, probe and change the view,
-            // and recover them again in it (recovery is idempotent).
+            // and recover them again in it (recovery is idempotent). What was settled is
+            // reported now: those entries may be closed on every live node already, and
+            // the next recovery finds nothing pending (a roll forward reported by nobody
+            // would be a commit the run never counts). Not marked recovered.
             Err(FabricError::NodeDown(n)) if n != 0 => {
+                let finished_ns = ep.lease_now_ns();
+                for (&i, outcome) in dead.iter().zip(early) {
+                    if outcome == Recovered::Nothing {
+                        continue;
+                    }
+                    let x = m.members[i as usize];
+                    let noticed_ns = if first_dead.contains(&i) {
+                        first_ns
+                    } else {
+                        m.posted_ns
+                    };
+                    self.report(RecoveryEvent {
+                        coordinator: i,
+                        incarnation: x.incarnation,
+                        by: me,
+                        expired_ns: x.expiry_ns,
+                        noticed_ns,
+                        started_ns,
+                        finished_ns,
+                        outcome,
+                        locks_released: 0,
+                    });
+                }
                 self.suspect = true;
                 self.give_back(ep, mine).await?;
                 return Ok(scan);
@@ -969,10 +1008,7 @@ impl Service {
                 outcome,
                 locks_released,
             };
-            if let Some(sink) = &mut self.sink {
-                sink(&e);
-            }
-            self.events.push(e);
+            self.report(e);
         }
         let marks: Vec<_> = done
             .iter()

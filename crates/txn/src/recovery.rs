@@ -102,7 +102,7 @@ pub async fn recover_all_in_views(
     protocol: Protocol,
     dead: &[(u32, bool)],
 ) -> Result<Vec<(Recovered, u32)>, FabricError> {
-    let r = recover_within(ep, map, protocol, dead, u64::MAX).await?;
+    let r = recover_within(ep, map, protocol, dead, u64::MAX, &mut Vec::new()).await?;
     Ok(r.into_iter().map(|(o, l, _)| (o, l)).collect())
 }
 
@@ -112,19 +112,27 @@ pub async fn recover_all_in_views(
 /// recovered for good (false: something of its
 /// still waits behind others, maybe behind a dead coordinator not yet found: run it again
 /// later, with them; every step is idempotent).
+///
+/// `settled` gets each dead coordinator's outcome (in the order of `dead`) as soon as its
+/// log entry is settled, before the entry is closed: if recovery is cut short after that
+/// (a memory node fails under it), the entry may be closed on every live node, and a
+/// recovery run again finds nothing pending, so the outcome known here is the only report
+/// of a roll forward (a transaction committed, whose coordinator never recorded it).
 pub async fn recover_within(
     ep: &mut Endpoint,
     map: &PoolMap,
     protocol: Protocol,
     dead: &[(u32, bool)],
     deadline_ns: u64,
+    settled: &mut Vec<Recovered>,
 ) -> Result<Vec<(Recovered, u32, bool)>, FabricError> {
-    let mut out = Vec::with_capacity(dead.len());
+    settled.clear();
     let older = map.for_older_view();
     for &(index, before) in dead {
         let map = if before { &older } else { map };
-        out.push(settle_log(ep, map, protocol, index).await?);
+        settle_log(ep, map, protocol, index, settled).await?;
     }
+    let out = settled.clone();
     // The journals say where each dead coordinator's locks may be, unless a memory node
     // failed (a promoted primary's lock words are not where the journal on the failed one
     // named them) or the protocol keeps none: then the scan finds them.
@@ -157,13 +165,15 @@ pub async fn recover_within(
         .collect())
 }
 
-/// Steps 1 and 2, and 4: settles coordinator `index`'s newest log entry and closes it.
+/// Steps 1 and 2, and 4: settles coordinator `index`'s newest log entry and closes it. The
+/// outcome is pushed to `settled` once known, before the entry is closed.
 async fn settle_log(
     ep: &mut Endpoint,
     map: &PoolMap,
     protocol: Protocol,
     index: u32,
-) -> Result<Recovered, FabricError> {
+    settled: &mut Vec<Recovered>,
+) -> Result<(), FabricError> {
     let owner = u64::from(index) + 1;
     // The live memory nodes of the view recovery runs in (a failed node's copy of the log
     // is gone; every entry was written to each replica of the items it logs).
@@ -199,13 +209,15 @@ async fn settle_log(
                 Recovered::RolledForward(_) => LogStatus::Committed,
                 _ => LogStatus::Aborted,
             };
+            settled.push(outcome);
             for &n in &nodes {
                 ep.write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
             }
-            ep.post().await?;
+            return ep.post().await;
         }
     }
-    Ok(outcome)
+    settled.push(outcome);
+    Ok(())
 }
 
 /// Bytes the lock release's scan reads per round trip (at least a bucket): big enough to
