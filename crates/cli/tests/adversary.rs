@@ -326,6 +326,46 @@ fn a_failed_memory_node_comes_back_is_re_replicated_and_the_run_verifies() {
     }
 }
 
+/// Regression: faults drawn after the run's end (`within=` longer than the run) never strike.
+/// The sim stepped to them while the run drained its last ops, so a memory node failed with
+/// nobody left to change the view, and the recovery after the run stopped with "memory node
+/// 1 has no dtxn pool" (its failure's restart event, at "forever", came back blank first).
+/// Now the report says so, and the run verifies.
+#[test]
+fn faults_planned_after_the_runs_end_never_strike() {
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "smallbank",
+        "--protocol",
+        "motor",
+        "--compute-nodes",
+        "2",
+        "--memory-nodes",
+        "3",
+        "--replicas",
+        "3",
+        "--txns",
+        "2000",
+        "--faults",
+        "memory=2,compute=1,within=22ms",
+        "--seed",
+        "1",
+        "--verify",
+    ]);
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("never struck"), "{out}");
+    assert!(out.contains("0 coordinators crashed"), "{out}");
+    assert!(
+        out.contains("ends in view 0 (every memory node live)"),
+        "{out}"
+    );
+    assert!(out.contains("verify: consistent"), "{out}");
+}
+
 /// Regression: two memory nodes fail for good (nodes 2 and 1, with three replicas) and a
 /// compute node crashes between them. Its coordinators are recovered in the view without
 /// node 2; node 1 fails while that recovery scans for their locks, after it had rolled their

@@ -305,6 +305,58 @@ fn ops_to_a_crashed_memory_node_fail_until_it_restarts() {
     assert_eq!(*seen.last().unwrap(), Some(0), "DRAM comes back empty");
 }
 
+/// The fault plan ends with the run: a failure drawn after the coordinators are done does not
+/// strike the idle pool (the next run would find a node down in a view that lists it), and a
+/// node failed for good during a run stays down, without a restart at `FOREVER` that the
+/// drained run would step to (virtual time jumping by a century, the node back blank).
+#[test]
+fn faults_end_with_the_run_and_a_failed_node_stays_down() {
+    let mut cfg = SimConfig::new(5, 3, 4096);
+    for (at_ns, node) in [(10_000, 1), (10_000_000, 2)] {
+        cfg.faults.memory_crashes.push(MemoryCrash {
+            at_ns,
+            node,
+            down_ns: MemoryCrash::FOREVER,
+        });
+    }
+    let mut pool = SimPool::new(cfg).unwrap();
+    pool.with_local(1, |m| m.write_u64(0, 77));
+    pool.with_local(2, |m| m.write_u64(0, 88));
+    let r = pool
+        .run(topo(1, 1, 1), None, |mut ep: Endpoint| async move {
+            ep.sleep(20_000).await;
+            let r = ep.read(1, 0, 8);
+            (ep.post().await, ep.word(r, 0))
+        })
+        .unwrap();
+    assert_eq!(
+        r.outputs[0].clone().unwrap().0,
+        Err(FabricError::NodeDown(1))
+    );
+    assert!(
+        r.elapsed_ns < 1_000_000,
+        "the run drained to {} ns",
+        r.elapsed_ns
+    );
+    pool.set_faults(Default::default());
+    let r = pool
+        .run(topo(1, 1, 1), None, |mut ep: Endpoint| async move {
+            ep.read(1, 0, 8);
+            let down = ep.post().await;
+            let two = ep.read(2, 0, 8);
+            ep.post().await.unwrap();
+            (down, ep.word(two, 0))
+        })
+        .unwrap();
+    let (down, two) = r.outputs[0].clone().unwrap();
+    assert_eq!(
+        down,
+        Err(FabricError::NodeDown(1)),
+        "node 1 failed for good"
+    );
+    assert_eq!(two, 88, "node 2's failure fell after the run: never struck");
+}
+
 /// A compute-node crash drops its coordinators mid-flight; the others finish.
 #[test]
 fn a_compute_crash_drops_its_coordinators_only() {

@@ -1042,6 +1042,11 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     };
     let out = engine::run(&mut pool, &w, topo, &cfg, &sh);
     set_faults(&mut pool, Faults::default());
+    // The fault plan ends with the run (the sim drops what falls after it).
+    let run_ns = match &pool {
+        dtxn_fabric::Pool::Sim(sim) => sim.now_ns().saturating_sub(run_start_ns),
+        _ => 0,
+    };
     // Online, the survivors' recovery service recovered the dead coordinators during the run
     // (and its liveness phase). After the run, as a fallback, only those it did not know of:
     // a coordinator that died before its lease was written, or one done before it died.
@@ -1255,6 +1260,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             topo,
         );
         f.fenced = out.fenced.len() as u32;
+        f.run_ns = run_ns;
         if let Some(l) = lease {
             f.lease_ns = l.lease_ns;
             f.guard_ns = l.guard_ns;

@@ -337,6 +337,9 @@ pub struct JoinLine {
 pub struct FaultReport {
     /// The plan drawn from the seed: (compute node, virtual instant from the start in ns).
     pub planned_crashes: Vec<(u32, u64)>,
+    /// The run's length (ns, virtual, with its liveness phase): a fault planned at or after
+    /// it never struck (the fault plan ends with the run).
+    pub run_ns: u64,
     pub coordinators_crashed: u32,
     pub coordinators_recovered: u32,
     /// Pending transactions recovery rolled forward (of which the coordinator never learnt
@@ -369,6 +372,20 @@ pub struct FaultReport {
     pub views: Vec<ViewLine>,
     /// Failed memory nodes that came back and were re-replicated (`rejoin=`).
     pub joins: Vec<JoinLine>,
+}
+
+impl FaultReport {
+    /// A note for a fault planned at `at_ns` that fell after the run's end.
+    fn late(&self, at_ns: u64) -> String {
+        if self.run_ns > 0 && at_ns >= self.run_ns {
+            format!(
+                " (after the run's end at {:.1} us: never struck)",
+                self.run_ns as f64 / 1e3
+            )
+        } else {
+            String::new()
+        }
+    }
 }
 
 /// One view change (memory nodes failed), as the coordinators saw it (virtual us from the
@@ -753,7 +770,13 @@ impl BenchReport {
             let plan: Vec<String> = f
                 .planned_crashes
                 .iter()
-                .map(|&(cn, at)| format!("compute node {cn} at {:.1} us", at as f64 / 1e3))
+                .map(|&(cn, at)| {
+                    format!(
+                        "compute node {cn} at {:.1} us{}",
+                        at as f64 / 1e3,
+                        f.late(at)
+                    )
+                })
                 .collect();
             let _ = writeln!(
                 s,
@@ -831,7 +854,9 @@ impl BenchReport {
                 let plan: Vec<String> = f
                     .planned_memory_failures
                     .iter()
-                    .map(|&(n, at)| format!("memory node {n} at {:.1} us", at as f64 / 1e3))
+                    .map(|&(n, at)| {
+                        format!("memory node {n} at {:.1} us{}", at as f64 / 1e3, f.late(at))
+                    })
                     .collect();
                 let _ = writeln!(
                     s,

@@ -146,6 +146,7 @@ impl SimPool {
         let mut outputs: Vec<Option<R>> = (0..ids.len()).map(|_| None).collect();
         let mut live = ids.len();
         let stop = stop_at_ns.map(|s| start + s);
+        let mut drained = false;
         loop {
             let next = self.world.borrow_mut().next_ready();
             if let Some(c) = next {
@@ -161,9 +162,13 @@ impl SimPool {
                 continue;
             }
             // With every coordinator done, ops still on the wire (detached releases) land;
-            // the run ends when nothing is left in flight.
+            // the run ends when nothing is left in flight (and no fault strikes after it).
             let (more, killed) = {
                 let mut w = self.world.borrow_mut();
+                if live == 0 && !drained {
+                    w.drop_pending_faults();
+                    drained = true;
+                }
                 if let (Some(stop), Some(t)) = (stop, w.next_event_time()) {
                     if t > stop {
                         w.now = stop;

@@ -866,8 +866,26 @@ impl World {
         n.faa_held.clear();
         self.lose_volatile(node);
         self.hash = mix(self.hash, 0xd0 ^ u64::from(node));
-        let at = self.now + down_ns;
-        self.push(at, Ev::RestartMemory { node });
+        // A node failed for good never restarts: an event at `FOREVER` would still be
+        // stepped to once the coordinators are done (the run drains its events), bringing
+        // the node back blank, 146 years later.
+        if down_ns < super::config::MemoryCrash::FOREVER {
+            let at = self.now + down_ns;
+            self.push(at, Ev::RestartMemory { node });
+        }
+    }
+
+    /// Every coordinator is done: the fault plan's events still to come are dropped, so that
+    /// a crash or failure drawn past the run's end does not strike the idle pool while the
+    /// run drains its last ops (nobody would notice it; the next run would find a node down,
+    /// or blank, in a view that still lists it). Restarts of crashed nodes stay.
+    pub fn drop_pending_faults(&mut self) {
+        self.heap.retain(|Reverse((_, _, ev))| {
+            !matches!(
+                ev,
+                Ev::CrashCompute { .. } | Ev::CrashMemory { .. } | Ev::RejoinMemory { .. }
+            )
+        });
     }
 
     /// What memory node `node` keeps through a loss of power: in persistent-memory mode its
