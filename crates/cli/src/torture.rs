@@ -29,7 +29,7 @@ pub struct TortureArgs {
     /// SUNDIAL with RCC's hybrid code 21; `mvcc-hybrid`: MVCC with code 28; `calvin-rpc`:
     /// CALVIN with every stage as RPCs; `scythe-tocc`: Scythe with every read-write attempt in
     /// TOCC; `scythe-cas`: the same with the CAS lock instead of the takeout lock; sundial and
-    /// mvcc are checked for serializability, not strict; calvin runs no --faults).
+    /// mvcc are checked for serializability, not strict).
     #[arg(long, value_delimiter = ',')]
     pub protocols: Vec<String>,
     /// Workloads, comma-separated (default: smallbank,kv,tatp,tpcc,skew). Every even seed runs
@@ -47,9 +47,9 @@ pub struct TortureArgs {
     /// Crash a compute node in every run at an instant drawn from the seed, have the
     /// survivors' recovery service recover its coordinators online (leases), and check the run
     /// and the pool all the same (`dtxn bench --faults`; default
-    /// `compute=1`). Not for `motor-local`, which runs one compute node, nor for calvin (a
-    /// crashed coordinator stalls its epochs).
-    /// `memory=N` (memory-node failover) strikes ford, farm, drtmh, ford-rpc, motor, motor-si,
+    /// `compute=1`). Not for `motor-local`, which runs one compute node (calvin and
+    /// calvin-rpc finish a dead coordinator's transaction from its redo log and retire it
+    /// from the epochs). `memory=N` (memory-node failover) strikes ford, farm, drtmh, ford-rpc, motor, motor-si,
     /// sundial, nowait, waitdie, nowait-rpc, waitdie-hybrid, occ, mvcc, mvcc-hybrid, scythe,
     /// scythe-tocc and scythe-cas, with two replicas; the other protocols run the rest of the
     /// plan (no faults if nothing is left). `rejoin=DURATION` (the failed node comes back blank
@@ -98,11 +98,9 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
         "--verify",
     ];
     // `--faults memory=N`: memory-node failover, for the protocols that have it (with two
-    // replicas, so that a table survives); the others run the rest of the plan.
-    let faults = a
-        .faults
-        .as_deref()
-        .filter(|_| p != LOCAL_MOTOR && !p.starts_with("calvin"));
+    // replicas, so that a table survives); the others (CALVIN among them) run the rest of
+    // the plan.
+    let faults = a.faults.as_deref().filter(|_| p != LOCAL_MOTOR);
     let memory = faults.is_some_and(|f| f.split(',').any(|k| k.trim().starts_with("memory=")));
     let failover = memory && FAILOVER.contains(&p);
     // `rejoin=` (re-replication of a failed node that comes back) only where the copy works.

@@ -506,6 +506,29 @@ fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
     assert!(out.contains("verify: consistent"), "{out}");
 }
 
+/// CALVIN survives a crashed compute node (issue #23): the survivors' recovery service
+/// finishes each dead coordinator's transaction from its redo log (or finds nothing to
+/// finish) and retires it from the epochs, during the run; the history, the workload's
+/// invariants and the pool check clean. One-sided, and with every stage as RPCs.
+#[test]
+fn calvin_recovers_a_crashed_compute_node_online() {
+    for (code, seed) in [("511", "11"), ("0", "5")] {
+        let set = format!("rcc.hybrid={code}");
+        let mut args = crash_run("calvin", seed);
+        args.extend(["--set", &set, "--json"]);
+        let o = dtxn(&args);
+        assert!(o.status.success(), "code {code}: {}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let f = &v["faults"];
+        assert_eq!(f["coordinators_crashed"], 6, "code {code}: {f}");
+        assert_eq!(f["coordinators_recovered"], 6, "code {code}: {f}");
+        assert_eq!(f["recovered_online"], 6, "code {code}: {f}");
+        assert_eq!(f["history_ok"], true, "code {code}: {f}");
+        assert_eq!(f["pool_checks"]["ok"], true, "code {code}: {f}");
+        assert_eq!(v["verify"]["ok"], true, "code {code}: {v}");
+    }
+}
+
 #[test]
 fn torture_with_faults_recovers_and_passes() {
     let dir = Dir::new("faults");

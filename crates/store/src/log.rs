@@ -6,7 +6,8 @@
 //!
 //! ```text
 //! 0  txn id u64 | 8 status u64 (0 empty, 1 pending, 2 committed, 3 aborted)
-//! 16 coordinator u32 | 20 items u32 | 24 body bytes u32 | 28 body crc32 u32 | 32..64 reserved
+//! 16 coordinator u32 | 20 items u32 | 24 body bytes u32 | 28 body crc32 u32
+//! 32 tag u64 (the protocol's: CALVIN's redo log, the epoch it installs in) | 40..64 reserved
 //! 64 body: per item
 //!      0 table u32 | 4 flags u32 | 8 offset u64 | 16 image bytes u32 | 20 reserved u32
 //!      24 image, padded to 8 bytes
@@ -22,6 +23,8 @@
 use crate::error::StoreError;
 
 pub const STATUS_OFF: u64 = 8;
+/// Where the tag word is in an entry's first line.
+const TAG_OFF: usize = 32;
 const HEAD: usize = 64;
 const ITEM_HEAD: usize = 24;
 
@@ -92,6 +95,10 @@ pub struct LogEntry {
     pub txn: u64,
     pub coordinator: u32,
     pub status: LogStatus,
+    /// A word of the protocol's, in the entry's first line with its id and checksum (so
+    /// written with them in one line, atomically): CALVIN's redo log keeps there the epoch
+    /// its transaction installs in; 0 for the others.
+    pub tag: u64,
     pub items: Vec<LogItem>,
 }
 
@@ -151,6 +158,11 @@ pub fn encode_head(
     out
 }
 
+/// Sets the tag word of an entry's first line (see [`LogEntry::tag`]).
+pub fn set_tag(head: &mut [u8; HEAD], tag: u64) {
+    head[TAG_OFF..TAG_OFF + 8].copy_from_slice(&tag.to_le_bytes());
+}
+
 /// Bytes of an entry's first line; the body starts after it.
 pub const HEAD_BYTES: usize = HEAD;
 
@@ -171,7 +183,7 @@ impl LogEntry {
         }
         let body = (need - HEAD) as u32;
         let crc = crc32fast::hash(&out[HEAD..]);
-        let head = encode_head(
+        let mut head = encode_head(
             self.txn,
             self.coordinator,
             self.status,
@@ -179,6 +191,7 @@ impl LogEntry {
             body,
             crc,
         );
+        set_tag(&mut head, self.tag);
         out[..HEAD].copy_from_slice(&head);
         Ok(())
     }
@@ -227,6 +240,7 @@ impl LogEntry {
             txn: w(0),
             coordinator: d(16),
             status,
+            tag: w(TAG_OFF),
             items,
         }))
     }
@@ -256,9 +270,9 @@ mod tests {
 
     proptest! {
         #[test]
-        fn entries_round_trip(txn in 1u64.., coord in any::<u32>(),
+        fn entries_round_trip(txn in 1u64.., coord in any::<u32>(), tag in any::<u64>(),
                               items in prop::collection::vec(item(), 0..8), flip in any::<u16>()) {
-            let e = LogEntry { txn, coordinator: coord, status: LogStatus::Pending, items };
+            let e = LogEntry { txn, coordinator: coord, status: LogStatus::Pending, tag, items };
             let mut b = Vec::new();
             e.encode(1 << 16, &mut b).unwrap();
             b.resize(1 << 16, 0xee);
@@ -280,6 +294,7 @@ mod tests {
             txn: 1,
             coordinator: 0,
             status: LogStatus::Pending,
+            tag: 0,
             items: vec![LogItem {
                 table: 1,
                 offset: 0,

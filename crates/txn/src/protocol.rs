@@ -71,6 +71,12 @@ pub(crate) trait Protocol: Sized + 'static {
         Stages::NONE
     }
 
+    /// Whether the shared undo log (`mechanisms/undo.rs`) is written for it under `cfg`
+    /// (CALVIN writes a redo log of its install instead where coordinators can be recovered).
+    fn undo_logged(_cfg: &TxnConfig) -> bool {
+        true
+    }
+
     /// A transaction starts.
     fn begin(_tx: &mut Tx<'_, Self>) {}
 
@@ -117,6 +123,13 @@ pub(crate) trait Protocol: Sized + 'static {
         e: &LogEntry,
     ) -> Result<Recovered, FabricError> {
         crate::mechanisms::settle::settle(ep, map, owner, e, Self::LIVE_META).await
+    }
+
+    /// Whether recovery settles a newest log entry `e` that is not pending too (CALVIN's redo
+    /// log, judged by its coordinator's epoch words whatever its status). No by default:
+    /// an undo log's closed entry is over.
+    fn judges_closed(_e: &LogEntry) -> bool {
+        false
     }
 
     /// Recovery of crashed coordinators (by index), once their log entries are settled and

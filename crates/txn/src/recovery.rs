@@ -203,17 +203,24 @@ async fn settle_log(
                 entry = Some(e);
             }
         }
-        if let Some(e) = entry.as_ref().filter(|_| pending) {
+        // (CALVIN's redo log is judged whatever its status: `Protocol::judges_closed`.)
+        let judged = |e: &&LogEntry| pending || protocol.judges_closed(e);
+        if let Some(e) = entry.as_ref().filter(judged) {
             outcome = protocol.settle(ep, map, owner, e).await?;
             let status = match outcome {
                 Recovered::RolledForward(_) => LogStatus::Committed,
                 _ => LogStatus::Aborted,
             };
+            // A redo entry judged over (`Recovered::Nothing`, not pending) is left as it is.
+            let close = pending || outcome != Recovered::Nothing;
             settled.push(outcome);
-            for &n in &nodes {
-                ep.write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
+            if close {
+                for &n in &nodes {
+                    ep.write(n, slice + STATUS_OFF, &(status as u64).to_le_bytes());
+                }
+                return ep.post().await;
             }
-            return ep.post().await;
+            return Ok(());
         }
     }
     settled.push(outcome);

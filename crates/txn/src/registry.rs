@@ -77,6 +77,13 @@ macro_rules! registry {
                 }
             }
 
+            /// Whether recovery settles the newest log entry `e` though it is not pending.
+            pub(crate) fn judges_closed(self, e: &LogEntry) -> bool {
+                match self {
+                    $( Protocol::$variant => <$ty>::judges_closed(e), )*
+                }
+            }
+
             /// Recovery's last protocol step: gives back what dead coordinators hold beside
             /// lock words; per dead coordinator, whether it holds nothing more, and how many
             /// it gave back.

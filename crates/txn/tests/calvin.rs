@@ -344,3 +344,655 @@ fn hermitage_read_skew_and_aborted_reads_are_serial_under_calvin() {
         assert_ne!(x, 999, "an aborted write was read");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// A crashed coordinator, recovered online under leases (issue #23).
+// ---------------------------------------------------------------------------------------
+
+use dtxn_fabric::sim::{ComputeCrash, SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
+use dtxn_txn::membership::{self, LeaseConfig, RecoveryEvent, Service};
+use dtxn_txn::recovery::Recovered;
+use dtxn_txn::{AbortReason, Recorder, TxnConfig};
+use std::cell::Cell;
+
+/// Keys of the crash tests' table, each loaded with [`START`].
+const KEYS: u64 = 8;
+const START: u64 = 1000;
+/// The doomed coordinator's transaction moves a unit from key 0 to every other key; the
+/// survivor's move units between keys 0..3: they conflict.
+const SHARED: u64 = 4;
+/// Commits the survivor must reach.
+const SURVIVOR_COMMITS: u32 = 30;
+/// The survivor's attempts at most (a bound, so that a survivor stalled for good fails its
+/// test's assertions rather than looping forever; a recovered run needs far fewer).
+const MAX_ATTEMPTS: u32 = 400;
+/// Without recovery, the survivor's attempts that start this long after the crash are
+/// counted: by then the dead coordinator's last epoch is behind everyone.
+const STALLED_AFTER_NS: u64 = 100_000;
+
+/// A loaded pool (2 memory nodes, 2 replicas) on the default (hostile) adversary, compute
+/// node 0 crashing at `crash_at`.
+fn crash_pool(seed: u64, crash_at: Option<u64>) -> (Pool, Plan, SimConfig) {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let plan = Plan::new(&[TableSpec::new(T, "t", 8, 64)], &shape).unwrap();
+    let mut cfg = SimConfig::new(seed, 2, plan.region_bytes);
+    cfg.faults.compute_crashes = crash_at
+        .map(|at_ns| ComputeCrash {
+            at_ns,
+            compute_node: 0,
+        })
+        .into_iter()
+        .collect();
+    let pool = Pool::Sim(SimPool::new(cfg.clone()).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    for k in 0..KEYS {
+        l.insert(&pool, k, &START.to_le_bytes()).unwrap();
+    }
+    (pool, plan, cfg)
+}
+
+/// What the doomed coordinator had done when it crashed (virtual ns; 0: not reached).
+#[derive(Debug, Default, Clone, Copy)]
+struct Marks {
+    /// Its transaction's first fetch posted (the dispatch), and returned (scheduled, read).
+    dispatch: u64,
+    scheduled: u64,
+    /// Its commit called (the install posted: no lock to take for updates), and returned.
+    install: u64,
+    committed: u64,
+}
+
+/// The crash's instant, as the doomed coordinator's progress places it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Phase {
+    BeforeDispatch,
+    DispatchedNotInstalled,
+    MidInstall,
+    InstalledBeforeDone,
+}
+
+impl Marks {
+    fn phase(&self) -> Phase {
+        if self.dispatch == 0 {
+            Phase::BeforeDispatch
+        } else if self.install == 0 {
+            Phase::DispatchedNotInstalled
+        } else if self.committed == 0 {
+            Phase::MidInstall
+        } else {
+            Phase::InstalledBeforeDone
+        }
+    }
+}
+
+struct Record(Rc<RefCell<Vec<HTxn>>>);
+
+impl Recorder for Record {
+    fn record(&mut self, t: &HTxn) {
+        self.0.borrow_mut().push(t.clone());
+    }
+}
+
+/// How a crash run ended.
+struct CrashRun {
+    marks: Marks,
+    /// The survivor's commits, and its attempts that aborted.
+    commits: u32,
+    aborts: u32,
+    /// What the survivor's recovery service did.
+    events: Vec<RecoveryEvent>,
+    /// Both coordinators' recorded transactions, then recovery's rolled-forward ones that
+    /// nobody recorded.
+    history: Vec<HTxn>,
+    /// Whether the survivor drained (every dead coordinator recovered).
+    drained: bool,
+}
+
+/// Moves one unit from `a` to `b`.
+async fn transfer(c: &mut Coordinator, a: u64, b: u64) -> Result<(), AbortReason> {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    tx.fetch(&[Access::update(T, a), Access::update(T, b)])
+        .await
+        .map_err(|e| e.reason)?;
+    let (x, y) = (value(tx.get(T, a).unwrap()), value(tx.get(T, b).unwrap()));
+    tx.update(T, a, &(x - 1).to_le_bytes())
+        .await
+        .map_err(|e| e.reason)?;
+    tx.update(T, b, &(y + 1).to_le_bytes())
+        .await
+        .map_err(|e| e.reason)?;
+    tx.commit().await.map_err(|e| e.reason)
+}
+
+/// Coordinator 0 (compute node 0, which crashes at `crash_at`) runs a transfer to join the
+/// epochs, then its transaction of interest (a unit from key 0 to every other key), 20 us
+/// between its fetch and its commit, then more transfers; coordinator 1 (compute node 1) moves units between the keys
+/// they share until it has committed [`SURVIVOR_COMMITS`] times, serving its recovery
+/// service between transactions (unless `recover` is false: then it makes 60 attempts
+/// after the crash and stops). `redo`: the runs' `lock_journal` (CALVIN's redo log).
+fn crash_run(
+    seed: u64,
+    crash_at: Option<u64>,
+    redo: bool,
+    recover: bool,
+) -> (CrashRun, Pool, Plan) {
+    let (mut pool, plan, cfg) = crash_pool(seed, crash_at);
+    let lease = LeaseConfig::for_fabric(cfg.flight_bound_ns(), 0);
+    let txn = Rc::new(TxnConfig {
+        protocol: Protocol::Calvin,
+        lock_journal: redo,
+        ..TxnConfig::default()
+    });
+    let marks = Rc::new(Cell::new(Marks::default()));
+    let history = Rc::new(RefCell::new(Vec::new()));
+    let Pool::Sim(sim) = &mut pool else {
+        unreachable!()
+    };
+    let two = Topology {
+        compute_nodes: 2,
+        threads: 1,
+        coroutines: 1,
+    };
+    let crash = crash_at.unwrap_or(u64::MAX);
+    let r = sim
+        .run(two, None, |mut ep: Endpoint| {
+            let (txn, marks, history) = (txn.clone(), marks.clone(), history.clone());
+            async move {
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                membership::join(&mut ep, lease).await.unwrap();
+                let me = ep.id().index;
+                let mut service = Service::new(Protocol::Calvin, lease, 2, map.clone());
+                let mut c = Coordinator::new(ep, map, txn);
+                c.set_recorder(Box::new(Record(history)));
+                until(&mut c, T0).await;
+                if me == 0 {
+                    let _ = transfer(&mut c, 2, 3).await;
+                    let now = |c: &mut Coordinator| c.endpoint().now_ns();
+                    let mut m = Marks {
+                        dispatch: now(&mut c),
+                        ..Marks::default()
+                    };
+                    marks.set(m);
+                    let mut tx = c.begin(TxKind::ReadWrite);
+                    let all: Vec<Access> = (0..KEYS).map(|k| Access::update(T, k)).collect();
+                    let r = tx.fetch(&all).await;
+                    m.scheduled = tx.endpoint().now_ns();
+                    marks.set(m);
+                    if r.is_ok() {
+                        tx.endpoint().sleep(20_000).await;
+                        // One unit from key 0 to each other key: an install of every key,
+                        // whose WRITEs leave over a microsecond.
+                        for k in 0..KEYS {
+                            let v = value(tx.get(T, k).unwrap());
+                            let v = if k == 0 { v - (KEYS - 1) } else { v + 1 };
+                            tx.update(T, k, &v.to_le_bytes()).await.unwrap();
+                        }
+                        m.install = tx.endpoint().now_ns();
+                        marks.set(m);
+                        let r = tx.commit().await;
+                        if r.is_ok() {
+                            m.committed = c.endpoint().now_ns();
+                            marks.set(m);
+                        }
+                    }
+                    for k in 0..20 {
+                        let _ = transfer(&mut c, k % SHARED, (k + 1) % SHARED).await;
+                    }
+                    c.retire().await;
+                    service.drain(c.endpoint()).await.unwrap();
+                    return (0, 0, Vec::new(), true);
+                }
+                let (mut commits, mut aborts, mut after) = (0, 0, 0);
+                let mut k = 0u64;
+                while commits < SURVIVOR_COMMITS && after < 60 && commits + aborts < MAX_ATTEMPTS {
+                    if recover {
+                        service.tick(c.endpoint()).await.unwrap();
+                    }
+                    let (a, b) = (k % SHARED, (k + 1 + k / SHARED) % SHARED);
+                    k += 1;
+                    if a == b {
+                        continue;
+                    }
+                    let started = c.endpoint().now_ns();
+                    let r = transfer(&mut c, a, b).await;
+                    // Without recovery, only what starts well after the crash counts.
+                    let counted = recover || started > crash.saturating_add(STALLED_AFTER_NS);
+                    match r {
+                        Ok(()) if counted => commits += 1,
+                        Ok(()) => {}
+                        Err(_) => aborts += 1,
+                    }
+                    if !recover && started > crash.saturating_add(STALLED_AFTER_NS) {
+                        after += 1;
+                    }
+                }
+                c.retire().await;
+                let drained = !recover || service.drain(c.endpoint()).await.is_ok();
+                (commits, aborts, service.events.clone(), drained)
+            }
+        })
+        .unwrap();
+    let (commits, aborts, events, drained) = r.outputs[1].clone().expect("the survivor finished");
+    let mut history = history.borrow().clone();
+    let mut seen: std::collections::HashSet<u64> = history.iter().map(|t| t.txn).collect();
+    for e in &events {
+        if let Recovered::RolledForward(t) = &e.outcome {
+            if seen.insert(t.txn) {
+                history.push(t.clone());
+            }
+        }
+    }
+    let run = CrashRun {
+        marks: marks.get(),
+        commits,
+        aborts,
+        events,
+        history,
+        drained,
+    };
+    (run, pool, plan)
+}
+
+/// Where coordinator `k`'s CALVIN words are (its epoch word, then its done word): the top of
+/// its log slice on memory node 0, the layout of `protocols/calvin.rs` (an area of a line
+/// and two batch buffers of `(len / 2 - 64) / 128` lines each).
+fn calvin_words(plan: &Plan, k: u32) -> u64 {
+    let len = plan.shape.log_slice_bytes;
+    let slice = len.div_ceil(64) * 64;
+    let area = 64 + 2 * 64 * ((len / 2 - 64) / 128);
+    plan.log_off + u64::from(k) * slice + len - area
+}
+
+fn word_at(pool: &Pool, node: u16, at: u64) -> u64 {
+    let mut b = [0u8; 8];
+    pool.with_local(node, |m| m.read(at, &mut b));
+    u64::from_le_bytes(b)
+}
+
+/// What the pool holds after a run: per replica, every key's value; and what is wrong.
+#[derive(Debug)]
+struct PoolState {
+    values: Vec<Vec<u64>>,
+    locks_left: usize,
+    torn: usize,
+    pending: usize,
+}
+
+impl PoolState {
+    /// Money conserved on every replica, the replicas alike, nothing locked, torn or pending.
+    fn consistent(&self) -> bool {
+        self.values
+            .iter()
+            .all(|v| v.iter().sum::<u64>() == KEYS * START)
+            && self.values.windows(2).all(|w| w[0] == w[1])
+            && self.locks_left == 0
+            && self.torn == 0
+            && self.pending == 0
+    }
+}
+
+fn pool_state(pool: &Pool, plan: &Plan) -> PoolState {
+    let t = plan.table(T).unwrap();
+    let codec = t.codec();
+    let mut st = PoolState {
+        values: Vec::new(),
+        locks_left: 0,
+        torn: 0,
+        pending: 0,
+    };
+    for &n in &t.replicas {
+        let mut vals = vec![u64::MAX; KEYS as usize];
+        let buckets = t.bucket_count + t.overflow_buckets;
+        let mut b = vec![0u8; t.bucket_bytes as usize];
+        for i in 0..buckets {
+            let base = t.table_off + 64 + i * t.bucket_bytes;
+            pool.with_local(n, |m| m.read(base, &mut b));
+            if n == t.primary()
+                && i < t.bucket_count
+                && word_at(pool, n, t.insert_lock(t.bucket(i))) != 0
+            {
+                st.locks_left += 1;
+            }
+            for s in 0..t.slots_per_bucket {
+                let mut v = vec![0u8; 8];
+                match codec.decode(t.slot_bytes(&b, s), &mut v) {
+                    Ok(h) if h.valid && h.key < KEYS => {
+                        st.locks_left += usize::from(h.lock != 0);
+                        vals[h.key as usize] = value(&v);
+                    }
+                    Ok(_) => {}
+                    Err(_) => st.torn += 1,
+                }
+            }
+        }
+        st.values.push(vals);
+    }
+    let slice = plan.shape.log_slice_bytes.div_ceil(64) * 64;
+    for n in 0..plan.shape.memory_nodes {
+        for s in 0..plan.shape.log_slices {
+            let mut b = vec![0u8; plan.shape.log_slice_bytes as usize];
+            pool.with_local(n, |m| m.read(plan.log_off + u64::from(s) * slice, &mut b));
+            if let Ok(Some(e)) = dtxn_store::log::LogEntry::decode(&b) {
+                st.pending += usize::from(e.status == dtxn_store::log::LogStatus::Pending);
+            }
+        }
+    }
+    st
+}
+
+/// The instants a sweep crashes compute node 0 at, from a run without the crash (whose
+/// course up to any instant is the crash run's: the crash draws nothing before it):
+/// before the doomed transaction's dispatch, between its dispatch and its install, every
+/// 150 ns across its install's flight, and at and after its commit's return.
+fn crash_instants(seed: u64, redo: bool) -> Vec<u64> {
+    let (dry, _, _) = crash_run(seed, None, redo, true);
+    let m = dry.marks;
+    assert!(
+        m.committed > 0,
+        "seed {seed}: the doomed transfer commits without the crash"
+    );
+    let mut at = vec![m.dispatch - 3_000, (m.scheduled + m.install) / 2];
+    at.extend((0..20).map(|k| m.install + k * 150));
+    at.extend([m.committed, m.committed + 300]);
+    at
+}
+
+/// The doomed coordinator crashes at every phase of its transaction (before its dispatch,
+/// between its dispatch and its install, with its install in flight, after its install
+/// before its done word landed): the survivor's service recovers it online (rolls its redo
+/// log forward when any node holds it whole, publishes its done word, retires it from the
+/// epochs) and the survivor commits all its transactions; money is conserved on every
+/// replica, the replicas are alike, no lock word is left, no log slice is pending, the
+/// dead coordinator's words say RETIRED, and the history (with recovery's rolled-forward
+/// transactions) is serializable in real time. Every phase is hit, and at least one crash
+/// cut the install after its redo log landed (rolled forward, never recorded by its
+/// coordinator).
+#[test]
+fn a_crashed_coordinator_is_recovered_online_at_every_phase() {
+    let mut phases = std::collections::BTreeMap::new();
+    let (mut cut_installs, mut done_lost, mut most_aborts) = (0, 0, 0);
+    for seed in 1..=2 {
+        for at in crash_instants(seed, true) {
+            let what = format!("seed {seed}, crash at {at} ns");
+            let (run, pool, plan) = crash_run(seed, Some(at), true, true);
+            let phase = run.marks.phase();
+            *phases.entry(phase).or_insert(0) += 1;
+            most_aborts = most_aborts.max(run.aborts);
+            assert!(run.drained, "{what}: the survivor's liveness phase failed");
+            assert_eq!(run.commits, SURVIVOR_COMMITS, "{what} ({phase:?})");
+            let st = pool_state(&pool, &plan);
+            assert!(st.consistent(), "{what} ({phase:?}): {st:?}");
+            let (epoch, done) = (calvin_words(&plan, 0), calvin_words(&plan, 0) + 8);
+            assert_eq!(word_at(&pool, 0, epoch), u64::MAX, "{what}: epoch word");
+            assert_eq!(word_at(&pool, 0, done), u64::MAX, "{what}: done word");
+            assert!(
+                serializable(&run.history),
+                "{what} ({phase:?}): not serializable"
+            );
+            let e = run.events.iter().find(|e| e.coordinator == 0);
+            let e = e.unwrap_or_else(|| panic!("{what}: coordinator 0 not recovered"));
+            // Cut mid-install (its commit never returned: unrecorded), and finished by
+            // recovery from its redo log.
+            if phase == Phase::MidInstall && matches!(e.outcome, Recovered::RolledForward(_)) {
+                cut_installs += 1;
+            }
+            // Installed, its done word lost: rolled forward again (the same bytes), harmless.
+            if phase == Phase::InstalledBeforeDone
+                && matches!(e.outcome, Recovered::RolledForward(_))
+            {
+                done_lost += 1;
+            }
+        }
+    }
+    eprintln!(
+        "crashes per phase: {phases:?}; {cut_installs} installs cut and rolled forward, \
+         {done_lost} installed with the done word lost; the survivor aborted {most_aborts} \
+         times at most"
+    );
+    assert_eq!(phases.len(), 4, "phases hit: {phases:?}");
+    assert!(
+        cut_installs > 0,
+        "no crash cut an install after its redo log landed"
+    );
+    assert!(
+        done_lost > 0,
+        "no crash fell between an install and its done word"
+    );
+}
+
+/// Negative control: without the recovery service, the survivor stalls for good once the
+/// doomed coordinator crashed between its dispatch and its install: every attempt it starts
+/// after the crash waits for the dead one's epoch word or done word, gives up, and aborts.
+#[test]
+fn without_recovery_a_crashed_coordinator_stalls_the_survivor() {
+    let seed = 1;
+    let (dry, _, _) = crash_run(seed, None, true, true);
+    let at = (dry.marks.scheduled + dry.marks.install) / 2;
+    let (run, _, _) = crash_run(seed, Some(at), true, false);
+    assert_eq!(run.marks.phase(), Phase::DispatchedNotInstalled);
+    assert_eq!(run.commits, 0, "the survivor committed after the crash");
+    assert!(run.aborts >= 60, "{} aborts", run.aborts);
+    // With recovery, the same crash costs the survivor nothing it cannot finish.
+    let (run, pool, plan) = crash_run(seed, Some(at), true, true);
+    assert_eq!(run.commits, SURVIVOR_COMMITS);
+    assert!(pool_state(&pool, &plan).consistent());
+}
+
+/// Negative control: without the redo log (the runs' `lock_journal` off: CALVIN's install
+/// then logs nothing for updates), the same sweep leaves a transfer half-installed by the
+/// crash, which recovery can neither finish nor undo: money is not conserved, or the
+/// replicas differ, on some instant.
+#[test]
+fn without_the_redo_log_a_crash_mid_install_breaks_atomicity() {
+    let mut broken = 0;
+    for seed in 1..=2 {
+        for at in crash_instants(seed, false) {
+            let (run, pool, plan) = crash_run(seed, Some(at), false, true);
+            assert!(run.drained);
+            broken += usize::from(!pool_state(&pool, &plan).consistent());
+        }
+    }
+    eprintln!("{broken} crash instants left a half-installed transfer");
+    assert!(broken > 0, "no crash left a half-installed transfer");
+}
+
+/// A coordinator whose lease expires mid-transaction (a zombie: it stalls between its
+/// dispatch and its install) is recovered by the survivor: its transfer was never installed,
+/// it leaves the epochs, and the survivor, which waited for its done word, goes on. When the
+/// zombie resumes, its commit is refused (`LeaseExpired`), it is fenced, and nothing of it
+/// lands after its recovery: its words stay RETIRED, the money is conserved, and its
+/// transfer is in neither the pool nor the history.
+#[test]
+fn a_zombie_coordinator_publishes_nothing_after_its_recovery() {
+    for seed in 1..=3 {
+        let (mut pool, plan, cfg) = crash_pool(seed, None);
+        let lease = LeaseConfig::for_fabric(cfg.flight_bound_ns(), 0);
+        let txn = Rc::new(TxnConfig {
+            protocol: Protocol::Calvin,
+            lock_journal: true,
+            ..TxnConfig::default()
+        });
+        let history = Rc::new(RefCell::new(Vec::new()));
+        let Pool::Sim(sim) = &mut pool else {
+            unreachable!()
+        };
+        let two = Topology {
+            compute_nodes: 2,
+            threads: 1,
+            coroutines: 1,
+        };
+        let r = sim
+            .run(two, None, |mut ep: Endpoint| {
+                let (txn, history) = (txn.clone(), history.clone());
+                async move {
+                    let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                    membership::join(&mut ep, lease).await.unwrap();
+                    let me = ep.id().index;
+                    let mut service = Service::new(Protocol::Calvin, lease, 2, map.clone());
+                    let mut c = Coordinator::new(ep, map, txn);
+                    c.set_recorder(Box::new(Record(history)));
+                    until(&mut c, T0).await;
+                    if me == 0 {
+                        transfer(&mut c, 2, 3).await.unwrap();
+                        let mut tx = c.begin(TxKind::ReadWrite);
+                        tx.fetch(&[Access::update(T, 0), Access::update(T, 1)])
+                            .await
+                            .unwrap();
+                        let (x, y) = (value(tx.get(T, 0).unwrap()), value(tx.get(T, 1).unwrap()));
+                        tx.update(T, 0, &(x - 500).to_le_bytes()).await.unwrap();
+                        tx.update(T, 1, &(y + 500).to_le_bytes()).await.unwrap();
+                        // A stall three leases long: recovered meanwhile.
+                        tx.endpoint().sleep(3 * lease.lease_ns).await;
+                        let refused = res(tx.commit().await);
+                        let fenced = c.endpoint().fenced();
+                        c.retire().await;
+                        return Err((refused, fenced));
+                    }
+                    let mut commits = 0;
+                    let mut k = 0u64;
+                    while commits < SURVIVOR_COMMITS && (k as u32) < MAX_ATTEMPTS {
+                        service.tick(c.endpoint()).await.unwrap();
+                        let (a, b) = (k % SHARED, (k + 1) % SHARED);
+                        k += 1;
+                        commits += u32::from(transfer(&mut c, a, b).await.is_ok());
+                    }
+                    assert_eq!(commits, SURVIVOR_COMMITS, "the survivor stalled");
+                    c.retire().await;
+                    service.drain(c.endpoint()).await.unwrap();
+                    Ok(service.events.clone())
+                }
+            })
+            .unwrap();
+        let Some(Err((refused, fenced))) = r.outputs[0].clone() else {
+            panic!("seed {seed}: the zombie did not finish");
+        };
+        assert_eq!(refused, Err(AbortReason::LeaseExpired), "seed {seed}");
+        assert!(fenced, "seed {seed}");
+        let Some(Ok(events)) = r.outputs[1].clone() else {
+            panic!("seed {seed}: the survivor did not finish");
+        };
+        assert_eq!(events.len(), 1, "seed {seed}: {events:?}");
+        assert_eq!(events[0].coordinator, 0);
+        assert_eq!(events[0].outcome, Recovered::Nothing, "seed {seed}");
+        let st = pool_state(&pool, &plan);
+        assert!(st.consistent(), "seed {seed}: {st:?}");
+        assert!(
+            st.values[0]
+                .iter()
+                .all(|&v| v > START - 100 && v < START + 100),
+            "seed {seed}: the zombie's transfer of 500 landed: {st:?}"
+        );
+        let w = calvin_words(&plan, 0);
+        assert_eq!(word_at(&pool, 0, w), u64::MAX, "seed {seed}");
+        assert_eq!(word_at(&pool, 0, w + 8), u64::MAX, "seed {seed}");
+        let h = history.borrow();
+        assert_eq!(
+            h.iter().filter(|t| t.session == 0).count(),
+            1,
+            "seed {seed}"
+        );
+        assert!(serializable(&h), "seed {seed}");
+    }
+}
+
+/// The redo entry of a transaction that ended is never replayed. Coordinator 0 moves a unit
+/// from key 0 to key 1, then coordinator 1 (after it in the epoch order) one from key 1 to
+/// key 2; then coordinator 0's state is made that of one that crashed right after its done
+/// word landed, its entry's closing WRITE lost: the entry pending, its epoch word at the
+/// entry's epoch, its done word there too. Recovery leaves the records alone (coordinator
+/// 1's commit stands) and retires it. What the words protect: with the done word short of
+/// the entry's epoch (as when the crash cut the done word, when nobody may have gone past
+/// it), the same entry is replayed, here over coordinator 1's commit. The entry's status
+/// does not decide: closed, and not over by the words, it is replayed all the same (a stale
+/// close posted as an RPC may land on a newer entry).
+#[test]
+fn a_redo_entry_is_replayed_exactly_when_the_epoch_words_say_its_transaction_is_unfinished() {
+    // (done word relative to the entry's epoch, status, replayed)
+    let cases = [
+        (0i64, dtxn_store::log::LogStatus::Pending, false),
+        (-1, dtxn_store::log::LogStatus::Pending, true),
+        (-1, dtxn_store::log::LogStatus::Committed, true),
+        (0, dtxn_store::log::LogStatus::Committed, false),
+    ];
+    for (done_off, status, replayed) in cases {
+        let what = format!("done {done_off:+}, {status:?}");
+        let (mut pool, plan, _) = crash_pool(1, None);
+        let cfg = Rc::new(TxnConfig {
+            protocol: Protocol::Calvin,
+            lock_journal: true,
+            ..TxnConfig::default()
+        });
+        let Pool::Sim(sim) = &mut pool else {
+            unreachable!()
+        };
+        let two = Topology {
+            compute_nodes: 1,
+            threads: 1,
+            coroutines: 2,
+        };
+        sim.run(two, None, |mut ep: Endpoint| {
+            let cfg = cfg.clone();
+            async move {
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                let me = ep.id().index;
+                let mut c = Coordinator::new(ep, map, cfg);
+                until(&mut c, T0 + u64::from(me) * 2_000).await;
+                let (a, b) = if me == 0 { (0, 1) } else { (1, 2) };
+                transfer(&mut c, a, b).await.unwrap();
+                c.endpoint().sleep(50_000).await;
+                c.retire().await;
+            }
+        })
+        .unwrap();
+        // Coordinator 0's entry and words, as a crash after its done word would leave them.
+        let slice = plan.shape.log_slice_bytes as usize;
+        let mut b = vec![0u8; slice];
+        pool.with_local(0, |m| m.read(plan.log_off, &mut b));
+        let e = dtxn_store::log::LogEntry::decode(&b).unwrap().unwrap();
+        assert!(e.tag > 0, "{what}: a redo entry carries its epoch");
+        for n in 0..2 {
+            pool.with_local(n, |m| {
+                m.write(plan.log_off + 8, &(status as u64).to_le_bytes())
+            });
+        }
+        let w = calvin_words(&plan, 0);
+        let done = e.tag.checked_add_signed(done_off).unwrap();
+        pool.with_local(0, |m| m.write(w, &e.tag.to_le_bytes()));
+        pool.with_local(0, |m| m.write(w + 8, &done.to_le_bytes()));
+        let Pool::Sim(sim) = &mut pool else {
+            unreachable!()
+        };
+        let r = sim
+            .run(two, None, |mut ep: Endpoint| async move {
+                if ep.id().index != 1 {
+                    return None;
+                }
+                let map = PoolMap::bootstrap(&mut ep).await.unwrap();
+                let r = dtxn_txn::recovery::recover_all(&mut ep, &map, Protocol::Calvin, &[0]);
+                Some(r.await.unwrap())
+            })
+            .unwrap();
+        let outcome = r.outputs[1].clone().flatten().unwrap()[0].0.clone();
+        let st = pool_state(&pool, &plan);
+        assert_eq!(
+            matches!(outcome, Recovered::RolledForward(_)),
+            replayed,
+            "{what}: {outcome:?}"
+        );
+        let key1 = if replayed { START + 1 } else { START };
+        for v in &st.values {
+            assert_eq!(v[1], key1, "{what}: key 1 {st:?}");
+        }
+        assert_eq!(word_at(&pool, 0, w), u64::MAX, "{what}: retired");
+        assert_eq!(word_at(&pool, 0, w + 8), u64::MAX, "{what}: done");
+    }
+}

@@ -79,6 +79,7 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
                 txn: 99,
                 coordinator: DEAD,
                 status: LogStatus::Pending,
+                tag: 0,
                 items: vec![LogItem {
                     table: T,
                     offset,
@@ -152,6 +153,7 @@ fn in_pm_mode_recoverys_roll_back_survives_a_power_loss() {
                 txn: 99,
                 coordinator: DEAD,
                 status: LogStatus::Pending,
+                tag: 0,
                 items: vec![LogItem {
                     table: T,
                     offset,
@@ -241,6 +243,7 @@ fn recovery_rolls_forward_an_acknowledged_commit_whose_key_the_next_transaction_
                 txn: 99,
                 coordinator: DEAD,
                 status: LogStatus::Pending,
+                tag: 0,
                 items,
             };
             let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();

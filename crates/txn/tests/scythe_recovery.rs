@@ -231,6 +231,7 @@ fn recoverys_roll_back_leaves_the_takeout_words_alone() {
         txn: 42,
         coordinator: DEAD,
         status: LogStatus::Pending,
+        tag: 0,
         items: vec![LogItem {
             table: T,
             offset: off,

@@ -204,7 +204,8 @@ pub struct BenchArgs {
     /// times. Knobs: `compute=N` nodes crash (default 1, or 0 when `memory=` is given; never
     /// all), `memory=N` memory nodes fail for good (never node 0; at most replicas - 1: the
     /// survivors change the view and promote backups; the protocols with failover, which
-    /// `--faults memory=1` with another names), `rejoin=DURATION` (each failed node comes back
+    /// `--faults memory=1` with another names: not calvin, whose crashed coordinators are
+    /// recovered like the others'), `rejoin=DURATION` (each failed node comes back
     /// blank that long after its failure, joins and is re-replicated while transactions run;
     /// FORD, FaRM, DrTM+H and Motor), `within=DURATION` of the
     /// start (default: about the run's length), `delay_prob=P` and `delay=DURATION` (ops

@@ -1290,15 +1290,12 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     Ok(report)
 }
 
-/// What `--faults` and `--leases` (`option`) both need: a protocol whose dead coordinators
-/// recovery can settle, and a membership slot for every coordinator.
+/// What `--faults` and `--leases` (`option`) both need: a configuration whose dead
+/// coordinators recovery can settle (every protocol's, CALVIN's too), and a membership slot
+/// for every coordinator.
 fn check_recoverable(option: &str, cfg: &TxnConfig, topo: Topology) -> Result<()> {
-    let protocol = cfg.protocol;
     if cfg.ford.backup_reads {
         bail!("{option}: not with --set ford.backup_reads=true (a release's late clear of a backup's lock word can erase the next holder's invisible bit, and a backup reader could then read an install that recovery rolls back; see docs/src/ford.md)");
-    }
-    if protocol == Protocol::Calvin {
-        bail!("{option}: not for calvin (a dead coordinator stalls every epoch: CALVIN replays its input log, which dtxn cannot without the transaction's logic)");
     }
     if topo.coordinators() > dtxn_store::layout::MAX_MEMBERS {
         bail!(

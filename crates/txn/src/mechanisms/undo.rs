@@ -43,6 +43,9 @@ impl UndoLog {
 /// (a newly touched table's replica) gets the whole entry. Waits first for the previous log
 /// write, so that at most one is outstanding.
 pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abort> {
+    if !P::undo_logged(&tx.c.cfg) {
+        return Ok(());
+    }
     let logged = |i: &Item<P::Item>| i.rw && (i.exists || i.new == NewValue::Insert);
     let Some(first) = tx.items.iter().position(|i| logged(i) && !i.in_log) else {
         return Ok(());

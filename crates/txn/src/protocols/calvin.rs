@@ -68,11 +68,60 @@
 //! set to RETIRED): a run whose coordinators stop at different times does not stall the last
 //! ones. A coordinator that never joined is no member.
 //!
-//! Limits: a crashed coordinator stalls the epoch (CALVIN replicates and replays its input
-//! log; dtxn cannot replay a transaction without its logic): the others give up after
-//! [`WAIT_LIMIT_NS`] and abort (`lock-conflict`), again and again, until recovery; a declared
-//! set larger than a buffer aborts (`log-full`: bigger slices help); inserts of different keys into one chain still take
-//! the chain's lock (a physical conflict, which aborts the later one).
+//! **A crashed coordinator** (issue #23; under leases: `--faults compute=N` on `sim`,
+//! `--leases` on real hosts). CALVIN proper replicates its input log and replays a dead
+//! node's transactions; dtxn cannot (a transaction's logic lives in its coordinator), so the
+//! dead coordinator's transaction is *finished* from what it logged, and the coordinator
+//! *leaves* the epochs, online, by the leases' recovery service (`membership.rs`):
+//!
+//! 1. **The redo log.** Where coordinators can be recovered (`TxnConfig::lock_journal`, which
+//!    the bench sets with `--faults` and `--leases`), the install is preceded, in its own
+//!    batch, by one log entry ([`log_redo`]): every new record as the install writes it,
+//!    tagged with the epoch it installs in, WRITTEN to the coordinator's log slice on every
+//!    memory node the install writes, the install's way. WRITEs on one QP apply in post order
+//!    (G4; as RPCs, one message per node served in order), and a crash leaves a prefix of each
+//!    node's ops: a record changes on a node only after the whole entry is there. So if no
+//!    node holds the entry whole, nothing was installed; if one does, the entry says all that
+//!    is to be installed. (The inserts' undo log is not written then: nothing is ever undone.)
+//! 2. **Settle** ([`settle_redo`], `Protocol::settle`): the dead coordinator's newest valid
+//!    entry is *over* if its epoch word is past the entry's epoch or its done word has
+//!    reached it (both move only after the install completed), and then left alone:
+//!    successors may have written those records since. Otherwise it is **rolled forward**:
+//!    every record to every replica. Nobody has touched them since the install began: the
+//!    epoch's later transactions sharing a key wait for the done word, its earlier ones had
+//!    finished before the dead one read, and no later epoch has closed (the dead one's epoch
+//!    word is still the entry's). Finishing what the dead coordinator began is its own
+//!    outcome: CALVIN is deterministic, the transaction had decided to commit before it logged,
+//!    and an acknowledged commit (its install returned) is never undone. The decision reads the
+//!    words and the entry, never the entry's status (a stale close sent as an RPC can land on
+//!    a newer entry), so recovery settles a redo entry closed or not, as often as it runs.
+//! 3. **Locks**: the shared release frees its inserts' slot and chain locks (by owner, with
+//!    the scan: CALVIN keeps no lock journal, whose place its epoch area takes).
+//! 4. **Leave** ([`leave_epochs`], `Protocol::release_held`): its done word WRITTEN and its
+//!    epoch word CASed to RETIRED, as [`Calvin::retire`] does, after 2 and 3 were awaited.
+//!    A live coordinator waiting on its done word, its epoch word or its batch then finds it
+//!    done, or no member: every wait on it ends, and only once its transaction is settled.
+//!    A joiner treats RETIRED as no member, and the epochs close without it from then on.
+//!
+//! Nothing of the dead coordinator lands after that: it posts nothing once its lease is past
+//! `expiry - guard`, and recovery starts after a READ posted past the expiry (the lease
+//! argument); a zombie that resumes is fenced (its posts refused), and only it or a recovery
+//! leader ever changes its words. Meanwhile the live coordinators' waits end after a quarter
+//! lease ([`wait_limit`]), so that they get back to their recovery service between attempts
+//! (every one of them may be waiting on the dead one).
+//!
+//! Costs: without recovery in mind, none (the verbs and round trips of `tests/round_trips.rs`).
+//! With it: per read-write transaction one WRITE of the entry per memory node its install
+//! writes, in the install's batch (no round trip; the records' bytes once more per node),
+//! and the entry's close, detached, as the undo log's; with `flush`, one round trip (the
+//! entry flushed and awaited before the install). Recovery: one READ of the words and one
+//! batch of WRITEs (plus a FLUSH per node) to roll forward, two round trips to leave.
+//!
+//! Limits: memory-node failover is not survived (a coordinator's epoch batches live on one
+//! memory node; an install that fails on a node down leaves what landed, as before); a
+//! declared set larger than a buffer aborts (`log-full`: bigger slices help), and so does a
+//! redo entry larger than the slice's log half; inserts of different keys into one chain
+//! still take the chain's lock (a physical conflict, which aborts the later one).
 
 use crate::abort::{Abort, AbortReason};
 use crate::config::TxnConfig;
@@ -84,11 +133,14 @@ use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::rpc::{self, CasRead, Read, Via};
 use crate::mechanisms::{absent, fetch, insert, release, table};
 use crate::protocol::{Protocol, Row};
+use crate::recovery::Recovered;
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
 use crate::txn::TxKind;
-use dtxn_fabric::NodeId;
-use dtxn_store::log::{LogStatus, STATUS_OFF};
+use dtxn_check::history;
+use dtxn_fabric::{Endpoint, FabricError, NodeId};
+use dtxn_store::log::{encode_head, encode_item_as, set_tag, ItemKind, LogEntry, LogStatus};
+use dtxn_store::log::{HEAD_BYTES, STATUS_OFF};
 use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
@@ -127,6 +179,17 @@ fn area_bytes(len: u64) -> u64 {
 /// back-off between two polls.
 pub(crate) const WAIT_LIMIT_NS: u64 = 50_000_000;
 const MAX_BACKOFF_NS: u64 = 8_000;
+
+/// How long a wait may last: [`WAIT_LIMIT_NS`], and under a lease a quarter of it at most
+/// (the recovery service's scan period), so that a coordinator waiting on a dead one's
+/// epoch word or done word gets back, between two attempts, to the service that recovers it
+/// (every live coordinator may be waiting so).
+fn wait_limit(ep: &Endpoint) -> u64 {
+    match ep.lease() {
+        Some((l, _)) => WAIT_LIMIT_NS.min(l.lease_ns / 4),
+        None => WAIT_LIMIT_NS,
+    }
+}
 
 /// A declared key: (table, key, exclusive).
 type Key = (u32, u64, bool);
@@ -188,6 +251,12 @@ impl Protocol for Calvin {
         s
     }
 
+    /// Where coordinators can be recovered (`TxnConfig::lock_journal`: `--faults`,
+    /// `--leases`), the install's redo log replaces the inserts' undo log.
+    fn undo_logged(cfg: &TxnConfig) -> bool {
+        !cfg.lock_journal
+    }
+
     fn begin(tx: &mut Tx<'_, Self>) {
         tx.st.keys.clear();
         tx.st.epoch = None;
@@ -228,6 +297,36 @@ impl Protocol for Calvin {
     async fn abort(tx: &mut Tx<'_, Self>) {
         release::release_on_abort(tx).await;
         done(tx);
+    }
+
+    /// A dead coordinator's newest log entry: a redo log is finished ([`settle_redo`]); an
+    /// undo log of inserts (a run without recovery in mind) is rolled back as FORD's.
+    async fn settle(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        owner: u64,
+        e: &LogEntry,
+    ) -> Result<Recovered, FabricError> {
+        if is_redo(e) {
+            return settle_redo(ep, map, owner, e).await;
+        }
+        crate::mechanisms::settle::settle(ep, map, owner, e, false).await
+    }
+
+    /// A redo entry is judged whatever its status says: see [`settle_redo`].
+    fn judges_closed(e: &LogEntry) -> bool {
+        is_redo(e)
+    }
+
+    /// The dead leave the epochs ([`leave_epochs`]), once their transactions are settled and
+    /// their locks free.
+    async fn release_held(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        dead: &[u32],
+        _deadline_ns: u64,
+    ) -> Result<Vec<(bool, u32)>, FabricError> {
+        leave_epochs(ep, map, dead).await
     }
 
     async fn retire(c: &mut Core, s: &mut Self::Scratch) {
@@ -459,6 +558,7 @@ async fn barrier(
     let via = tx.c.via(Stage::Fetch);
     let me = tx.s.me;
     let start = tx.c.ep.now_ns();
+    let limit = wait_limit(&tx.c.ep);
     let mut backoff = 500;
     // Members whose batch has more keys than the head READ brought: read whole next round.
     let mut whole: Vec<u32> = Vec::new();
@@ -500,7 +600,7 @@ async fn barrier(
         if pending.is_empty() {
             break;
         }
-        if tx.c.ep.now_ns().saturating_sub(start) > WAIT_LIMIT_NS {
+        if tx.c.ep.now_ns().saturating_sub(start) > limit {
             return Err(AbortReason::LockConflict);
         }
         // Between two reads of the laggards (a fallback: a closer's CAS fails if the word
@@ -613,6 +713,7 @@ async fn wait_done(
 ) -> Result<(), AbortReason> {
     let via = tx.c.via(Stage::Fetch);
     let start = tx.c.ep.now_ns();
+    let limit = wait_limit(&tx.c.ep);
     let mut backoff = 500;
     while !waiting.is_empty() {
         reads.clear();
@@ -633,7 +734,7 @@ async fn wait_done(
         if waiting.is_empty() {
             break;
         }
-        if tx.c.ep.now_ns().saturating_sub(start) > WAIT_LIMIT_NS {
+        if tx.c.ep.now_ns().saturating_sub(start) > limit {
             return Err(AbortReason::LockConflict);
         }
         backoff = (backoff * 2).min(MAX_BACKOFF_NS);
@@ -721,7 +822,8 @@ fn conflict(batch: &[u8], ours: &[Key]) -> bool {
 }
 
 /// The commit: every replica of every written record with its lock word free, and the
-/// inserts' chain locks given back after them, in one batch.
+/// inserts' chain locks given back after them, in one batch; where coordinators can be
+/// recovered, the redo log ahead of them in the same batch ([`log_redo`]).
 async fn install(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
     let Some(first) = tx.items.iter().find(|i| i.written()) else {
         return Ok(());
@@ -738,12 +840,32 @@ async fn install(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let via = tx.c.via(Stage::Commit);
     let mut record = std::mem::take(&mut tx.c.mech.record);
+    let redo = !Calvin::undo_logged(&tx.c.cfg);
+    if redo {
+        let r = log_redo(tx, &map, via).await;
+        if let Err(a) = r {
+            tx.c.mech.record = record;
+            return Err(a);
+        }
+    }
+    // With the redo log, each record is WRITTEN from its image in the log's body, which is
+    // what recovery would install.
+    let mut at = HEAD_BYTES;
     for it in tx.items.iter().filter(|i| i.written()) {
         let t = table(&map, it.table);
         let off = it.offset.expect("written items exist");
-        encode_new(&mut record, t, it, 0);
+        let image: &[u8] = if redo {
+            let len = t.copy_bytes();
+            at += REDO_ITEM_HEAD;
+            let image = &tx.undo.body[at - HEAD_BYTES..at - HEAD_BYTES + len];
+            at += len.next_multiple_of(8);
+            image
+        } else {
+            encode_new(&mut record, t, it, 0);
+            &record
+        };
         for &n in &t.replicas {
-            rpc::write(&mut tx.c.ep, via, n, off, &record);
+            rpc::write(&mut tx.c.ep, via, n, off, image);
         }
     }
     tx.c.mech.record = record;
@@ -779,6 +901,88 @@ async fn install(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
     Ok(())
 }
 
+/// Bytes of a log item's descriptor, before its image (`dtxn_store::log`).
+const REDO_ITEM_HEAD: usize = 24;
+
+/// The redo log (where coordinators can be recovered: `TxnConfig::lock_journal`): one entry
+/// in the coordinator's log slice, the new record of every written item (lock word 0, as the
+/// install writes it), tagged with the epoch the transaction installs in, WRITTEN to every
+/// memory node the install writes, the install's way (one-sided or as RPCs), posted before
+/// the install's WRITEs in the same batch. One-sided, WRITEs on one QP apply in post order
+/// (G4); as RPCs, a batch's requests to one node are one message served in post order; and a
+/// crash leaves a prefix of each node's ops. So no record changes on a node before the whole
+/// entry is there: if no node holds the entry whole, nothing was installed anywhere. With
+/// `flush` the entry is flushed and awaited first (a FLUSH orders nothing after it). The
+/// entry's body is kept in the transaction's undo-log buffers (`tx.undo`: no undo log is
+/// written meanwhile), which close it at the release like an undo log.
+async fn log_redo(tx: &mut Tx<'_, Calvin>, map: &PoolMap, via: Via) -> Result<(), Abort> {
+    let first = tx
+        .items
+        .iter()
+        .find(|i| i.written())
+        .expect("called with writes");
+    let abort = |reason| Abort {
+        reason,
+        table: first.table,
+        key: first.key,
+    };
+    let (Some((slice, room)), Some(epoch)) = (tx.c.log_slice, tx.st.epoch) else {
+        // More coordinators than log slices (`join` refuses them), or writes without a place
+        // in an epoch (every write was fetched or inserted, which schedules it).
+        return Err(abort(AbortReason::LogFull));
+    };
+    let fail = abort(AbortReason::ReplicaFailure);
+    let full = abort(AbortReason::LogFull);
+    tx.undo.clear();
+    let mut record = std::mem::take(&mut tx.c.mech.record);
+    let mut nodes = std::mem::take(&mut tx.undo.nodes);
+    for it in tx.items.iter().filter(|i| i.written()) {
+        let t = table(map, it.table);
+        encode_new(&mut record, t, it, 0);
+        let off = it.offset.expect("written items exist");
+        let insert = it.new == NewValue::Insert;
+        encode_item_as(
+            ItemKind::RedoRecord,
+            it.table,
+            off,
+            insert,
+            &record,
+            &mut tx.undo.body,
+        );
+        tx.undo.logged += 1;
+        nodes.extend_from_slice(&t.replicas);
+    }
+    tx.c.mech.record = record;
+    nodes.sort_unstable();
+    nodes.dedup();
+    tx.undo.nodes = nodes;
+    if (HEAD_BYTES + tx.undo.body.len()) as u64 > room {
+        tx.undo.clear();
+        return Err(full);
+    }
+    let mut head = encode_head(
+        tx.id,
+        tx.c.ep.id().index,
+        LogStatus::Pending,
+        tx.undo.logged as u32,
+        tx.undo.body.len() as u32,
+        crc32fast::hash(&tx.undo.body),
+    );
+    set_tag(&mut head, epoch);
+    for &n in &tx.undo.nodes {
+        rpc::write_parts(&mut tx.c.ep, via, n, slice, &[&head, &tx.undo.body]);
+    }
+    if tx.c.cfg.flush {
+        for &n in &tx.undo.nodes {
+            tx.c.ep.flush(n);
+        }
+        if tx.c.ep.post().await.is_err() {
+            return Err(fail);
+        }
+    }
+    Ok(())
+}
+
 /// Closes the undo log entry (inserts), detached.
 fn close_log(tx: &mut Tx<'_, Calvin>, status: LogStatus) {
     if tx.undo.logged == 0 {
@@ -806,4 +1010,136 @@ fn publish_done(tx: &mut Tx<'_, Calvin>, e: u64) {
     let base = area(&tx.c.map, tx.s.me);
     let via = tx.c.via(Stage::Release);
     rpc::write(&mut tx.c.ep, via, 0, base + 8, &e.to_le_bytes());
+}
+
+/// Whether a log entry is CALVIN's redo log (its items are records to install).
+fn is_redo(e: &LogEntry) -> bool {
+    e.tag != 0 && e.items.iter().all(|i| i.kind == ItemKind::RedoRecord)
+}
+
+/// Recovery of a dead coordinator's redo entry `e` (tagged with the epoch its transaction
+/// installs in): **over** if the coordinator's epoch word is past that epoch (it dispatched
+/// a later one, retired, or joined again: its transaction had ended, install awaited) or its
+/// done word has reached it (published after the install completed): nothing to do, and
+/// nothing may be done, since successors may have written the same records since. Otherwise
+/// **rolled forward**: every record of the entry WRITTEN to every replica (lock word 0, as the
+/// install would have), then flushed. That is safe because nobody has touched those records
+/// since the install began: the transactions of the epoch ordered after it that share a key
+/// wait for its done word, those ordered before it had finished before it read, and no
+/// transaction of a later epoch has run past its barrier (the dead coordinator's epoch word
+/// is still the entry's epoch, and only recovery retires it, after this). The decision reads
+/// the words and the log alone, so it is the same whatever the status says (a stale close
+/// of an earlier entry, posted as an RPC, may land on a newer one) and however often
+/// recovery runs.
+async fn settle_redo(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    owner: u64,
+    e: &LogEntry,
+) -> Result<Recovered, FabricError> {
+    let index = (owner - 1) as u32;
+    if map.log_slice(index).is_none() {
+        return Ok(Recovered::Nothing);
+    }
+    let r = ep.read(0, area(map, index), 16);
+    ep.post().await?;
+    let (epoch_word, done_word) = (word(ep.bytes(r), 0), word(ep.bytes(r), 8));
+    if epoch_word > e.tag || done_word >= e.tag {
+        return Ok(Recovered::Nothing);
+    }
+    let mut written: Vec<NodeId> = Vec::new();
+    let mut writes = Vec::with_capacity(e.items.len());
+    for it in &e.items {
+        let Ok(t) = map.table(it.table) else { continue };
+        // An image of the wrong size is a corrupt entry (its crc passed, but trust nothing
+        // remote): left alone.
+        if it.image.len() != t.copy_bytes() {
+            continue;
+        }
+        for &n in &t.replicas {
+            ep.write(n, it.offset, &it.image);
+            if !written.contains(&n) {
+                written.push(n);
+            }
+        }
+        let h = t.codec().header(&it.image);
+        writes.push(history::Write {
+            table: it.table,
+            key: h.key,
+            version: h.version,
+            deleted: !h.valid,
+            // Not read back: its readers are held to the first of them.
+            hash: None,
+        });
+    }
+    // In persistent-memory mode the roll forward survives a power loss, as a commit's
+    // install does (a FLUSH per node written, ordering nothing more otherwise).
+    for n in written {
+        ep.flush(n);
+    }
+    ep.post().await?;
+    Ok(Recovered::RolledForward(history::Txn {
+        txn: e.txn,
+        session: u64::from(e.coordinator),
+        status: history::Status::Committed,
+        start: 0,
+        end: ep.now_ns(),
+        reads: Vec::new(),
+        writes,
+    }))
+}
+
+/// Recovery's last step for CALVIN: each dead coordinator leaves the epochs, as
+/// [`Calvin::retire`] does: its done word WRITTEN and its epoch word CASed to RETIRED, both
+/// after its transaction was settled and its locks freed (the settle's batch is awaited
+/// before). So a live coordinator waiting for its done word, or for its epoch word to reach
+/// an epoch, or reading its batch, goes on only once nothing of the dead one's transaction is
+/// left to happen: it finds the done word past its epoch, or the epoch word RETIRED, which
+/// makes it no member. The dead coordinator posts nothing after its lease expired (the lease
+/// argument, `membership.rs`), so nothing of it lands on these words afterwards, and only it
+/// ever changes them otherwise: the CAS (from the word read) cannot fail but for a second
+/// leader, which the leader word excludes. One that never joined (its word 0) is no member
+/// and is left alone. Two round trips for any number of dead coordinators.
+async fn leave_epochs(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    dead: &[u32],
+) -> Result<Vec<(bool, u32)>, FabricError> {
+    let reads: Vec<_> = dead
+        .iter()
+        .map(|&d| map.log_slice(d).map(|_| ep.read(0, area(map, d), 16)))
+        .collect();
+    ep.post().await?;
+    // Every word is taken before the first WRITE or CAS starts a new batch (which the READs'
+    // bytes do not outlive).
+    let words: Vec<Option<(u64, u64)>> = reads
+        .iter()
+        .map(|r| r.map(|r| (word(ep.bytes(r), 0), word(ep.bytes(r), 8))))
+        .collect();
+    let mut cas = Vec::with_capacity(dead.len());
+    let mut any = false;
+    for (&d, words) in dead.iter().zip(words) {
+        let Some((w, done)) = words else {
+            cas.push(None);
+            continue;
+        };
+        if w == NOT_MEMBER || (w == RETIRED && done == RETIRED) {
+            cas.push(None);
+            continue;
+        }
+        let base = area(map, d);
+        any = true;
+        if done != RETIRED {
+            ep.write(0, base + 8, &RETIRED.to_le_bytes());
+        }
+        cas.push((w != RETIRED).then(|| ep.cas(0, base, w, RETIRED)));
+    }
+    if any {
+        ep.post().await?;
+    }
+    // A CAS that failed (nobody else should move the word) leaves it for the next run.
+    Ok(cas
+        .into_iter()
+        .map(|c| (c.is_none_or(|c| ep.cas_ok(c)), 0))
+        .collect())
 }
