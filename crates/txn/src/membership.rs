@@ -944,6 +944,25 @@ impl Service {
         let deadline = ep.now_ns().saturating_add(self.period_ns());
         let mut early = Vec::new();
         let r = recover_within(ep, &map, self.protocol, &in_views, deadline, &mut early).await;
+        // What the run is told of dead coordinator `i`'s recovery.
+        let event = |i: u32, outcome, locks_released, finished_ns| {
+            let x = m.members[i as usize];
+            RecoveryEvent {
+                coordinator: i,
+                incarnation: x.incarnation,
+                by: me,
+                expired_ns: x.expiry_ns,
+                noticed_ns: if first_dead.contains(&i) {
+                    first_ns
+                } else {
+                    m.posted_ns
+                },
+                started_ns,
+                finished_ns,
+                outcome,
+                locks_released,
+            }
+        };
         let settled = match r {
             Ok(s) => s,
             // A memory node failed under us: give the word back, probe and change the view,
@@ -954,26 +973,9 @@ impl Service {
             Err(FabricError::NodeDown(n)) if n != 0 => {
                 let finished_ns = ep.lease_now_ns();
                 for (&i, outcome) in dead.iter().zip(early) {
-                    if outcome == Recovered::Nothing {
-                        continue;
+                    if outcome != Recovered::Nothing {
+                        self.report(event(i, outcome, 0, finished_ns));
                     }
-                    let x = m.members[i as usize];
-                    let noticed_ns = if first_dead.contains(&i) {
-                        first_ns
-                    } else {
-                        m.posted_ns
-                    };
-                    self.report(RecoveryEvent {
-                        coordinator: i,
-                        incarnation: x.incarnation,
-                        by: me,
-                        expired_ns: x.expiry_ns,
-                        noticed_ns,
-                        started_ns,
-                        finished_ns,
-                        outcome,
-                        locks_released: 0,
-                    });
                 }
                 self.suspect = true;
                 self.give_back(ep, mine).await?;
@@ -991,24 +993,7 @@ impl Service {
             .map(|(&i, _)| i)
             .collect();
         for (&i, (outcome, locks_released, _)) in dead.iter().zip(settled) {
-            let x = m.members[i as usize];
-            let noticed_ns = if first_dead.contains(&i) {
-                first_ns
-            } else {
-                m.posted_ns
-            };
-            let e = RecoveryEvent {
-                coordinator: i,
-                incarnation: x.incarnation,
-                by: me,
-                expired_ns: x.expiry_ns,
-                noticed_ns,
-                started_ns,
-                finished_ns,
-                outcome,
-                locks_released,
-            };
-            self.report(e);
+            self.report(event(i, outcome, locks_released, finished_ns));
         }
         let marks: Vec<_> = done
             .iter()

@@ -66,6 +66,20 @@ impl Recovered {
             Recovered::RolledBack(_) => "rolled back",
         }
     }
+
+    /// The dead coordinator's logged transaction `e`, rolled forward at `end_ns` with
+    /// `writes` installed: committed, for the history (its reads are not known).
+    pub(crate) fn rolled_forward(e: &LogEntry, end_ns: u64, writes: Vec<history::Write>) -> Self {
+        Recovered::RolledForward(history::Txn {
+            txn: e.txn,
+            session: u64::from(e.coordinator),
+            status: history::Status::Committed,
+            start: 0,
+            end: end_ns,
+            reads: Vec::new(),
+            writes,
+        })
+    }
 }
 
 /// Recovers coordinator `index` (whose lock-owner id is `index + 1`) of a pool run by

@@ -226,15 +226,7 @@ fn rolled_forward(ep: &Endpoint, e: &LogEntry, ours: &[usize], seen: &Seen) -> R
             }
         })
         .collect();
-    Recovered::RolledForward(history::Txn {
-        txn: e.txn,
-        session: u64::from(e.coordinator),
-        status: history::Status::Committed,
-        start: 0,
-        end: ep.now_ns(),
-        reads: Vec::new(),
-        writes,
-    })
+    Recovered::rolled_forward(e, ep.now_ns(), writes)
 }
 
 /// Roll back what it holds: the old images everywhere, still under its lock on the primary

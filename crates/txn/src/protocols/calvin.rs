@@ -1078,15 +1078,7 @@ async fn settle_redo(
         ep.flush(n);
     }
     ep.post().await?;
-    Ok(Recovered::RolledForward(history::Txn {
-        txn: e.txn,
-        session: u64::from(e.coordinator),
-        status: history::Status::Committed,
-        start: 0,
-        end: ep.now_ns(),
-        reads: Vec::new(),
-        writes,
-    }))
+    Ok(Recovered::rolled_forward(e, ep.now_ns(), writes))
 }
 
 /// Recovery's last step for CALVIN: each dead coordinator leaves the epochs, as

@@ -69,15 +69,7 @@ pub(crate) async fn redo_motor(
         // It holds nothing it logged: the commit finished (or this entry is an older one).
         return Ok(Recovered::Nothing);
     }
-    Ok(Recovered::RolledForward(history::Txn {
-        txn: e.txn,
-        session: u64::from(e.coordinator),
-        status: history::Status::Committed,
-        start: 0,
-        end: ep.now_ns(),
-        reads: Vec::new(),
-        writes: installed,
-    }))
+    Ok(Recovered::rolled_forward(e, ep.now_ns(), installed))
 }
 
 /// Each record item, with the bar lines logged after it.
