@@ -49,11 +49,12 @@ pub struct TortureArgs {
     /// and the pool all the same (`dtxn bench --faults`; default
     /// `compute=1`). Not for `motor-local`, which runs one compute node (calvin and
     /// calvin-rpc finish a dead coordinator's transaction from its redo log and retire it
-    /// from the epochs). `memory=N` (memory-node failover) strikes ford, farm, drtmh, ford-rpc, motor, motor-si,
-    /// sundial, nowait, waitdie, nowait-rpc, waitdie-hybrid, occ, mvcc, mvcc-hybrid, scythe,
-    /// scythe-tocc and scythe-cas, with two replicas; the other protocols run the rest of the
-    /// plan (no faults if nothing is left). `rejoin=DURATION` (the failed node comes back blank
-    /// and is re-replicated) goes to ford, farm, drtmh, motor and motor-si only.
+    /// from the epochs). `memory=N` (memory-node failover) strikes ford, farm, drtmh,
+    /// ford-rpc, motor, motor-si, sundial, nowait, waitdie, nowait-rpc, waitdie-hybrid, occ,
+    /// mvcc, mvcc-hybrid, scythe, scythe-tocc and scythe-cas, with two replicas; the other
+    /// protocols run the rest of the plan (no faults if nothing is left). `rejoin=DURATION`
+    /// (the failed node comes back blank and is re-replicated) goes to ford, farm, drtmh,
+    /// motor, motor-si, sundial, occ, mvcc, scythe, scythe-tocc and scythe-cas only.
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -217,7 +218,19 @@ const FAILOVER: [&str; 17] = [
     CAS_SCYTHE,
 ];
 /// The variants that re-replicate a failed memory node that comes back (`rejoin=`).
-const REJOIN: [&str; 5] = ["ford", "farm", "drtmh", "motor", "motor-si"];
+const REJOIN: [&str; 11] = [
+    "ford",
+    "farm",
+    "drtmh",
+    "motor",
+    "motor-si",
+    "sundial",
+    "occ",
+    "mvcc",
+    "scythe",
+    TOCC_SCYTHE,
+    CAS_SCYTHE,
+];
 /// NO_WAIT with every stage as RPCs (RCC's hybrid code 0).
 const RPC_NOWAIT: &str = "nowait-rpc";
 /// WAIT_DIE with fetch and lock as RPCs, log, release and commit one-sided (hybrid code 28:

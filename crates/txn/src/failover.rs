@@ -141,6 +141,9 @@ pub async fn format_joiner(
     for (at, bytes) in map.format_image(node, size) {
         ep.write(node, at, &bytes);
     }
+    // In persistent-memory mode a rejoined node must survive a power loss as any replica
+    // does; elsewhere a FLUSH costs nothing but its completion.
+    ep.flush(node);
     ep.post().await
 }
 
@@ -155,6 +158,29 @@ pub struct CopyPass {
     /// Slots found locked (by a transaction, or a dead coordinator not yet recovered): to
     /// copy in a later pass.
     pub left: Vec<Slot>,
+}
+
+/// What the copy does; every switch is on but in the negative controls of
+/// `crates/txn/tests/rejoin.rs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyRules {
+    /// Each slot under its lock on the primary (off: an older image overwrites a commit's
+    /// WRITE to a joiner).
+    pub lock: bool,
+    /// A multi-version table's attribute bars with its slots (off: the joiner cannot rebuild
+    /// the older versions its CVTs name).
+    pub bars: bool,
+    /// A FLUSH of the joiner after the WRITEs (off: a power loss takes copied records).
+    pub flush: bool,
+}
+
+impl CopyRules {
+    /// The sound copy.
+    pub const SOUND: CopyRules = CopyRules {
+        lock: true,
+        bars: true,
+        flush: true,
+    };
 }
 
 /// Bytes of buckets one copy round locks and READs.
@@ -181,18 +207,15 @@ const COPY_BYTES: u64 = 16 << 10;
 /// A multi-version table's slots take their attribute bars with them (Motor's older
 /// versions' chunks, READ under the slot's lock after the slot was locked and read).
 ///
-/// `lock` false copies without the locks (READ, then WRITE to the joiners): unsound, the
-/// negative control of `crates/txn/tests/rejoin.rs` (an older image overwrites a commit's
-/// WRITE to a joiner); `bars` false leaves the bars out (the joiner cannot rebuild the older
-/// versions its CVTs name: the same file's Motor control).
+/// `rules` other than [`CopyRules::SOUND`] are the negative controls' unsound copies.
 pub async fn copy_to_joiners(
     ep: &mut Endpoint,
     map: &PoolMap,
     owner: u64,
     only: Option<&[Slot]>,
-    lock: bool,
-    bars: bool,
+    rules: CopyRules,
 ) -> Result<CopyPass, FabricError> {
+    let CopyRules { lock, bars, flush } = rules;
     let owner = if lock { owner } else { 0 };
     let mut pass = CopyPass::default();
     let index = ep.id().index;
@@ -236,7 +259,7 @@ pub async fn copy_to_joiners(
                 } else {
                     Vec::new()
                 };
-                copy_locked(ep, p, &joiners, owner, &locked, &bars, &[]).await?;
+                copy_locked(ep, p, &joiners, (owner, flush), &locked, &bars).await?;
                 pass.copied += locked.len() as u64;
             }
             continue;
@@ -281,20 +304,18 @@ pub async fn copy_to_joiners(
             // A chain link, once set, never changes and is the same on every replica: the
             // one we read is the joiner's too (a link not yet set is left alone: the insert
             // that sets it writes the joiners).
-            let links: Vec<(u64, u64)> = chunk
+            let links: Vec<(u64, Vec<u8>)> = chunk
                 .clone()
-                .map(|b| {
-                    let w = u64::from_le_bytes(bucket_of(b)[..8].try_into().expect("word"));
-                    (t.bucket(b), w)
-                })
-                .filter(|&(_, w)| w != 0)
+                .map(|b| (t.bucket(b), bucket_of(b)[..8].to_vec()))
+                .filter(|(_, w)| w.iter().any(|&x| x != 0))
                 .collect();
-            let bars = if bars {
+            let mut also = if bars {
                 bars_of(ep, t, p, &locked).await?
             } else {
                 Vec::new()
             };
-            copy_locked(ep, p, &joiners, owner, &locked, &bars, &links).await?;
+            also.extend(links);
+            copy_locked(ep, p, &joiners, (owner, flush), &locked, &also).await?;
             pass.copied += locked.len() as u64;
         }
     }
@@ -332,24 +353,25 @@ async fn bars_of(
         .collect())
 }
 
-/// WRITEs the `locked` records, their `bars` (a multi-version table's) and the chain `links`
-/// to every joiner, and once those have executed, unlocks the records on primary `p`. On a
-/// failed WRITE (a joiner died) the locks are given back all the same.
+/// WRITEs the `locked` records and what goes `also` (a multi-version table's bars, chain
+/// links) to every joiner, FLUSHes them there (unless `flush` is false) (persistent-memory mode: a commit's FLUSH of the joiner
+/// persists only its own QP's lines, so without this a power loss takes copied records from a
+/// node that counts as a replica), and once those have executed, unlocks the records on
+/// primary `p`. On a failed WRITE (a joiner died) the locks are given back all the same.
 async fn copy_locked(
     ep: &mut Endpoint,
     p: NodeId,
     joiners: &[NodeId],
-    owner: u64,
+    (owner, flush): (u64, bool),
     locked: &[(u64, Vec<u8>)],
-    bars: &[(u64, Vec<u8>)],
-    links: &[(u64, u64)],
+    also: &[(u64, Vec<u8>)],
 ) -> Result<(), FabricError> {
     for &j in joiners {
-        for (at, rec) in locked.iter().chain(bars) {
-            ep.write(j, *at, rec);
+        for (at, bytes) in locked.iter().chain(also) {
+            ep.write(j, *at, bytes);
         }
-        for &(at, w) in links {
-            ep.write(j, at, &w.to_le_bytes());
+        if flush {
+            ep.flush(j);
         }
     }
     let written = ep.post().await;

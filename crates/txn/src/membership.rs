@@ -338,10 +338,8 @@ pub struct Service {
     view_sink: Option<ViewSink>,
     /// Failed memory nodes that come back are re-replicated ([`Service::with_rejoin`]).
     rejoin: bool,
-    /// The copy takes each slot's lock (false: the negative control's unsound copy).
-    copy_locks: bool,
-    /// The copy takes multi-version tables' attribute bars (false: the Motor control).
-    copy_bars: bool,
+    /// What the copy does (but in the negative controls, [`failover::CopyRules::SOUND`]).
+    copy_rules: failover::CopyRules,
     /// The coordinator's commits write the joiners (false: the other negative control).
     write_joiners: bool,
     /// This coordinator's copy in progress: its view and what it has done.
@@ -411,8 +409,7 @@ impl Service {
             sink: None,
             view_sink: None,
             rejoin: false,
-            copy_locks: true,
-            copy_bars: true,
+            copy_rules: failover::CopyRules::SOUND,
             write_joiners: true,
             copy: None,
             joins: Vec::new(),
@@ -423,7 +420,8 @@ impl Service {
     /// Re-replicates failed memory nodes that come back (blank): it probes them at each
     /// scan, and a node that answers is formatted and joins the view; once that view is
     /// active the leader copies its tables to it, and it becomes a full replica (see the
-    /// module doc). FORD, FaRM, DrTM+H and Motor, with one-sided lock stages.
+    /// module doc). FORD, FaRM, DrTM+H, Motor, SUNDIAL, RCC's OCC, MVCC and Scythe, with
+    /// one-sided lock stages.
     pub fn with_rejoin(mut self, rejoin: bool) -> Service {
         self.rejoin = rejoin;
         self
@@ -432,7 +430,7 @@ impl Service {
     /// The negative control: the copy takes no lock (unsound; tests only).
     #[doc(hidden)]
     pub fn with_unlocked_copy(mut self) -> Service {
-        self.copy_locks = false;
+        self.copy_rules.lock = false;
         self
     }
 
@@ -440,7 +438,15 @@ impl Service {
     /// chunks) out (unsound; tests only).
     #[doc(hidden)]
     pub fn with_bars_uncopied(mut self) -> Service {
-        self.copy_bars = false;
+        self.copy_rules.bars = false;
+        self
+    }
+
+    /// The persistent-memory negative control: the copy does not FLUSH the joiners
+    /// (unsound; tests only).
+    #[doc(hidden)]
+    pub fn with_joiners_unflushed(mut self) -> Service {
+        self.copy_rules.flush = false;
         self
     }
 
@@ -632,15 +638,9 @@ impl Service {
         // (it may hold what is left, and its recovery needs the word) or the view moved.
         for retry in 0.. {
             let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
-            let pass = failover::copy_to_joiners(
-                ep,
-                &self.map,
-                owner,
-                only.as_deref(),
-                self.copy_locks,
-                self.copy_bars,
-            )
-            .await;
+            let pass =
+                failover::copy_to_joiners(ep, &self.map, owner, only.as_deref(), self.copy_rules)
+                    .await;
             let pass = match pass {
                 Ok(p) => p,
                 Err(FabricError::NodeDown(n)) if n != 0 => {
