@@ -53,8 +53,8 @@ pub struct TortureArgs {
     /// ford-rpc, motor, motor-si, sundial, nowait, waitdie, nowait-rpc, waitdie-hybrid, occ,
     /// mvcc, mvcc-hybrid, scythe, scythe-tocc and scythe-cas, with two replicas; the other
     /// protocols run the rest of the plan (no faults if nothing is left). `rejoin=DURATION`
-    /// (the failed node comes back blank and is re-replicated) goes to ford, farm, drtmh,
-    /// motor, motor-si, sundial, occ, mvcc, scythe, scythe-tocc and scythe-cas only.
+    /// (the failed node comes back blank and is re-replicated) goes to all of those but the
+    /// forms with RPC stages (ford-rpc, nowait-rpc, waitdie-hybrid, mvcc-hybrid).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -218,13 +218,15 @@ const FAILOVER: [&str; 17] = [
     CAS_SCYTHE,
 ];
 /// The variants that re-replicate a failed memory node that comes back (`rejoin=`).
-const REJOIN: [&str; 11] = [
+const REJOIN: [&str; 13] = [
     "ford",
     "farm",
     "drtmh",
     "motor",
     "motor-si",
     "sundial",
+    "nowait",
+    "waitdie",
     "occ",
     "mvcc",
     "scythe",

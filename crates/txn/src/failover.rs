@@ -29,6 +29,7 @@
 //! transaction, which ends before the new view is active). CALVIN's epoch batches are on one
 //! memory node each, unreplicated: it has no failover.
 
+use crate::mechanisms::share::{self, Terms};
 use crate::mechanisms::{journal, INVISIBLE};
 use crate::recovery::{read_buckets, scan_chunks};
 use crate::registry::Protocol;
@@ -147,8 +148,16 @@ pub async fn format_joiner(
     ep.post().await
 }
 
-/// A slot of a table, to copy: (table id, slot offset).
-pub type Slot = (u32, u64);
+/// A slot the copy found locked, to copy in a later pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub table: u32,
+    /// The slot's offset.
+    pub at: u64,
+    /// The lock word the next pass CASes from: 0, or a 2PL share word that a writer may take
+    /// (its shares all given back, or void: `share::free_for_writer`).
+    pub expect: u64,
+}
 
 /// What one pass of [`copy_to_joiners`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -172,6 +181,9 @@ pub struct CopyRules {
     pub bars: bool,
     /// A FLUSH of the joiner after the WRITEs (off: a power loss takes copied records).
     pub flush: bool,
+    /// A slot whose word counts 2PL read shares that are gone (given back, or void) is
+    /// locked from that word in the next pass (off: from 0, so such a slot is never copied).
+    pub shares: bool,
 }
 
 impl CopyRules {
@@ -180,6 +192,7 @@ impl CopyRules {
         lock: true,
         bars: true,
         flush: true,
+        shares: true,
     };
 }
 
@@ -195,9 +208,12 @@ const COPY_BYTES: u64 = 16 << 10;
 /// READ sees every slot we locked as locked, so no commit writes it under us); the WRITE of
 /// each locked record (its lock word 0) to every joiner, and of each bucket's chain link
 /// that is set; then, once those WRITEs completed, a CAS of each lock back to 0. A slot
-/// found locked is left for a later pass. Why a commit's WRITE to the joiner and the copy's
-/// never land out of order, and why links, inserts and deletes need nothing more: see
-/// [`crate::membership`] (re-replication).
+/// found locked is left for a later pass; if it holds NO_WAIT's or WAIT_DIE's read shares
+/// that a writer may take (all given back, or void: they stay counted in the word until
+/// someone takes it, `mechanisms::share`), the later pass CASes from that word, as a writer
+/// would. Why a commit's WRITE to the joiner and the copy's never land out of order, and
+/// why links, inserts and deletes need nothing more: see [`crate::membership`]
+/// (re-replication).
 ///
 /// The caller's view must be active (every coordinator works in it): then every commit
 /// that can still write a copied slot writes the joiners too. Before its first lock on a
@@ -215,8 +231,23 @@ pub async fn copy_to_joiners(
     only: Option<&[Slot]>,
     rules: CopyRules,
 ) -> Result<CopyPass, FabricError> {
-    let CopyRules { lock, bars, flush } = rules;
+    let CopyRules {
+        lock,
+        bars,
+        flush,
+        shares,
+    } = rules;
     let owner = if lock { owner } else { 0 };
+    // A slot found locked: left with the word to CAS from next time.
+    let left = |ep: &Endpoint, table: u32, at: u64, old: u64| Slot {
+        table,
+        at,
+        expect: if shares && share::free_for_writer(old, Terms::of(ep)) {
+            old
+        } else {
+            0
+        },
+    };
     let mut pass = CopyPass::default();
     let index = ep.id().index;
     let mut marked: Vec<NodeId> = Vec::new();
@@ -231,27 +262,28 @@ pub async fn copy_to_joiners(
         }
         let record = t.record_bytes as usize;
         if let Some(only) = only {
-            let slots: Vec<u64> = only.iter().filter(|s| s.0 == t.id).map(|s| s.1).collect();
+            let slots: Vec<&Slot> = only.iter().filter(|s| s.table == t.id).collect();
             for chunk in slots.chunks((COPY_BYTES / t.slot_stride.max(1)).max(1) as usize) {
                 let ops: Vec<_> = chunk
                     .iter()
-                    .map(|&s| {
+                    .map(|s| {
                         (
-                            s,
-                            lock.then(|| ep.cas(p, s, 0, owner)),
-                            ep.read(p, s, record),
+                            s.at,
+                            lock.then(|| ep.cas(p, s.at, s.expect, owner)),
+                            ep.read(p, s.at, record),
                         )
                     })
                     .collect();
                 ep.post().await?;
                 let mut locked = Vec::new();
                 for (s, c, r) in ops {
-                    if c.is_none_or(|c| ep.cas_ok(c)) {
-                        let mut b = ep.bytes(r).to_vec();
-                        b[..8].copy_from_slice(&0u64.to_le_bytes());
-                        locked.push((s, b));
-                    } else {
-                        pass.left.push((t.id, s));
+                    match c {
+                        Some(c) if !ep.cas_ok(c) => pass.left.push(left(ep, t.id, s, ep.old(c))),
+                        _ => {
+                            let mut b = ep.bytes(r).to_vec();
+                            b[..8].copy_from_slice(&0u64.to_le_bytes());
+                            locked.push((s, b));
+                        }
                     }
                 }
                 let bars = if bars {
@@ -293,12 +325,13 @@ pub async fn copy_to_joiners(
             };
             let mut locked = Vec::new();
             for &(b, s, at, c) in &cas {
-                if c.is_none_or(|c| ep.cas_ok(c)) {
-                    let mut rec = t.slot_bytes(bucket_of(b), s).to_vec();
-                    rec[..8].copy_from_slice(&0u64.to_le_bytes());
-                    locked.push((at, rec));
-                } else {
-                    pass.left.push((t.id, at));
+                match c {
+                    Some(c) if !ep.cas_ok(c) => pass.left.push(left(ep, t.id, at, ep.old(c))),
+                    _ => {
+                        let mut rec = t.slot_bytes(bucket_of(b), s).to_vec();
+                        rec[..8].copy_from_slice(&0u64.to_le_bytes());
+                        locked.push((at, rec));
+                    }
                 }
             }
             // A chain link, once set, never changes and is the same on every replica: the

@@ -420,8 +420,7 @@ impl Service {
     /// Re-replicates failed memory nodes that come back (blank): it probes them at each
     /// scan, and a node that answers is formatted and joins the view; once that view is
     /// active the leader copies its tables to it, and it becomes a full replica (see the
-    /// module doc). FORD, FaRM, DrTM+H, Motor, SUNDIAL, RCC's OCC, MVCC and Scythe, with
-    /// one-sided lock stages.
+    /// module doc). Every protocol with failover, with one-sided lock stages.
     pub fn with_rejoin(mut self, rejoin: bool) -> Service {
         self.rejoin = rejoin;
         self
@@ -447,6 +446,14 @@ impl Service {
     #[doc(hidden)]
     pub fn with_joiners_unflushed(mut self) -> Service {
         self.copy_rules.flush = false;
+        self
+    }
+
+    /// The 2PL negative control: the copy locks every slot from 0, never from a share word
+    /// whose shares are gone (unsound: such a slot is never copied; tests only).
+    #[doc(hidden)]
+    pub fn with_share_words_ignored(mut self) -> Service {
+        self.copy_rules.shares = false;
         self
     }
 

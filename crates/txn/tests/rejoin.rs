@@ -38,6 +38,10 @@ const REJOIN_NS: u64 = 3_000_000;
 const FAIL_2_NS: u64 = 45_000_000;
 const STOP_NS: u64 = 60_000_000;
 const COORDINATORS: u32 = 4;
+/// Under NO_WAIT and WAIT_DIE, a row of `B` that no transaction touches.
+const UNTOUCHED: u64 = 999;
+/// A 2PL lock word counting read shares, none left (bit 61: `dtxn_txn`'s `SHARED`).
+const DRAINED_SHARES: u64 = 1 << 61;
 
 /// The value of an account or row: `x`, then (Motor's) the same repeated to `value_size`.
 fn v(x: u64) -> Vec<u8> {
@@ -120,6 +124,16 @@ fn pool(seed: u64, protocol: Protocol, pm: bool) -> (SimPool, Plan, SimConfig) {
         for k in 0..ACCOUNTS {
             l.insert(&pool, k, &v(BALANCE)).unwrap();
         }
+        if table == B && matches!(protocol, Protocol::NoWait | Protocol::WaitDie) {
+            // A record no transaction touches, whose lock word (on both replicas: node 2's
+            // is promoted) counts read shares all given back but was never CASed back to 0
+            // (a last reader's CAS that guessed another expiry): a writer may take it, and
+            // so must the copy, or the record is never copied.
+            let at = l.insert(&pool, UNTOUCHED, &v(BALANCE)).unwrap();
+            for n in [1, 2] {
+                pool.with_local(n, |m| m.write_u64(at, DRAINED_SHARES));
+            }
+        }
     }
     let Pool::Sim(s) = pool else { unreachable!() };
     (s, plan, cfg)
@@ -133,6 +147,7 @@ enum Control {
     JoinersUnwritten,
     BarsUncopied,
     JoinersUnflushed,
+    ShareWordsIgnored,
 }
 
 /// What the coordinators saw.
@@ -184,6 +199,15 @@ async fn transfer_in(
     tx.commit().await.map_err(|a| a.reason)
 }
 
+/// A read-only transaction over two accounts (under NO_WAIT and WAIT_DIE: two read shares).
+async fn audit(c: &mut Coordinator, a: u64, b: u64) -> Result<(), AbortReason> {
+    let mut tx = c.begin(TxKind::ReadOnly);
+    tx.fetch(&[Access::read(B, a), Access::read(B, b)])
+        .await
+        .map_err(|a| a.reason)?;
+    tx.commit().await.map_err(|a| a.reason)
+}
+
 async fn insert(c: &mut Coordinator, k: u64) -> Result<(), AbortReason> {
     let mut tx = c.begin(TxKind::ReadWrite);
     tx.insert(B, k, &v(k * 3)).await.map_err(|a| a.reason)?;
@@ -209,6 +233,7 @@ async fn member(
         Control::JoinersUnwritten => service = service.with_joiners_unwritten(),
         Control::BarsUncopied => service = service.with_bars_uncopied(),
         Control::JoinersUnflushed => service = service.with_joiners_unflushed(),
+        Control::ShareWordsIgnored => service = service.with_share_words_ignored(),
     }
     let cfg = TxnConfig {
         protocol,
@@ -238,7 +263,12 @@ async fn member(
             break;
         }
         let joining = service.map().view().joining != 0;
-        let r = if next(&mut rng).is_multiple_of(4) {
+        let shares = matches!(protocol, Protocol::NoWait | Protocol::WaitDie);
+        let r = if shares && next(&mut rng).is_multiple_of(2) {
+            // Read shares on `B`'s records, for the copy to meet.
+            let a = next(&mut rng) % ACCOUNTS;
+            audit(&mut c, a, (a + 1) % ACCOUNTS).await
+        } else if next(&mut rng).is_multiple_of(4) {
             let k = 1_000_000 * (u64::from(me) + 1) + n;
             let r = insert(&mut c, k).await;
             if r.is_ok() {
@@ -358,7 +388,13 @@ fn node_1_holds(
         for s in 0..t.slots_per_bucket {
             let slot = t.slot_bytes(&bytes, s);
             let h = codec.header(slot);
-            assert!(!locks_clear || h.lock == 0, "a lock word left on node 1");
+            // NO_WAIT's and WAIT_DIE's read-share words stay counted (void) once the run
+            // is over; anything else is a lock left.
+            assert!(
+                !locks_clear || h.lock == 0 || dtxn_txn::is_read_share_word(h.lock),
+                "a lock word left on node 1: {:#x}",
+                h.lock
+            );
             if !h.valid {
                 continue;
             }
@@ -505,8 +541,10 @@ fn without_the_bars_a_motor_joiner_cannot_rebuild_its_older_versions() {
 
 /// The protocols whose re-replication is the same copy as FORD's (their primary-only words
 /// are rebuilt by their repair when the joined node is promoted).
-const RCC_AND_SCYTHE: [Protocol; 4] = [
+const RCC_AND_SCYTHE: [Protocol; 6] = [
     Protocol::Sundial,
+    Protocol::NoWait,
+    Protocol::WaitDie,
     Protocol::Occ,
     Protocol::Mvcc,
     Protocol::Scythe,
@@ -538,6 +576,9 @@ fn a_blank_replacement_is_copied_to_under_the_rcc_protocols_and_scythe() {
                 "{p} {seed}: {}",
                 seen.inserted.len()
             );
+            if matches!(protocol, Protocol::NoWait | Protocol::WaitDie) {
+                assert_eq!(b.get(&UNTOUCHED), Some(&BALANCE), "{p} {seed}");
+            }
         }
     }
 }
@@ -582,4 +623,17 @@ fn in_pm_mode_without_the_copys_flush_a_power_loss_takes_copied_rows() {
     // 51 to 76 of about 420 inserts on seeds 1 to 5.
     let (missing, _) = losses(&seen, &b);
     assert!(missing.len() > 10, "{} lost", missing.len());
+}
+
+/// NO_WAIT's negative control for share words: a copy that locks only from 0 never copies
+/// the record whose word counts shares all given back, so node 1 is still joining when node
+/// 2, `B`'s other replica, fails 42 ms later (`B` is then lost; the sound copy takes about 4 ms).
+#[test]
+fn under_nowait_a_copy_that_ignores_share_words_never_finishes() {
+    let (seen, _, _, _) = run_under(1, Control::ShareWordsIgnored, Protocol::NoWait);
+    assert!(
+        seen.joins.iter().all(|j| j.copy_finished_ns > FAIL_2_NS),
+        "{:?}",
+        seen.joins
+    );
 }

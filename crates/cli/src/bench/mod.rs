@@ -641,32 +641,13 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
                 );
             }
             if !plan.memory_rejoins.is_empty() {
-                // The copy locks records with one-sided CASes (0 -> its own lock word) and
-                // takes the slot bytes for the whole record (and a CVT's attribute bar). What
-                // a primary keeps alone beside them (leases, rts words, takeout queues) is
-                // rebuilt by the repair when the joined node is promoted, as for any backup.
-                // NO_WAIT's and WAIT_DIE's read shares are lock words that do not go back
-                // to 0 when their shares expire: a copy would wait on them for ever.
-                let copied = [
-                    Protocol::Ford,
-                    Protocol::Farm,
-                    Protocol::Drtmh,
-                    Protocol::Motor,
-                    Protocol::Sundial,
-                    Protocol::Occ,
-                    Protocol::Mvcc,
-                    Protocol::Scythe,
-                ];
-                if !copied.contains(&cfg.protocol) {
-                    let names: Vec<&str> = copied.iter().map(|p| p.name()).collect();
-                    bail!(
-                        "--faults rejoin=: {} has no re-replication yet (its read shares are \
-                         lock words the copy cannot take); these have: {}",
-                        cfg.protocol.name(),
-                        names.join(", ")
-                    );
-                }
-                if !cfg.ford.rpc.is_empty() {
+                // Every protocol with failover re-replicates. The copy locks records with
+                // one-sided CASes (as a writer would: from 0, or from a 2PL share word whose
+                // shares are gone) and takes the slot bytes for the whole record (and a CVT's
+                // attribute bar). What a primary keeps alone beside them (leases, rts words,
+                // takeout queues) is rebuilt by the repair when the joined node is promoted,
+                // as for any backup.
+                if !cfg.protocol.rpc_stages(&cfg).is_empty() {
                     bail!("--faults rejoin=: not with stages as RPCs (the copy's one-sided lock CASes would not compose with the memory nodes' CPUs')");
                 }
             }
