@@ -110,7 +110,7 @@
 use crate::failover;
 use crate::recovery::{recover_within, Recovered};
 use crate::registry::Protocol;
-use dtxn_fabric::{Endpoint, FabricError, Lease};
+use dtxn_fabric::{Endpoint, FabricError, Lease, OpId};
 use dtxn_store::layout::{
     ACK_OFF, LEADER_OFF, LEASE_OFF, MAX_MEMBERS, RECOVERED_OFF, REPAIRED_OFF, VIEW_OFF,
 };
@@ -221,6 +221,17 @@ pub struct Members {
 
 /// Reads the leader, view and repaired words and the first `n` coordinators' records (one
 /// round trip).
+/// Posts the CAS of the view word from `view` to `next`, and a FLUSH of node 0 after it (an
+/// atomic executes before later ops on its QP): in persistent-memory mode a pool that loses
+/// power must come back in its last view, not in one where a node failed over since is
+/// live again or a rejoined one is still joining. Everywhere else the FLUSH costs its
+/// completion, once per view change. Returns the CAS.
+pub fn change_view(ep: &mut Endpoint, view: View, next: View) -> OpId {
+    let c = ep.cas(0, VIEW_OFF, view.word(), next.word());
+    ep.flush(0);
+    c
+}
+
 pub async fn read_members(ep: &mut Endpoint, n: u32) -> Result<Members, FabricError> {
     let n = n.min(MAX_MEMBERS) as usize;
     let posted_ns = ep.lease_now_ns();
@@ -597,7 +608,7 @@ impl Service {
         }
         let next = view.joining(n).expect("failed");
         // If another coordinator changed the view first, its view is the one adopted.
-        ep.cas(0, VIEW_OFF, view.word(), next.word());
+        change_view(ep, view, next);
         ep.post().await
     }
 
@@ -677,7 +688,7 @@ impl Service {
             }
         }
         let next = view.all_joined().expect("joining");
-        let c = ep.cas(0, VIEW_OFF, view.word(), next.word());
+        let c = change_view(ep, view, next);
         ep.post().await?;
         if ep.cas_ok(c) {
             let e = JoinEvent {
@@ -724,7 +735,7 @@ impl Service {
             return Ok(false);
         };
         // If another coordinator changed it first, its view is the one adopted.
-        ep.cas(0, VIEW_OFF, view.word(), next.word());
+        change_view(ep, view, next);
         ep.post().await?;
         Ok(true)
     }
@@ -847,6 +858,7 @@ impl Service {
                 u64::from(m.repaired),
                 u64::from(view.number),
             );
+            ep.flush(0); // as the view word (`change_view`)
             ep.post().await?;
         }
         self.give_back(ep, mine).await?;

@@ -324,7 +324,7 @@ async fn bootstrap(ep: &mut Endpoint, failover: bool) -> Result<PoolMap, StoreEr
                 let view = View::parse(ep.word(w, 0));
                 if let Some(next) = view.without(&[n]) {
                     // If another coordinator changed it first, its view is the one learnt.
-                    ep.cas(0, dtxn_store::layout::VIEW_OFF, view.word(), next.word());
+                    dtxn_txn::membership::change_view(ep, view, next);
                     ep.post().await?;
                 }
             }
