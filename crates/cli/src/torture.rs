@@ -49,12 +49,12 @@ pub struct TortureArgs {
     /// and the pool all the same (`dtxn bench --faults`; default
     /// `compute=1`). Not for `motor-local`, which runs one compute node (calvin and
     /// calvin-rpc finish a dead coordinator's transaction from its redo log and retire it
-    /// from the epochs). `memory=N` (memory-node failover) strikes ford, farm, drtmh,
-    /// ford-rpc, motor, motor-si, sundial, nowait, waitdie, nowait-rpc, waitdie-hybrid, occ,
-    /// mvcc, mvcc-hybrid, scythe, scythe-tocc and scythe-cas, with two replicas; the other
+    /// from the epochs). `memory=N` (memory-node failover) strikes every variant but
+    /// motor-local and sundial-hybrid, with two replicas; the other
     /// protocols run the rest of the plan (no faults if nothing is left). `rejoin=DURATION`
-    /// (the failed node comes back blank and is re-replicated) goes to all of those but the
-    /// forms with RPC stages (ford-rpc, nowait-rpc, waitdie-hybrid, mvcc-hybrid).
+    /// (the failed node comes back blank and is re-replicated) goes to those of them that
+    /// take record locks with one-sided CASes (not ford-rpc, nowait-rpc, waitdie-hybrid,
+    /// mvcc-hybrid, calvin, calvin-rpc).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -198,7 +198,7 @@ const LOCAL_MOTOR: &str = "motor-local";
 /// FORD with its lock, validate and commit stages as RPCs to the memory nodes.
 const RPC_FORD: &str = "ford-rpc";
 /// The variants with memory-node failover (`--faults memory=N`).
-const FAILOVER: [&str; 17] = [
+const FAILOVER: [&str; 19] = [
     "ford",
     "farm",
     "drtmh",
@@ -216,6 +216,8 @@ const FAILOVER: [&str; 17] = [
     "scythe",
     TOCC_SCYTHE,
     CAS_SCYTHE,
+    "calvin",
+    RPC_CALVIN,
 ];
 /// The variants that re-replicate a failed memory node that comes back (`rejoin=`).
 const REJOIN: [&str; 13] = [

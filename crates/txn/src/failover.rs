@@ -26,8 +26,9 @@
 //! old-view reader); Scythe empties its takeout queues. Motor and RCC's OCC need nothing more
 //! (a backup holds whole CVTs; OCC is DrTM+H's code), nor do NO_WAIT and WAIT_DIE (their
 //! lock words are FORD's; a read share on the failed primary belongs to an old-view
-//! transaction, which ends before the new view is active). CALVIN's epoch batches are on one
-//! memory node each, unreplicated: it has no failover.
+//! transaction, which ends before the new view is active), nor does CALVIN (its batches are on
+//! node 0 with failover on, and an install that fails on a node down is finished on the live
+//! replicas: `protocols/calvin.rs`).
 
 use crate::mechanisms::share::{self, Terms};
 use crate::mechanisms::{journal, INVISIBLE};

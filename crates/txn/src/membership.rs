@@ -815,7 +815,7 @@ impl Service {
             // dead's may queue behind it, and the view waits for them to be recovered.
             // Ours only, between transactions, our last release landed (the guard above).
             let now = ep.now_ns();
-            match self.protocol.release_held(ep, &self.map, &[me], now).await {
+            match self.protocol.release_owed(ep, &self.map, me, now).await {
                 Err(FabricError::NodeDown(n)) if n != 0 => self.suspect = true,
                 Err(e) => return Err(e),
                 Ok(_) => {}

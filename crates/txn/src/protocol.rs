@@ -146,6 +146,21 @@ pub(crate) trait Protocol: Sized + 'static {
         Ok(vec![(true, 0); dead.len()])
     }
 
+    /// Memory-node failover: live coordinator `me`, waiting between its transactions for a new
+    /// view to be active, gives back what it owes others meanwhile (Scythe's takeout tickets
+    /// not served yet: a dead coordinator's may queue behind them, and the view waits for
+    /// the dead to be recovered), waiting until `deadline_ns` at most. Nothing by default;
+    /// not `release_held`, which is a dead coordinator's (CALVIN's retires it from the
+    /// epochs: a live one that did so would find its own epoch word taken from it).
+    async fn release_owed(
+        _ep: &mut Endpoint,
+        _map: &PoolMap,
+        _me: u32,
+        _deadline_ns: u64,
+    ) -> Result<(), FabricError> {
+        Ok(())
+    }
+
     /// Memory-node failover: what a promoted primary of `map`'s view kept alone, beside the
     /// overflow counters and invisible words every protocol's tables get repaired
     /// ([`crate::failover::repair_promoted`], once nothing of an older view is in flight and

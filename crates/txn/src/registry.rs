@@ -99,6 +99,20 @@ macro_rules! registry {
                 }
             }
 
+            /// Memory-node failover: what live coordinator `me` owes others, given back while
+            /// it waits for a view to be active.
+            pub(crate) async fn release_owed(
+                self,
+                ep: &mut Endpoint,
+                map: &PoolMap,
+                me: u32,
+                deadline_ns: u64,
+            ) -> Result<(), FabricError> {
+                match self {
+                    $( Protocol::$variant => <$ty>::release_owed(ep, map, me, deadline_ns).await, )*
+                }
+            }
+
             /// Memory-node failover: the protocol's part of a promoted primary's repair.
             pub(crate) async fn repair_promoted(
                 self,

@@ -351,3 +351,29 @@ fn under_scythe_without_the_queue_repair_updates_of_a_promoted_record_are_refuse
     assert_eq!(s.updated_b0_after, Some(AbortReason::LockConflict));
     assert_eq!(s.updated_after, None);
 }
+
+/// CALVIN (issue #23): its install takes no lock and has no undo log to roll back by (its
+/// schedule decided the transaction commits): an install that fails on the backup that died
+/// is finished on the live replicas and commits, as Motor's; its successors, waiting for its
+/// done word, find it on every replica they may read.
+#[test]
+fn under_calvin_the_backup_is_promoted_repaired_and_serves_inserts() {
+    let s = fail_over(Script {
+        protocol: Protocol::Calvin,
+        ..FORD
+    });
+    assert_eq!(s.updated_before_view, None);
+    promoted_and_repaired(&s);
+}
+
+/// Its negative control: a coordinator that does not know failover is on leaves the failed
+/// install as it landed, and aborts (before, with no failover, what every CALVIN did).
+#[test]
+fn under_calvin_without_failover_a_failed_install_aborts() {
+    let s = fail_over(Script {
+        protocol: Protocol::Calvin,
+        failover: false,
+        ..FORD
+    });
+    assert_eq!(s.updated_before_view, Some(AbortReason::ReplicaFailure));
+}

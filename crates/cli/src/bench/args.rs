@@ -203,11 +203,10 @@ pub struct BenchArgs {
     /// pool (no log slice pending, replicas identical), and prints detection and repair
     /// times. Knobs: `compute=N` nodes crash (default 1, or 0 when `memory=` is given; never
     /// all), `memory=N` memory nodes fail for good (never node 0; at most replicas - 1: the
-    /// survivors change the view and promote backups; the protocols with failover, which
-    /// `--faults memory=1` with another names: not calvin, whose crashed coordinators are
-    /// recovered like the others'), `rejoin=DURATION` (each failed node comes back
-    /// blank that long after its failure, joins and is re-replicated while transactions run;
-    /// FORD, FaRM, DrTM+H and Motor), `within=DURATION` of the
+    /// survivors change the view and promote backups; every protocol), `rejoin=DURATION`
+    /// (each failed node comes back blank that long after its failure, joins and is
+    /// re-replicated while transactions run; every protocol but calvin, with one-sided lock
+    /// stages), `within=DURATION` of the
     /// start (default: about the run's length), `delay_prob=P` and `delay=DURATION` (ops
     /// delayed on the way), `lease=DURATION` and `guard=DURATION` (default: from the fabric's
     /// longest op flight and the adversary's longest stall; checked against both).

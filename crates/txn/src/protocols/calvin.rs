@@ -117,9 +117,20 @@
 //! entry flushed and awaited before the install). Recovery: one READ of the words and one
 //! batch of WRITEs (plus a FLUSH per node) to roll forward, two round trips to leave.
 //!
-//! Limits: memory-node failover is not survived (a coordinator's epoch batches live on one
-//! memory node; an install that fails on a node down leaves what landed, as before); a
-//! declared set larger than a buffer aborts (`log-full`: bigger slices help), and so does a
+//! **Memory-node failover** (`Coordinator::set_failover`, where the membership service runs):
+//! the batches go to node 0, which never fails over (a batch is written once, unreplicated:
+//! spread over the nodes, a failed one took its coordinators' batches and every epoch with
+//! it), and an install that fails on a node down is finished on the live replicas (the same
+//! redo entry and record WRITEs again without it: the schedule decided the transaction
+//! commits, its successors wait for its done word and must find its writes on whatever
+//! replica they read, a promoted backup included). A transaction whose read fails on the
+//! failed primary aborts (`replica-failure`, nothing written) and its coordinator's service
+//! changes the view; the epochs go on through the view change (a coordinator waiting for
+//! the view to be active holds its epoch back, and the others' waits on it end after a
+//! quarter lease, so that they get to the view too). No re-replication (`rejoin=`): the
+//! install takes no record lock, so the copy's slot locks would not keep it off.
+//!
+//! Limits: a declared set larger than a buffer aborts (`log-full`: bigger slices help), and so does a
 //! redo entry larger than the slice's log half; inserts of different keys into one chain
 //! still take the chain's lock (a physical conflict, which aborts the later one).
 
@@ -354,8 +365,14 @@ fn area(map: &PoolMap, k: u32) -> u64 {
 
 /// Where coordinator `k`'s batches are: spread over the memory nodes (its words are on node 0,
 /// where every epoch word must be for the join's ordering, G6; its batches need no order
-/// with them: their lines carry the epoch).
-fn batch_node(nodes: u16, k: u32) -> NodeId {
+/// with them: their lines carry the epoch). With memory-node failover on, on node 0 too: a
+/// batch is written once, unreplicated, and node 0 is the one node that never fails over
+/// (it holds the view); a failed node would take its coordinators' batches, and every
+/// epoch, with it.
+fn batch_node(nodes: u16, k: u32, failover: bool) -> NodeId {
+    if failover {
+        return 0;
+    }
     (k % u32::from(nodes.max(1))) as NodeId
 }
 
@@ -433,7 +450,7 @@ async fn schedule(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
     rpc::write(
         &mut tx.c.ep,
         log,
-        batch_node(tx.s.nodes, me),
+        batch_node(tx.s.nodes, me, tx.c.failover),
         at,
         &tx.s.batch,
     );
@@ -645,7 +662,7 @@ fn post_polls(
         let words = Read::post(&mut tx.c.ep, via, 0, base, 16);
         let batch = (k < me).then(|| {
             let lines = if whole.contains(&k) { all } else { head };
-            let n = batch_node(tx.s.nodes, k);
+            let n = batch_node(tx.s.nodes, k, tx.c.failover);
             Read::post(&mut tx.c.ep, via, n, buffer(base, all, e), lines * 64)
         });
         reads.push((k, words, batch));
@@ -838,21 +855,73 @@ async fn install(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
         return Err(fail);
     }
     let map = tx.c.map.clone();
+    // Memory nodes found down for good (failover): the install is finished on the live
+    // replicas. The transaction decided to commit before it logged (CALVIN never aborts
+    // once scheduled), and its successors in the schedule wait for its done word: they must
+    // find every record it writes installed on every replica they may read, the promoted
+    // backups of the new view included (it is active only once we have acknowledged it,
+    // between transactions: after these WRITEs landed).
+    let mut down: Vec<NodeId> = Vec::new();
+    let mut chains_released = false;
+    let r = loop {
+        match post_install(tx, &map, &down, &mut chains_released).await? {
+            Err(FabricError::NodeDown(n)) if tx.c.failover && n != 0 && !down.contains(&n) => {
+                down.push(n)
+            }
+            r => break r,
+        }
+    };
+    if r.is_err() {
+        return Err(fail);
+    }
+    for it in &mut tx.items {
+        it.locked = false;
+        it.chain_lock = None;
+    }
+    Ok(())
+}
+
+/// The install's verbs on every replica but those `down`, awaited: the redo log (where
+/// coordinators can be recovered), the records, (`flush`) the backups' FLUSHes, the inserts'
+/// chain locks given back unless `chains_released` (an earlier try posted them: they landed
+/// on every live node, and another inserter may hold one since). An abort only when the redo
+/// log does not fit.
+async fn post_install(
+    tx: &mut Tx<'_, Calvin>,
+    map: &PoolMap,
+    down: &[NodeId],
+    chains_released: &mut bool,
+) -> Result<Result<(), FabricError>, Abort> {
     let via = tx.c.via(Stage::Commit);
     let mut record = std::mem::take(&mut tx.c.mech.record);
     let redo = !Calvin::undo_logged(&tx.c.cfg);
     if redo {
-        let r = log_redo(tx, &map, via).await;
-        if let Err(a) = r {
-            tx.c.mech.record = record;
-            return Err(a);
+        match log_redo(tx, map, via, down) {
+            Ok(()) => {}
+            Err(a) => {
+                tx.c.mech.record = record;
+                return Err(a);
+            }
+        }
+        if tx.c.cfg.flush {
+            // The entry is durable before any record WRITE can be (a FLUSH orders nothing
+            // after it).
+            for &n in &tx.undo.nodes {
+                if !down.contains(&n) {
+                    tx.c.ep.flush(n);
+                }
+            }
+            if let Err(e) = tx.c.ep.post().await {
+                tx.c.mech.record = record;
+                return Ok(Err(e));
+            }
         }
     }
     // With the redo log, each record is WRITTEN from its image in the log's body, which is
     // what recovery would install.
     let mut at = HEAD_BYTES;
     for it in tx.items.iter().filter(|i| i.written()) {
-        let t = table(&map, it.table);
+        let t = table(map, it.table);
         let off = it.offset.expect("written items exist");
         let image: &[u8] = if redo {
             let len = t.copy_bytes();
@@ -864,7 +933,7 @@ async fn install(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
             encode_new(&mut record, t, it, 0);
             &record
         };
-        for &n in &t.replicas {
+        for &n in t.replicas.iter().filter(|n| !down.contains(n)) {
             rpc::write(&mut tx.c.ep, via, n, off, image);
         }
     }
@@ -875,30 +944,24 @@ async fn install(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
         let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
         flushed.clear();
         for it in tx.items.iter().filter(|i| i.written()) {
-            flushed.extend_from_slice(table(&map, it.table).backups());
+            flushed.extend_from_slice(table(map, it.table).backups());
         }
         flushed.sort_unstable();
         flushed.dedup();
-        for &n in &flushed {
+        for &n in flushed.iter().filter(|n| !down.contains(n)) {
             tx.c.ep.flush(n);
         }
         tx.c.mech.nodes = flushed;
     }
     let release = tx.c.via(Stage::Release);
-    for it in &tx.items {
-        if let Some((n, addr)) = it.chain_lock {
+    for it in tx.items.iter().filter(|_| !*chains_released) {
+        if let Some((n, addr)) = it.chain_lock.filter(|(n, _)| !down.contains(n)) {
             rpc::write(&mut tx.c.ep, release, n, addr, &0u64.to_le_bytes());
         }
     }
+    *chains_released = true;
     tx.installed = true;
-    if tx.c.ep.post().await.is_err() {
-        return Err(fail);
-    }
-    for it in &mut tx.items {
-        it.locked = false;
-        it.chain_lock = None;
-    }
-    Ok(())
+    Ok(tx.c.ep.post().await)
 }
 
 /// Bytes of a log item's descriptor, before its image (`dtxn_store::log`).
@@ -912,10 +975,16 @@ const REDO_ITEM_HEAD: usize = 24;
 /// (G4); as RPCs, a batch's requests to one node are one message served in post order; and a
 /// crash leaves a prefix of each node's ops. So no record changes on a node before the whole
 /// entry is there: if no node holds the entry whole, nothing was installed anywhere. With
-/// `flush` the entry is flushed and awaited first (a FLUSH orders nothing after it). The
+/// `flush` the caller flushes it and awaits that first (a FLUSH orders nothing after it).
+/// Nodes `down` (failed over) are left out. Posts, does not wait. The
 /// entry's body is kept in the transaction's undo-log buffers (`tx.undo`: no undo log is
 /// written meanwhile), which close it at the release like an undo log.
-async fn log_redo(tx: &mut Tx<'_, Calvin>, map: &PoolMap, via: Via) -> Result<(), Abort> {
+fn log_redo(
+    tx: &mut Tx<'_, Calvin>,
+    map: &PoolMap,
+    via: Via,
+    down: &[NodeId],
+) -> Result<(), Abort> {
     let first = tx
         .items
         .iter()
@@ -931,7 +1000,6 @@ async fn log_redo(tx: &mut Tx<'_, Calvin>, map: &PoolMap, via: Via) -> Result<()
         // in an epoch (every write was fetched or inserted, which schedules it).
         return Err(abort(AbortReason::LogFull));
     };
-    let fail = abort(AbortReason::ReplicaFailure);
     let full = abort(AbortReason::LogFull);
     tx.undo.clear();
     let mut record = std::mem::take(&mut tx.c.mech.record);
@@ -969,16 +1037,8 @@ async fn log_redo(tx: &mut Tx<'_, Calvin>, map: &PoolMap, via: Via) -> Result<()
         crc32fast::hash(&tx.undo.body),
     );
     set_tag(&mut head, epoch);
-    for &n in &tx.undo.nodes {
+    for &n in tx.undo.nodes.iter().filter(|n| !down.contains(n)) {
         rpc::write_parts(&mut tx.c.ep, via, n, slice, &[&head, &tx.undo.body]);
-    }
-    if tx.c.cfg.flush {
-        for &n in &tx.undo.nodes {
-            tx.c.ep.flush(n);
-        }
-        if tx.c.ep.post().await.is_err() {
-            return Err(fail);
-        }
     }
     Ok(())
 }

@@ -319,6 +319,19 @@ impl Protocol for Scythe {
         takeout::release_dead(ep, map, dead, deadline_ns).await
     }
 
+    /// A live coordinator's owed tickets are in its grant journal as a dead one's are: the
+    /// same release, from its own journal.
+    async fn release_owed(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        me: u32,
+        deadline_ns: u64,
+    ) -> Result<(), FabricError> {
+        takeout::release_dead(ep, map, &[me], deadline_ns)
+            .await
+            .map(|_| ())
+    }
+
     /// Failover: a promoted primary's takeout words are its backup's, which no CPU granted
     /// from and no NIC released to: commits write a backup's record whole, its GRANT word as
     /// the committer read it on the primary and its UPPER word whatever the commit's buffer
