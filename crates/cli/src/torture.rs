@@ -50,7 +50,7 @@ pub struct TortureArgs {
     /// `compute=1`). Not for `motor-local`, which runs one compute node (calvin and
     /// calvin-rpc finish a dead coordinator's transaction from its redo log and retire it
     /// from the epochs). `memory=N` (memory-node failover) strikes every variant but
-    /// motor-local and sundial-hybrid, with two replicas; the other
+    /// motor-local, with two replicas; the other
     /// protocols run the rest of the plan (no faults if nothing is left). `rejoin=DURATION`
     /// (the failed node comes back blank and is re-replicated) goes to those of them that
     /// take record locks with one-sided CASes (not ford-rpc, nowait-rpc, waitdie-hybrid,
@@ -198,7 +198,7 @@ const LOCAL_MOTOR: &str = "motor-local";
 /// FORD with its lock, validate and commit stages as RPCs to the memory nodes.
 const RPC_FORD: &str = "ford-rpc";
 /// The variants with memory-node failover (`--faults memory=N`).
-const FAILOVER: [&str; 19] = [
+const FAILOVER: [&str; 20] = [
     "ford",
     "farm",
     "drtmh",
@@ -206,6 +206,7 @@ const FAILOVER: [&str; 19] = [
     "motor",
     SNAPSHOT_MOTOR,
     "sundial",
+    HYBRID_SUNDIAL,
     "nowait",
     "waitdie",
     RPC_NOWAIT,
