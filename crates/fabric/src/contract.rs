@@ -134,8 +134,12 @@ pub trait Fabric {
     /// Connects again to memory node `node` after it came back as a replacement (a new
     /// region: on RDMA, a new queue pair and rkey). Until then every op to a replacement
     /// fails with `NodeDown`, as on RDMA, where the old connection broke with the node: a
-    /// node that failed and came back blank is never used unknowingly. (`sim` only, where
-    /// [`crate::sim`]'s rejoins bring nodes back; a no-op elsewhere.)
+    /// node that failed and came back blank is never used unknowingly. A node still down is
+    /// left as it is (its ops keep failing), and so is a healthy connection to the node's
+    /// current incarnation. On `sim` ([`crate::sim`]'s rejoins bring nodes back) and on `ucx`
+    /// (a memory node daemon started again at its bootstrap address: the call bootstraps from
+    /// it again, blocking the thread for that, and replaces the thread's endpoint and rkey if
+    /// the node is a new incarnation or the endpoint failed); a no-op elsewhere (`shm`).
     fn reconnect(&mut self, _node: NodeId) {}
 
     /// What a transaction's own logic costs the CPU (`sim` only): (per transaction, per item

@@ -401,3 +401,423 @@ fn a_flush_to_a_file_backed_node_writes_its_pages_back() {
     anon.shutdown();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A memory node started again at `addr` (a blank region of `size` bytes), retrying the bind
+/// a few times should the port not be free again at once.
+fn restart(addr: SocketAddr, size: u64, token: &str) -> MemNode {
+    let mut last = None;
+    for _ in 0..50 {
+        match MemNode::start(
+            MemNodeConfig {
+                size,
+                listen: addr,
+                token: token.into(),
+                file: None,
+                ucx: UcxConfig::loopback_tcp(),
+                spin: MemNodeConfig::DEFAULT_SPIN,
+            },
+            0,
+        ) {
+            Ok(n) => return n,
+            Err(e) => last = Some(e),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("cannot start a memory node at {addr} again: {last:?}");
+}
+
+fn allow_down() -> UcxConfig {
+    UcxConfig {
+        allow_down: true,
+        ..UcxConfig::loopback_tcp()
+    }
+}
+
+/// A memory node that dies and is started again at its address (blank, and here larger) is
+/// reached again after `reconnect`, not before; the other node works throughout.
+#[test]
+fn a_restarted_memory_node_is_reached_after_reconnect() {
+    if !AVAILABLE {
+        return;
+    }
+    let n0 = node(4096, "t");
+    let n1 = node(4096, "t");
+    let addr1 = n1.addr();
+    let pool = UcxPool::connect(&[n0.addr(), addr1], "t", allow_down()).unwrap();
+    let mut ep = pool.endpoint(ID).unwrap();
+    ep.write(0, 0, &[7; 64]);
+    ep.write(1, 0, &[9; 64]);
+    block_on(ep.post()).unwrap();
+    n1.shutdown();
+    ep.read(1, 0, 64);
+    assert_eq!(block_on(ep.post()).unwrap_err(), FabricError::NodeDown(1));
+    let n1 = restart(addr1, 8192, "t");
+    // Back, but this coordinator has not reconnected: its old connection stays broken.
+    let r0 = ep.read(0, 0, 64);
+    block_on(ep.post()).unwrap();
+    assert_eq!(ep.bytes(r0), &[7; 64][..]);
+    ep.read(1, 0, 64);
+    assert_eq!(block_on(ep.post()).unwrap_err(), FabricError::NodeDown(1));
+    assert_eq!(ep.node_sizes(), &[4096, 4096][..]);
+
+    ep.reconnect(1);
+    assert_eq!(ep.node_sizes(), &[4096, 8192][..], "the replacement's size");
+    let r1 = ep.read(1, 0, 64);
+    let r0 = ep.read(0, 0, 64);
+    block_on(ep.post()).unwrap();
+    assert_eq!(ep.bytes(r1), &[0; 64][..], "a blank region");
+    assert_eq!(ep.bytes(r0), &[7; 64][..]);
+    // Beyond the old size, and an atomic: the new region, its new rkey.
+    ep.write(1, 8192 - 64, &[5; 64]);
+    let f = ep.faa(1, 64, 3);
+    block_on(ep.post()).unwrap();
+    assert_eq!(ep.old(f), 0);
+    let r1 = ep.read(1, 8192 - 64, 64);
+    let f = ep.faa(1, 64, 1);
+    block_on(ep.post()).unwrap();
+    assert_eq!(ep.bytes(r1), &[5; 64][..]);
+    assert_eq!(ep.old(f), 3);
+    assert_eq!(n1.with_local(|m| m.read_u64(64)), 4);
+    // Reconnecting again to the healthy replacement changes nothing.
+    ep.reconnect(1);
+    let r1 = ep.read(1, 8192 - 64, 64);
+    block_on(ep.post()).unwrap();
+    assert_eq!(ep.bytes(r1), &[5; 64][..]);
+    drop((ep, pool));
+    n0.shutdown();
+    n1.shutdown();
+}
+
+/// `reconnect` to a node still down returns at once and changes nothing: its ops keep
+/// failing with NodeDown, the other node's work; once it is back, a reconnect reaches it.
+#[test]
+fn reconnect_to_a_node_still_down_changes_nothing() {
+    if !AVAILABLE {
+        return;
+    }
+    let n0 = node(4096, "t");
+    let n1 = node(4096, "t");
+    let addr1 = n1.addr();
+    let pool = UcxPool::connect(&[n0.addr(), addr1], "t", allow_down()).unwrap();
+    let mut ep = pool.endpoint(ID).unwrap();
+    n1.shutdown();
+    ep.read(1, 0, 64);
+    assert_eq!(block_on(ep.post()).unwrap_err(), FabricError::NodeDown(1));
+    for _ in 0..3 {
+        let t = Instant::now();
+        ep.reconnect(1);
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        ep.read(1, 0, 64);
+        assert_eq!(block_on(ep.post()).unwrap_err(), FabricError::NodeDown(1));
+        let f = ep.faa(0, 0, 1);
+        block_on(ep.post()).unwrap();
+        assert!(ep.old(f) < 3);
+    }
+    // Nodes that do not exist: nothing to do, no panic.
+    ep.reconnect(2);
+    ep.reconnect(u16::MAX as _);
+    assert_eq!(ep.node_sizes(), &[4096, 4096][..]);
+    let n1 = restart(addr1, 4096, "t");
+    ep.reconnect(1);
+    let f = ep.faa(1, 0, 1);
+    block_on(ep.post()).unwrap();
+    assert_eq!(ep.old(f), 0);
+    drop((ep, pool));
+    n0.shutdown();
+    n1.shutdown();
+}
+
+/// A node found down when the pool connected (`allow_down`) is reached by a reconnect once
+/// it listens.
+#[test]
+fn a_node_down_at_connection_is_reached_after_reconnect() {
+    if !AVAILABLE {
+        return;
+    }
+    let n0 = node(4096, "t");
+    // A port nobody listens on (free again once the listener is dropped).
+    let addr1 = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let pool = UcxPool::connect(&[n0.addr(), addr1], "t", allow_down()).unwrap();
+    assert!(pool.node_down(1));
+    let mut ep = pool.endpoint(ID).unwrap();
+    ep.reconnect(1);
+    ep.read(1, 0, 64);
+    assert_eq!(block_on(ep.post()).unwrap_err(), FabricError::NodeDown(1));
+    let n1 = restart(addr1, 4096, "t");
+    ep.reconnect(1);
+    assert_eq!(ep.node_sizes(), &[4096, 4096][..]);
+    ep.write(1, 128, &[4; 64]);
+    block_on(ep.post()).unwrap();
+    let r = ep.read(1, 128, 64);
+    block_on(ep.post()).unwrap();
+    assert_eq!(ep.bytes(r), &[4; 64][..]);
+    drop((ep, pool));
+    n0.shutdown();
+    n1.shutdown();
+}
+
+/// Blocks in its handler (on the node's one progress thread) until released, so that its
+/// answer is still due while another coordinator reconnects.
+struct Gate {
+    entered: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    release: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl dtxn_fabric::RpcHandler for Gate {
+    fn handle(
+        &self,
+        _node: dtxn_fabric::NodeId,
+        _now_ns: u64,
+        _mem: &mut dyn dtxn_fabric::LocalMem,
+        req: &[u8],
+        resp: &mut Vec<u8>,
+    ) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.entered.store(true, SeqCst);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.release.load(SeqCst) && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        resp.extend_from_slice(req);
+    }
+}
+
+/// `reconnect` to a healthy node keeps its endpoint, which the thread's coordinators share:
+/// data written before is read back after, and an RPC another coordinator of the thread has
+/// in flight meanwhile is answered (a replaced endpoint would have lost it: NodeDown).
+#[test]
+fn reconnect_to_a_healthy_node_keeps_its_endpoint() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Arc;
+    if !AVAILABLE {
+        return;
+    }
+    let n0 = node(4096, "t");
+    let n1 = node(4096, "t");
+    let entered = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    n1.set_rpc_handler(Arc::new(Gate {
+        entered: entered.clone(),
+        release: release.clone(),
+    }));
+    let pool = UcxPool::connect(&[n0.addr(), n1.addr()], "t", allow_down()).unwrap();
+    let mut ep = pool.endpoint(ID).unwrap();
+    ep.write(1, 256, &[6; 64]);
+    block_on(ep.post()).unwrap();
+    ep.reconnect(1);
+    ep.reconnect(0);
+    let r = ep.read(1, 256, 64);
+    block_on(ep.post()).unwrap();
+    assert_eq!(ep.bytes(r), &[6; 64][..]);
+
+    let out = pool
+        .run(topo(1, 2), None, |mut ep: Endpoint| {
+            let (entered, release) = (entered.clone(), release.clone());
+            async move {
+                if ep.id().coroutine == 0 {
+                    let c = ep.rpc(1, b"ping");
+                    ep.post().await?;
+                    assert_eq!(ep.bytes(c), b"ping");
+                } else {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while !entered.load(SeqCst) {
+                        assert!(
+                            Instant::now() < deadline,
+                            "the RPC never reached its handler"
+                        );
+                        ep.yield_now().await;
+                    }
+                    ep.reconnect(1);
+                    release.store(true, SeqCst);
+                }
+                let r = ep.read(1, 256, 64);
+                ep.post().await?;
+                assert_eq!(ep.bytes(r), &[6; 64][..]);
+                Ok::<(), FabricError>(())
+            }
+        })
+        .unwrap();
+    for o in out.outputs {
+        assert_eq!(o.expect("finished"), Ok(()));
+    }
+    drop((ep, pool));
+    n0.shutdown();
+    n1.shutdown();
+}
+
+/// The queue pairs are the thread's, reconnecting is each coordinator's: after one
+/// coordinator reconnected to a replacement, another of the same thread still fails with
+/// NodeDown there until it reconnects itself (a blank replacement is never used unknowingly).
+#[test]
+fn a_coordinator_uses_a_replacement_only_after_its_own_reconnect() {
+    use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+    use std::sync::Arc;
+    if !AVAILABLE {
+        return;
+    }
+    let n0 = node(4096, "t");
+    let n1 = node(4096, "t");
+    let addr1 = n1.addr();
+    let pool = UcxPool::connect(&[n0.addr(), addr1], "t", allow_down()).unwrap();
+    n1.shutdown();
+    let n1 = restart(addr1, 4096, "t");
+    // 0: start; 1: coroutine 0 reconnected and wrote; 2: coroutine 1 checked.
+    let step = Arc::new(AtomicU32::new(0));
+    let out = pool
+        .run(topo(1, 2), None, |mut ep: Endpoint| {
+            let step = step.clone();
+            async move {
+                let deadline = Instant::now() + Duration::from_secs(10);
+                if ep.id().coroutine == 0 {
+                    ep.reconnect(1);
+                    ep.write(1, 0, &[8; 64]);
+                    ep.post().await?;
+                    step.store(1, SeqCst);
+                    while step.load(SeqCst) != 2 {
+                        assert!(Instant::now() < deadline, "coroutine 1 never checked");
+                        ep.yield_now().await;
+                    }
+                    Ok::<(), FabricError>(())
+                } else {
+                    while step.load(SeqCst) != 1 {
+                        assert!(Instant::now() < deadline, "coroutine 0 never reconnected");
+                        ep.yield_now().await;
+                    }
+                    ep.read(1, 0, 64);
+                    assert_eq!(ep.post().await, Err(FabricError::NodeDown(1)));
+                    ep.reconnect(1);
+                    let r = ep.read(1, 0, 64);
+                    ep.post().await?;
+                    assert_eq!(ep.bytes(r), &[8; 64][..]);
+                    step.store(2, SeqCst);
+                    Ok(())
+                }
+            }
+        })
+        .unwrap();
+    for o in out.outputs {
+        assert_eq!(o.expect("finished"), Ok(()));
+    }
+    drop(pool);
+    n0.shutdown();
+    n1.shutdown();
+}
+
+/// A bootstrap forwarder: each connection to the returned address goes to `target` as it is
+/// then, so that a node "comes back" at one address as another region while the old one still
+/// runs (its endpoint not failed, its ops still in flight).
+fn forwarder(target: std::sync::Arc<std::sync::Mutex<SocketAddr>>) -> SocketAddr {
+    use std::net::{Shutdown, TcpListener, TcpStream};
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { continue };
+            let to = *target.lock().unwrap();
+            let Ok(s) = TcpStream::connect(to) else {
+                continue;
+            };
+            let (Ok(mut c2), Ok(mut s2)) = (c.try_clone(), s.try_clone()) else {
+                continue;
+            };
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut s2);
+                let _ = s2.shutdown(Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let (mut s, mut c) = (s, c);
+                let _ = std::io::copy(&mut s, &mut c);
+                let _ = c.shutdown(Shutdown::Both);
+            });
+        }
+    });
+    addr
+}
+
+/// A batch in flight on an endpoint that a reconnect replaces (the node answers at its
+/// address as another region, while the old one still holds the batch's RPC, and another
+/// coordinator's detached READ and FAA behind it) fails with NodeDown without waiting for the
+/// old node's answer; nothing hangs. After its own reconnect the coordinator reaches the new
+/// region.
+#[test]
+fn a_batch_in_flight_on_a_replaced_endpoint_fails_with_node_down() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+    if !AVAILABLE {
+        return;
+    }
+    let n0 = node(4096, "t");
+    let old = node(4096, "t");
+    let new = node(8192, "t");
+    new.with_local(|m| m.write_u64(0, 0xbeef));
+    let entered = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    old.set_rpc_handler(Arc::new(Gate {
+        entered: entered.clone(),
+        release: release.clone(),
+    }));
+    let target = Arc::new(Mutex::new(old.addr()));
+    let addr1 = forwarder(target.clone());
+    let pool = UcxPool::connect(&[n0.addr(), addr1], "t", allow_down()).unwrap();
+    let new_addr = new.addr();
+    let failed = Arc::new(AtomicBool::new(false));
+    let out = pool
+        .run(topo(1, 2), Some(20_000_000_000), |mut ep: Endpoint| {
+            let (entered, release, target) = (entered.clone(), release.clone(), target.clone());
+            let failed = failed.clone();
+            async move {
+                if ep.id().coroutine == 0 {
+                    ep.rpc(1, b"ping");
+                    ep.read(1, 0, 64);
+                    let r = ep.post().await;
+                    failed.store(true, SeqCst);
+                    assert_eq!(r, Err(FabricError::NodeDown(1)));
+                    ep.reconnect(1);
+                    assert_eq!(ep.node_sizes()[1], 8192);
+                    let r = ep.read(1, 0, 8);
+                    ep.post().await?;
+                    assert_eq!(ep.bytes(r), &0xbeef_u64.to_le_bytes()[..]);
+                } else {
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while !entered.load(SeqCst) {
+                        assert!(
+                            Instant::now() < deadline,
+                            "the RPC never reached its handler"
+                        );
+                        ep.yield_now().await;
+                    }
+                    // Queued behind the RPC at the old node: in flight until released.
+                    ep.read(1, 0, 64);
+                    ep.faa(1, 8, 1);
+                    ep.post_detached()?;
+                    *target.lock().unwrap() = new_addr;
+                    ep.reconnect(1);
+                    // The old node answers only once released: coroutine 0 must not wait for
+                    // that answer (a bounded wait, so that a backend that does wait fails).
+                    let deadline = Instant::now() + Duration::from_secs(3);
+                    while !failed.load(SeqCst) && Instant::now() < deadline {
+                        ep.yield_now().await;
+                    }
+                    release.store(true, SeqCst);
+                    let r = ep.read(1, 0, 8);
+                    ep.post().await?;
+                    assert_eq!(ep.bytes(r), &0xbeef_u64.to_le_bytes()[..]);
+                }
+                let f = ep.faa(0, 0, 1);
+                ep.post().await?;
+                assert!(ep.old(f) < 2);
+                Ok::<(), FabricError>(())
+            }
+        })
+        .unwrap();
+    for o in out.outputs {
+        assert_eq!(o.expect("finished before the stop"), Ok(()));
+    }
+    drop(pool);
+    n0.shutdown();
+    old.shutdown();
+    new.shutdown();
+}

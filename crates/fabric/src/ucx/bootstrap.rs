@@ -95,20 +95,30 @@ pub(crate) fn serve(mut s: TcpStream, token: &str, info: &NodeInfo) -> std::io::
     s.flush()
 }
 
-/// Asks the memory node at `addr` for its region, presenting `token`.
 /// Whether anything accepts a connection at `addr` (a memory node whose bootstrap failed
 /// for another reason than being gone).
 pub(crate) fn reachable(addr: SocketAddr) -> bool {
     TcpStream::connect_timeout(&addr, IO_TIMEOUT).is_ok()
 }
 
+/// Asks the memory node at `addr` for its region, presenting `token`.
 pub(crate) fn fetch(addr: SocketAddr, token: &str) -> Result<NodeInfo, FabricError> {
+    fetch_within(addr, token, IO_TIMEOUT)
+}
+
+/// [`fetch`], waiting at most `timeout` for the connection and for each read and write
+/// (a reconnect, which blocks its worker thread, uses a short one).
+pub(crate) fn fetch_within(
+    addr: SocketAddr,
+    token: &str,
+    timeout: Duration,
+) -> Result<NodeInfo, FabricError> {
     let err = |e: std::io::Error| {
         FabricError::Setup(format!("memory node {addr}: bootstrap failed: {e}"))
     };
-    let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(err)?;
-    s.set_read_timeout(Some(IO_TIMEOUT)).map_err(err)?;
-    s.set_write_timeout(Some(IO_TIMEOUT)).map_err(err)?;
+    let mut s = TcpStream::connect_timeout(&addr, timeout).map_err(err)?;
+    s.set_read_timeout(Some(timeout)).map_err(err)?;
+    s.set_write_timeout(Some(timeout)).map_err(err)?;
     s.set_nodelay(true).map_err(err)?;
     let mut hello = Vec::with_capacity(12 + token.len());
     hello.extend_from_slice(MAGIC);

@@ -25,6 +25,19 @@ use std::time::{Duration, Instant};
 /// How long teardown and blocking (`with_local`) ops wait for UCX before giving up.
 const BLOCKING_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long a reconnect ([`Fabric::reconnect`]), which blocks its worker thread, waits for a
+/// memory node's bootstrap (the connection, each read and write), for the old endpoint's ops
+/// to drain, and for its close.
+const RECONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a reconnect needs of the pool: where each memory node's bootstrap listens, and the
+/// token it asks for. Shared by the pool and the queue pairs of every thread. (No `Debug`:
+/// the token stays out of logs.)
+pub(crate) struct Boot {
+    addrs: Vec<SocketAddr>,
+    token: String,
+}
+
 /// A memory pool of UCX memory nodes, seen from a compute process.
 pub struct UcxPool {
     cfg: UcxConfig,
@@ -33,7 +46,8 @@ pub struct UcxPool {
     /// [`UcxPool::set_compute_node`]).
     compute_node: u32,
     runs: AtomicU64,
-    addrs: Vec<SocketAddr>,
+    /// The memory nodes' bootstrap addresses (node `i` is `addrs[i]`) and the token.
+    boot: Arc<Boot>,
     /// Per memory node: what its bootstrap said, or `None` for a node found down
     /// ([`UcxConfig::allow_down`]).
     nodes: Vec<Option<NodeInfo>>,
@@ -50,7 +64,7 @@ pub struct UcxPool {
 impl std::fmt::Debug for UcxPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UcxPool")
-            .field("addrs", &self.addrs)
+            .field("addrs", &self.boot.addrs)
             .field("sizes", &self.sizes)
             .field("cfg", &self.cfg)
             .finish()
@@ -93,7 +107,10 @@ impl UcxPool {
             seed: 0,
             compute_node: 0,
             runs: AtomicU64::new(0),
-            addrs: addrs.to_vec(),
+            boot: Arc::new(Boot {
+                addrs: addrs.to_vec(),
+                token: token.to_owned(),
+            }),
             sizes: nodes
                 .iter()
                 .map(|n| n.as_ref().map_or(0, |n| n.size))
@@ -138,7 +155,7 @@ impl UcxPool {
     }
 
     pub fn addrs(&self) -> &[SocketAddr] {
-        &self.addrs
+        &self.boot.addrs
     }
 
     /// Seeds the coordinators' RNGs of later runs and endpoints. A new pool's seed is 0.
@@ -168,6 +185,7 @@ impl UcxPool {
 
     /// Whether memory node `node` was found down when this pool connected
     /// ([`UcxConfig::allow_down`]). A node that dies later is not counted here: its verbs fail.
+    /// Nor is a reconnect ([`Endpoint::reconnect`]): it connects one thread's queue pairs.
     pub fn node_down(&self, node: NodeId) -> bool {
         self.nodes.get(node as usize).is_some_and(Option::is_none)
     }
@@ -186,6 +204,7 @@ impl UcxPool {
             *g = Some(AdminQps(Qps::connect(
                 &self.ctx,
                 &self.nodes,
+                &self.boot,
                 &self.cfg,
                 true,
             )?));
@@ -243,16 +262,11 @@ impl UcxPool {
         let qps = Rc::new(RefCell::new(Qps::connect(
             &self.ctx,
             &self.nodes,
+            &self.boot,
             &self.cfg,
             false,
         )?));
-        let port = UcxPort::new(
-            qps,
-            self.sizes.clone(),
-            Instant::now(),
-            Rc::default(),
-            Arc::default(),
-        );
+        let port = UcxPort::new(qps, Instant::now(), Rc::default(), Arc::default());
         Ok(Endpoint::new(id, self.seed, Box::new(port)))
     }
 
@@ -370,6 +384,7 @@ impl UcxPool {
         let qps = Rc::new(RefCell::new(Qps::connect(
             &self.ctx,
             &self.nodes,
+            &self.boot,
             &self.cfg,
             false,
         )?));
@@ -385,13 +400,7 @@ impl UcxPool {
                 coroutine,
                 index: self.compute_node * per_node + thread * topo.coroutines + coroutine,
             };
-            let port = UcxPort::new(
-                qps.clone(),
-                self.sizes.clone(),
-                start,
-                progress.clone(),
-                abort.clone(),
-            );
+            let port = UcxPort::new(qps.clone(), start, progress.clone(), abort.clone());
             let ep = Endpoint::new(id, seed, Box::new(port));
             cells.push(ep.stats_cell());
             tasks.push(Some(task(f, ep)));
@@ -435,6 +444,9 @@ struct InFlight {
     /// Nodes whose op UCX refused: their later ops of the batch are not posted.
     down: Vec<NodeId>,
     error: Option<FabricError>,
+    /// [`Qps::generation`] when the batch was posted: an endpoint replaced since
+    /// ([`Qps::replaced_at`]) will not answer its RPCs.
+    gen: u64,
 }
 
 impl InFlight {
@@ -466,10 +478,25 @@ impl InFlight {
 pub(crate) struct Qps {
     worker: ManuallyDrop<Worker>,
     /// Per memory node: its endpoint and region key, `None` for a node down when these queue
-    /// pairs connected ([`UcxConfig::allow_down`]): every op to it fails.
+    /// pairs connected ([`UcxConfig::allow_down`]) or last reconnected: every op to it fails.
     eps: Vec<Option<Ep>>,
     rkeys: Vec<Option<Rkey>>,
     bases: Vec<u64>,
+    /// Per memory node: its region size (0 for a node down), as its last bootstrap said.
+    sizes: Vec<u64>,
+    /// Per memory node: what the bootstrap of the incarnation `eps` reaches said (`None` for
+    /// a node down): a reconnect compares it with what the node says now.
+    infos: Vec<Option<NodeInfo>>,
+    /// Where to bootstrap from again ([`Qps::reconnect`]).
+    boot: Arc<Boot>,
+    /// [`UcxConfig::allow_direct`], for reconnects.
+    allow_direct: bool,
+    /// Counts endpoint replacements by [`Qps::reconnect`].
+    generation: u64,
+    /// Per memory node: the [`Qps::generation`] its endpoint was last replaced at (0: the
+    /// one `connect` made). A coordinator's port uses a node only once it has reconnected
+    /// to this replacement itself, and a batch posted before it waits for no answer from it.
+    replaced_at: Vec<u64>,
     /// An atomic was posted since the last fence: fence before the next op (G6).
     after_atomic: bool,
     /// A WRITE was posted since the last fence: fence before the next WRITE (G4).
@@ -486,8 +513,15 @@ pub(crate) struct Qps {
     /// What this thread's QPs wrote to file-backed nodes since their last FLUSH.
     dirty: Dirty,
     /// Per memory node: UCX found it dead (set by the endpoint's error callback): a response
-    /// awaited from it will never come. Outlives the endpoints (dropped after `Drop::drop`).
-    failed: Box<[AtomicI32]>,
+    /// awaited from it will never come. One box per endpoint: a reconnect gives the new
+    /// endpoint a new flag and keeps the old one in `retired_flags`, so that a late error
+    /// callback of the old endpoint cannot mark the new one failed. Each box outlives its
+    /// endpoint (both fields are dropped after `Drop::drop` destroyed the worker).
+    // Boxed: UCX holds each flag's address, which must not move when the vector does.
+    #[allow(clippy::vec_box)]
+    failed: Vec<Box<AtomicI32>>,
+    #[allow(clippy::vec_box)]
+    retired_flags: Vec<Box<AtomicI32>>,
 }
 
 /// The admin queue pairs behind [`UcxPool`]'s mutex.
@@ -502,6 +536,7 @@ impl Qps {
     fn connect(
         ctx: &Arc<Context>,
         nodes: &[Option<NodeInfo>],
+        boot: &Arc<Boot>,
         cfg: &UcxConfig,
         serialized: bool,
     ) -> Result<Qps, FabricError> {
@@ -515,6 +550,15 @@ impl Qps {
                 .iter()
                 .map(|n| n.as_ref().map_or(0, |n| n.base))
                 .collect(),
+            sizes: nodes
+                .iter()
+                .map(|n| n.as_ref().map_or(0, |n| n.size))
+                .collect(),
+            infos: nodes.to_vec(),
+            boot: boot.clone(),
+            allow_direct: cfg.allow_direct,
+            generation: 0,
+            replaced_at: vec![0; nodes.len()],
             after_atomic: false,
             after_write: false,
             orphans: Vec::new(),
@@ -526,7 +570,8 @@ impl Qps {
                 .map(|n| n.as_ref().is_some_and(|n| n.file_backed))
                 .collect(),
             dirty: Dirty::default(),
-            failed: nodes.iter().map(|_| AtomicI32::new(0)).collect(),
+            failed: nodes.iter().map(|_| Box::new(AtomicI32::new(0))).collect(),
+            retired_flags: Vec::new(),
         };
         // SAFETY: `inbox` lives until `Qps::drop` frees it after destroying the worker, the
         // only caller of the handler.
@@ -541,12 +586,14 @@ impl Qps {
                 q.rkeys.push(None);
                 continue;
             };
-            // SAFETY: `q.failed` is dropped after the endpoints are closed (see `Drop`).
+            // SAFETY: the box `q.failed[i]` is freed only after the worker is destroyed (see
+            // the field), so it outlives the endpoint.
             let ep = match unsafe { q.worker.connect(&n.worker, &q.failed[i]) } {
                 Ok(ep) => ep,
                 // It answered the bootstrap and died since.
                 Err(_) if cfg.allow_down => {
                     q.failed[i].store(1, Ordering::Release);
+                    q.infos[i] = None;
                     q.eps.push(None);
                     q.rkeys.push(None);
                     continue;
@@ -582,6 +629,140 @@ impl Qps {
         self.eps[node as usize]
             .as_ref()
             .ok_or(FabricError::NodeDown(node))
+    }
+
+    /// Connects again to memory node `node` if it came back as a replacement: bootstraps from
+    /// its address (at most [`RECONNECT_TIMEOUT`] per step: a node still down costs one refused
+    /// or timed-out TCP connection, and changes nothing), and if what it says differs from
+    /// what these queue pairs hold, retires the old endpoint ([`Qps::retire`]) and connects a
+    /// new one. Returns whether the endpoint was replaced.
+    ///
+    /// **Healthy endpoints stay.** The coordinators of a thread share these queue pairs, and
+    /// each of them reconnects on its own (a probe, a view where the node joins): an endpoint
+    /// that UCX has not found failed and that reaches the node's current incarnation (the
+    /// same worker address, rkey, base and size as its bootstrap says now; a restarted node
+    /// has a new worker, whose address UCX makes unique) is kept, with its ops in flight. A
+    /// failed endpoint, a missing one, or one to an earlier incarnation is replaced.
+    fn reconnect(&mut self, node: NodeId) -> bool {
+        let ni = node as usize;
+        if ni >= self.eps.len() {
+            return false;
+        }
+        let Some(&addr) = self.boot.addrs.get(ni) else {
+            return false;
+        };
+        // Still down (or answering with something else than its region: a bad token, not a
+        // memory node): nothing changes, its ops keep failing with NodeDown.
+        let Ok(info) = bootstrap::fetch_within(addr, &self.boot.token, RECONNECT_TIMEOUT) else {
+            return false;
+        };
+        if info.size == 0 || !info.size.is_multiple_of(LINE) {
+            return false;
+        }
+        let healthy = self.eps[ni].is_some() && self.failed[ni].load(Ordering::Acquire) == 0;
+        if healthy && self.infos[ni].as_ref() == Some(&info) {
+            return false;
+        }
+        self.retire(ni);
+        // The old endpoint's error callback, if UCX still calls it, sets the retired flag.
+        let old = std::mem::replace(&mut self.failed[ni], Box::new(AtomicI32::new(0)));
+        self.retired_flags.push(old);
+        self.generation += 1;
+        self.replaced_at[ni] = self.generation;
+        // What this thread wrote to the earlier incarnation is gone with it.
+        drop(self.dirty.take(node));
+        match self.attach(ni, &info) {
+            Ok(()) => {
+                self.bases[ni] = info.base;
+                self.sizes[ni] = info.size;
+                self.file_backed[ni] = info.file_backed;
+                self.infos[ni] = Some(info);
+            }
+            Err(_) => {
+                // Answered its bootstrap but cannot be reached (or is mapped directly, which
+                // is refused as at connection): down, until a later reconnect.
+                self.failed[ni].store(1, Ordering::Release);
+                self.sizes[ni] = 0;
+                self.infos[ni] = None;
+            }
+        }
+        true
+    }
+
+    /// Takes memory node `ni`'s endpoint and rkey out of service. UCX wants an rkey destroyed
+    /// after the ops using it have completed and before its endpoint closes: so first a flush
+    /// of the endpoint, awaited for at most [`RECONNECT_TIMEOUT`] (on an endpoint UCX found
+    /// failed, it has completed every request already, with an error, and the flush fails at
+    /// once); then the rkey is destroyed (leaked instead if the flush did not complete: an op
+    /// may still use it); then the endpoint is closed forcibly (its peer is gone: no flush
+    /// handshake), which completes whatever was left with an error. The requests' buffers are
+    /// not freed here: they belong to their batches (a port's, or [`Qps::orphans`]), which
+    /// poll the requests to completion (an error: `NodeDown`) before reusing them.
+    fn retire(&mut self, ni: usize) {
+        let rkey = self.rkeys[ni].take();
+        let Some(ep) = self.eps[ni].take() else {
+            drop(rkey);
+            return;
+        };
+        let mut left = None;
+        let drained = match post::flush(&ep) {
+            Ok(None) | Err(_) => true,
+            Ok(Some(mut req)) => {
+                let deadline = Instant::now() + RECONNECT_TIMEOUT;
+                loop {
+                    self.worker.progress();
+                    if req.poll().is_some() {
+                        break true;
+                    }
+                    if Instant::now() > deadline {
+                        left = Some(req);
+                        break false;
+                    }
+                }
+            }
+        };
+        match rkey {
+            Some(r) if !drained => std::mem::forget(r),
+            r => drop(r),
+        }
+        self.worker.close(ep, true, RECONNECT_TIMEOUT.as_secs_f64());
+        if let Some(mut req) = left {
+            // Completed by the forced close, or abandoned (not freed) to the worker's
+            // destruction, as `Drop` abandons a close that times out.
+            let _ = req.poll();
+        }
+    }
+
+    /// Connects a new endpoint to memory node `ni` as `info` describes it, with its rkey.
+    fn attach(&mut self, ni: usize, info: &NodeInfo) -> Result<(), FabricError> {
+        // SAFETY: the box `self.failed[ni]` is freed only after the worker is destroyed
+        // (replaced boxes move to `retired_flags`, dropped after `Drop::drop`), so it
+        // outlives the endpoint.
+        let ep = unsafe { self.worker.connect(&info.worker, &self.failed[ni]) }?;
+        let rkey = match ep.unpack_rkey(&info.rkey) {
+            Ok(r) => r,
+            Err(e) => {
+                self.worker.close(ep, true, RECONNECT_TIMEOUT.as_secs_f64());
+                return Err(e);
+            }
+        };
+        if rkey.directly_mapped(info.base) && !self.allow_direct {
+            drop(rkey);
+            self.worker.close(ep, true, RECONNECT_TIMEOUT.as_secs_f64());
+            return Err(FabricError::Setup(format!(
+                "memory node {ni} is mapped into this process by a UCX shared-memory transport"
+            )));
+        }
+        self.eps[ni] = Some(ep);
+        self.rkeys[ni] = Some(rkey);
+        Ok(())
+    }
+
+    /// Whether `f`'s answers from `node` will never come: UCX found the node dead, or its
+    /// endpoint was replaced since `f` was posted.
+    fn lost(&self, f: &InFlight, node: NodeId) -> bool {
+        let ni = node as usize;
+        self.failed[ni].load(Ordering::Acquire) != 0 || self.replaced_at[ni] > f.gen
     }
 
     /// Progresses the worker and completes what orphans it can.
@@ -620,12 +801,24 @@ impl Qps {
     /// nothing more); the ops to other nodes still go, as on RDMA, where each node is reached
     /// by a queue pair of its own (a roll-back's WRITEs to the live replicas must land
     /// although the failed one's cannot). The RPC ops to each memory node go as one message,
-    /// stamped with `now_ns`.
-    fn post_batch(&mut self, f: &mut InFlight, flush_writes: bool, now_ns: u64) {
+    /// stamped with `now_ns`. The ops to the nodes of `refused` (replaced since the posting
+    /// coordinator connected to them) are not posted: they fail the batch with `NodeDown`.
+    fn post_batch(
+        &mut self,
+        f: &mut InFlight,
+        flush_writes: bool,
+        now_ns: u64,
+        refused: &[NodeId],
+    ) {
         let n = f.batch.ops.len();
         f.amo.clear();
         f.amo.resize(n, [0; 2]);
         f.down.clear();
+        f.gen = self.generation;
+        for &node in refused {
+            f.fail(FabricError::NodeDown(node));
+            f.down.push(node);
+        }
         let mut wrote: u64 = 0;
         let mut wrote_more: Vec<NodeId> = Vec::new();
         for i in 0..n {
@@ -827,6 +1020,14 @@ impl Qps {
         f.persist_ids.clear();
         let persist = std::mem::take(&mut f.persist);
         let mut spans = Vec::with_capacity(persist.len());
+        for (node, _) in &persist {
+            if self.replaced_at[*node as usize] > f.gen && !f.down.contains(node) {
+                // Its endpoint was replaced since the batch's WRITEs: the region they reached
+                // is gone, and the replacement is not asked to write back what it never got.
+                f.fail(FabricError::NodeDown(*node));
+                f.down.push(*node);
+            }
+        }
         for (node, ranges) in persist.iter().filter(|(n, _)| !f.down.contains(n)) {
             let id = self.next_rpc;
             self.next_rpc += 1;
@@ -981,7 +1182,16 @@ fn unpack_responses(batch: &mut Batch, node: NodeId, body: &[u8]) -> bool {
 /// A coordinator's port: its thread's queue pairs, and its batch in flight.
 struct UcxPort {
     qps: Rc<RefCell<Qps>>,
+    /// Region sizes, as of this coordinator's (re)connection to each node.
     sizes: Vec<u64>,
+    /// Per memory node: the [`Qps::replaced_at`] of the endpoint this coordinator connected
+    /// to. The queue pairs are the thread's, but reconnecting is each coordinator's: an
+    /// endpoint another coordinator of the thread replaced since is, for this one, a
+    /// replacement it has not reconnected to, and its ops to it fail with `NodeDown` (as on
+    /// `sim`, where connections are per coordinator) until it does.
+    connected: Vec<u64>,
+    /// Scratch: the nodes of the batch being submitted that `connected` refuses.
+    refused: Vec<NodeId>,
     start: Instant,
     cur: Option<InFlight>,
     spare: InFlight,
@@ -992,14 +1202,19 @@ struct UcxPort {
 impl UcxPort {
     fn new(
         qps: Rc<RefCell<Qps>>,
-        sizes: Vec<u64>,
         start: Instant,
         progress: Rc<Cell<bool>>,
         abort: Arc<AtomicBool>,
     ) -> UcxPort {
+        let (sizes, connected) = {
+            let q = qps.borrow();
+            (q.sizes.clone(), q.replaced_at.clone())
+        };
         UcxPort {
             qps,
             sizes,
+            connected,
+            refused: Vec::new(),
             start,
             cur: None,
             spare: InFlight::default(),
@@ -1017,9 +1232,21 @@ impl Fabric for UcxPort {
             ));
         }
         let mut q = self.qps.borrow_mut();
+        self.refused.clear();
         for op in &batch.ops {
+            let ni = op.node as usize;
+            // A replacement this coordinator has not reconnected to: its ops fail.
+            if q.replaced_at
+                .get(ni)
+                .is_some_and(|&g| g != self.connected[ni])
+            {
+                if !self.refused.contains(&op.node) {
+                    self.refused.push(op.node);
+                }
+                continue;
+            }
             // A node down has no size to check against: its op fails when posted.
-            if q.eps.get(op.node as usize).is_some_and(Option::is_none) {
+            if q.eps.get(ni).is_some_and(Option::is_none) {
                 continue;
             }
             // Whether a node serves RPCs is its business: it answers NoRpcHandler if not.
@@ -1036,7 +1263,7 @@ impl Fabric for UcxPort {
         f.persist_ids.clear();
         f.error = None;
         let now_ns = self.now_ns();
-        q.post_batch(&mut f, !detached, now_ns);
+        q.post_batch(&mut f, !detached, now_ns, &self.refused);
         self.progress.set(true);
         if detached {
             q.orphans.push(f);
@@ -1066,7 +1293,7 @@ impl Fabric for UcxPort {
             let (mut waiting, mut dead) = (false, None);
             for &(node, id) in f.rpcs.iter().chain(&f.persist_ids) {
                 if !inbox.borrow().contains_key(&id) {
-                    if q.failed[node as usize].load(Ordering::Acquire) != 0 {
+                    if q.lost(f, node) {
                         dead = Some(node);
                     } else {
                         waiting = true;
@@ -1163,6 +1390,28 @@ impl Fabric for UcxPort {
     }
 
     fn charge_cpu(&mut self, _ns: u64) {}
+
+    /// Re-bootstraps memory node `node` from its address and, if it is a replacement (or this
+    /// thread's endpoint to it failed or is missing), connects the thread's queue pairs to it
+    /// ([`Qps::reconnect`]: a healthy endpoint to the node's current incarnation is kept);
+    /// then this coordinator uses the thread's current endpoint to it, with its size. A node
+    /// still down changes nothing for the queue pairs: its ops keep failing with `NodeDown`.
+    /// Blocks the thread for the bootstrap: a round trip, or up to [`RECONNECT_TIMEOUT`] per
+    /// step for a node that does not answer.
+    fn reconnect(&mut self, node: NodeId) {
+        let ni = node as usize;
+        // Called between this coordinator's polls, when no other port borrows the queue
+        // pairs; if one did, there would be nothing sound to do but to skip.
+        let Ok(mut q) = self.qps.try_borrow_mut() else {
+            return;
+        };
+        if ni >= q.eps.len() {
+            return;
+        }
+        q.reconnect(node);
+        self.connected[ni] = q.replaced_at[ni];
+        self.sizes[ni] = q.sizes[ni];
+    }
 
     fn node_sizes(&self) -> &[u64] {
         &self.sizes
