@@ -247,17 +247,11 @@ fn workload_cmd(prefix: &[&str], memnodes: &str, workload: &[&str], extra: &[&st
     if !workload.contains(&"--protocol") {
         cmd.args(["--protocol", "ford"]);
     }
-    cmd.args([
-        "--threads",
-        "1",
-        "--coroutines",
-        "4",
-        "--txns",
-        "1500",
-        "--warmup",
-        "50ms",
-    ])
-    .args(extra);
+    cmd.args(["--threads", "1", "--coroutines", "4"]);
+    if !extra.contains(&"--txns") && !extra.contains(&"--duration") {
+        cmd.args(["--txns", "1500"]);
+    }
+    cmd.args(["--warmup", "50ms"]).args(extra);
     cmd
 }
 
@@ -1195,6 +1189,156 @@ fn a_memnode_dies_for_good_under(protocol: &str) {
     for view in v["leases"]["views"].as_array().expect("views") {
         assert_eq!(view["view"], "view 1 (memory node 1 failed)", "{out}");
         assert_eq!(view["promoted_tables"], 0, "{out}");
+    }
+    drop(nodes);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Re-replication on ucx (`--leases ...,rejoin=true`): three memory nodes, every table on two
+/// of them; node 1 is killed (SIGKILL) once the run printed progress, and a NEW blank daemon
+/// is started at its address (same port, no file). The run's recovery service fails node 1
+/// over (view 1), finds the replacement at a probe (a bootstrap), formats it and makes it
+/// join (view 2), copies its tables to it and makes it a full replica (view 3); this process
+/// (the run's only one) does it all and reports it. The bench's own checks (`--verify`:
+/// balances, every backup, the rejoined node's too, identical to its primary) and `dtxn
+/// verify` then pass on the pool with the replacement.
+#[test]
+fn loopback_a_memnode_replaced_blank_mid_run_is_re_replicated_and_the_run_verifies() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if skip_without_ucx() {
+        return;
+    }
+    for protocol in ["ford", "motor"] {
+        a_memnode_replaced_blank_under(protocol);
+    }
+}
+
+fn a_memnode_replaced_blank_under(protocol: &str) {
+    let (mut nodes, memnodes) = loopback_memnodes(3);
+    let workload = [
+        "--protocol",
+        protocol,
+        "--workload",
+        "smallbank",
+        "--accounts",
+        "2000",
+        "--mix",
+        "transfer",
+        "--memory-nodes",
+        "3",
+        "--replicas",
+        "2",
+    ];
+    assert_ok(
+        &run_bounded(workload_cmd(&[], &memnodes, &workload, &["--load-only"])),
+        "--load-only",
+    );
+    let dir =
+        std::env::temp_dir().join(format!("dtxn-ucx-rejoin-{protocol}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tally = dir.join("t.json");
+    // A run long enough for the replacement to be probed (at most once a second per thread)
+    // and copied to while transactions run.
+    let bench = Watched::spawn(workload_cmd(
+        &[],
+        &memnodes,
+        &workload,
+        &[
+            "--duration",
+            "6s",
+            "--leases",
+            "flight=250ms,skew=0,rejoin=true",
+            "--progress-lines",
+            "--verify",
+            "--tally-out",
+            tally.to_str().unwrap(),
+            "--json",
+        ],
+    ));
+    assert!(
+        bench.wait_line(|l| l.starts_with("progress: ")).is_some(),
+        "the run printed no progress"
+    );
+    let addr = nodes[1].addr.to_string();
+    kill(nodes[1].child.id(), Signal::KILL).unwrap();
+    nodes[1].child.wait().unwrap();
+    // A new, blank daemon at node 1's address.
+    nodes[1] = Daemon::start(
+        &[],
+        &[
+            "--listen",
+            &addr,
+            "--size",
+            "4M",
+            "--token",
+            TOKEN,
+            "--ucx-tls",
+            "tcp",
+            "--ucx-devices",
+            "lo",
+            "--spin-us",
+            "0",
+        ],
+    );
+    assert_eq!(nodes[1].addr.to_string(), addr);
+    let (status, out, stderr) = bench.finish("the run");
+    assert!(status.success(), "{status}\n{out}\n{stderr:?}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let l = &v["leases"];
+    eprintln!("leases: {l}");
+    assert_eq!(l["final_view"], "view 3 (memory node 1 rejoined)", "{out}");
+    let views: Vec<&str> = l["views"]
+        .as_array()
+        .expect("views")
+        .iter()
+        .map(|v| v["view"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        views,
+        [
+            "view 1 (memory node 1 failed)",
+            "view 2 (memory node 1 joining)",
+            "view 3 (memory node 1 rejoined)"
+        ],
+        "{out}"
+    );
+    let joins = l["joins"].as_array().expect("joins");
+    assert_eq!(joins.len(), 1, "{out}");
+    assert_eq!(joins[0]["nodes"], serde_json::json!([1]), "{out}");
+    // Node 1 held replicas of 2000 accounts' rows at least.
+    assert!(joins[0]["slots"].as_u64().unwrap() >= 2000, "{out}");
+    assert!(joins[0]["passes"].as_u64().unwrap() >= 1, "{out}");
+    assert_eq!(l["flights_ok"], true, "{out}");
+    assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+    let checks: Vec<&str> = v["verify"]["checks"]
+        .as_array()
+        .expect("checks")
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert_eq!(v["verify"]["ok"], true, "{checks:?}");
+    for check in [
+        "every backup holds what its primary holds",
+        "balances equals its initial value plus the committed changes",
+    ] {
+        assert!(
+            checks.iter().any(|c| c.contains(check)),
+            "{check}: {checks:?}"
+        );
+    }
+    let out = assert_ok(
+        &run_bounded(verify_cmd(&memnodes, std::slice::from_ref(&tally))),
+        "verify after the rejoin",
+    );
+    assert!(
+        out.starts_with(&format!("consistent: smallbank under {protocol}")),
+        "{out}"
+    );
+    for check in [
+        "every one of 4000 balances equals its initial value plus the committed changes",
+        "money is conserved",
+    ] {
+        assert!(out.contains(check), "{check}: {out}");
     }
     drop(nodes);
     std::fs::remove_dir_all(&dir).unwrap();

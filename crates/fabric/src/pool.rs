@@ -36,6 +36,16 @@ impl Pool {
         }
     }
 
+    /// Re-bootstraps memory node `node` for [`Pool::try_with_local`]'s blocking accesses, if
+    /// it was restarted at its address since (ucx: [`UcxPool::reconnect`]; sim and shm: the
+    /// nodes live in this process, nothing to do). Returns whether it connected anew.
+    pub fn reconnect(&self, node: NodeId) -> Result<bool, FabricError> {
+        match self {
+            Pool::Ucx(p) => p.reconnect(node),
+            _ => Ok(false),
+        }
+    }
+
     /// Whether memory node `node` was down when this pool connected (ucx with
     /// `UcxConfig::allow_down`; never on sim and shm, whose nodes live in this process).
     pub fn node_down(&self, node: NodeId) -> bool {

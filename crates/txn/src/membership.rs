@@ -115,6 +115,7 @@ use dtxn_store::layout::{
     ACK_OFF, LEADER_OFF, LEASE_OFF, MAX_MEMBERS, RECOVERED_OFF, REPAIRED_OFF, VIEW_OFF,
 };
 use dtxn_store::{PoolMap, View};
+use std::cell::Cell;
 use std::rc::Rc;
 
 /// A view acknowledgement that agrees to every view: its coordinator left the run (done, out
@@ -358,6 +359,9 @@ pub struct Service {
     /// The copies this coordinator completed, in order.
     pub joins: Vec<JoinEvent>,
     join_sink: Option<JoinSink>,
+    /// Rejoin probes at most every `.1` ns of the endpoint's clock, the next one due at the
+    /// shared cell's instant ([`Service::with_probe_limit`]); `None`: at every scan.
+    probe_limit: Option<(Rc<Cell<u64>>, u64)>,
 }
 
 /// Passes over what a copy found locked before its leader gives the word back between them.
@@ -425,6 +429,7 @@ impl Service {
             copy: None,
             joins: Vec::new(),
             join_sink: None,
+            probe_limit: None,
         }
     }
 
@@ -434,6 +439,17 @@ impl Service {
     /// module doc). Every protocol with failover, with one-sided lock stages.
     pub fn with_rejoin(mut self, rejoin: bool) -> Service {
         self.rejoin = rejoin;
+        self
+    }
+
+    /// Probes the failed nodes for a rejoin at most every `every_ns` of the endpoint's clock,
+    /// counted in `next` (the instant the next probe is due), which the coordinators sharing
+    /// a thread may share: on a real fabric each probe of a node still down is a blocking
+    /// bootstrap ([`Endpoint::reconnect`]: up to a second on an unreachable host), which
+    /// stalls every coroutine of the thread. Without it (sim) the nodes are probed at every
+    /// scan.
+    pub fn with_probe_limit(mut self, next: Rc<Cell<u64>>, every_ns: u64) -> Service {
+        self.probe_limit = Some((next, every_ns));
         self
     }
 
@@ -587,6 +603,13 @@ impl Service {
         }
         if view.failed == 0 {
             return Ok(());
+        }
+        if let Some((next, every_ns)) = &self.probe_limit {
+            let now = ep.now_ns();
+            if now < next.get() {
+                return Ok(());
+            }
+            next.set(now.saturating_add(*every_ns));
         }
         let back = match failover::probe_failed(ep, &self.map).await {
             Ok(b) => b,

@@ -22,7 +22,7 @@ use dtxn_workloads::{rng::mix, WlRng, Workload};
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 use rand::SeedableRng;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fs::File;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -202,6 +202,13 @@ impl Recorder for FileRecorder {
     }
 }
 
+thread_local! {
+    /// When the coordinators of this thread may next probe failed memory nodes for a rejoin
+    /// (their endpoints' clock; [`Shared::rejoin_probe_every_ns`]): they share the thread's
+    /// queue pairs, and a probe blocks them all.
+    static NEXT_REJOIN_PROBE: Rc<Cell<u64>> = Rc::new(Cell::new(0));
+}
+
 /// What every coordinator shares (read-only, or atomics).
 pub struct Shared {
     pub stop: Stop,
@@ -241,6 +248,10 @@ pub struct Shared {
     views: Mutex<Vec<ViewEvent>>,
     /// `--faults rejoin=`: failed memory nodes come back blank and are re-replicated.
     pub rejoin: bool,
+    /// Real backends: the coordinators of a thread probe failed memory nodes for a rejoin at
+    /// most once per this many ns between them (a probe is a blocking bootstrap); 0 (sim):
+    /// at every scan.
+    pub rejoin_probe_every_ns: u64,
     /// The copies to rejoining memory nodes that completed.
     joins: Mutex<Vec<JoinEvent>>,
     /// `--progress-lines`: a line on stderr per 100 attempts of this process.
@@ -372,13 +383,17 @@ async fn coordinator<W: Workload>(
             let view = move |e: &ViewEvent| push(&views.views, e.clone());
             let joins = sh.clone();
             let join = move |e: &JoinEvent| push(&joins.joins, e.clone());
-            Some(
-                Service::new(cfg.protocol, l, sh.coordinators, map.clone())
-                    .with_sink(Box::new(report))
-                    .with_view_sink(Box::new(view))
-                    .with_rejoin(sh.rejoin)
-                    .with_join_sink(Box::new(join)),
-            )
+            let service = Service::new(cfg.protocol, l, sh.coordinators, map.clone())
+                .with_sink(Box::new(report))
+                .with_view_sink(Box::new(view))
+                .with_rejoin(sh.rejoin)
+                .with_join_sink(Box::new(join));
+            Some(if sh.rejoin_probe_every_ns > 0 {
+                service
+                    .with_probe_limit(NEXT_REJOIN_PROBE.with(Rc::clone), sh.rejoin_probe_every_ns)
+            } else {
+                service
+            })
         }
         None => None,
     };
@@ -589,6 +604,7 @@ impl Shared {
             recoveries: Mutex::default(),
             views: Mutex::default(),
             rejoin: false,
+            rejoin_probe_every_ns: 0,
             joins: Mutex::default(),
             progress_lines: false,
             fence_on_node_down: false,

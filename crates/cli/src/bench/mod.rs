@@ -616,18 +616,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             // Every protocol fails over (`--faults memory=N`): CALVIN since its batches
             // moved to node 0 and its installs finish on the live replicas.
             if !plan.memory_rejoins.is_empty() {
-                // Every protocol with failover but CALVIN re-replicates. The copy locks records with
-                // one-sided CASes (as a writer would: from 0, or from a 2PL share word whose
-                // shares are gone) and takes the slot bytes for the whole record (and a CVT's
-                // attribute bar). What a primary keeps alone beside them (leases, rts words,
-                // takeout queues) is rebuilt by the repair when the joined node is promoted,
-                // as for any backup.
-                if cfg.protocol == Protocol::Calvin {
-                    bail!("--faults rejoin=: not for calvin (its installs take no record locks, the schedule keeps others off: the copy's slot locks would not keep them off the slots it copies)");
-                }
-                if !cfg.protocol.rpc_stages(&cfg).is_empty() {
-                    bail!("--faults rejoin=: not with stages as RPCs (the copy's one-sided lock CASes would not compose with the memory nodes' CPUs')");
-                }
+                check_rejoin("--faults rejoin=", &cfg)?;
             }
             Some((plan, knobs))
         }
@@ -639,7 +628,17 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
                 bail!("--leases is for shm and ucx (on sim, --faults holds leases and crashes compute nodes)");
             }
             check_recoverable("--leases", &cfg, topo)?;
-            Some(host_lease_terms(spec)?)
+            let h = host_lease_terms(spec)?;
+            if h.rejoin {
+                if a.kind() != Backend::Ucx {
+                    bail!("--leases rejoin=true is for --backend ucx (a memory node restarted blank at its address)");
+                }
+                if a.replicas < 2 {
+                    bail!("--leases rejoin=true: needs --replicas 2 or more (with one replica a memory node down loses its tables: nothing to copy from)");
+                }
+                check_rejoin("--leases rejoin=true", &cfg)?;
+            }
+            Some(h)
         }
         None => None,
     };
@@ -741,7 +740,15 @@ struct Go<'a> {
 pub struct HostLeases {
     pub terms: LeaseConfig,
     pub skew_ns: u64,
+    /// `rejoin=true`: a failed memory node restarted blank at its address is re-replicated.
+    pub rejoin: bool,
 }
+
+/// `--leases rejoin=true` (ucx): the coordinators of a thread ask the failed memory nodes
+/// whether they are back at most once a second between them. Each ask is a bootstrap: instant
+/// when refused (loopback, a live host), up to a second on an unreachable host, blocking the
+/// thread's coroutines meanwhile.
+const UCX_REJOIN_PROBE_NS: u64 = 1_000_000_000;
 
 /// What `--leases` assumes of the hosts unless told: an op's flight plus a preemption between
 /// the clock read and the doorbell within 50 ms (threads not pinned, a busy host), a live
@@ -753,7 +760,7 @@ const HOST_STALL_NS: u64 = 200_000_000;
 const HOST_SKEW_NS: u64 = 1_000_000;
 
 /// The knobs `--leases` takes.
-const LEASE_KNOBS: [&str; 5] = ["lease", "guard", "flight", "stall", "skew"];
+const LEASE_KNOBS: [&str; 6] = ["lease", "guard", "flight", "stall", "skew", "rejoin"];
 
 /// Parses `--leases KNOB=VALUE,...`: the hosts' bounds, the terms derived from them
 /// ([`LeaseConfig::for_fabric`] with the skew added to the flight) or given, and checked
@@ -761,6 +768,7 @@ const LEASE_KNOBS: [&str; 5] = ["lease", "guard", "flight", "stall", "skew"];
 pub fn host_lease_terms(spec: &str) -> Result<HostLeases> {
     let (mut flight, mut stall, mut skew) = (HOST_FLIGHT_NS, HOST_STALL_NS, HOST_SKEW_NS);
     let (mut lease, mut guard) = (None, None);
+    let mut rejoin = false;
     for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let Some((knob, value)) = item.split_once('=') else {
             bail!(
@@ -773,6 +781,14 @@ pub fn host_lease_terms(spec: &str) -> Result<HostLeases> {
                 "--leases: unknown knob '{knob}' (knobs: {})",
                 LEASE_KNOBS.join(", ")
             );
+        }
+        if knob == "rejoin" {
+            rejoin = match value {
+                "true" => true,
+                "false" => false,
+                _ => bail!("--leases rejoin={value}: expected true or false"),
+            };
+            continue;
         }
         let ns = crate::units::parse_duration(value)
             .map_err(|e| anyhow!("--leases {knob}={value}: {e}"))?;
@@ -804,6 +820,7 @@ pub fn host_lease_terms(spec: &str) -> Result<HostLeases> {
     Ok(HostLeases {
         terms: l,
         skew_ns: skew,
+        rejoin,
     })
 }
 
@@ -958,7 +975,11 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     sh.lease = lease.or(host_leases.map(|h| h.terms));
     sh.rejoin = faults
         .as_ref()
-        .is_some_and(|f| !f.memory_rejoins.is_empty());
+        .is_some_and(|f| !f.memory_rejoins.is_empty())
+        || host_leases.is_some_and(|h| h.rejoin);
+    if host_leases.is_some_and(|h| h.rejoin) {
+        sh.rejoin_probe_every_ns = UCX_REJOIN_PROBE_NS;
+    }
     sh.progress_lines = a.progress_lines;
     sh.fence_on_node_down = a.wait_memnodes.is_some();
     sh.retry = a.retry;
@@ -1015,6 +1036,14 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     let mut online = sh.take_recoveries();
     let views = sh.take_views();
     let joins = sh.take_joins();
+    if host_leases.is_some_and(|h| h.rejoin) {
+        // A memory node re-replicated during the run (here or by another process) is a new
+        // incarnation: the checks below reach it by a new connection.
+        for n in 0..a.memory_nodes {
+            pool.reconnect(n)
+                .map_err(|e| anyhow!("reconnecting to memory node {n} after the run: {e}"))?;
+        }
+    }
     // The pool as the run left it: with failed memory nodes, each table's live replicas
     // (every check below reads those).
     let final_view =
@@ -1199,7 +1228,23 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         Some(match w.verify(&pool, plan, a.backend.seed, &tallies) {
             Ok(mut checks) => {
                 checks.extend(shares);
-                report::Verdict { ok: true, checks }
+                match host_leases.filter(|h| h.rejoin) {
+                    // Re-replication: every backup (a rejoined node too) holds what its
+                    // primary holds, no log slice is pending.
+                    Some(h) => {
+                        let p = pool_checks(
+                            &pool,
+                            plan,
+                            final_view,
+                            cfg.protocol,
+                            out.max_flight_ns,
+                            Some(h.terms),
+                        );
+                        checks.extend(p.checks);
+                        report::Verdict { ok: p.ok, checks }
+                    }
+                    None => report::Verdict { ok: true, checks },
+                }
             }
             Err(e) => report::Verdict {
                 ok: false,
@@ -1237,7 +1282,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             lease,
         );
         view_report(&mut f, fplan, &views, final_view, run_start_ns);
-        f.joins = join_lines(fplan, &joins, &views, run_start_ns);
+        f.joins = join_lines(Some(fplan), &joins, &views, run_start_ns);
         report.faults = Some(f);
     }
     report.memnode_outage = outage_report;
@@ -1247,9 +1292,26 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         l.final_view = final_view.to_string();
         // The coordinators' clock on a real host runs from the run's start.
         l.views = view_lines(&views, 0, |_| None);
+        l.joins = join_lines(None, &joins, &views, 0);
         report.leases = Some(l);
     }
     Ok(report)
+}
+
+/// What re-replication (`--faults rejoin=`, `--leases rejoin=true`: `option`) needs of the
+/// protocol. Every protocol with failover but CALVIN re-replicates. The copy locks records
+/// with one-sided CASes (as a writer would: from 0, or from a 2PL share word whose shares are
+/// gone) and takes the slot bytes for the whole record (and a CVT's attribute bar). What a
+/// primary keeps alone beside them (leases, rts words, takeout queues) is rebuilt by the
+/// repair when the joined node is promoted, as for any backup.
+fn check_rejoin(option: &str, cfg: &TxnConfig) -> Result<()> {
+    if cfg.protocol == Protocol::Calvin {
+        bail!("{option}: not for calvin (its installs take no record locks, the schedule keeps others off: the copy's slot locks would not keep them off the slots it copies)");
+    }
+    if !cfg.protocol.rpc_stages(cfg).is_empty() {
+        bail!("{option}: not with stages as RPCs (the copy's one-sided lock CASes would not compose with the memory nodes' CPUs')");
+    }
+    Ok(())
 }
 
 /// What `--faults` and `--leases` (`option`) both need: a configuration whose dead
@@ -1510,6 +1572,7 @@ fn lease_report<T>(
         recovered_after_run: 0,
         final_view: String::new(),
         views: Vec::new(),
+        joins: Vec::new(),
     }
 }
 
@@ -1707,7 +1770,7 @@ fn view_report(
 /// (the plan's instant), when the view made it join, the copy, and when the view that made it
 /// a full replica was active for every coordinator.
 fn join_lines(
-    fplan: &Faults,
+    fplan: Option<&Faults>,
     joins: &[dtxn_txn::membership::JoinEvent],
     views: &[dtxn_txn::membership::ViewEvent],
     run_start_ns: u64,
@@ -1732,8 +1795,8 @@ fn join_lines(
         .map(|j| {
             let nodes: Vec<u16> = j.joining.joining_nodes().collect();
             let back = fplan
-                .memory_rejoins
-                .iter()
+                .into_iter()
+                .flat_map(|f| &f.memory_rejoins)
                 .filter(|r| nodes.contains(&r.node))
                 .map(|r| r.at_ns as f64 / 1e3)
                 .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));

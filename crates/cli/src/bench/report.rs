@@ -310,6 +310,9 @@ pub struct LeaseReport {
     /// process's coordinators adopted (wall-clock us from this process's run start).
     pub final_view: String,
     pub views: Vec<ViewLine>,
+    /// `--leases rejoin=true`: the re-replications this process's coordinators completed
+    /// (wall-clock us from this process's run start; when the node came back is not known).
+    pub joins: Vec<JoinLine>,
 }
 
 /// A replacement memory node re-replicated (virtual us from the run's start).
@@ -753,15 +756,42 @@ impl BenchReport {
                 for v in &l.views {
                     let _ = writeln!(
                         s,
-                        "  {}: changed {:.1} ms into the run (a coordinator found a memory node \
-                         down); active for every coordinator {:.1} ms later (repair); {} \
-                         coordinator(s) of this process adopted it, {} promoted table(s) \
-                         repaired here",
+                        "  {}: changed {:.1} ms into the run ({}); active for every coordinator \
+                         {:.1} ms later (repair); {} coordinator(s) of this process adopted it, \
+                         {} promoted table(s) repaired here",
                         v.view,
                         v.changed_us.unwrap_or(0.0) / 1e3,
+                        if v.view.contains("joining") {
+                            "a coordinator found a failed memory node back, blank"
+                        } else if v.view.contains("rejoined") {
+                            "the copy to the joining node finished"
+                        } else {
+                            "a coordinator found a memory node down"
+                        },
                         v.repair_us.unwrap_or(0.0) / 1e3,
                         v.coordinators,
                         v.promoted_tables
+                    );
+                }
+                for j in &l.joins {
+                    let nodes: Vec<String> = j.nodes.iter().map(|n| n.to_string()).collect();
+                    let at = |x: Option<f64>| {
+                        x.map_or("-".to_string(), |v| format!("{:.1} ms", v / 1e3))
+                    };
+                    let _ = writeln!(
+                        s,
+                        "  memory node {} rejoined: joining from {} (active at {}); copy by \
+                         coordinator {} from {:.1} ms for {:.1} ms ({} slots, {} passes); a full \
+                         replica at {}",
+                        nodes.join(", "),
+                        at(j.joining_us),
+                        at(j.joining_active_us),
+                        j.by,
+                        j.copy_started_us / 1e3,
+                        j.copy_us / 1e3,
+                        j.slots,
+                        j.passes,
+                        at(j.full_us)
                     );
                 }
             }

@@ -55,7 +55,7 @@ pub struct UcxPool {
     sizes: Vec<u64>,
     /// For [`UcxPool::try_with_local`] on memory nodes of other processes: blocking verbs on
     /// a worker of its own. Dropped before `ctx` and `local`.
-    admin: Mutex<Option<AdminQps>>,
+    admin: Mutex<Admin>,
     ctx: Arc<Context>,
     /// Memory nodes served by this very process ([`UcxPool::spawn_local`]), by node number.
     local: Vec<MemNode>,
@@ -115,8 +115,11 @@ impl UcxPool {
                 .iter()
                 .map(|n| n.as_ref().map_or(0, |n| n.size))
                 .collect(),
+            admin: Mutex::new(Admin {
+                qps: None,
+                nodes: nodes.clone(),
+            }),
             nodes,
-            admin: Mutex::new(None),
             ctx,
             local: Vec::new(),
             cfg,
@@ -198,18 +201,32 @@ impl UcxPool {
         }
     }
 
-    fn admin(&self) -> Result<std::sync::MutexGuard<'_, Option<AdminQps>>, FabricError> {
+    fn admin(&self) -> Result<std::sync::MutexGuard<'_, Admin>, FabricError> {
         let mut g = self.admin.lock().unwrap_or_else(|e| e.into_inner());
-        if g.is_none() {
-            *g = Some(AdminQps(Qps::connect(
-                &self.ctx,
-                &self.nodes,
-                &self.boot,
-                &self.cfg,
-                true,
-            )?));
+        if g.qps.is_none() {
+            let q = Qps::connect(&self.ctx, &g.nodes, &self.boot, &self.cfg, true)?;
+            g.qps = Some(AdminQps(q));
         }
         Ok(g)
+    }
+
+    /// Re-bootstraps memory node `node` for this pool's blocking accesses
+    /// ([`UcxPool::try_with_local`]), as [`Endpoint::reconnect`] does for a thread's queue
+    /// pairs: if the node was restarted at its address (a new incarnation, e.g. re-replicated
+    /// during a run), the admin queue pairs connect to it; a healthy endpoint to its current
+    /// incarnation is kept, and a node still down changes nothing. Returns whether the
+    /// endpoint was replaced. Blocks for the bootstrap (up to a second per step for a node
+    /// that does not answer).
+    pub fn reconnect(&self, node: NodeId) -> Result<bool, FabricError> {
+        if self.local.get(node as usize).is_some() || node as usize >= self.sizes.len() {
+            return Ok(false);
+        }
+        let mut g = self.admin()?;
+        let Admin { qps, nodes } = &mut *g;
+        let q = &mut qps.as_mut().expect("connected by admin()").0;
+        let replaced = q.reconnect(node);
+        nodes[node as usize] = q.infos[node as usize].clone();
+        Ok(replaced)
     }
 
     /// Memory node `node`'s region, accessed by this process: directly if it serves the node
@@ -221,8 +238,7 @@ impl UcxPool {
         node: NodeId,
         f: impl FnOnce(&mut dyn LocalMem) -> T,
     ) -> Result<T, FabricError> {
-        let size = *self
-            .sizes
+        self.sizes
             .get(node as usize)
             .ok_or(FabricError::NoSuchNode {
                 node,
@@ -231,11 +247,22 @@ impl UcxPool {
         if let Some(n) = self.local.get(node as usize) {
             return Ok(n.with_local(f));
         }
-        if self.node_down(node) {
+        let mut g = self.admin()?;
+        let Admin { qps, nodes } = &mut *g;
+        let q = &mut qps.as_mut().expect("connected by admin()").0;
+        let ni = node as usize;
+        if q.eps[ni].is_some() && q.failed[ni].load(Ordering::Acquire) != 0 {
+            // Its endpoint failed since: the node may have been restarted at its address (a
+            // rejoin). One bootstrap (refused at once by a live host with nothing listening).
+            // A node down when the admin last connected is reached again only by an explicit
+            // [`UcxPool::reconnect`]: no bootstrap per access to a node gone for good.
+            q.reconnect(node);
+            nodes[ni] = q.infos[ni].clone();
+        }
+        if q.eps[ni].is_none() {
             return Err(FabricError::NodeDown(node));
         }
-        let mut g = self.admin()?;
-        let q = &mut g.as_mut().expect("connected by admin()").0;
+        let size = q.sizes[ni];
         let mut mem = RemoteMem {
             q,
             node,
@@ -250,7 +277,7 @@ impl UcxPool {
             Some(e) => {
                 // Its worker may hold abandoned requests: start afresh next time.
                 drop(mem);
-                *g = None;
+                g.qps = None;
                 Err(e)
             }
         }
@@ -526,6 +553,14 @@ pub(crate) struct Qps {
 
 /// The admin queue pairs behind [`UcxPool`]'s mutex.
 struct AdminQps(Qps);
+
+/// [`UcxPool`]'s blocking access: its queue pairs (connected on first use, and again after
+/// a failed access), and what it knows of each memory node (as at connect, then as its last
+/// reconnect found it: a new connection reaches the node's current incarnation).
+struct Admin {
+    qps: Option<AdminQps>,
+    nodes: Vec<Option<NodeInfo>>,
+}
 
 // SAFETY: the admin worker is created serialized (UCS_THREAD_MODE_SERIALIZED) and used only
 // under `UcxPool::admin`'s mutex; its inbox pointer is owned by it and touched by that worker's
