@@ -13,6 +13,8 @@ use dtxn_txn::failover::{probe, repair_promoted};
 use dtxn_txn::{AbortReason, Coordinator, Protocol, ScytheMode, TxKind, TxnConfig};
 use std::rc::Rc;
 
+mod common;
+
 /// Two tables, two replicas each on two memory nodes: `A`'s primary is node 0, `B`'s node 1.
 const A: u32 = 1;
 const B: u32 = 2;
@@ -38,18 +40,8 @@ fn plan(p: Protocol) -> Plan {
     // buckets and chain overflow buckets, claimed on its primary.
     let mut b = TableSpec::new(B, "b", 8, 8);
     b.overflow_fraction = 40.0;
-    let mut a = TableSpec::new(A, "a", 8, 100);
-    if p == Protocol::Motor {
-        (a, b) = (a.multi_version(2), b.multi_version(2));
-    }
-    let words = p.meta_words();
-    if words > 0 {
-        (a, b) = (a.with_meta_words(words), b.with_meta_words(words));
-    }
-    let copies = p.copies();
-    if copies > 1 && p != Protocol::Motor {
-        (a, b) = (a.with_copies(copies), b.with_copies(copies));
-    }
+    let a = TableSpec::new(A, "a", 8, 100);
+    let (a, b) = (common::for_protocol(p, a), common::for_protocol(p, b));
     Plan::new(&[a, b], &shape).unwrap()
 }
 

@@ -26,6 +26,8 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+mod common;
+
 /// `A` on nodes 0 and 1 (unused but for its backup on node 1); `B` on nodes 1 (primary) and 2.
 const A: u32 = 1;
 const B: u32 = 2;
@@ -75,23 +77,10 @@ fn pool(seed: u64, protocol: Protocol, pm: bool) -> (SimPool, Plan, SimConfig) {
         region_bytes: None,
     };
     let size = value_size(protocol);
-    let (mut a, mut b) = (
-        TableSpec::new(A, "a", size, 16),
-        TableSpec::new(B, "b", size, 4096),
+    let (a, b) = (
+        common::for_protocol(protocol, TableSpec::new(A, "a", size, 16)),
+        common::for_protocol(protocol, TableSpec::new(B, "b", size, 4096)),
     );
-    if protocol == Protocol::Motor {
-        (a, b) = (a.multi_version(2), b.multi_version(2));
-    }
-    // The protocol's own words beside the record (SUNDIAL's lease, MVCC's rts, Scythe's
-    // takeout queue) and MVCC's version slots.
-    let words = protocol.meta_words();
-    if words > 0 {
-        (a, b) = (a.with_meta_words(words), b.with_meta_words(words));
-    }
-    let copies = protocol.copies();
-    if copies > 1 && protocol != Protocol::Motor {
-        (a, b) = (a.with_copies(copies), b.with_copies(copies));
-    }
     let plan = Plan::new(&[a, b], &shape).unwrap();
     assert_eq!(plan.table(B).unwrap().replicas, [1, 2]);
     let mut cfg = SimConfig::new(seed, 3, plan.region_bytes);

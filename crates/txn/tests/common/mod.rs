@@ -1,13 +1,33 @@
 //! What several of this crate's integration tests share.
 
 use dtxn_fabric::{Endpoint, Pool, Topology};
-use dtxn_store::PoolMap;
-use dtxn_txn::{Coordinator, TxnConfig};
+use dtxn_store::{PoolMap, TableSpec};
+use dtxn_txn::{Coordinator, Protocol, TxnConfig};
 use std::future::Future;
 use std::rc::Rc;
 
+/// `spec` laid out as `protocol` keeps its records: Motor's CVTs (2 versions), the protocol's
+/// own words beside the record (SUNDIAL's lease, MVCC's rts, Scythe's takeout queue) and
+/// MVCC's version slots.
+#[allow(dead_code)]
+pub fn for_protocol(protocol: Protocol, mut spec: TableSpec) -> TableSpec {
+    if protocol == Protocol::Motor {
+        spec = spec.multi_version(2);
+    }
+    let words = protocol.meta_words();
+    if words > 0 {
+        spec = spec.with_meta_words(words);
+    }
+    let copies = protocol.copies();
+    if copies > 1 && protocol != Protocol::Motor {
+        spec = spec.with_copies(copies);
+    }
+    spec
+}
+
 /// Runs `body` as the only coordinator (1 compute node x 1 thread x 1 coroutine) of `pool`, a
 /// formatted sim pool, under `cfg`; returns its output.
+#[allow(dead_code)]
 pub fn with_coordinator<R, Fut>(
     mut pool: Pool,
     cfg: TxnConfig,
