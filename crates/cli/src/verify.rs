@@ -9,7 +9,8 @@
 //! rebuilds the workload and the pool's layout from the files (no workload options to
 //! repeat), checks that the pool it reaches is that layout, takes the pool alone (so no
 //! compute process is still running, or starts, while it reads) and runs the check on the
-//! merged tally.
+//! merged tally, then the checks that need no tally: no log slice pending, every backup
+//! holding what its primary holds (in the pool's current view).
 
 use crate::backend::{Backend, PoolArgs};
 use crate::bench::{self, Chosen};
@@ -497,9 +498,11 @@ struct Verdict {
     lost: Vec<u32>,
 }
 
-/// Reads the files' tallies as `W`'s, merges them, and checks the pool.
+/// Reads the files' tallies as `W`'s, merges them, and checks the pool: the workload's check,
+/// then the log slices and the backups.
 fn check<W: Workload>(
     w: &W,
+    protocol: dtxn_txn::Protocol,
     a: &PoolArgs,
     run: &RunId,
     plan: &Plan,
@@ -512,7 +515,11 @@ fn check<W: Workload>(
         tallies.push(t);
     }
     let merged = merge_all(tallies).ok_or_else(|| anyhow!("no tally files"))?;
-    let Attached { mut pool, plan, .. } = attach(a, run, plan)?;
+    let Attached {
+        mut pool,
+        plan,
+        view,
+    } = attach(a, run, plan)?;
     let plan = &plan;
     // ucx: as one of the run's compute nodes; shm runs one.
     let compute_nodes = if matches!(pool, Pool::Ucx(_)) {
@@ -521,17 +528,23 @@ fn check<W: Workload>(
         1
     };
     let claim = claim_alone(&mut pool, compute_nodes)?;
-    let shares = dtxn_txn::Protocol::from_name(&run.protocol)
-        .and_then(|p| clear_void_shares(&pool, plan, p, run.leases));
+    let shares = clear_void_shares(&pool, plan, protocol, run.leases);
     let verdict = w
         .verify(&pool, plan, run.seed, std::slice::from_ref(&merged))
-        .map(|mut checks| {
-            checks.extend(shares);
-            checks
-        })
         .map_err(|e| match e {
             WorkloadError::Inconsistent(what) => what,
             other => other.to_string(),
+        })
+        .and_then(|mut checks| {
+            checks.extend(shares);
+            // What the workload's checks do not look at: the log slices, and the backups (a
+            // replica a commit missed, or a re-replicated node the copy left short).
+            let p = bench::pool_checks(&pool, plan, view, protocol, 0, None);
+            if !p.ok {
+                return Err(p.checks.join("; "));
+            }
+            checks.extend(p.checks);
+            Ok(checks)
         });
     bench::release_claim(&mut pool, claim, compute_nodes)?;
     Ok(verdict)
@@ -582,11 +595,11 @@ pub fn main(a: VerifyArgs) -> Result<ExitCode> {
         verdict
     } else {
         match &w {
-            Chosen::SmallBank(x) => check(x, &a.pool, &run, &plan, &files)?,
-            Chosen::Kv(x) => check(x, &a.pool, &run, &plan, &files)?,
-            Chosen::Tatp(x) => check(x, &a.pool, &run, &plan, &files)?,
-            Chosen::Tpcc(x) => check(x, &a.pool, &run, &plan, &files)?,
-            Chosen::Skew(x) => check(x, &a.pool, &run, &plan, &files)?,
+            Chosen::SmallBank(x) => check(x, protocol, &a.pool, &run, &plan, &files)?,
+            Chosen::Kv(x) => check(x, protocol, &a.pool, &run, &plan, &files)?,
+            Chosen::Tatp(x) => check(x, protocol, &a.pool, &run, &plan, &files)?,
+            Chosen::Tpcc(x) => check(x, protocol, &a.pool, &run, &plan, &files)?,
+            Chosen::Skew(x) => check(x, protocol, &a.pool, &run, &plan, &files)?,
         }
     };
     let ok = outcome.is_ok();

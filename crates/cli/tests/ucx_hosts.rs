@@ -1209,12 +1209,26 @@ fn loopback_a_memnode_replaced_blank_mid_run_is_re_replicated_and_the_run_verifi
         return;
     }
     for protocol in ["ford", "motor"] {
-        a_memnode_replaced_blank_under(protocol);
+        a_memnode_replaced_blank_under(protocol, 1);
     }
 }
 
-fn a_memnode_replaced_blank_under(protocol: &str) {
+/// The same with two compute processes: each runs the recovery service, so both probe the
+/// failed node and either may lead the join and the copy; both end in view 3, the copy is
+/// done once (the joins the processes report add up to node 1's slots), and `dtxn verify`
+/// over both tallies finds every balance and every backup as it should be.
+#[test]
+fn loopback_two_compute_processes_re_replicate_a_memnode_replaced_blank() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    if skip_without_ucx() {
+        return;
+    }
+    a_memnode_replaced_blank_under("ford", 2);
+}
+
+fn a_memnode_replaced_blank_under(protocol: &str, processes: u32) {
     let (mut nodes, memnodes) = loopback_memnodes(3);
+    let processes_arg = processes.to_string();
     let workload = [
         "--protocol",
         protocol,
@@ -1228,37 +1242,51 @@ fn a_memnode_replaced_blank_under(protocol: &str) {
         "3",
         "--replicas",
         "2",
+        "--compute-nodes",
+        &processes_arg,
     ];
     assert_ok(
         &run_bounded(workload_cmd(&[], &memnodes, &workload, &["--load-only"])),
         "--load-only",
     );
-    let dir =
-        std::env::temp_dir().join(format!("dtxn-ucx-rejoin-{protocol}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let tally = dir.join("t.json");
-    // A run long enough for the replacement to be probed (at most once a second per thread)
-    // and copied to while transactions run.
-    let bench = Watched::spawn(workload_cmd(
-        &[],
-        &memnodes,
-        &workload,
-        &[
-            "--duration",
-            "6s",
-            "--leases",
-            "flight=250ms,skew=0,rejoin=true",
-            "--progress-lines",
-            "--verify",
-            "--tally-out",
-            tally.to_str().unwrap(),
-            "--json",
-        ],
+    let dir = std::env::temp_dir().join(format!(
+        "dtxn-ucx-rejoin-{protocol}-{processes}-{}",
+        std::process::id()
     ));
-    assert!(
-        bench.wait_line(|l| l.starts_with("progress: ")).is_some(),
-        "the run printed no progress"
-    );
+    std::fs::create_dir_all(&dir).unwrap();
+    let tallies: Vec<_> = (0..processes)
+        .map(|k| dir.join(format!("t{k}.json")))
+        .collect();
+    // A run long enough for the replacement to be probed (here at most every 200 ms per
+    // thread) and copied to while transactions run.
+    let benches: Vec<Watched> = (0..processes)
+        .map(|k| {
+            let k_arg = k.to_string();
+            let mut extra = vec![
+                "--compute-node",
+                &k_arg,
+                "--duration",
+                "6s",
+                "--leases",
+                "flight=250ms,skew=0,rejoin=true,probe=200ms",
+                "--progress-lines",
+                "--tally-out",
+                tallies[k as usize].to_str().unwrap(),
+                "--json",
+            ];
+            // (--verify is one process's: with several, `dtxn verify` below.)
+            if processes == 1 {
+                extra.push("--verify");
+            }
+            Watched::spawn(workload_cmd(&[], &memnodes, &workload, &extra))
+        })
+        .collect();
+    for (k, b) in benches.iter().enumerate() {
+        assert!(
+            b.wait_line(|l| l.starts_with("progress: ")).is_some(),
+            "compute process {k} printed no progress"
+        );
+    }
     let addr = nodes[1].addr.to_string();
     kill(nodes[1].child.id(), Signal::KILL).unwrap();
     nodes[1].child.wait().unwrap();
@@ -1281,62 +1309,82 @@ fn a_memnode_replaced_blank_under(protocol: &str) {
         ],
     );
     assert_eq!(nodes[1].addr.to_string(), addr);
-    let (status, out, stderr) = bench.finish("the run");
-    assert!(status.success(), "{status}\n{out}\n{stderr:?}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
-    let l = &v["leases"];
-    eprintln!("leases: {l}");
-    assert_eq!(l["final_view"], "view 3 (memory node 1 rejoined)", "{out}");
-    let views: Vec<&str> = l["views"]
-        .as_array()
-        .expect("views")
-        .iter()
-        .map(|v| v["view"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        views,
-        [
+    let (mut copied, mut joins, mut seen) = (0, 0, std::collections::BTreeSet::new());
+    for (k, bench) in benches.into_iter().enumerate() {
+        let (status, out, stderr) = bench.finish(&format!("compute process {k}"));
+        assert!(status.success(), "{k}: {status}\n{out}\n{stderr:?}");
+        let v: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        let l = &v["leases"];
+        eprintln!("compute process {k}: leases: {l}");
+        assert_eq!(l["final_view"], "view 3 (memory node 1 rejoined)", "{out}");
+        // The views this process saw become active, in order: all three, or (another
+        // process leading) a later one before this process found the earlier one active.
+        let views: Vec<&str> = l["views"]
+            .as_array()
+            .expect("views")
+            .iter()
+            .map(|v| v["view"].as_str().unwrap())
+            .collect();
+        let all = [
             "view 1 (memory node 1 failed)",
             "view 2 (memory node 1 joining)",
-            "view 3 (memory node 1 rejoined)"
-        ],
-        "{out}"
-    );
-    let joins = l["joins"].as_array().expect("joins");
-    assert_eq!(joins.len(), 1, "{out}");
-    assert_eq!(joins[0]["nodes"], serde_json::json!([1]), "{out}");
-    // Node 1 held replicas of 2000 accounts' rows at least.
-    assert!(joins[0]["slots"].as_u64().unwrap() >= 2000, "{out}");
-    assert!(joins[0]["passes"].as_u64().unwrap() >= 1, "{out}");
-    assert_eq!(l["flights_ok"], true, "{out}");
-    assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
-    let checks: Vec<&str> = v["verify"]["checks"]
-        .as_array()
-        .expect("checks")
-        .iter()
-        .map(|c| c.as_str().unwrap())
-        .collect();
-    assert_eq!(v["verify"]["ok"], true, "{checks:?}");
-    for check in [
-        "every backup holds what its primary holds",
-        "balances equals its initial value plus the committed changes",
-    ] {
+            "view 3 (memory node 1 rejoined)",
+        ];
         assert!(
-            checks.iter().any(|c| c.contains(check)),
-            "{check}: {checks:?}"
+            views.last() == Some(&all[2]) && views.iter().all(|v| all.contains(v)),
+            "{out}"
         );
+        assert!(views.windows(2).all(|w| w[0] < w[1]), "{out}");
+        if processes == 1 {
+            assert_eq!(views, all, "{out}");
+        }
+        seen.extend(views.iter().map(|v| v.to_string()));
+        for j in l["joins"].as_array().expect("joins") {
+            assert_eq!(j["nodes"], serde_json::json!([1]), "{out}");
+            assert!(j["passes"].as_u64().unwrap() >= 1, "{out}");
+            copied += j["slots"].as_u64().unwrap();
+            joins += 1;
+        }
+        assert_eq!(l["flights_ok"], true, "{out}");
+        assert!(v["all"]["committed"].as_u64().unwrap() > 0, "{out}");
+        if processes == 1 {
+            let checks: Vec<&str> = v["verify"]["checks"]
+                .as_array()
+                .expect("checks")
+                .iter()
+                .map(|c| c.as_str().unwrap())
+                .collect();
+            assert_eq!(v["verify"]["ok"], true, "{checks:?}");
+            for check in [
+                "every backup holds what its primary holds",
+                "balances equals its initial value plus the committed changes",
+            ] {
+                assert!(
+                    checks.iter().any(|c| c.contains(check)),
+                    "{check}: {checks:?}"
+                );
+            }
+        }
     }
+    assert_eq!(seen.len(), 3, "the processes saw {seen:?} active");
+    // Node 1 held replicas of 2000 accounts' rows at least, copied once: by one leader,
+    // which keeps the leader word across its passes.
+    assert_eq!(joins, 1, "joins reported");
+    assert!(copied >= 2000, "{copied} slots copied");
     let out = assert_ok(
-        &run_bounded(verify_cmd(&memnodes, std::slice::from_ref(&tally))),
+        &run_bounded(verify_cmd(&memnodes, &tallies)),
         "verify after the rejoin",
     );
     assert!(
-        out.starts_with(&format!("consistent: smallbank under {protocol}")),
+        out.starts_with(&format!(
+            "consistent: smallbank under {protocol} (seed 1), {processes} compute process(es)"
+        )),
         "{out}"
     );
     for check in [
         "every one of 4000 balances equals its initial value plus the committed changes",
         "money is conserved",
+        "every backup holds what its primary holds",
     ] {
         assert!(out.contains(check), "{check}: {out}");
     }

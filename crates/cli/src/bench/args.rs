@@ -224,8 +224,8 @@ pub struct BenchArgs {
     /// (default: guard twice flight plus skew, lease four times guard plus stall) are checked
     /// against them. The run measures every op's flight and fails if one reached guard - skew.
     /// `rejoin=true` (ucx, --replicas 2 or more): a failed memory node restarted blank at its
-    /// address (`dtxn memnode`, no --path) is re-replicated during the run (probed at most once
-    /// a second per thread).
+    /// address (`dtxn memnode`, no --path) is re-replicated during the run, probed at most
+    /// every `probe=DURATION` per thread (default 1s, at least 10ms).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "")]
     pub leases: Option<String>,
     /// ucx: survive a memory node that dies and is restarted on its file (`memnode --path`,

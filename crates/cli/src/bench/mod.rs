@@ -742,13 +742,20 @@ pub struct HostLeases {
     pub skew_ns: u64,
     /// `rejoin=true`: a failed memory node restarted blank at its address is re-replicated.
     pub rejoin: bool,
+    /// `probe=DURATION` (with `rejoin=true`): the coordinators of a thread ask the failed
+    /// memory nodes whether they are back at most this often between them.
+    pub probe_ns: u64,
 }
 
-/// `--leases rejoin=true` (ucx): the coordinators of a thread ask the failed memory nodes
-/// whether they are back at most once a second between them. Each ask is a bootstrap: instant
-/// when refused (loopback, a live host), up to a second on an unreachable host, blocking the
-/// thread's coroutines meanwhile.
+/// `--leases rejoin=true` (ucx): unless `probe=` says otherwise, the coordinators of a thread
+/// ask the failed memory nodes whether they are back at most once a second between them.
+/// Each ask is a bootstrap: instant when refused (loopback, a live host), up to a second on
+/// an unreachable host, blocking the thread's coroutines meanwhile: a shorter interval finds
+/// a replacement sooner and costs an unreachable host's threads more of their time.
 const UCX_REJOIN_PROBE_NS: u64 = 1_000_000_000;
+/// `probe=`'s floor: an ask more often than this would be most of a thread's time when the
+/// host is unreachable.
+const MIN_REJOIN_PROBE_NS: u64 = 10_000_000;
 
 /// What `--leases` assumes of the hosts unless told: an op's flight plus a preemption between
 /// the clock read and the doorbell within 50 ms (threads not pinned, a busy host), a live
@@ -760,7 +767,9 @@ const HOST_STALL_NS: u64 = 200_000_000;
 const HOST_SKEW_NS: u64 = 1_000_000;
 
 /// The knobs `--leases` takes.
-const LEASE_KNOBS: [&str; 6] = ["lease", "guard", "flight", "stall", "skew", "rejoin"];
+const LEASE_KNOBS: [&str; 7] = [
+    "lease", "guard", "flight", "stall", "skew", "rejoin", "probe",
+];
 
 /// Parses `--leases KNOB=VALUE,...`: the hosts' bounds, the terms derived from them
 /// ([`LeaseConfig::for_fabric`] with the skew added to the flight) or given, and checked
@@ -769,6 +778,7 @@ pub fn host_lease_terms(spec: &str) -> Result<HostLeases> {
     let (mut flight, mut stall, mut skew) = (HOST_FLIGHT_NS, HOST_STALL_NS, HOST_SKEW_NS);
     let (mut lease, mut guard) = (None, None);
     let mut rejoin = false;
+    let mut probe = None;
     for item in spec.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let Some((knob, value)) = item.split_once('=') else {
             bail!(
@@ -801,6 +811,12 @@ pub fn host_lease_terms(spec: &str) -> Result<HostLeases> {
             "flight" => flight = ns,
             "stall" => stall = ns,
             "skew" => skew = ns,
+            "probe" => {
+                if ns < MIN_REJOIN_PROBE_NS {
+                    bail!("--leases probe={value}: at least 10ms (each ask may block the thread for up to a second on an unreachable host)");
+                }
+                probe = Some(ns);
+            }
             _ => bail!(
                 "--leases: unknown knob '{knob}' (knobs: {})",
                 LEASE_KNOBS.join(", ")
@@ -817,10 +833,14 @@ pub fn host_lease_terms(spec: &str) -> Result<HostLeases> {
     }
     l.check(flight + skew, stall)
         .map_err(|e| anyhow!("--leases: {e} (flight {flight} ns plus skew {skew} ns)"))?;
+    if probe.is_some() && !rejoin {
+        bail!("--leases probe=: how often to ask a failed memory node whether it is back, so only with rejoin=true");
+    }
     Ok(HostLeases {
         terms: l,
         skew_ns: skew,
         rejoin,
+        probe_ns: probe.unwrap_or(UCX_REJOIN_PROBE_NS),
     })
 }
 
@@ -978,7 +998,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         .is_some_and(|f| !f.memory_rejoins.is_empty())
         || host_leases.is_some_and(|h| h.rejoin);
     if host_leases.is_some_and(|h| h.rejoin) {
-        sh.rejoin_probe_every_ns = UCX_REJOIN_PROBE_NS;
+        sh.rejoin_probe_every_ns = host_leases.map_or(UCX_REJOIN_PROBE_NS, |h| h.probe_ns);
     }
     sh.progress_lines = a.progress_lines;
     sh.fence_on_node_down = a.wait_memnodes.is_some();
@@ -1619,7 +1639,9 @@ fn online_report(
 
 /// After a `--faults` run (its liveness phase over): no log slice pending (protocols whose
 /// commit closes its undo-log entry; Motor's op logs stay pending by design), every replica
-/// of every single-version table holding what its primary holds, and no op flew longer than
+/// of every table holding what its primary holds (a multi-version table: each record's
+/// newest version, Motor's CVTs keeping only the primary's version tuples in step with
+/// its backups' at quiescence), and no op flew longer than
 /// the lease's guard (the one assumption the lease argument adds to the fabric contract).
 pub(crate) fn pool_checks(
     pool: &dtxn_fabric::Pool,
@@ -1721,6 +1743,39 @@ pub(crate) fn pool_checks(
                                 p.map(|x| (x.0, x.1))
                             ));
                         }
+                    }
+                }
+            }
+        }
+    }
+    // Multi-version tables: each record's newest version (key, version, value), primary
+    // against every backup.
+    for t in plan
+        .tables
+        .iter()
+        .filter(|t| t.mv.is_some() && t.replicas.len() > 1)
+    {
+        let newest = |n| {
+            dtxn_workloads::scan_replica(pool, t, n)
+                .into_iter()
+                .map(|r| (r.key, (r.version, r.value)))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let primary = newest(t.primary());
+        for &n in t.backups() {
+            let backup = newest(n);
+            let keys = primary.keys().chain(backup.keys());
+            for k in keys.collect::<std::collections::BTreeSet<_>>() {
+                let (p, q) = (primary.get(k), backup.get(k));
+                if p != q {
+                    differ += 1;
+                    if differ <= 3 {
+                        fails.push(format!(
+                            "{} key {k}: memory node {n} holds version {:?}, the primary {:?}",
+                            t.name,
+                            q.map(|x| x.0),
+                            p.map(|x| x.0)
+                        ));
                     }
                 }
             }
