@@ -622,6 +622,16 @@ fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
     let w: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
     assert_eq!(v["sim"]["trace_hash"], w["sim"]["trace_hash"]);
     assert_eq!(v["faults"], w["faults"]);
+    // Each memory node's NIC was busy part of the run, the same in the replay.
+    let busy = v["mn_nic_busy"].as_array().expect("mn_nic_busy");
+    assert!(
+        !busy.is_empty()
+            && busy
+                .iter()
+                .all(|b| (0.0..=1.0).contains(&b.as_f64().unwrap()) && b.as_f64().unwrap() > 0.0),
+        "{busy:?}"
+    );
+    assert_eq!(v["mn_nic_busy"], w["mn_nic_busy"]);
     // The table says it too.
     let o = dtxn(&crash_run("ford", "5"));
     let out = text(&o);

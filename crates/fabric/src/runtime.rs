@@ -59,6 +59,10 @@ pub struct RunReport<R> {
     /// coordinator's clock) to the execution of its last line, ns: what a lease's guard must
     /// exceed ([`crate::Lease`]). 0 on the other backends.
     pub max_flight_ns: u64,
+    /// `sim` only: per memory node, the time its NIC spent serving the run's ops (one-sided
+    /// verbs and RPC messages, each at the profile's service time); empty on the other
+    /// backends. How the load spreads over the memory nodes (FORD's Table 4).
+    pub mn_nic_busy_ns: Vec<u64>,
 }
 
 impl<R> RunReport<R> {

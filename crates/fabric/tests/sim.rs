@@ -582,3 +582,28 @@ fn logic_cpu_is_charged_exactly_on_the_threads_clock() {
     assert_eq!(run(700, 0), (700, 1700));
     assert_eq!(run(700, 50), (850, 1850));
 }
+
+/// Each memory node's NIC busy time (`RunReport::mn_nic_busy_ns`) counts the ops served by
+/// that node alone, in this run alone: READs to node 1 only leave node 0 idle, and twice the
+/// READs take node 1 twice the time.
+#[test]
+fn nic_busy_time_is_per_memory_node_and_per_run() {
+    let mut pool = SimPool::new(SimConfig::new(3, 2, 1 << 16)).unwrap();
+    let mut busy = |reads: u64| {
+        let r = pool
+            .run(topo(1, 1, 1), None, move |mut ep: Endpoint| async move {
+                for i in 0..reads {
+                    ep.read(1, (i % 64) * 64, 64);
+                    ep.post().await.unwrap();
+                }
+            })
+            .unwrap();
+        r.mn_nic_busy_ns
+    };
+    let once = busy(100);
+    assert_eq!(once.len(), 2);
+    assert_eq!(once[0], 0, "node 0 served nothing");
+    assert!(once[1] > 0);
+    let twice = busy(200);
+    assert_eq!(twice, vec![0, 2 * once[1]]);
+}

@@ -70,6 +70,11 @@ pub struct FordOptions {
     /// Read read-only items from a backup (validated at the primary, whose lock word is the
     /// only one writers take).
     pub backup_reads: bool,
+    /// With `backup_reads`: the tables whose read-only items are read from a backup,
+    /// comma-separated names (as `dtxn layout` prints them); empty: every table. FORD's
+    /// SmallBank case study (its Table 4) moves CHECKING's reads off CHECKING's primary, the
+    /// busier memory node, and leaves SAVINGS' on theirs: `checking`.
+    pub backup_read_tables: String,
     /// Commit every replica in one round trip; off: the backups, then the primaries (one more
     /// round trip, as FaRM and DrTM+H do).
     pub coalescent_commit: bool,
@@ -93,11 +98,24 @@ pub struct FordOptions {
     pub skip_revalidation: bool,
 }
 
+impl FordOptions {
+    /// Whether a read-only item of `table` is read from a backup.
+    pub fn reads_backup(&self, table: &str) -> bool {
+        self.backup_reads
+            && (self.backup_read_tables.is_empty()
+                || self
+                    .backup_read_tables
+                    .split(',')
+                    .any(|t| t.trim() == table))
+    }
+}
+
 impl Default for FordOptions {
     fn default() -> FordOptions {
         FordOptions {
             hitchhiked_locking: true,
             backup_reads: false,
+            backup_read_tables: String::new(),
             coalescent_commit: true,
             rpc: Stages::NONE,
             trust_invisible_bit: false,
@@ -328,6 +346,13 @@ impl TxnConfig {
                 p.name()
             ));
         }
+        if !self.ford.backup_read_tables.is_empty() && !self.ford.backup_reads {
+            return Err(format!(
+                "--set ford.backup_read_tables={}: the tables backup reads apply to, so only \
+                 with --set ford.backup_reads=true",
+                self.ford.backup_read_tables
+            ));
+        }
         if self.scythe != ScytheOptions::default() && p != Protocol::Scythe {
             return Err(format!(
                 "--set scythe.*: the switches of scythe, not of {}",
@@ -407,5 +432,28 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn backup_read_tables_choose_the_tables_and_need_backup_reads() {
+        let mut f = FordOptions {
+            backup_reads: true,
+            ..FordOptions::default()
+        };
+        assert!(f.reads_backup("savings") && f.reads_backup("checking"));
+        f.backup_read_tables = "checking, stock".into();
+        assert!(f.reads_backup("checking") && f.reads_backup("stock"));
+        assert!(!f.reads_backup("savings") && !f.reads_backup("check"));
+        f.backup_reads = false;
+        assert!(!f.reads_backup("checking"));
+        let cfg = TxnConfig {
+            ford: f,
+            ..TxnConfig::default()
+        };
+        let e = cfg.validate().unwrap_err();
+        assert!(
+            e.starts_with("--set ford.backup_read_tables=checking, stock: the tables backup reads apply to, so only with --set ford.backup_reads=true"),
+            "{e}"
+        );
     }
 }

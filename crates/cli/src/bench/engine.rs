@@ -281,6 +281,8 @@ pub struct RunOutput<T> {
     /// the simulator's; elsewhere, with leases, the endpoints' measure (from the lease
     /// gate's clock read to the observed completion).
     pub max_flight_ns: u64,
+    /// `sim`: per memory node, the share of the run (warm-up included) its NIC was busy.
+    pub mn_nic_busy: Vec<f64>,
 }
 
 /// What a coordinator hands back.
@@ -678,6 +680,7 @@ pub fn run<W: Workload>(
     let started = Instant::now();
     let mut crashed = Vec::new();
     let mut max_flight_ns = 0;
+    let mut mn_nic_busy = Vec::new();
     let (outs, virtual_time, trace_hash) = match pool {
         Pool::Sim(sim) => {
             // One OS thread: coordinators share the collector and the configuration.
@@ -731,6 +734,11 @@ pub fn run<W: Workload>(
                 first.collector = Some(sink.borrow().clone());
             }
             max_flight_ns = r.max_flight_ns;
+            mn_nic_busy = r
+                .mn_nic_busy_ns
+                .iter()
+                .map(|&b| b as f64 / r.elapsed_ns.max(1) as f64)
+                .collect();
             (outs, true, Some(r.trace_hash))
         }
         // shm (and ucx): real threads, so each coordinator has its own collector.
@@ -787,6 +795,7 @@ pub fn run<W: Workload>(
         crashed,
         fenced,
         max_flight_ns,
+        mn_nic_busy,
     })
 }
 

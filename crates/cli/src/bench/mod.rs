@@ -686,6 +686,22 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     let plan = Plan::new(&w.tables(cfg.protocol, versions(a, &cfg)), &shape)
         .map_err(|e| anyhow!("{e}"))?;
     check_fits(a, &plan, topo.coordinators(), &cfg)?;
+    for name in cfg
+        .ford
+        .backup_read_tables
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
+        if !plan.tables.iter().any(|t| t.name == name) {
+            let names: Vec<&str> = plan.tables.iter().map(|t| t.name.as_str()).collect();
+            bail!(
+                "--set ford.backup_read_tables: {} has no table '{name}' (its tables: {})",
+                a.workload.workload,
+                names.join(", ")
+            );
+        }
+    }
     let remote_loaded = if a.kind() == Backend::Ucx && a.load {
         let pool = a
             .backend

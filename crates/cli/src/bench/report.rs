@@ -261,6 +261,10 @@ pub struct BenchReport {
     pub verify: Option<Verdict>,
     pub load_s: f64,
     pub sim: Option<SimCost>,
+    /// `sim`: per memory node, the share of the run (virtual time, warm-up included) its NIC
+    /// was busy serving ops: how the load spreads over the memory nodes.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mn_nic_busy: Vec<f64>,
     /// `--faults`: what crashed, what recovery did, and the check of the history.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<FaultReport>,
@@ -488,6 +492,7 @@ impl BenchReport {
             leases: None,
             memnode_outage: None,
             load_s: load_ns as f64 / 1e9,
+            mn_nic_busy: out.mn_nic_busy.clone(),
             sim: out.virtual_time.then(|| SimCost {
                 txns: out.attempts_all,
                 wall_s,
@@ -611,6 +616,19 @@ impl BenchReport {
             "(RTs, verbs, bytes: means per committed transaction; RTs are critical-path round \
              trips)"
         );
+        if !self.mn_nic_busy.is_empty() {
+            let per: Vec<String> = self
+                .mn_nic_busy
+                .iter()
+                .enumerate()
+                .map(|(n, b)| format!("node {n} {:.1}%", 100.0 * b))
+                .collect();
+            let _ = writeln!(
+                s,
+                "memory-node NICs busy (share of the run, warm-up included): {}",
+                per.join(", ")
+            );
+        }
         if self.all.rpcs > 0.0 {
             let per: Vec<String> = self
                 .per_type

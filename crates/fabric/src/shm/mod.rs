@@ -424,6 +424,7 @@ impl ShmPool {
             verbs_executed,
             g11_violations: 0,
             max_flight_ns: 0,
+            mn_nic_busy_ns: Vec::new(),
         })
     }
 

@@ -207,6 +207,7 @@ impl SimPool {
             verbs_executed: w.verbs_executed,
             g11_violations: w.g11_violations,
             max_flight_ns: w.max_flight_ns,
+            mn_nic_busy_ns: w.nic_busy_ns(),
         })
     }
 }

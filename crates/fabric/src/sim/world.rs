@@ -92,6 +92,8 @@ struct MemNode {
     /// must reconnect to it.
     incarnation: u32,
     nic_free_at: u64,
+    /// Time its NIC spent serving ops (one-sided and RPC messages) since the run started.
+    pub(crate) nic_busy_ns: u64,
     /// Next free instant of each NIC atomic-table slot (`addr mod 4096`, per 8-byte word).
     slot_free_at: Vec<u64>,
     /// Words an FAA holds in the NIC's atomic buffer: (addr, value, until).
@@ -292,6 +294,7 @@ impl World {
                 epoch: 0,
                 incarnation: 0,
                 nic_free_at: 0,
+                nic_busy_ns: 0,
                 slot_free_at: vec![0; 4096 / 8],
                 faa_held: Vec::new(),
                 persisted: if cfg.persistent {
@@ -364,6 +367,9 @@ impl World {
         self.threads_cpu_free_at = vec![self.now; thread_cn.len()];
         self.cn_nic_free_at = vec![self.now; compute_nodes as usize];
         self.qps = vec![Qp::default(); thread_cn.len() * self.nodes.len()];
+        for n in &mut self.nodes {
+            n.nic_busy_ns = 0;
+        }
         self.coords = coord_thread
             .iter()
             .map(|&t| Coord {
@@ -408,6 +414,11 @@ impl World {
     }
 
     /// Ends a run: forget pending events (ops of coordinators that no longer exist).
+    /// Per memory node, its NIC's busy time since the run started.
+    pub fn nic_busy_ns(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.nic_busy_ns).collect()
+    }
+
     pub fn end_run(&mut self) {
         self.heap.clear();
         self.recs.clear();
@@ -609,6 +620,7 @@ impl World {
             let mn = &mut self.nodes[node];
             let nic_start = arrive.max(mn.nic_free_at);
             mn.nic_free_at = nic_start + service;
+            mn.nic_busy_ns += service;
             let qp = self.qps[thread as usize * n_nodes + node];
             let mut exec = nic_start.max(qp.atomic_at);
             if matches!(op.kind, OpKind::Write | OpKind::Flush) {
@@ -712,6 +724,7 @@ impl World {
             let mn = &mut self.nodes[node];
             let nic_start = arrive.max(mn.nic_free_at);
             mn.nic_free_at = nic_start + service;
+            mn.nic_busy_ns += service;
             self.push(
                 nic_start + service,
                 Ev::RpcArrive {
@@ -1175,6 +1188,7 @@ impl World {
         n.cores_busy -= 1;
         let nic_start = self.now.max(n.nic_free_at);
         n.nic_free_at = nic_start + service;
+        n.nic_busy_ns += service;
         let back = nic_start + service + self.profile.one_way_ns;
         self.push(back, Ev::BatchDone { rec: r });
         if let Some((r2, k2)) = self.nodes[node].rpc_waiting.pop_front() {

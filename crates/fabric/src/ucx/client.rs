@@ -388,6 +388,7 @@ impl UcxPool {
             verbs_executed,
             g11_violations: 0,
             max_flight_ns: 0,
+            mn_nic_busy_ns: Vec::new(),
         })
     }
 

@@ -305,7 +305,7 @@ fn plan<P: Protocol>(
             return Err(bad);
         };
         // 2PL reads lock the primary's word: they read the primary.
-        let backup = !a.for_update && !two_phase && tx.c.cfg.ford.backup_reads;
+        let backup = !a.for_update && !two_phase && tx.c.cfg.ford.reads_backup(&t.name);
         // (Never a joining replica: its copy may be incomplete.)
         let node = if backup && t.readable().len() > 1 {
             t.replicas[1]
