@@ -10,13 +10,15 @@
 #
 # The full judge: the tests of the store, txn and workloads crates (the workloads' adversarial
 # sim matrix among them), each mutant in a copy of the tree (a ten-minute first build).
-# MUTANTS_TESTS=fast judges each mutant by the txn crate's scripted aborts, bank runs,
-# Hermitage, round trips, 2PL scripts and failure tests and the workloads' sim matrix (about
-# 35 s of tests; with a store file mutated, every test of the store and txn crates), in place
-# (the source tree is mutated and restored: leave it alone while it runs; its incremental
-# build is what makes a mutant cost minutes, not a ten-minute copy and rebuild), and under
-# `nice` so that other builds on the machine go first. A mutant it misses may still be caught
-# by the full judge; one it catches is caught.
+# MUTANTS_TESTS=fast judges each mutant by one test binary, `judge` (crates/workloads/tests/
+# judge.rs: the txn crate's scripted aborts, bank runs, Hermitage, round trips, 2PL, SUNDIAL,
+# MVCC, CALVIN and Motor scripts, failure, insert, lease, lock-journal and recovery tests and
+# the workloads' sim matrix, 110 tests in 15 s, built as one crate; with a store file mutated, the store's unit tests too), in place (the source
+# tree is mutated and restored: leave it alone while it runs; its incremental build is what
+# makes a mutant cost a minute, not a ten-minute copy and rebuild; the `judge` profile is the
+# test profile without debug info, a third less to link), and under `nice` so that
+# other builds on the machine go first. A mutant it misses may still be caught by the full
+# judge; one it catches is caught.
 #
 # Results go to target/mutants/mutants.out (missed.txt, caught.txt, timeout.txt, unviable.txt).
 set -euo pipefail
@@ -44,27 +46,22 @@ case "${MUTANTS_TESTS:-full}" in
       --output target/mutants --timeout 600 ${MUTANTS_ARGS:-}
     ;;
   fast)
-    # (A store file: every test of the store and txn crates, as `--test` cannot name one
-    # crate's tests alone when two are judged. `--cargo-arg`: the build builds only these.)
-    packages=dtxn-txn,dtxn-workloads
-    tests=(--cargo-arg=--tests)
+    # One binary (the `judge` feature builds it; `cargo test --workspace` does not): a
+    # mutant's rebuild is the mutated crate, the workloads crate and one test crate, where
+    # seven test binaries took five times as long to build. A store file: the store's unit
+    # tests as well.
+    packages=dtxn-workloads
+    tests=(--cargo-arg=--test=judge)
     for f in "${files[@]}"; do
-      case "$f" in crates/store/*) packages=dtxn-store,dtxn-txn ;; esac
+      if [[ "$f" == crates/store/* ]]; then
+        packages=dtxn-store,dtxn-workloads
+        tests=(--cargo-arg=--test=judge --cargo-arg=--lib)
+      fi
     done
-    if [ "$packages" = dtxn-txn,dtxn-workloads ]; then
-      # Not --lib (a second build of the whole crate, for its weak unit tests), and the
-      # sharpest binaries only: each one judged is compiled again for every mutant. `sim`
-      # (the workloads' matrix, 10 s) has the contended skew pair that DrTM+H's
-      # re-validation is needed on.
-      tests=()
-      for t in aborts bank hermitage round_trips two_pl failures sim; do
-        tests+=(--cargo-arg=--test="$t")
-      done
-    fi
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a list of flags
     exec nice -n 10 cargo mutants "${args[@]}" --test-package "$packages" --in-place \
-      --baseline skip --output target/mutants --timeout 180 --build-timeout 1200 \
-      "${tests[@]}" ${MUTANTS_ARGS:-}
+      --baseline skip --output target/mutants --timeout 420 --build-timeout 1200 \
+      --profile judge --features dtxn-workloads/judge "${tests[@]}" ${MUTANTS_ARGS:-}
     ;;
   *)
     echo "MUTANTS_TESTS must be full or fast, not ${MUTANTS_TESTS}" >&2
