@@ -714,6 +714,64 @@ fn g2_anti_dependency_cycle_found_by_the_chain_walk() {
     PROTOCOL.with(|c| c.set(dtxn_txn::Protocol::Ford));
 }
 
+/// The same cycle over a tombstone: key 4 was inserted and deleted before, and T1 reads it
+/// absent through its tombstone (its cached address found stale); T2 then inserts key 4
+/// again, over the tombstone, and commits, and T1 inserts key 3. Not both commit: the walk
+/// of key 4's chain finds the record back.
+#[test]
+fn g2_anti_dependency_cycle_over_a_tombstone() {
+    for p in [
+        dtxn_txn::Protocol::Ford,
+        dtxn_txn::Protocol::Farm,
+        dtxn_txn::Protocol::Drtmh,
+        dtxn_txn::Protocol::Occ,
+        dtxn_txn::Protocol::Sundial,
+        dtxn_txn::Protocol::Scythe,
+        dtxn_txn::Protocol::Mvcc,
+    ] {
+        PROTOCOL.with(|c| c.set(p));
+        let (_, fin) = scenario(2, |role, mut c, b| async move {
+            if role == 0 {
+                // Key 4 in, read (its address cached), and out again: a tombstone.
+                let mut tx = c.begin(TxKind::ReadWrite);
+                tx.insert(T, 4, &val(4)).await.unwrap();
+                tx.commit().await.unwrap();
+                let mut tx = c.begin(TxKind::ReadOnly);
+                assert!(tx.read(T, 4).await.unwrap().is_some());
+                tx.commit().await.unwrap();
+                let mut tx = c.begin(TxKind::ReadWrite);
+                tx.read_for_update(T, 4).await.unwrap();
+                tx.delete(T, 4).await.unwrap();
+                tx.commit().await.unwrap();
+                let mut tx = c.begin(TxKind::ReadWrite);
+                let _ = async {
+                    assert!(tx.read(T, 4).await?.is_none());
+                    b.step.set(1);
+                    until(tx.endpoint(), &b, 2).await;
+                    tx.insert(T, 3, &val(3)).await?;
+                    tx.commit().await
+                }
+                .await;
+            } else {
+                until(c.endpoint(), &b, 1).await;
+                let mut tx = c.begin(TxKind::ReadWrite);
+                let _ = async {
+                    tx.read(T, 3).await?;
+                    tx.insert(T, 4, &val(4)).await?;
+                    tx.commit().await
+                }
+                .await;
+                b.step.set(2);
+            }
+        });
+        assert!(
+            fin[2].is_none() || fin[3].is_none(),
+            "{p:?}: both inserted: {fin:?}"
+        );
+    }
+    PROTOCOL.with(|c| c.set(dtxn_txn::Protocol::Ford));
+}
+
 /// A key above 4 (never inserted) whose home bucket in `scenario`'s table is not `key`'s.
 fn other_bucket_than(key: u64) -> u64 {
     let shape = PoolShape {
