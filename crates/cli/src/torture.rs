@@ -52,9 +52,9 @@ pub struct TortureArgs {
     /// from the epochs). `memory=N` (memory-node failover) strikes every variant but
     /// motor-local, with two replicas; the other
     /// protocols run the rest of the plan (no faults if nothing is left). `rejoin=DURATION`
-    /// (the failed node comes back blank and is re-replicated) goes to those of them that
-    /// take record locks with one-sided CASes (not ford-rpc, nowait-rpc, waitdie-hybrid,
-    /// mvcc-hybrid, calvin, calvin-rpc).
+    /// (the failed node comes back blank and is re-replicated) goes to those of them whose
+    /// stages are one-sided (not ford-rpc, nowait-rpc, waitdie-hybrid, sundial-hybrid,
+    /// mvcc-hybrid, calvin-rpc; calvin copies while its schedule holds every install).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// Keep going after a failure, and report all of them at the end.
@@ -221,7 +221,8 @@ const FAILOVER: [&str; 20] = [
     RPC_CALVIN,
 ];
 /// The variants that re-replicate a failed memory node that comes back (`rejoin=`).
-const REJOIN: [&str; 13] = [
+const REJOIN: [&str; 14] = [
+    "calvin",
     "ford",
     "farm",
     "drtmh",

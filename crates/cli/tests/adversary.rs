@@ -178,10 +178,12 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "sim",
                 "--protocol",
                 "calvin",
+                "--set",
+                "rcc.hybrid=0",
                 "--faults",
                 "memory=1,rejoin=1ms",
             ],
-            "--faults rejoin=: not for calvin (its installs take no record locks",
+            "--faults rejoin=: not with stages as RPCs",
         ),
         (
             vec![
@@ -299,11 +301,13 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "--replicas",
                 "2",
                 "--protocol",
-                "calvin",
+                "nowait",
+                "--set",
+                "rcc.hybrid=0",
                 "--leases",
                 "rejoin=true",
             ],
-            "--leases rejoin=true: not for calvin",
+            "--leases rejoin=true: not with stages as RPCs",
         ),
         (
             vec!["torture", "--adversary", "gentle"],
@@ -414,6 +418,7 @@ fn a_failed_memory_node_comes_back_is_re_replicated_and_the_run_verifies() {
         ("drtmh", "2"),
         ("motor", "1"),
         ("sundial", "1"),
+        ("calvin", "1"),
     ] {
         let o = dtxn(&[
             "bench",

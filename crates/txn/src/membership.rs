@@ -106,6 +106,10 @@
 //! primary's record under the dead's lock (the crash may have cut its WRITE there after the
 //! copy passed). The copier's locks are not journaled: it marks its lock journal overflowed on
 //! each primary before its first copy lock there, so its recovery scans for them.
+//!
+//! A protocol whose installs take no record lock (CALVIN's) is held off by its schedule
+//! instead: each pass runs only while [`Protocol::installs_held`](crate::Protocol) says no
+//! install can be in flight or start while the copier stays between its transactions.
 
 use crate::failover;
 use crate::recovery::{recover_within, Recovered};
@@ -678,6 +682,18 @@ impl Service {
         // over: what is left is known to this coordinator only), unless a coordinator died
         // (it may hold what is left, and its recovery needs the word) or the view moved.
         for retry in 0.. {
+            // Installs that take no record lock (CALVIN's) are held by the schedule instead,
+            // for as long as this coordinator stays between its transactions: the copy waits
+            // for that (its next scan) when they are not.
+            let me = ep.id().index;
+            if !self
+                .protocol
+                .installs_held(ep, &self.map, me, self.members)
+                .await?
+            {
+                self.copy = Some(state);
+                return self.give_back(ep, mine).await;
+            }
             let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
             let pass =
                 failover::copy_to_joiners(ep, &self.map, owner, only.as_deref(), self.copy_rules)

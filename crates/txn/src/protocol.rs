@@ -169,6 +169,20 @@ pub(crate) trait Protocol: Sized + 'static {
         Ok(())
     }
 
+    /// Re-replication: whether no install can be in flight, or start, on a record while the
+    /// copier (live coordinator `me`, between its transactions, of `members`) copies it
+    /// without taking the record's lock. True by default: the protocols that install under
+    /// a record's lock are kept off by the copy's own lock CAS. CALVIN's installs take no
+    /// lock; its schedule holds them while `me` does not dispatch its next epoch.
+    async fn installs_held(
+        _ep: &mut Endpoint,
+        _map: &PoolMap,
+        _me: u32,
+        _members: u32,
+    ) -> Result<bool, FabricError> {
+        Ok(true)
+    }
+
     /// The coordinator leaves for good: it will run no more transactions (CALVIN's sequencer
     /// stops holding the epochs back). Nothing for the other protocols.
     async fn retire(_c: &mut Core, _s: &mut Self::Scratch) {}

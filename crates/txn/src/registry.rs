@@ -113,6 +113,20 @@ macro_rules! registry {
                 }
             }
 
+            /// Re-replication: whether no install can be in flight or start while live
+            /// coordinator `me`, between its transactions, copies records without their locks.
+            pub(crate) async fn installs_held(
+                self,
+                ep: &mut Endpoint,
+                map: &PoolMap,
+                me: u32,
+                members: u32,
+            ) -> Result<bool, FabricError> {
+                match self {
+                    $( Protocol::$variant => <$ty>::installs_held(ep, map, me, members).await, )*
+                }
+            }
+
             /// Memory-node failover: the protocol's part of a promoted primary's repair.
             pub(crate) async fn repair_promoted(
                 self,

@@ -629,3 +629,20 @@ fn under_nowait_a_copy_that_ignores_share_words_never_finishes() {
         seen.joins
     );
 }
+
+/// CALVIN: the same scenario. Its installs take no record lock, so the copy passes only while
+/// the copier, between its transactions, holds the schedule (every other member past its
+/// last epoch, none able to close the next without it); node 1 ends with every committed
+/// insert and unit of money.
+#[test]
+fn a_blank_replacement_is_copied_to_under_calvin_while_its_schedule_is_held() {
+    for seed in 1..=2 {
+        let (seen, view, b, _) = run_under(seed, Control::Sound, Protocol::Calvin);
+        assert!(view.is_rejoined(1) && view.is_failed(2), "{seed}: {view}");
+        let j = seen.joins.first().expect("a copy completed");
+        assert!(j.copied >= 4096, "{seed}: {j:?}");
+        assert!(seen.committed_joining > 0, "{seed}");
+        assert_eq!(losses(&seen, &b), (vec![], 0), "{seed}");
+        assert!(seen.inserted.len() > 100, "{seed}: {}", seen.inserted.len());
+    }
+}

@@ -205,8 +205,8 @@ pub struct BenchArgs {
     /// all), `memory=N` memory nodes fail for good (never node 0; at most replicas - 1: the
     /// survivors change the view and promote backups; every protocol), `rejoin=DURATION`
     /// (each failed node comes back blank that long after its failure, joins and is
-    /// re-replicated while transactions run; every protocol but calvin, with one-sided lock
-    /// stages), `within=DURATION` of the
+    /// re-replicated while transactions run; every protocol with one-sided stages, calvin's
+    /// copy while its schedule holds every install), `within=DURATION` of the
     /// start (default: about the run's length), `delay_prob=P` and `delay=DURATION` (ops
     /// delayed on the way), `lease=DURATION` and `guard=DURATION` (default: from the fabric's
     /// longest op flight and the adversary's longest stall; checked against both).

@@ -1335,15 +1335,13 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
 }
 
 /// What re-replication (`--faults rejoin=`, `--leases rejoin=true`: `option`) needs of the
-/// protocol. Every protocol with failover but CALVIN re-replicates. The copy locks records
-/// with one-sided CASes (as a writer would: from 0, or from a 2PL share word whose shares are
-/// gone) and takes the slot bytes for the whole record (and a CVT's attribute bar). What a
-/// primary keeps alone beside them (leases, rts words, takeout queues) is rebuilt by the
-/// repair when the joined node is promoted, as for any backup.
+/// protocol. Every protocol with failover re-replicates. The copy locks records with
+/// one-sided CASes (as a writer would: from 0, or from a 2PL share word whose shares are
+/// gone; CALVIN, whose installs take no lock, copies while its schedule holds them) and takes
+/// the slot bytes for the whole record (and a CVT's attribute bar). What a primary keeps
+/// alone beside them (leases, rts words, takeout queues) is rebuilt by the repair when the
+/// joined node is promoted, as for any backup.
 fn check_rejoin(option: &str, cfg: &TxnConfig) -> Result<()> {
-    if cfg.protocol == Protocol::Calvin {
-        bail!("{option}: not for calvin (its installs take no record locks, the schedule keeps others off: the copy's slot locks would not keep them off the slots it copies)");
-    }
     if !cfg.protocol.rpc_stages(cfg).is_empty() {
         bail!("{option}: not with stages as RPCs (the copy's one-sided lock CASes would not compose with the memory nodes' CPUs')");
     }

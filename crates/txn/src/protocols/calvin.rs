@@ -149,7 +149,7 @@ use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
 use crate::txn::TxKind;
 use dtxn_check::history;
-use dtxn_fabric::{Endpoint, FabricError, NodeId};
+use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
 use dtxn_store::log::{encode_head, encode_item_as, set_tag, ItemKind, LogEntry, LogStatus};
 use dtxn_store::log::{HEAD_BYTES, STATUS_OFF};
 use dtxn_store::PoolMap;
@@ -340,6 +340,31 @@ impl Protocol for Calvin {
         leave_epochs(ep, map, dead).await
     }
 
+    /// The copier holds the schedule: it is a member between its transactions, so no epoch
+    /// past its last dispatched one can close without it; and every other member has
+    /// dispatched past that epoch, so its transaction there has ended (a coordinator
+    /// dispatches only once its last transaction ended, its install awaited). Nothing is
+    /// installed until the copier dispatches again. A joining member starts past the
+    /// newest epoch it reads, so past ours too. With the copier no member, only a pool
+    /// where nobody is one is held.
+    async fn installs_held(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        me: u32,
+        members: u32,
+    ) -> Result<bool, FabricError> {
+        let reads: Vec<(u32, OpId)> = (0..members)
+            .filter(|&k| map.log_slice(k).is_some())
+            .map(|k| (k, ep.read(0, area(map, k), 8)))
+            .collect();
+        ep.post().await?;
+        let words: Vec<(u32, u64)> = reads
+            .iter()
+            .map(|&(k, r)| (k, word(ep.bytes(r), 0)))
+            .collect();
+        Ok(schedule_held(&words, me))
+    }
+
     async fn retire(c: &mut Core, s: &mut Self::Scratch) {
         if s.members == 0 || s.word == RETIRED {
             return;
@@ -354,6 +379,19 @@ impl Protocol for Calvin {
         s.word = RETIRED;
         // Should it run a transaction again, it joins again (from RETIRED, as from 0).
         s.members = 0;
+    }
+}
+
+/// [`Calvin::installs_held`] on the epoch words read, `(coordinator, word)`: `me` a member
+/// and every other past its epoch (or no member, or joining: it starts past the newest epoch
+/// it reads), or `me` no member and nobody else one either.
+fn schedule_held(words: &[(u32, u64)], me: u32) -> bool {
+    let idle = |w: u64| w == NOT_MEMBER || w == RETIRED;
+    let mine = words.iter().find(|&&(k, _)| k == me).map(|&(_, w)| w);
+    let mut others = words.iter().filter(|&&(k, _)| k != me).map(|&(_, w)| w);
+    match mine {
+        Some(m) if !idle(m) && m != JOINING => others.all(|w| idle(w) || w == JOINING || w > m),
+        _ => others.all(idle),
     }
 }
 
@@ -1194,4 +1232,34 @@ async fn leave_epochs(
         .into_iter()
         .map(|c| (c.is_none_or(|c| ep.cas_ok(c)), 0))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The copier holds the schedule only when nobody can be installing: every other member
+    /// past its epoch, or nobody a member at all.
+    #[test]
+    fn the_schedule_is_held_only_when_no_install_can_run() {
+        let held = |words: &[u64]| {
+            let w: Vec<(u32, u64)> = words
+                .iter()
+                .enumerate()
+                .map(|(k, &w)| (k as u32, w))
+                .collect();
+            schedule_held(&w, 0)
+        };
+        // Members past our epoch 7, or gone, or never members, or joining: held.
+        assert!(held(&[7, 8, 9, RETIRED, NOT_MEMBER, JOINING]));
+        // One still in epoch 7 (its transaction may be installing), or behind: not held.
+        assert!(!held(&[7, 8, 7]));
+        assert!(!held(&[7, 6, 8]));
+        // We are no member: the others' epochs close without us.
+        assert!(!held(&[RETIRED, 8]));
+        assert!(!held(&[NOT_MEMBER, JOINING]));
+        assert!(held(&[RETIRED, RETIRED, NOT_MEMBER]));
+        // Joining ourselves (never between transactions): no hold.
+        assert!(!held(&[JOINING, 8]));
+    }
 }
