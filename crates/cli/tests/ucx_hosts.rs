@@ -1199,7 +1199,8 @@ fn a_memnode_dies_for_good_under(protocol: &str) {
 /// is started at its address (same port, no file). The run's recovery service fails node 1
 /// over (view 1), finds the replacement at a probe (a bootstrap), formats it and makes it
 /// join (view 2), copies its tables to it and makes it a full replica (view 3); this process
-/// (the run's only one) does it all and reports it. The bench's own checks (`--verify`:
+/// (the run's only one) does it all and reports it (FORD, Motor, and CALVIN, whose copy
+/// waits for its schedule to be held). The bench's own checks (`--verify`:
 /// balances, every backup, the rejoined node's too, identical to its primary) and `dtxn
 /// verify` then pass on the pool with the replacement.
 #[test]
@@ -1208,7 +1209,7 @@ fn loopback_a_memnode_replaced_blank_mid_run_is_re_replicated_and_the_run_verifi
     if skip_without_ucx() {
         return;
     }
-    for protocol in ["ford", "motor"] {
+    for protocol in ["ford", "motor", "calvin"] {
         a_memnode_replaced_blank_under(protocol, 1);
     }
 }
