@@ -168,6 +168,18 @@ pub struct CopyPass {
     /// Slots found locked (by a transaction, or a dead coordinator not yet recovered): to
     /// copy in a later pass.
     pub left: Vec<Slot>,
+    /// A pass cut at its budget: where the next call goes on (the table's place among the
+    /// joining tables, first bucket).
+    pub resume: Option<(u32, u64)>,
+}
+
+/// Where a whole pass starts and how much of it one call copies: from `from` (a
+/// [`CopyPass::resume`]; the start if `None`), at most `chunks` rounds of `COPY_BYTES` (no limit if
+/// `None`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopySlice {
+    pub from: Option<(u32, u64)>,
+    pub chunks: Option<u64>,
 }
 
 /// What the copy does; every switch is on but in the negative controls of
@@ -231,6 +243,7 @@ pub async fn copy_to_joiners(
     owner: u64,
     only: Option<&[Slot]>,
     rules: CopyRules,
+    slice: CopySlice,
 ) -> Result<CopyPass, FabricError> {
     let CopyRules {
         lock,
@@ -253,7 +266,12 @@ pub async fn copy_to_joiners(
     let index = ep.id().index;
     let mut marked: Vec<NodeId> = Vec::new();
     let mut bytes = Vec::new();
-    for t in map.tables().filter(|t| t.joining > 0) {
+    let mut budget = slice.chunks;
+    for (i, t) in map.tables().filter(|t| t.joining > 0).enumerate() {
+        let i = i as u32;
+        if slice.from.is_some_and(|(from, _)| i < from) {
+            continue;
+        }
         let p = t.primary();
         let joiners: Vec<NodeId> = t.replicas[t.readable().len()..].to_vec();
         if !marked.contains(&p) {
@@ -304,8 +322,16 @@ pub async fn copy_to_joiners(
         let used = ep.word(r, 0).min(t.overflow_buckets);
         let buckets = t.bucket_count + used;
         let per = (COPY_BYTES / t.bucket_bytes).max(1);
-        let mut first = 0;
+        let mut first = match slice.from {
+            Some((from, b)) if from == i => b,
+            _ => 0,
+        };
         while first < buckets {
+            if budget == Some(0) {
+                pass.resume = Some((i, first));
+                return Ok(pass);
+            }
+            budget = budget.map(|b| b - 1);
             let chunk = first..buckets.min(first + per);
             first = chunk.end;
             let mut cas = Vec::new();

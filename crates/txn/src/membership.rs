@@ -108,8 +108,10 @@
 //! each primary before its first copy lock there, so its recovery scans for them.
 //!
 //! A protocol whose installs take no record lock (CALVIN's) is held off by its schedule
-//! instead: each pass runs only while [`Protocol::installs_held`](crate::Protocol) says no
-//! install can be in flight or start while the copier stays between its transactions.
+//! instead: the copy runs only while [`Protocol::installs_held`](crate::Protocol) says no
+//! install can be in flight or start while the copier stays between its transactions, a
+//! slice of `COPY_SLICE_CHUNKS` rounds at a time, the copier's own transactions (and so
+//! everyone's) going on between slices.
 
 use crate::failover;
 use crate::recovery::{recover_within, Recovered};
@@ -371,6 +373,9 @@ pub struct Service {
 /// Passes over what a copy found locked before its leader gives the word back between them.
 const MAX_COPY_RETRIES: u32 = 64;
 
+/// Rounds of the copy (16 KB each) per slice where the protocol copies in slices.
+const COPY_SLICE_CHUNKS: u64 = 4;
+
 /// A copy to joining memory nodes under way (see [`Service::with_rejoin`]).
 #[derive(Debug, Clone)]
 struct CopyState {
@@ -379,6 +384,8 @@ struct CopyState {
     copied: u64,
     passes: u32,
     left: Vec<failover::Slot>,
+    /// The first pass, cut into slices (CALVIN's): where the next slice starts.
+    resume: Option<(u32, u64)>,
 }
 
 /// A re-replication this coordinator completed (times on the run's clock).
@@ -575,7 +582,11 @@ impl Service {
             // (An expiry already past is a dead coordinator a live leader is recovering.)
             let now = ep.lease_now_ns();
             let next = Some(s.next_expiry_ns).filter(|&e| e > now);
-            let wait = next.map_or(u64::MAX, |e| e - now).min(self.period_ns());
+            let mut wait = next.map_or(u64::MAX, |e| e - now).min(self.period_ns());
+            if self.copy.as_ref().is_some_and(|c| c.resume.is_some()) {
+                // A copy in slices goes on sooner.
+                wait = wait.min(self.period_ns() / 16);
+            }
             ep.sleep(wait).await;
         }
     }
@@ -661,9 +672,10 @@ impl Service {
                 copied: 0,
                 passes: 0,
                 left: Vec::new(),
+                resume: None,
             },
         };
-        if state.passes == 0 {
+        if state.passes == 0 && state.resume.is_none() {
             // Formatted again (the same bytes): the node may have failed and come back once
             // more since whoever changed the view formatted it.
             for n in view.joining_nodes() {
@@ -695,9 +707,22 @@ impl Service {
                 return self.give_back(ep, mine).await;
             }
             let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
-            let pass =
-                failover::copy_to_joiners(ep, &self.map, owner, only.as_deref(), self.copy_rules)
-                    .await;
+            // Copied while the schedule holds every install, a slice is as long as the others
+            // wait: a few rounds, then a transaction of ours (theirs go on), then the next.
+            let slice = failover::CopySlice {
+                from: state.resume,
+                chunks: (self.protocol.copies_in_slices() && only.is_none())
+                    .then_some(COPY_SLICE_CHUNKS),
+            };
+            let pass = failover::copy_to_joiners(
+                ep,
+                &self.map,
+                owner,
+                only.as_deref(),
+                self.copy_rules,
+                slice,
+            )
+            .await;
             let pass = match pass {
                 Ok(p) => p,
                 Err(FabricError::NodeDown(n)) if n != 0 => {
@@ -706,9 +731,22 @@ impl Service {
                 }
                 Err(e) => return Err(e),
             };
-            state.passes += 1;
             state.copied += pass.copied;
-            state.left = pass.left;
+            if only.is_none() {
+                // The first pass, perhaps a slice of it: what it found locked adds up.
+                state.left.extend(pass.left);
+            } else {
+                state.left = pass.left;
+            }
+            state.resume = pass.resume;
+            if state.resume.is_some() {
+                // Keeping the leader word (the rest is known to us alone), we scan again
+                // right after our next transaction and copy the next slice.
+                self.copy = Some(state);
+                self.next_scan_ns = ep.now_ns();
+                return Ok(());
+            }
+            state.passes += 1;
             if state.left.is_empty() {
                 break;
             }

@@ -54,6 +54,10 @@ pub(crate) trait Protocol: Sized + 'static {
     const JOURNALED: bool = false;
     /// The section of [`TxnConfig`] holding its switches (`--set KEY.switch=value`), if any.
     const OPTIONS: Option<&'static str> = None;
+    /// Re-replication copies while [`Protocol::installs_held`] holds every install, a bounded
+    /// slice at a time between the copier's transactions (CALVIN's, whose installs take no
+    /// lock); otherwise a whole pass at once under the slots' locks.
+    const COPY_IN_SLICES: bool = false;
     /// The stages that have an RPC form (served by the memory nodes' CPUs).
     const RPC_FORMS: Stages = Stages::NONE;
     /// What the protocol keeps of an item beside the mechanisms' fields of [`Item`].

@@ -138,6 +138,13 @@ macro_rules! registry {
                 }
             }
 
+            /// Re-replication copies in slices while the schedule holds every install.
+            pub(crate) fn copies_in_slices(self) -> bool {
+                match self {
+                    $( Protocol::$variant => <$ty>::COPY_IN_SLICES, )*
+                }
+            }
+
             /// Extra 8-byte words per record the protocol keeps its own metadata in.
             pub fn meta_words(self) -> u8 {
                 match self {

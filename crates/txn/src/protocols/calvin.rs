@@ -236,6 +236,7 @@ pub(crate) struct Scratch {
 impl Protocol for Calvin {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("rcc");
+    const COPY_IN_SLICES: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = ();
     type Txn = CalvinTxn;
