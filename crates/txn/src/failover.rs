@@ -197,6 +197,11 @@ pub struct CopyRules {
     /// A slot whose word counts 2PL read shares that are gone (given back, or void) is
     /// locked from that word in the next pass (off: from 0, so such a slot is never copied).
     pub shares: bool,
+    /// The protocol journals its locks: the copier marks its journal overflowed on each
+    /// primary before its first copy lock there (its copy locks are not journaled, so its
+    /// recovery must scan). Off for CALVIN, whose recovery always scans, and whose log slice
+    /// holds its epoch area where the journal's tail would be.
+    pub journaled: bool,
 }
 
 impl CopyRules {
@@ -206,6 +211,7 @@ impl CopyRules {
         bars: true,
         flush: true,
         shares: true,
+        journaled: true,
     };
 }
 
@@ -250,6 +256,7 @@ pub async fn copy_to_joiners(
         bars,
         flush,
         shares,
+        journaled: _,
     } = rules;
     let owner = if lock { owner } else { 0 };
     // A slot found locked: left with the word to CAS from next time.
@@ -274,7 +281,7 @@ pub async fn copy_to_joiners(
         }
         let p = t.primary();
         let joiners: Vec<NodeId> = t.replicas[t.readable().len()..].to_vec();
-        if !marked.contains(&p) {
+        if rules.journaled && !marked.contains(&p) {
             journal::mark_overflowed(ep, map, index, p);
             ep.post().await?;
             marked.push(p);

@@ -435,7 +435,10 @@ impl Service {
             sink: None,
             view_sink: None,
             rejoin: false,
-            copy_rules: failover::CopyRules::SOUND,
+            copy_rules: failover::CopyRules {
+                journaled: protocol.journaled(),
+                ..failover::CopyRules::SOUND
+            },
             write_joiners: true,
             copy: None,
             joins: Vec::new(),
@@ -583,8 +586,13 @@ impl Service {
             let now = ep.lease_now_ns();
             let next = Some(s.next_expiry_ns).filter(|&e| e > now);
             let mut wait = next.map_or(u64::MAX, |e| e - now).min(self.period_ns());
-            if self.copy.as_ref().is_some_and(|c| c.resume.is_some()) {
-                // A copy in slices goes on sooner.
+            if self.protocol.copies_in_slices()
+                && self
+                    .copy
+                    .as_ref()
+                    .is_some_and(|c| c.view == self.map.view())
+            {
+                // A copy of ours in slices goes on sooner.
                 wait = wait.min(self.period_ns() / 16);
             }
             ep.sleep(wait).await;
@@ -698,13 +706,25 @@ impl Service {
             // for as long as this coordinator stays between its transactions: the copy waits
             // for that (its next scan) when they are not.
             let me = ep.id().index;
-            if !self
-                .protocol
-                .installs_held(ep, &self.map, me, self.members)
-                .await?
-            {
-                self.copy = Some(state);
-                return self.give_back(ep, mine).await;
+            let slices = self.protocol.copies_in_slices();
+            if slices {
+                let m = read_members(ep, self.members).await?;
+                let others_settled = m
+                    .members
+                    .iter()
+                    .enumerate()
+                    .all(|(i, x)| i as u32 == me || x.settled());
+                if !self
+                    .protocol
+                    .installs_held(ep, &self.map, me, self.members, others_settled)
+                    .await?
+                {
+                    // Not now: again right after our next transaction, keeping the word
+                    // (another leader would start over).
+                    self.copy = Some(state);
+                    self.next_scan_ns = ep.now_ns();
+                    return Ok(());
+                }
             }
             let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
             // Copied while the schedule holds every install, a slice is as long as the others
@@ -749,6 +769,13 @@ impl Service {
             state.passes += 1;
             if state.left.is_empty() {
                 break;
+            }
+            if slices {
+                // Not waiting here while the schedule is held: the next pass after our next
+                // transaction.
+                self.copy = Some(state);
+                self.next_scan_ns = ep.now_ns();
+                return Ok(());
             }
             // What is locked now is soon released (or its dead holder recovered).
             ep.sleep(self.period_ns() / 16).await;

@@ -178,11 +178,14 @@ pub(crate) trait Protocol: Sized + 'static {
     /// without taking the record's lock. True by default: the protocols that install under
     /// a record's lock are kept off by the copy's own lock CAS. CALVIN's installs take no
     /// lock; its schedule holds them while `me` does not dispatch its next epoch.
+    /// `others_settled`: every other coordinator's membership slot is settled (done for good,
+    /// recovered, or never held).
     async fn installs_held(
         _ep: &mut Endpoint,
         _map: &PoolMap,
         _me: u32,
         _members: u32,
+        _others_settled: bool,
     ) -> Result<bool, FabricError> {
         Ok(true)
     }

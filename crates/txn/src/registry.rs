@@ -121,9 +121,10 @@ macro_rules! registry {
                 map: &PoolMap,
                 me: u32,
                 members: u32,
+                others_settled: bool,
             ) -> Result<bool, FabricError> {
                 match self {
-                    $( Protocol::$variant => <$ty>::installs_held(ep, map, me, members).await, )*
+                    $( Protocol::$variant => <$ty>::installs_held(ep, map, me, members, others_settled).await, )*
                 }
             }
 

@@ -345,14 +345,16 @@ impl Protocol for Calvin {
     /// past its last dispatched one can close without it; and every other member has
     /// dispatched past that epoch, so its transaction there has ended (a coordinator
     /// dispatches only once its last transaction ended, its install awaited). Nothing is
-    /// installed until the copier dispatches again. A joining member starts past the
-    /// newest epoch it reads, so past ours too. With the copier no member, only a pool
-    /// where nobody is one is held.
+    /// installed until the copier dispatches again. A member still joining is not past it:
+    /// it chose its first epoch from words it read earlier, which may be ours or older. With
+    /// the copier no member, only a pool where nobody is one and every other coordinator is
+    /// settled for good (`others_settled`: done, recovered, or never started) is held.
     async fn installs_held(
         ep: &mut Endpoint,
         map: &PoolMap,
         me: u32,
         members: u32,
+        others_settled: bool,
     ) -> Result<bool, FabricError> {
         let reads: Vec<(u32, OpId)> = (0..members)
             .filter(|&k| map.log_slice(k).is_some())
@@ -363,7 +365,7 @@ impl Protocol for Calvin {
             .iter()
             .map(|&(k, r)| (k, word(ep.bytes(r), 0)))
             .collect();
-        Ok(schedule_held(&words, me))
+        Ok(schedule_held(&words, me, others_settled))
     }
 
     async fn retire(c: &mut Core, s: &mut Self::Scratch) {
@@ -384,15 +386,16 @@ impl Protocol for Calvin {
 }
 
 /// [`Calvin::installs_held`] on the epoch words read, `(coordinator, word)`: `me` a member
-/// and every other past its epoch (or no member, or joining: it starts past the newest epoch
-/// it reads), or `me` no member and nobody else one either.
-fn schedule_held(words: &[(u32, u64)], me: u32) -> bool {
+/// and every other past its epoch or no member; or `me` no member, nobody else one either,
+/// and every other coordinator settled for good.
+fn schedule_held(words: &[(u32, u64)], me: u32, others_settled: bool) -> bool {
     let idle = |w: u64| w == NOT_MEMBER || w == RETIRED;
     let mine = words.iter().find(|&&(k, _)| k == me).map(|&(_, w)| w);
     let mut others = words.iter().filter(|&&(k, _)| k != me).map(|&(_, w)| w);
     match mine {
-        Some(m) if !idle(m) && m != JOINING => others.all(|w| idle(w) || w == JOINING || w > m),
-        _ => others.all(idle),
+        Some(m) if !idle(m) && m != JOINING => others.all(|w| idle(w) || (w != JOINING && w > m)),
+        Some(m) if m == JOINING => false,
+        _ => others_settled && others.all(idle),
     }
 }
 
@@ -1243,24 +1246,28 @@ mod tests {
     /// past its epoch, or nobody a member at all.
     #[test]
     fn the_schedule_is_held_only_when_no_install_can_run() {
-        let held = |words: &[u64]| {
+        let held = |words: &[u64], settled: bool| {
             let w: Vec<(u32, u64)> = words
                 .iter()
                 .enumerate()
                 .map(|(k, &w)| (k as u32, w))
                 .collect();
-            schedule_held(&w, 0)
+            schedule_held(&w, 0, settled)
         };
-        // Members past our epoch 7, or gone, or never members, or joining: held.
-        assert!(held(&[7, 8, 9, RETIRED, NOT_MEMBER, JOINING]));
+        // Members past our epoch 7, or gone, or never members: held.
+        assert!(held(&[7, 8, 9, RETIRED, NOT_MEMBER], false));
         // One still in epoch 7 (its transaction may be installing), or behind: not held.
-        assert!(!held(&[7, 8, 7]));
-        assert!(!held(&[7, 6, 8]));
-        // We are no member: the others' epochs close without us.
-        assert!(!held(&[RETIRED, 8]));
-        assert!(!held(&[NOT_MEMBER, JOINING]));
-        assert!(held(&[RETIRED, RETIRED, NOT_MEMBER]));
+        assert!(!held(&[7, 8, 7], false));
+        assert!(!held(&[7, 6, 8], false));
+        // One joining: its first epoch may be ours or older.
+        assert!(!held(&[7, 8, JOINING], true));
+        // We are no member: the others' epochs close without us; with nobody a member, only
+        // if every other coordinator is settled for good (one that is not may join).
+        assert!(!held(&[RETIRED, 8], true));
+        assert!(!held(&[NOT_MEMBER, JOINING], true));
+        assert!(held(&[RETIRED, RETIRED, NOT_MEMBER], true));
+        assert!(!held(&[RETIRED, RETIRED, NOT_MEMBER], false));
         // Joining ourselves (never between transactions): no hold.
-        assert!(!held(&[JOINING, 8]));
+        assert!(!held(&[JOINING, 8], true));
     }
 }
