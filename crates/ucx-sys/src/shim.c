@@ -199,8 +199,12 @@ int dux_ep_close(ucp_worker_h w, ucp_ep_h ep, int force, double timeout_s)
     ucs_status_t st;
     while ((st = ucp_request_check_status(req)) == UCS_INPROGRESS) {
         ucp_worker_progress(w);
-        if (now_s() > deadline)
+        if (now_s() > deadline) {
+            /* Released now, UCX frees it when the close completes; kept, it would trip
+             * ucp_worker_destroy's check that every request was released. */
+            ucp_request_free(req);
             return UCS_ERR_TIMED_OUT;
+        }
     }
     ucp_request_free(req);
     return st;
