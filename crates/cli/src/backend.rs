@@ -28,7 +28,8 @@ pub struct PoolArgs {
     #[arg(long = "backend", id = "backend", value_name = "BACKEND", value_enum, default_value_t = Backend::Sim)]
     pub kind: Backend,
     /// sim: hardware profile, a preset (cx5-100g, cx5-100g-pm, cx5-100g-papers: with the
-    /// papers' compute-side CPU and NIC, ideal) or a TOML file [default: cx5-100g].
+    /// papers' compute-side CPU and NIC, cx5-100g-papers-pm, ideal) or a TOML file [default:
+    /// cx5-100g].
     #[arg(long)]
     pub profile: Option<String>,
     /// sim: turn the adversarial memory model off (READs atomic, ops in arrival order).

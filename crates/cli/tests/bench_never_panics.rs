@@ -107,7 +107,13 @@ fn common_option() -> BoxedStrategy<Vec<String>> {
         ),
         flag(
             "profile",
-            &["cx5-100g", "ideal", "cx5-100g-pm", "cx5-100g-papers"],
+            &[
+                "cx5-100g",
+                "ideal",
+                "cx5-100g-pm",
+                "cx5-100g-papers",
+                "cx5-100g-papers-pm",
+            ],
             &["nope"]
         ),
         flag(

@@ -97,12 +97,23 @@ fn ford_quick_writes_a_report_with_every_comparison() {
             "FORD / DrTM+H, TPC-C (1 warehouse: --quick)",
             "FORD-LV / FaRM, SmallBank",
             "FORD backup reads / none, SmallBank",
+            "FORD selective / full flush, kv 4 writes, 1 coordinator",
+            "FORD selective / full flush p50, kv 4 writes, 1 coordinator",
             "FORD 11 / 1 coroutines per thread, SmallBank",
             "FORD 11 / 1 coroutines per thread, TATP",
         ],
     );
     // 22 coordinators against 2 on two threads: the CPU, not the round trip, binds.
     assert!(n["FORD 11 / 1 coroutines per thread, TATP"] > 2.0, "{n:?}");
+    // Three more FLUSHes on each replica's QP, each holding it 2 us: slower, not faster.
+    assert!(
+        n["FORD selective / full flush, kv 4 writes, 1 coordinator"] > 1.05,
+        "{n:?}"
+    );
+    assert!(
+        n["FORD selective / full flush p50, kv 4 writes, 1 coordinator"] < 0.95,
+        "{n:?}"
+    );
 }
 
 #[test]

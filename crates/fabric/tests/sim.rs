@@ -607,3 +607,42 @@ fn nic_busy_time_is_per_memory_node_and_per_run() {
     let twice = busy(200);
     assert_eq!(twice, vec![0, 2 * once[1]]);
 }
+
+/// In persistent-memory mode a FLUSH holds its QP for the profile's `pm_flush_ns` (later
+/// WRITEs and FLUSHes on it wait), so a FLUSH after every WRITE costs one such wait per WRITE
+/// where one FLUSH after the last costs one; in DRAM mode a FLUSH costs no more than an op.
+#[test]
+fn a_pm_flush_holds_its_qp_for_the_profiles_flush_time() {
+    let run = |persistent: bool, writes: u64, flush_each: bool| {
+        let mut cfg = SimConfig::new(3, 1, 1 << 16);
+        cfg.persistent = persistent;
+        cfg.adversary = Adversary::off();
+        cfg.profile = Profile {
+            pm_flush_ns: 5_000,
+            ..Profile::ideal()
+        };
+        let mut pool = SimPool::new(cfg).unwrap();
+        let r = pool
+            .run(topo(1, 1, 1), None, move |mut ep: Endpoint| async move {
+                let t0 = ep.now_ns();
+                for l in 0..writes {
+                    ep.write(0, l * 64, &[1; 64]);
+                    if flush_each {
+                        ep.flush(0);
+                    }
+                }
+                if !flush_each {
+                    ep.flush(0);
+                }
+                ep.post().await.unwrap();
+                ep.now_ns() - t0
+            })
+            .unwrap();
+        r.outputs[0].unwrap()
+    };
+    // `ideal`: a round trip is 1 us and nothing else costs.
+    assert_eq!(run(false, 4, true), 1_000);
+    assert_eq!(run(true, 4, false), 1_000 + 5_000);
+    assert_eq!(run(true, 4, true), 1_000 + 4 * 5_000);
+    assert_eq!(run(true, 1, true), run(true, 1, false));
+}

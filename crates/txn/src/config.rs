@@ -78,6 +78,11 @@ pub struct FordOptions {
     /// Commit every replica in one round trip; off: the backups, then the primaries (one more
     /// round trip, as FaRM and DrTM+H do).
     pub coalescent_commit: bool,
+    /// With `flush` (persistent memory): a FLUSH after every WRITE of the log and of the
+    /// commit to every replica, primaries included: the *full flush* FORD's selective flush
+    /// is measured against (FORD, ACM TOS 2023, section 4.5 and Figs. 19-20). Persists
+    /// nothing more that recovery needs; an ablation, not a safety switch.
+    pub full_flush: bool,
     /// The stages that run as RPCs served by the memory nodes' CPUs instead of one-sided
     /// verbs, e.g. `"lock,validate,commit"` (RCC's hybrid code; "" for all one-sided). FORD,
     /// FaRM and DrTM+H have RPC forms of `fetch`, `lock`, `validate` and `commit`.
@@ -117,6 +122,7 @@ impl Default for FordOptions {
             backup_reads: false,
             backup_read_tables: String::new(),
             coalescent_commit: true,
+            full_flush: false,
             rpc: Stages::NONE,
             trust_invisible_bit: false,
             skip_revalidation: false,
@@ -346,6 +352,20 @@ impl TxnConfig {
                 p.name()
             ));
         }
+        if self.ford.full_flush && p.options_key() != Some("ford") {
+            return Err(format!(
+                "--set ford.full_flush=true: a switch of ford, farm and drtmh; {} flushes \
+                 selectively",
+                p.name()
+            ));
+        }
+        if self.ford.full_flush && !self.flush {
+            return Err(
+                "--set ford.full_flush=true: flushes in persistent-memory mode, so only \
+                 with --set flush=true"
+                    .into(),
+            );
+        }
         if !self.ford.backup_read_tables.is_empty() && !self.ford.backup_reads {
             return Err(format!(
                 "--set ford.backup_read_tables={}: the tables backup reads apply to, so only \
@@ -432,6 +452,29 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    #[test]
+    fn full_flush_needs_flush_and_a_protocol_of_fords_family() {
+        let with = |protocol, flush| TxnConfig {
+            protocol,
+            flush,
+            ford: FordOptions {
+                full_flush: true,
+                ..FordOptions::default()
+            },
+            ..TxnConfig::default()
+        };
+        for p in [Protocol::Ford, Protocol::Farm, Protocol::Drtmh] {
+            assert_eq!(with(p, true).validate(), Ok(()));
+            let e = with(p, false).validate().unwrap_err();
+            assert!(e.ends_with("so only with --set flush=true"), "{e}");
+        }
+        let e = with(Protocol::Motor, true).validate().unwrap_err();
+        assert_eq!(
+            e,
+            "--set ford.full_flush=true: a switch of ford, farm and drtmh; motor flushes selectively"
+        );
     }
 
     #[test]

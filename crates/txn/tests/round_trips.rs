@@ -22,6 +22,11 @@ fn pool_with(meta_words: u8, copies: u8) -> Pool {
 
 /// [`pool_with`] on `profile`.
 fn pool_on(meta_words: u8, copies: u8, profile: Profile) -> Pool {
+    pool_in(meta_words, copies, profile, false)
+}
+
+/// [`pool_on`], in persistent-memory mode or not.
+fn pool_in(meta_words: u8, copies: u8, profile: Profile, persistent: bool) -> Pool {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -35,6 +40,7 @@ fn pool_on(meta_words: u8, copies: u8, profile: Profile) -> Pool {
     let plan = Plan::new(&[spec], &shape).unwrap();
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = profile;
+    cfg.persistent = persistent;
     cfg.adversary = Adversary::off();
     let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
     // For stages run as RPCs.
@@ -657,4 +663,58 @@ fn logic_cpu_adds_exactly_its_price_to_a_transaction() {
             );
         }
     }
+}
+
+/// FORD's selective flush against its full flush (`ford.full_flush`, the baseline of FORD's
+/// Figs. 19-20), in persistent-memory mode: a read-write transaction writing two records of a
+/// table on two replicas. Selective: the log's FLUSH on each replica, then each backup's once
+/// after its last commit WRITE, and the primary never. Full: a FLUSH after every WRITE, the
+/// log's and each record's on each replica. The round trips stay the same; on a profile
+/// whose FLUSH holds its QP (`pm_flush_ns`) the full flush's transaction takes longer by the
+/// FLUSHes it queues on one QP.
+#[test]
+fn full_flush_flushes_after_every_write_selective_once_per_backup() {
+    use dtxn_fabric::OpKind;
+    let run = |full: bool, profile: Profile| {
+        let cfg = TxnConfig {
+            flush: true,
+            ford: FordOptions {
+                full_flush: full,
+                ..FordOptions::default()
+            },
+            ..TxnConfig::default()
+        };
+        cfg.validate().unwrap();
+        let p = cfg.protocol;
+        let pool = pool_in(p.meta_words(), p.copies(), profile, true);
+        common::with_coordinator(pool, cfg, |mut c| async move {
+            let mut out = Vec::new();
+            for round in 0..2u64 {
+                let mut tx = c.begin(TxKind::ReadWrite);
+                tx.fetch(&[Access::update(T, 1), Access::update(T, 2)])
+                    .await
+                    .unwrap();
+                tx.update(T, 1, &round.to_le_bytes()).await.unwrap();
+                tx.update(T, 2, &round.to_le_bytes()).await.unwrap();
+                tx.commit().await.unwrap();
+                let o = c.last_outcome().unwrap();
+                let f = &o.fabric;
+                out.push((f.verb(OpKind::Flush), f.round_trips, o.end_ns - o.start_ns));
+            }
+            out
+        })
+    };
+    let slow = Profile {
+        pm_flush_ns: 10_000,
+        ..Profile::ideal()
+    };
+    // (FLUSH verbs, round trips, latency in ns) of two such transactions in a row.
+    assert_eq!(run(false, Profile::ideal()), [(3, 3, 3_000); 2]);
+    assert_eq!(run(true, Profile::ideal()), [(6, 3, 3_000); 2]);
+    // (FLUSH verbs, latency.) The log's FLUSH (each node's QP) and the backup's: 10 us each,
+    // one after the other.
+    let no_rts = |v: Vec<(u64, u64, u64)>| v.iter().map(|r| (r.0, r.2)).collect::<Vec<_>>();
+    assert_eq!(no_rts(run(false, slow.clone())), [(3, 23_000); 2]);
+    // The commit's two FLUSHes queue on each replica's QP: 10 us more.
+    assert_eq!(no_rts(run(true, slow)), [(6, 33_000); 2]);
 }

@@ -144,7 +144,8 @@ impl MemNode {
 
 #[derive(Default, Clone, Copy)]
 struct Qp {
-    /// Instant the last WRITE on this QP finished applying (later WRITEs and FLUSHes follow it).
+    /// Instant the last WRITE on this QP finished applying, or in persistent-memory mode its
+    /// last FLUSH answered (later WRITEs and FLUSHes follow it).
     write_end: u64,
     /// Instant of the last atomic on this QP (every later op follows it).
     atomic_at: u64,
@@ -691,8 +692,12 @@ impl World {
                     },
                 ),
             }
+            if self.persistent && op.kind == OpKind::Flush {
+                // The NIC answers once the QP's earlier WRITEs reached the media.
+                end = exec + self.profile.pm_flush_ns;
+            }
             let qp = &mut self.qps[thread as usize * n_nodes + node];
-            if op.kind == OpKind::Write {
+            if op.kind == OpKind::Write || (self.persistent && op.kind == OpKind::Flush) {
                 qp.write_end = qp.write_end.max(end);
             }
             if op.kind.is_atomic() {

@@ -85,6 +85,7 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
 fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install) {
     let (owner, word) = (tx.c.owner, tx.c.lock_word);
     let flush = tx.c.cfg.flush;
+    let full = flush && tx.c.cfg.ford.full_flush;
     let via = tx.c.via(Stage::Commit);
     let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
     flushed.clear();
@@ -105,18 +106,22 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
         for &n in t.backups() {
             if let Some(at) = displaced {
                 rpc::write(&mut tx.c.ep, via, n, at, copy);
+                full_flush(&mut tx.c.ep, full, n);
             }
             rpc::write(&mut tx.c.ep, via, n, off, record);
-            if flush && !flushed.contains(&n) {
+            full_flush(&mut tx.c.ep, full, n);
+            if flush && !full && !flushed.contains(&n) {
                 flushed.push(n);
             }
         }
         if mode == Install::Coalescent {
             if let Some(at) = displaced {
                 rpc::write(&mut tx.c.ep, via, t.primary(), at, copy);
+                full_flush(&mut tx.c.ep, full, t.primary());
             }
             SingleVersion::set_lock(record, word | INVISIBLE);
             write_primary::<P>(&mut tx.c.ep, via, t, off, record);
+            full_flush(&mut tx.c.ep, full, t.primary());
         }
     }
     // Localized validation: the new versions go into the Vcache before the remote commit,
@@ -190,6 +195,7 @@ fn displace<X>(copy: &mut Vec<u8>, t: &TableInfo, it: &Item<X>) -> Option<u64> {
 /// then knows the commit is complete everywhere (see recovery.rs).
 fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
     let word = tx.c.lock_word;
+    let full = tx.c.cfg.flush && tx.c.cfg.ford.full_flush;
     let via = tx.c.via(Stage::Commit);
     for i in 0..tx.items.len() {
         let it = &tx.items[i];
@@ -202,8 +208,19 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
         encode_new(record, t, it, word | INVISIBLE);
         if let Some(at) = displace(&mut tx.c.mech.copy, t, it) {
             rpc::write(&mut tx.c.ep, via, t.primary(), at, &tx.c.mech.copy);
+            full_flush(&mut tx.c.ep, full, t.primary());
         }
         write_primary::<P>(&mut tx.c.ep, via, t, off, record);
+        full_flush(&mut tx.c.ep, full, t.primary());
+    }
+}
+
+/// FORD's full flush (`ford.full_flush`, the baseline its selective flush is measured
+/// against): a FLUSH right after each WRITE, to whichever replica it went.
+#[inline]
+pub(crate) fn full_flush(ep: &mut dtxn_fabric::Endpoint, full: bool, node: dtxn_fabric::NodeId) {
+    if full {
+        ep.flush(node);
     }
 }
 

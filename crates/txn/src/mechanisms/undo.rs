@@ -7,7 +7,7 @@
 use super::{abort, table};
 use crate::abort::{Abort, AbortReason};
 use crate::item::{Item, NewValue};
-use crate::mechanisms::rpc;
+use crate::mechanisms::{install, rpc};
 use crate::protocol::Protocol;
 use crate::stage::Stage;
 use crate::tx::Tx;
@@ -96,6 +96,8 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
         if tx.undo.nodes.contains(&n) {
             let tail = &tx.undo.body[old_len..];
             rpc::write(ep, via, n, slice + (HEAD_BYTES + old_len) as u64, tail);
+            // (FORD's full flush: a FLUSH after each WRITE; the FLUSH below follows the last.)
+            install::full_flush(ep, flush && tx.c.cfg.ford.full_flush, n);
             rpc::write(ep, via, n, slice, &head);
         } else {
             rpc::write_parts(ep, via, n, slice, &[&head, &tx.undo.body]);
