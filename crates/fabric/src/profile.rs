@@ -20,9 +20,10 @@ pub struct Profile {
     /// Persistent-memory write bandwidth of a memory node (0 = DRAM speed), used in
     /// persistent-memory mode.
     pub pm_write_gbps: f64,
-    /// Persistent-memory mode: how long a FLUSH holds its QP at the memory node before it
-    /// answers (the NIC pushes the QP's earlier WRITEs to the media first: a PCIe round trip
-    /// behind them, as a READ-after-WRITE does); later WRITEs and FLUSHes on that QP wait.
+    /// Persistent-memory mode (a profile with `pm_write_gbps` above 0; otherwise ignored):
+    /// how long a FLUSH holds its QP at the memory node before it answers (the NIC pushes the
+    /// QP's earlier WRITEs to the media first: a PCIe read behind them, as a READ-after-WRITE
+    /// does); every later op on that QP answers after it.
     #[serde(default)]
     pub pm_flush_ns: u64,
     /// Compute-side CPU cost of posting one verb.

@@ -608,12 +608,12 @@ fn nic_busy_time_is_per_memory_node_and_per_run() {
     assert_eq!(twice, vec![0, 2 * once[1]]);
 }
 
-/// In persistent-memory mode a FLUSH holds its QP for the profile's `pm_flush_ns` (later
-/// WRITEs and FLUSHes on it wait), so a FLUSH after every WRITE costs one such wait per WRITE
+/// In persistent-memory mode a FLUSH holds its QP for the profile's `pm_flush_ns` (every
+/// later op on it waits), so a FLUSH after every WRITE costs one such wait per WRITE
 /// where one FLUSH after the last costs one; in DRAM mode a FLUSH costs no more than an op.
 #[test]
 fn a_pm_flush_holds_its_qp_for_the_profiles_flush_time() {
-    let run = |persistent: bool, writes: u64, flush_each: bool| {
+    let run = |persistent: bool, writes: u64, flush_each: bool, read_after: bool| {
         let mut cfg = SimConfig::new(3, 1, 1 << 16);
         cfg.persistent = persistent;
         cfg.adversary = Adversary::off();
@@ -634,6 +634,9 @@ fn a_pm_flush_holds_its_qp_for_the_profiles_flush_time() {
                 if !flush_each {
                     ep.flush(0);
                 }
+                if read_after {
+                    ep.read(0, 4096, 64);
+                }
                 ep.post().await.unwrap();
                 ep.now_ns() - t0
             })
@@ -641,8 +644,11 @@ fn a_pm_flush_holds_its_qp_for_the_profiles_flush_time() {
         r.outputs[0].unwrap()
     };
     // `ideal`: a round trip is 1 us and nothing else costs.
-    assert_eq!(run(false, 4, true), 1_000);
-    assert_eq!(run(true, 4, false), 1_000 + 5_000);
-    assert_eq!(run(true, 4, true), 1_000 + 4 * 5_000);
-    assert_eq!(run(true, 1, true), run(true, 1, false));
+    assert_eq!(run(false, 4, true, false), 1_000);
+    assert_eq!(run(true, 4, false, false), 1_000 + 5_000);
+    assert_eq!(run(true, 4, true, false), 1_000 + 4 * 5_000);
+    assert_eq!(run(true, 1, true, false), run(true, 1, false, false));
+    // A READ behind a FLUSH on the QP answers after it (RC answers in order).
+    assert_eq!(run(true, 1, true, true), 1_000 + 5_000);
+    assert_eq!(run(false, 1, true, true), 1_000);
 }

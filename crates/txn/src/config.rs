@@ -78,10 +78,11 @@ pub struct FordOptions {
     /// Commit every replica in one round trip; off: the backups, then the primaries (one more
     /// round trip, as FaRM and DrTM+H do).
     pub coalescent_commit: bool,
-    /// With `flush` (persistent memory): a FLUSH after every WRITE of the log and of the
-    /// commit to every replica, primaries included: the *full flush* FORD's selective flush
-    /// is measured against (FORD, ACM TOS 2023, section 4.5 and Figs. 19-20). Persists
-    /// nothing more that recovery needs; an ablation, not a safety switch.
+    /// With `flush` (persistent memory): a FLUSH after every WRITE of the undo log and of the
+    /// install to every replica, primaries included: the *full flush* FORD's selective flush
+    /// is measured against (FORD, ACM TOS 2023, section 4.5 and Figs. 19-20). The release and
+    /// a roll-back flush as without it. Persists nothing more that recovery needs; an
+    /// ablation, not a safety switch.
     pub full_flush: bool,
     /// The stages that run as RPCs served by the memory nodes' CPUs instead of one-sided
     /// verbs, e.g. `"lock,validate,commit"` (RCC's hybrid code; "" for all one-sided). FORD,

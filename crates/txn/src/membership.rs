@@ -731,8 +731,7 @@ impl Service {
             // wait: a few rounds, then a transaction of ours (theirs go on), then the next.
             let slice = failover::CopySlice {
                 from: state.resume,
-                chunks: (self.protocol.copies_in_slices() && only.is_none())
-                    .then_some(COPY_SLICE_CHUNKS),
+                chunks: (slices && only.is_none()).then_some(COPY_SLICE_CHUNKS),
             };
             let pass = failover::copy_to_joiners(
                 ep,

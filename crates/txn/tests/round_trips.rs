@@ -675,8 +675,9 @@ fn logic_cpu_adds_exactly_its_price_to_a_transaction() {
 #[test]
 fn full_flush_flushes_after_every_write_selective_once_per_backup() {
     use dtxn_fabric::OpKind;
-    let run = |full: bool, profile: Profile| {
+    let run_as = |protocol: dtxn_txn::Protocol, full: bool, profile: Profile| {
         let cfg = TxnConfig {
+            protocol,
             flush: true,
             ford: FordOptions {
                 full_flush: full,
@@ -704,10 +705,26 @@ fn full_flush_flushes_after_every_write_selective_once_per_backup() {
             out
         })
     };
+    let run = |full, profile| run_as(dtxn_txn::Protocol::Ford, full, profile);
     let slow = Profile {
         pm_flush_ns: 10_000,
         ..Profile::ideal()
     };
+    // FaRM and DrTM+H install in two phases (the backups, then the primaries): the same
+    // FLUSHes, in their own round trips (5 and 4).
+    for (p, rts) in [
+        (dtxn_txn::Protocol::Farm, 5),
+        (dtxn_txn::Protocol::Drtmh, 4),
+    ] {
+        assert_eq!(
+            run_as(p, false, Profile::ideal()),
+            [(3, rts, rts * 1_000); 2]
+        );
+        assert_eq!(
+            run_as(p, true, Profile::ideal()),
+            [(6, rts, rts * 1_000); 2]
+        );
+    }
     // (FLUSH verbs, round trips, latency in ns) of two such transactions in a row.
     assert_eq!(run(false, Profile::ideal()), [(3, 3, 3_000); 2]);
     assert_eq!(run(true, Profile::ideal()), [(6, 3, 3_000); 2]);

@@ -182,8 +182,8 @@ static double now_s(void)
 }
 
 /* Closes an endpoint, flushing it unless `force`, progressing the worker for at most
- * `timeout_s`. Returns the close status, or UCS_ERR_TIMED_OUT (the request is then abandoned
- * to the worker's destruction). */
+ * `timeout_s`. Returns the close status, or UCS_ERR_TIMED_OUT (the request is then released:
+ * UCX frees it when the close completes, by the worker's destruction at the latest). */
 int dux_ep_close(ucp_worker_h w, ucp_ep_h ep, int force, double timeout_s)
 {
     ucp_request_param_t p;

@@ -144,9 +144,11 @@ impl MemNode {
 
 #[derive(Default, Clone, Copy)]
 struct Qp {
-    /// Instant the last WRITE on this QP finished applying, or in persistent-memory mode its
-    /// last FLUSH answered (later WRITEs and FLUSHes follow it).
+    /// Instant the last WRITE on this QP finished applying (later WRITEs and FLUSHes follow it).
     write_end: u64,
+    /// Persistent-memory mode: instant the last FLUSH on this QP answered (every later op
+    /// follows it).
+    flush_end: u64,
     /// Instant of the last atomic on this QP (every later op follows it).
     atomic_at: u64,
 }
@@ -623,7 +625,8 @@ impl World {
             mn.nic_free_at = nic_start + service;
             mn.nic_busy_ns += service;
             let qp = self.qps[thread as usize * n_nodes + node];
-            let mut exec = nic_start.max(qp.atomic_at);
+            // (A FLUSH answers in order with everything after it on the QP: `flush_end`.)
+            let mut exec = nic_start.max(qp.atomic_at).max(qp.flush_end);
             if matches!(op.kind, OpKind::Write | OpKind::Flush) {
                 exec = exec.max(qp.write_end);
             }
@@ -692,12 +695,14 @@ impl World {
                     },
                 ),
             }
-            if self.persistent && op.kind == OpKind::Flush {
-                // The NIC answers once the QP's earlier WRITEs reached the media.
-                end = exec + self.profile.pm_flush_ns;
-            }
             let qp = &mut self.qps[thread as usize * n_nodes + node];
-            if op.kind == OpKind::Write || (self.persistent && op.kind == OpKind::Flush) {
+            if self.persistent && op.kind == OpKind::Flush {
+                // The NIC answers once the QP's earlier WRITEs reached the media, and the
+                // QP's later ops after it (RC answers in order).
+                end = exec + self.profile.pm_flush_ns;
+                qp.flush_end = qp.flush_end.max(end);
+            }
+            if op.kind == OpKind::Write {
                 qp.write_end = qp.write_end.max(end);
             }
             if op.kind.is_atomic() {

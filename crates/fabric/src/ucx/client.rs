@@ -762,10 +762,9 @@ impl Qps {
             r => drop(r),
         }
         self.worker.close(ep, true, RECONNECT_TIMEOUT.as_secs_f64());
-        if let Some(mut req) = left {
-            // Completed by the forced close, or abandoned (not freed) to the worker's
-            // destruction, as `Drop` abandons a close that times out.
-            let _ = req.poll();
+        if let Some(req) = left {
+            // Completed by the forced close, or released to complete (and be freed) later.
+            req.release();
         }
     }
 

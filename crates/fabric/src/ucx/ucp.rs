@@ -300,6 +300,16 @@ impl Req {
         self.0 = std::ptr::null_mut();
         Some(st)
     }
+
+    /// Gives up on a request that carries no buffer of ours (a flush): released now, UCX
+    /// frees it when it completes (kept, `ucp_worker_destroy` would find it unreleased).
+    pub(crate) fn release(mut self) {
+        if self.poll().is_none() {
+            // SAFETY: a live request handle, not yet freed (`poll` returned `None`), freed
+            // once here; it references no memory of ours.
+            unsafe { sys::dux_request_free(self.0) };
+        }
+    }
 }
 
 /// Non-blocking verbs on one endpoint.
