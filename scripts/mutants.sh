@@ -7,6 +7,9 @@
 #   scripts/mutants.sh FILE...              some files, e.g. crates/txn/src/mechanisms/validate.rs
 #   MUTANTS_ARGS="--shard 1/4" scripts/mutants.sh   a quarter of it (any cargo-mutants flags)
 #   MUTANTS_TESTS=fast scripts/mutants.sh FILE...   judged by the txn crate's quick tests only
+#   MUTANTS_TIMEOUT=120 MUTANTS_TESTS=fast ...       seconds before a mutant's tests count as
+#                                                   hung (caught, as a timeout); default 420
+#                                                   fast, 600 full
 #
 # The full judge: the tests of the store, txn and workloads crates (the workloads' adversarial
 # sim matrix among them), each mutant in a copy of the tree (a ten-minute first build).
@@ -43,7 +46,7 @@ case "${MUTANTS_TESTS:-full}" in
   full)
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a list of flags
     exec cargo mutants "${args[@]}" --test-package dtxn-store,dtxn-txn,dtxn-workloads \
-      --output target/mutants --timeout 600 ${MUTANTS_ARGS:-}
+      --output target/mutants --timeout "${MUTANTS_TIMEOUT:-600}" ${MUTANTS_ARGS:-}
     ;;
   fast)
     # One binary (the `judge` feature builds it; `cargo test --workspace` does not): a
@@ -60,7 +63,7 @@ case "${MUTANTS_TESTS:-full}" in
     done
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a list of flags
     exec nice -n 10 cargo mutants "${args[@]}" --test-package "$packages" --in-place \
-      --baseline skip --output target/mutants --timeout 420 --build-timeout 1200 \
+      --baseline skip --output target/mutants --timeout "${MUTANTS_TIMEOUT:-420}" --build-timeout 1200 \
       --profile judge --features dtxn-workloads/judge "${tests[@]}" ${MUTANTS_ARGS:-}
     ;;
   *)
