@@ -549,6 +549,11 @@ fn a_recovery_cut_short_by_a_second_memory_failure_reports_what_it_rolled_forwar
             !t.contains("(0 rolled forward"),
             "seed {seed}: recovery rolled nothing forward: {t}"
         );
+        // The locks the cut-short recovery released count too (the next one finds them free).
+        assert!(
+            !t.contains("; 0 locks released)"),
+            "seed {seed}: no lock released: {t}"
+        );
     }
 }
 

@@ -1064,8 +1064,17 @@ impl Service {
         // What must wait for its turn (Scythe's tickets behind others) waits a scan period at
         // most: it may wait for a dead coordinator not yet found, which the next scan finds.
         let deadline = ep.now_ns().saturating_add(self.period_ns());
-        let mut early = Vec::new();
-        let r = recover_within(ep, &map, self.protocol, &in_views, deadline, &mut early).await;
+        let (mut early, mut released) = (Vec::new(), Vec::new());
+        let r = recover_within(
+            ep,
+            &map,
+            self.protocol,
+            &in_views,
+            deadline,
+            &mut early,
+            &mut released,
+        )
+        .await;
         // What the run is told of dead coordinator `i`'s recovery.
         let event = |i: u32, outcome, locks_released, finished_ns| {
             let x = m.members[i as usize];
@@ -1091,12 +1100,16 @@ impl Service {
             // and recover them again in it (recovery is idempotent). What was settled is
             // reported now: those entries may be closed on every live node already, and
             // the next recovery finds nothing pending (a roll forward reported by nobody
-            // would be a commit the run never counts). Not marked recovered.
+            // would be a commit the run never counts), with the locks it released (the next
+            // recovery finds them free). Not marked recovered.
             Err(FabricError::NodeDown(n)) if n != 0 => {
                 let finished_ns = ep.lease_now_ns();
-                for (&i, outcome) in dead.iter().zip(early) {
-                    if outcome != Recovered::Nothing {
-                        self.report(event(i, outcome, 0, finished_ns));
+                let outcomes = early
+                    .into_iter()
+                    .chain(std::iter::repeat(Recovered::Nothing));
+                for ((&i, outcome), &locks) in dead.iter().zip(outcomes).zip(&released) {
+                    if outcome != Recovered::Nothing || locks > 0 {
+                        self.report(event(i, outcome, locks, finished_ns));
                     }
                 }
                 self.suspect = true;

@@ -116,7 +116,17 @@ pub async fn recover_all_in_views(
     protocol: Protocol,
     dead: &[(u32, bool)],
 ) -> Result<Vec<(Recovered, u32)>, FabricError> {
-    let r = recover_within(ep, map, protocol, dead, u64::MAX, &mut Vec::new()).await?;
+    let (mut settled, mut released) = (Vec::new(), Vec::new());
+    let r = recover_within(
+        ep,
+        map,
+        protocol,
+        dead,
+        u64::MAX,
+        &mut settled,
+        &mut released,
+    )
+    .await?;
     Ok(r.into_iter().map(|(o, l, _)| (o, l)).collect())
 }
 
@@ -132,6 +142,8 @@ pub async fn recover_all_in_views(
 /// (a memory node fails under it), the entry may be closed on every live node, and a
 /// recovery run again finds nothing pending, so the outcome known here is the only report
 /// of a roll forward (a transaction committed, whose coordinator never recorded it).
+/// `released` counts, per dead coordinator, the lock words cleared so far, for the same
+/// reason: a recovery run again finds them free.
 pub async fn recover_within(
     ep: &mut Endpoint,
     map: &PoolMap,
@@ -139,8 +151,11 @@ pub async fn recover_within(
     dead: &[(u32, bool)],
     deadline_ns: u64,
     settled: &mut Vec<Recovered>,
+    released: &mut Vec<u32>,
 ) -> Result<Vec<(Recovered, u32, bool)>, FabricError> {
     settled.clear();
+    released.clear();
+    released.resize(dead.len(), 0);
     let older = map.for_older_view();
     for &(index, before) in dead {
         let map = if before { &older } else { map };
@@ -160,20 +175,16 @@ pub async fn recover_within(
     let dead: Vec<u32> = dead.iter().map(|d| d.0).collect();
     let owners: Vec<u64> = dead.iter().map(|&i| u64::from(i) + 1).collect();
     let flags = protocol.lock_flags();
-    let mut released = release_listed(ep, map, &owners, &journals, flags).await?;
+    release_listed(ep, map, &owners, &journals, flags, released).await?;
     let scanned: Vec<usize> = (0..dead.len()).filter(|&k| journals[k].is_none()).collect();
     if !scanned.is_empty() {
-        let some: Vec<u64> = scanned.iter().map(|&k| owners[k]).collect();
-        let cleared = release_all(ep, map, &some, flags).await?;
-        for (k, c) in scanned.into_iter().zip(cleared) {
-            released[k] += c;
-        }
+        release_all(ep, map, &owners, &scanned, flags, released).await?;
     }
     let held = protocol.release_held(ep, map, &dead, deadline_ns).await?;
     // (What it gave back counts with the lock words: Scythe's tickets are queue locks.)
     Ok(out
         .into_iter()
-        .zip(released)
+        .zip(released.iter().copied())
         .zip(held)
         .map(|((o, l), (done, more))| (o, l + more, done))
         .collect())
@@ -273,17 +284,18 @@ pub(crate) async fn read_buckets(
     Ok(())
 }
 
-/// Clears every lock word one of `owners` holds (with any of `flags`), on every table's
-/// primary, and on backups' lock words too when the protocol marks them invisible (an
-/// invisible bit a commit left there). Returns how many it cleared per owner (backups' bits
-/// count for the first).
+/// Clears every lock word one of `owners[k]`, `k` in `which`, holds (with any of `flags`), on
+/// every table's primary, and on backups' lock words too when the protocol marks them
+/// invisible (an invisible bit a commit left there). Counts in `cleared[k]` what it cleared
+/// per owner as it goes (backups' bits count for the first of `which`).
 async fn release_all(
     ep: &mut Endpoint,
     map: &PoolMap,
     owners: &[u64],
+    which: &[usize],
     flags: u64,
-) -> Result<Vec<u32>, FabricError> {
-    let mut cleared = vec![0u32; owners.len()];
+    cleared: &mut [u32],
+) -> Result<(), FabricError> {
     let mut bytes = Vec::new();
     for t in map.tables() {
         let codec = t.codec();
@@ -302,14 +314,14 @@ async fn release_all(
                     let base = t.bucket(b);
                     if primary && b < t.bucket_count {
                         let lock = u64::from_le_bytes(bucket[8..16].try_into().expect("word"));
-                        if let Some(k) = owners.iter().position(|&o| o == lock) {
+                        if let Some(&k) = which.iter().find(|&&k| owners[k] == lock) {
                             cas.push((ep.cas(n, t.insert_lock(base), lock, 0), k));
                         }
                     }
                     for s in 0..t.slots_per_bucket {
                         let h = codec.header(t.slot_bytes(bucket, s));
                         let off = t.slot(base, s);
-                        let ours = owners.iter().position(|&o| holds(h.lock, o));
+                        let ours = which.iter().copied().find(|&k| holds(h.lock, owners[k]));
                         if let (true, Some(k)) = (primary, ours) {
                             cas.push((ep.cas(n, off, h.lock, 0), k));
                         } else if !primary && flags & INVISIBLE != 0 && h.lock & INVISIBLE != 0 {
@@ -317,7 +329,7 @@ async fn release_all(
                             // another, live, commit's: clearing it early is safe all the same,
                             // because every reader validates at the primary, whose lock that
                             // commit still holds.
-                            cas.push((ep.cas(n, off, h.lock, 0), 0));
+                            cas.push((ep.cas(n, off, h.lock, 0), which[0]));
                         }
                     }
                 }
@@ -330,22 +342,23 @@ async fn release_all(
             }
         }
     }
-    Ok(cleared)
+    Ok(())
 }
 
 /// Clears the lock words each dead owner's journal names (`journals[k]`, for `owners[k]`;
 /// None: left to the scan) that still hold its id, on the primary, and, when the protocol
 /// marks backups invisible, the same word on every backup if it is invisible with that id (a
 /// backup is written under its primary's lock, at the same offset). Per [`LISTED_PER_TRIP`]
-/// words, two round trips: READ them, CAS those still the dead owner's.
+/// words, two round trips: READ them, CAS those still the dead owner's. Counts in
+/// `cleared[k]` what it cleared for `owners[k]` as it goes.
 async fn release_listed(
     ep: &mut Endpoint,
     map: &PoolMap,
     owners: &[u64],
     journals: &[Option<Vec<(NodeId, u64)>>],
     flags: u64,
-) -> Result<Vec<u32>, FabricError> {
-    let mut cleared = vec![0u32; owners.len()];
+    cleared: &mut [u32],
+) -> Result<(), FabricError> {
     // (owner's index, node, address, whether on the primary)
     let mut words = Vec::new();
     for (k, list) in journals.iter().enumerate() {
@@ -391,7 +404,7 @@ async fn release_listed(
             cleared[k] += u32::from(ep.cas_ok(c));
         }
     }
-    Ok(cleared)
+    Ok(())
 }
 
 /// Words [`release_listed`] reads per round trip: few enough that an op queued behind them
