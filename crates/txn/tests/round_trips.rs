@@ -25,8 +25,8 @@ fn pool_on(meta_words: u8, copies: u8, profile: Profile) -> Pool {
     pool_in(meta_words, copies, profile, false)
 }
 
-/// [`pool_on`], in persistent-memory mode or not.
-fn pool_in(meta_words: u8, copies: u8, profile: Profile, persistent: bool) -> Pool {
+/// The pools' plan: table `T` of 100 keys on two memory nodes, two replicas.
+fn plan(meta_words: u8, copies: u8) -> Plan {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -37,7 +37,12 @@ fn pool_in(meta_words: u8, copies: u8, profile: Profile, persistent: bool) -> Po
     let spec = TableSpec::new(T, "t", 8, 100)
         .with_meta_words(meta_words)
         .with_copies(copies);
-    let plan = Plan::new(&[spec], &shape).unwrap();
+    Plan::new(&[spec], &shape).unwrap()
+}
+
+/// [`pool_on`], in persistent-memory mode or not.
+fn pool_in(meta_words: u8, copies: u8, profile: Profile, persistent: bool) -> Pool {
+    let plan = plan(meta_words, copies);
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = profile;
     cfg.persistent = persistent;
@@ -734,4 +739,40 @@ fn full_flush_flushes_after_every_write_selective_once_per_backup() {
     assert_eq!(no_rts(run(false, slow.clone())), [(3, 23_000); 2]);
     // The commit's two FLUSHes queue on each replica's QP: 10 us more.
     assert_eq!(no_rts(run(true, slow)), [(6, 33_000); 2]);
+}
+
+/// The release clears the backups' lock words of the records its commit installed, and no
+/// others': a record it only read may be in another commit's install on its backup, whose
+/// invisible bit (with that committer's id) says so to readers of the backup and to recovery
+/// should the backup be promoted. Here that other install is planted on the backup of a key
+/// the transaction reads.
+#[test]
+fn the_release_clears_only_the_backups_its_commit_installed() {
+    let plan = plan(0, 1);
+    let t = plan.table(T).unwrap().clone();
+    let backup = t.backups()[0];
+    let mut pool = pool();
+    // Key 4's slot on the backup.
+    let slot = (0..t.bucket_count + t.overflow_buckets)
+        .flat_map(|b| (0..t.slots_per_bucket).map(move |s| (b, s)))
+        .map(|(b, s)| t.slot(t.bucket(b), s))
+        .find(|&at| {
+            let mut h = vec![0; t.copy_bytes()];
+            pool.with_local(backup, |m| m.read(at, &mut h));
+            let h = t.codec().header(&h);
+            h.valid && h.key == 4
+        })
+        .expect("key 4 on the backup");
+    let other = (1u64 << 63) | 77;
+    pool.with_local(backup, |m| m.write_u64(slot, other));
+    let cfg = TxnConfig::default();
+    common::with_coordinator_in(&mut pool, cfg, |mut c| async move {
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.fetch(&[Access::update(T, 3), Access::read(T, 4)])
+            .await
+            .unwrap();
+        tx.update(T, 3, &9u64.to_le_bytes()).await.unwrap();
+        tx.commit().await.unwrap();
+    });
+    assert_eq!(pool.with_local(backup, |m| m.read_u64(slot)), other);
 }
