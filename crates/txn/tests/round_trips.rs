@@ -27,11 +27,16 @@ fn pool_on(meta_words: u8, copies: u8, profile: Profile) -> Pool {
 
 /// The pools' plan: table `T` of 100 keys on two memory nodes, two replicas.
 fn plan(meta_words: u8, copies: u8) -> Plan {
+    plan_logging(meta_words, copies, 4096)
+}
+
+/// [`plan`] with log slices of `slice_bytes`.
+fn plan_logging(meta_words: u8, copies: u8, slice_bytes: u64) -> Plan {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
         log_slices: 4,
-        log_slice_bytes: 4096,
+        log_slice_bytes: slice_bytes,
         region_bytes: None,
     };
     let spec = TableSpec::new(T, "t", 8, 100)
@@ -42,7 +47,11 @@ fn plan(meta_words: u8, copies: u8) -> Plan {
 
 /// [`pool_on`], in persistent-memory mode or not.
 fn pool_in(meta_words: u8, copies: u8, profile: Profile, persistent: bool) -> Pool {
-    let plan = plan(meta_words, copies);
+    pool_of(plan(meta_words, copies), profile, persistent)
+}
+
+/// A pool laid out by `plan`, its table `T` loaded with keys 0..100.
+fn pool_of(plan: Plan, profile: Profile, persistent: bool) -> Pool {
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = profile;
     cfg.persistent = persistent;
@@ -775,4 +784,59 @@ fn the_release_clears_only_the_backups_its_commit_installed() {
         tx.commit().await.unwrap();
     });
     assert_eq!(pool.with_local(backup, |m| m.read_u64(slot)), other);
+}
+
+/// An undo log that fills its coordinator's log slice exactly is written, and a transaction
+/// whose log would not fit aborts with `LogFull` before writing any of it (past the slice
+/// is the next coordinator's log).
+#[test]
+fn an_undo_log_fills_its_slice_exactly_and_never_more() {
+    let copy = plan(0, 1).table(T).unwrap().copy_bytes();
+    let mut one = Vec::new();
+    dtxn_store::log::encode_item(T, 0, false, &vec![0; copy], &mut one);
+    let head = dtxn_store::log::HEAD_BYTES;
+    // Slices are whole lines: the fewest items whose log is whole lines.
+    let k = (1..=16)
+        .find(|k| (head + k * one.len()).is_multiple_of(64))
+        .expect("a whole number of lines");
+    let slice = (head + k * one.len()) as u64;
+    let commit = |keys: u64| {
+        let pool = pool_of(plan_logging(0, 1, slice), Profile::ideal(), false);
+        common::with_coordinator(pool, TxnConfig::default(), move |mut c| async move {
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let acc: Vec<_> = (0..keys).map(|k| Access::update(T, k)).collect();
+            tx.fetch(&acc).await?;
+            for k in 0..keys {
+                tx.update(T, k, &k.to_le_bytes()).await?;
+            }
+            tx.commit().await
+        })
+        .map_err(|a| a.reason)
+    };
+    assert_eq!(commit(k as u64), Ok(()));
+    assert_eq!(commit(k as u64 + 1), Err(dtxn_txn::AbortReason::LogFull));
+}
+
+/// A fetch that adds no item to log (only reads) writes no log: the same transaction costs
+/// the same WRITEs whether it fetches its read-only item with its read-write one or after it.
+#[test]
+fn a_fetch_of_read_only_items_writes_no_log() {
+    use dtxn_fabric::OpKind;
+    let writes = |split: bool| {
+        with_coordinator(TxnConfig::default(), move |mut c| async move {
+            let mut tx = c.begin(TxKind::ReadWrite);
+            if split {
+                tx.fetch(&[Access::update(T, 3)]).await.unwrap();
+                tx.fetch(&[Access::read(T, 4)]).await.unwrap();
+            } else {
+                tx.fetch(&[Access::update(T, 3), Access::read(T, 4)])
+                    .await
+                    .unwrap();
+            }
+            tx.update(T, 3, &9u64.to_le_bytes()).await.unwrap();
+            tx.commit().await.unwrap();
+            c.last_outcome().unwrap().fabric.verb(OpKind::Write)
+        })
+    };
+    assert_eq!(writes(true), writes(false));
 }
