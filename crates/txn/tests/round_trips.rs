@@ -840,3 +840,46 @@ fn a_fetch_of_read_only_items_writes_no_log() {
     };
     assert_eq!(writes(true), writes(false));
 }
+
+/// An undo log appended to (a second fetch of read-write items) holds every item on every
+/// replica, whole (its checksum over the appended body); it flushes nothing without `flush`,
+/// and with it each node once per log write (the selective flush: not after each WRITE).
+#[test]
+fn an_appended_undo_log_holds_every_item_on_every_replica() {
+    for (flush, flushes) in [(false, 0), (true, 2 * 2 + 1)] {
+        appended_undo_log(flush, flushes);
+    }
+}
+
+fn appended_undo_log(flush: bool, want_flushes: u64) {
+    use dtxn_fabric::OpKind;
+    let plan = plan(0, 1);
+    let mut pool = pool_in(0, 1, Profile::ideal(), false);
+    let cfg = TxnConfig {
+        flush,
+        ..TxnConfig::default()
+    };
+    let flushes = common::with_coordinator_in(&mut pool, cfg, |mut c| async move {
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.fetch(&[Access::update(T, 1)]).await.unwrap();
+        tx.fetch(&[Access::update(T, 2), Access::update(T, 5)])
+            .await
+            .unwrap();
+        for k in [1, 2, 5] {
+            tx.update(T, k, &7u64.to_le_bytes()).await.unwrap();
+        }
+        tx.commit().await.unwrap();
+        c.last_outcome().unwrap().fabric.verb(OpKind::Flush)
+    });
+    assert_eq!(flushes, want_flushes);
+    // The only coordinator's slice is the first.
+    let t = plan.table(T).unwrap();
+    for &n in &t.replicas {
+        let mut b = vec![0u8; plan.shape.log_slice_bytes as usize];
+        pool.with_local(n, |m| m.read(plan.log_off, &mut b));
+        let e = dtxn_store::log::LogEntry::decode(&b)
+            .expect("whole")
+            .expect("an entry");
+        assert_eq!(e.items.len(), 3, "node {n}: {e:?}");
+    }
+}
