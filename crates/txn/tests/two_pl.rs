@@ -87,51 +87,63 @@ fn read_locks_are_shared_and_a_writer_meets_them() {
 /// Coordinator 0 begins first (the older) and locks key 1; coordinator 1 (the younger) locks
 /// key 2; then 0 asks for key 2 while 1 asks for key 1.
 fn crossing(protocol: Protocol, code: u64) -> (Steps, Steps) {
-    script(
-        protocol,
-        code,
-        async |c: &mut Coordinator| {
-            let mut tx = c.begin(TxKind::ReadWrite);
-            let first = res(tx.fetch(&[Access::update(T, 1)]).await);
-            tx.endpoint().sleep(20_000).await;
-            let second = res(tx.fetch(&[Access::update(T, 2)]).await);
-            let commit = if second.is_ok() {
-                let _ = tx.update(T, 2, &9u64.to_le_bytes()).await;
-                res(tx.commit().await)
-            } else {
-                Err(AbortReason::LockConflict)
-            };
-            vec![("key 1", first), ("key 2", second), ("commit", commit)]
-        },
-        async |c: &mut Coordinator| {
-            c.endpoint().sleep(5_000).await;
-            let mut tx = c.begin(TxKind::ReadWrite);
-            let first = res(tx.fetch(&[Access::update(T, 2)]).await);
-            tx.endpoint().sleep(25_000).await;
-            let second = res(tx.fetch(&[Access::update(T, 1)]).await);
-            if second.is_ok() {
-                tx.rollback().await;
-            }
-            vec![("key 2", first), ("key 1", second)]
-        },
-    )
+    script(protocol, code, older, younger)
+}
+
+/// [`crossing`] with the roles swapped: coordinator 1 is the older. (Ages are the
+/// transactions' timestamps, not the coordinators' numbers.)
+fn crossing_swapped(protocol: Protocol, code: u64) -> (Steps, Steps) {
+    let (young, old) = script(protocol, code, younger, older);
+    (old, young)
+}
+
+/// [`crossing`]'s older transaction.
+async fn older(c: &mut Coordinator) -> Steps {
+    let mut tx = c.begin(TxKind::ReadWrite);
+    let first = res(tx.fetch(&[Access::update(T, 1)]).await);
+    tx.endpoint().sleep(20_000).await;
+    let second = res(tx.fetch(&[Access::update(T, 2)]).await);
+    let commit = if second.is_ok() {
+        let _ = tx.update(T, 2, &9u64.to_le_bytes()).await;
+        res(tx.commit().await)
+    } else {
+        Err(AbortReason::LockConflict)
+    };
+    vec![("key 1", first), ("key 2", second), ("commit", commit)]
+}
+
+/// [`crossing`]'s younger transaction.
+async fn younger(c: &mut Coordinator) -> Steps {
+    c.endpoint().sleep(5_000).await;
+    let mut tx = c.begin(TxKind::ReadWrite);
+    let first = res(tx.fetch(&[Access::update(T, 2)]).await);
+    tx.endpoint().sleep(25_000).await;
+    let second = res(tx.fetch(&[Access::update(T, 1)]).await);
+    if second.is_ok() {
+        tx.rollback().await;
+    }
+    vec![("key 2", first), ("key 1", second)]
 }
 
 #[test]
 fn wait_die_lets_the_older_wait_and_the_younger_die() {
-    for code in [511, 0, 28] {
-        let (old, young) = crossing(Protocol::WaitDie, code);
+    for (code, swapped) in [(511, false), (0, false), (28, false), (511, true)] {
+        let (old, young) = if swapped {
+            crossing_swapped(Protocol::WaitDie, code)
+        } else {
+            crossing(Protocol::WaitDie, code)
+        };
         // The older waits for key 2 (it never aborts); the younger, asking for the older's
         // key 1, dies, which frees key 2 for the older.
         assert_eq!(
             old,
             [("key 1", Ok(())), ("key 2", Ok(())), ("commit", Ok(()))],
-            "hybrid {code}"
+            "hybrid {code}, swapped {swapped}"
         );
         assert_eq!(
             young,
             [("key 2", Ok(())), ("key 1", Err(AbortReason::LockConflict))],
-            "hybrid {code}"
+            "hybrid {code}, swapped {swapped}"
         );
     }
 }
