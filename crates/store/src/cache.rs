@@ -343,6 +343,7 @@ mod tests {
             key: 10,
             table: 1,
             valid: true,
+            restores: 0,
         };
         assert_eq!(check_slot(&h, 1, 10), SlotCheck::Match);
         assert_eq!(check_slot(&h, 1, 11), SlotCheck::Stale);

@@ -618,6 +618,7 @@ mod tests {
                 key: 1,
                 table: 1,
                 valid: true,
+                restores: 0,
             },
             cells: cells.into_iter().collect(),
         }

@@ -550,6 +550,7 @@ impl<'a> Loader<'a> {
             key,
             table: t.id,
             valid: true,
+            restores: 0,
         };
         // A multi-version record: a CVT with one version (0, loaded) and its value.
         let mv = crate::cvt::MvCodec::new(t);

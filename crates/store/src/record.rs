@@ -3,10 +3,10 @@
 //! # Single-version record ([`RecordFormat::Single`])
 //!
 //! ```text
-//! line 0   0       8         16    24        28     29   32                      64
-//!          | lock  | version | key | table   | valid| -- | value[0..32]          |
+//! line 0   0       8         16    24        28     29        30   32              64
+//!          | lock  | version | key | table   | valid| restores | -- | value[0..32]  |
 //! line k   0       8                                                             64
-//!          | stamp (= version) | value[32 + 56(k-1) .. 32 + 56k]                 |
+//!          | stamp (version, restores) | value[32 + 56(k-1) .. 32 + 56k]         |
 //! ```
 //!
 //! - `lock` is CAS-only (so a holder may release it with a WRITE, G8); 0 means free.
@@ -14,6 +14,17 @@
 //!   scheme (FaRM). A READ whose lines come from two versions is reported [`Torn`] by
 //!   [`SingleVersion::decode`]; callers never see stamps.
 //! - `valid` is 1 for a live record, 0 for a free or deleted slot.
+//! - `restores` counts the roll-backs the record has had (mod 256). A roll-back puts the old
+//!   image back *at its old version* (the history knows no other), so the record's next
+//!   commit installs the version number of the install it undid, with other bytes: were the
+//!   stamps the version alone, a READ taking lines of the undone install and lines of that
+//!   next commit would decode as whole. A roll-back therefore writes the image with one more
+//!   restore ([`SingleVersion::restored`]), and every later install carries the count on, so
+//!   the stamps of the two installs differ. The stamp is `version ^ restores << 56`
+//!   ([`stamp`]): the version itself until the first roll-back. (Two stamps of one slot
+//!   collide only if their versions differ in the top byte alone: never for counters, and
+//!   for nanosecond timestamps only 2^56 ns, two years, apart with every lower bit equal;
+//!   and only a READ spanning 256 roll-backs of one record could see a count come round.)
 //!
 //! # Metadata words
 //!
@@ -75,13 +86,14 @@ const LINE_VALUE_OFF: usize = LINE - LINE_VALUE_BYTES;
 /// The bytes of line 0 that hold a record's header (lock to valid): all that a validation
 /// READ fetches.
 pub const HEADER_BYTES: usize = 32;
-const _: () = assert!((VALID_OFF as usize) < HEADER_BYTES && HEADER_BYTES <= LINE);
+const _: () = assert!((RESTORES_OFF as usize) < HEADER_BYTES && HEADER_BYTES <= LINE);
 
 pub const LOCK_OFF: u64 = 0;
 pub const VERSION_OFF: u64 = 8;
 pub const KEY_OFF: u64 = 16;
 pub const TABLE_OFF: u64 = 24;
 pub const VALID_OFF: u64 = 28;
+pub const RESTORES_OFF: u64 = 29;
 
 /// The most copies of a record a slot may hold.
 pub const MAX_COPIES: usize = 8;
@@ -94,10 +106,12 @@ const _: () = assert!(META_OFF == HEAD_VALUE_OFF && META_OFF.is_multiple_of(8));
 
 /// A multi-line READ mixed lines of two versions of a record (or caught it mid-write).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("torn read: line {line} carries version {stamp}, line 0 version {version}")]
+#[error("torn read: line {line} carries stamp {stamp}, line 0 version {version}")]
 pub struct Torn {
     pub line: usize,
     pub version: u64,
+    /// The line's stamp (the version it was written at, until the record's first roll-back:
+    /// see [`stamp`]).
     pub stamp: u64,
 }
 
@@ -149,6 +163,14 @@ pub struct RecordHeader {
     pub key: u64,
     pub table: u32,
     pub valid: bool,
+    /// Roll-backs the record has had, mod 256 (see the module's doc): part of its stamps.
+    pub restores: u8,
+}
+
+/// The stamp of every line after line 0 of a record at `version` with `restores`.
+#[inline]
+pub fn stamp(version: u64, restores: u8) -> u64 {
+    version ^ u64::from(restores) << 56
 }
 
 /// Encoder and decoder of single-version records of one value size.
@@ -369,8 +391,9 @@ impl SingleVersion {
         put(out, KEY_OFF as usize, h.key);
         out[TABLE_OFF as usize..TABLE_OFF as usize + 4].copy_from_slice(&h.table.to_le_bytes());
         out[VALID_OFF as usize] = u8::from(h.valid);
+        out[RESTORES_OFF as usize] = h.restores;
         for l in 1..self.lines {
-            put(out, l * LINE, h.version);
+            put(out, l * LINE, stamp(h.version, h.restores));
         }
         debug_assert_eq!(self.header(out), *h);
     }
@@ -399,6 +422,20 @@ impl SingleVersion {
                     .expect("4 bytes"),
             ),
             valid: rec[VALID_OFF as usize] != 0,
+            restores: rec[RESTORES_OFF as usize],
+        }
+    }
+
+    /// A roll-back's record, from the undo image `rec` (a whole record, or a slot whose copy
+    /// 0 it is): the same header and value with one more restore, its stamps to match, so
+    /// that the record's next install is never stamped like the install the roll-back undid.
+    pub fn restored(&self, rec: &mut [u8]) {
+        assert!(rec.len() >= self.bytes(), "a record's bytes");
+        let mut h = self.header(rec);
+        h.restores = h.restores.wrapping_add(1);
+        rec[RESTORES_OFF as usize] = h.restores;
+        for l in 1..self.lines {
+            put(rec, l * LINE, stamp(h.version, h.restores));
         }
     }
 
@@ -434,9 +471,10 @@ impl SingleVersion {
     pub fn check(&self, rec: &[u8]) -> Result<RecordHeader, Torn> {
         assert!(rec.len() >= self.bytes(), "a record's bytes");
         let h = self.header(rec);
+        let want = stamp(h.version, h.restores);
         for line in 1..self.lines {
             let stamp = word(rec, line * LINE);
-            if stamp != h.version {
+            if stamp != want {
                 return Err(Torn {
                     line,
                     version: h.version,
@@ -468,6 +506,7 @@ mod tests {
             key: 42,
             table: 3,
             valid: true,
+            restores: 0,
         }
     }
 
@@ -552,7 +591,7 @@ mod tests {
             let fits = |lines: usize| value.len() <= LINE - f.value_off() + (lines - 1) * LINE_VALUE_BYTES;
             let lines = f.bytes() / LINE;
             prop_assert!(fits(lines) && (lines == 1 || !fits(lines - 1)));
-            let h = RecordHeader { lock, version, key, table, valid };
+            let h = RecordHeader { lock, version, key, table, valid, restores: 0 };
             let mut rec = vec![0u8; f.bytes()];
             for (i, &w) in words.iter().enumerate().take(m) {
                 f.set_meta_word(&mut rec, i, w);
@@ -643,9 +682,9 @@ mod tests {
         fn encode_decode_round_trips(value in prop::collection::vec(any::<u8>(), 0..700),
                                      version in any::<u64>(), key in any::<u64>(),
                                      lock in any::<u64>(), table in any::<u32>(),
-                                     valid in any::<bool>()) {
+                                     valid in any::<bool>(), restores in any::<u8>()) {
             let f = SingleVersion::new(value.len());
-            let h = RecordHeader { lock, version, key, table, valid };
+            let h = RecordHeader { lock, version, key, table, valid, restores };
             let mut rec = vec![0u8; f.bytes()];
             f.encode(&h, &value, &mut rec);
             let mut out = vec![0u8; value.len()];
@@ -689,6 +728,38 @@ mod tests {
             SingleVersion::set_lock(&mut a, lock);
             f.encode(&RecordHeader { lock, ..h }, &value, &mut b);
             prop_assert_eq!(a, b);
+        }
+
+        /// A roll-back's record keeps the image's header and value, one restore up; the
+        /// record's next install, at the version of the install the roll-back undid (with the
+        /// count carried on), never decodes whole from a mix of its lines and the undone
+        /// install's. (Stamped by the version alone, every mix decoded as whole.)
+        #[test]
+        fn a_roll_backs_next_install_is_stamped_apart_from_the_undone_one(
+            size in 33usize..700, meta in 0u8..=2, v in 0u64..1 << 40, restores in any::<u8>(),
+            mask in any::<u64>(), a in any::<u8>(), b in any::<u8>(), c in any::<u8>()) {
+            let f = SingleVersion::with_meta(size, meta);
+            let lines = f.bytes() / LINE;
+            prop_assume!(lines > 1);
+            let at = |version, restores| RecordHeader { version, restores, ..hdr(0) };
+            let (mut image, mut undone, mut next) =
+                (vec![0u8; f.bytes()], vec![0u8; f.bytes()], vec![0u8; f.bytes()]);
+            f.encode(&at(v, restores), &vec![c; size], &mut image);
+            f.encode(&at(v + 1, restores), &vec![a; size], &mut undone);
+            let mut back = image.clone();
+            f.restored(&mut back);
+            let mut out = vec![0u8; size];
+            let h = f.decode(&back, &mut out).unwrap();
+            prop_assert_eq!(h, at(v, restores.wrapping_add(1)));
+            prop_assert_eq!(&out, &vec![c; size]);
+            f.encode(&at(v + 1, h.restores), &vec![b; size], &mut next);
+            let pick: Vec<bool> = (0..lines).map(|l| mask >> (l % 64) & 1 == 1).collect();
+            prop_assume!(!pick.iter().all(|&p| p == pick[0]));
+            let mixed: Vec<u8> = (0..lines)
+                .flat_map(|l| if pick[l] { &next[l * 64..l * 64 + 64] } else { &undone[l * 64..l * 64 + 64] })
+                .copied()
+                .collect();
+            prop_assert!(f.decode(&mixed, &mut out).is_err(), "a mix decoded as whole");
         }
 
         /// Any mix of lines from two versions is `Torn`, never a valid decode.

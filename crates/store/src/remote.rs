@@ -207,6 +207,7 @@ async fn insert_locked(
         key,
         table: t.id,
         valid: true,
+        restores: 0,
     };
     // Backups first-class: the same bytes at the same offset. On the primary the record is
     // written with our lock still in it, then the lock word is cleared (WRITEs on one QP apply

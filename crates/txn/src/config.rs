@@ -414,6 +414,12 @@ impl TxnConfig {
 }
 
 impl TxnConfig {
+    /// FORD's full flush in effect: `ford.full_flush` in persistent-memory mode (`flush`),
+    /// where alone a FLUSH persists anything.
+    pub fn full_flush(&self) -> bool {
+        self.flush && self.ford.full_flush
+    }
+
     /// Copies of each record the protocol's tables are laid out with: MVCC's version slots
     /// (`mvcc.slots`), 1 for every other protocol.
     pub fn copies(&self) -> u8 {

@@ -52,6 +52,10 @@ pub(crate) struct Item<X> {
     pub exists: bool,
     /// Version observed at execution.
     pub version: u64,
+    /// The record's roll-back count as read with that version (`dtxn_store::record`): a
+    /// commit installs it again, so that its stamps differ from those of an install rolled
+    /// back at the version it replaces.
+    pub restores: u8,
     /// We hold its lock on the primary.
     pub locked: bool,
     /// We hold a read share of its lock on the primary (2PL).

@@ -124,6 +124,7 @@ impl<'c, P: Protocol> Tx<'c, P> {
             node,
             exists: false,
             version: 0,
+            restores: 0,
             locked: false,
             shared: false,
             share_word: 0,

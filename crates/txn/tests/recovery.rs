@@ -279,3 +279,154 @@ fn recovery_rolls_forward_an_acknowledged_commit_whose_key_the_next_transaction_
         other => panic!("rolled forward, not {other:?}"),
     }
 }
+
+/// A pool of two memory nodes, two replicas, one table of 100-byte values (two lines a
+/// record, so that a READ of one can mix lines of two writes).
+fn two_line_pool() -> Pool {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let plan = Plan::new(&[TableSpec::new(T, "t", 100, 100)], &shape).unwrap();
+    let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
+    cfg.profile = Profile::ideal();
+    cfg.adversary = Adversary::off();
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    for k in 0..20u64 {
+        l.insert(&pool, k, &[k as u8; 100]).unwrap();
+    }
+    pool
+}
+
+/// The dead coordinator locked KEY (read as `image`), logged it, and its install (a version
+/// up, value 0xEE) reached the primary but not the backup before it crashed; recovery rolls
+/// it back. Returns the install's record as the primary held it.
+async fn install_cut_off_and_rolled_back(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    t: &TableInfo,
+    offset: u64,
+    image: &[u8],
+) -> Vec<u8> {
+    let owner = u64::from(DEAD) + 1;
+    let entry = LogEntry {
+        txn: 99,
+        coordinator: DEAD,
+        status: LogStatus::Pending,
+        tag: 0,
+        items: vec![LogItem {
+            table: T,
+            offset,
+            insert: false,
+            kind: ItemKind::Undo,
+            image: image.to_vec(),
+        }],
+    };
+    let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
+    let mut log = Vec::new();
+    entry.encode(slice_bytes, &mut log).unwrap();
+    for n in map.live_nodes() {
+        ep.write(n, slice, &log);
+    }
+    let cas = ep.cas(t.primary(), offset, 0, owner);
+    ep.post().await.unwrap();
+    assert!(ep.cas_ok(cas));
+    let mut h = t.codec().header(image);
+    h.version += 1;
+    h.lock = owner | (1 << 63);
+    let mut install = vec![0u8; t.record_bytes as usize];
+    t.codec().encode(&h, &[0xEE; 100], &mut install);
+    ep.write(t.primary(), offset, &install);
+    ep.post().await.unwrap();
+    let (outcome, _) = recover(ep, map, Protocol::Ford, DEAD).await.unwrap();
+    assert_eq!(
+        outcome,
+        Recovered::RolledBack(99),
+        "the backup never got it"
+    );
+    install
+}
+
+/// Whether a READ taking line 0 of `a` and line 1 of `b` (or the other way round) decodes as
+/// a whole record.
+fn a_mix_decodes(t: &TableInfo, a: &[u8], b: &[u8]) -> bool {
+    let mut value = vec![0u8; t.value_size as usize];
+    [(a, b), (b, a)].iter().any(|(x, y)| {
+        let mut mixed = x.to_vec();
+        mixed[64..].copy_from_slice(&y[64..]);
+        t.codec().decode(&mixed, &mut value).is_ok()
+    })
+}
+
+/// Recovery rolls an install back at the old version (the history knows no other), so the
+/// record's next commit installs the version the undone install had, with other bytes. Its
+/// lines must be stamped apart from the undone install's, or a READ spanning the install, the
+/// roll-back and that commit would take lines of both as one whole record (issue #17's
+/// by-eye suspicion; both were stamped with the version alone).
+#[test]
+fn the_commit_after_a_roll_back_is_stamped_apart_from_the_install_it_undid() {
+    let (undone, back, next, t) =
+        common::with_coordinator(two_line_pool(), TxnConfig::default(), |mut c| async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(T).unwrap().clone();
+            let (offset, image) = record_of(c.endpoint(), &t, KEY).await;
+            let undone =
+                install_cut_off_and_rolled_back(c.endpoint(), &map, &t, offset, &image).await;
+            let (_, back) = record_of(c.endpoint(), &t, KEY).await;
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, KEY)]).await.unwrap();
+            tx.update(T, KEY, &[0x11; 100]).await.unwrap();
+            tx.commit().await.unwrap();
+            let (_, next) = record_of(c.endpoint(), &t, KEY).await;
+            (undone, back, next, t)
+        });
+    let mut value = vec![0u8; 100];
+    // Rolled back: the loaded value at the loaded version, one restore up.
+    let h = t.codec().decode(&back, &mut value).unwrap();
+    assert_eq!((h.version, h.restores, h.lock), (0, 1, 0));
+    assert_eq!(value, [KEY as u8; 100]);
+    // The next commit: the undone install's version, the restore carried on.
+    let h = t.codec().decode(&next, &mut value).unwrap();
+    assert_eq!((h.version, h.restores), (1, 1));
+    assert_eq!(value, [0x11; 100]);
+    assert_eq!(t.codec().header(&undone).version, 1);
+    assert!(
+        !a_mix_decodes(&t, &undone, &next),
+        "a torn READ decoded as whole"
+    );
+}
+
+/// FaRM reads without a lock and locks at commit: a record rolled back in between is back at
+/// the version it read, but one restore up. Its commit must abort (its install would carry
+/// the restore count it read, and be stamped like the undone install), not commit.
+#[test]
+fn a_commit_over_a_record_rolled_back_since_it_was_read_aborts() {
+    let cfg = TxnConfig {
+        protocol: Protocol::Farm,
+        ..TxnConfig::default()
+    };
+    let (r, back) = common::with_coordinator(two_line_pool(), cfg, |mut c| async move {
+        let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+        let t = map.table(T).unwrap().clone();
+        let (offset, image) = record_of(c.endpoint(), &t, KEY).await;
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.fetch(&[Access::update(T, KEY)]).await.unwrap();
+        install_cut_off_and_rolled_back(tx.endpoint(), &map, &t, offset, &image).await;
+        tx.update(T, KEY, &[0x11; 100]).await.unwrap();
+        let r = tx.commit().await;
+        let (_, back) = record_of(c.endpoint(), &t, KEY).await;
+        (r.map_err(|a| a.reason), back)
+    });
+    assert_eq!(r, Err(dtxn_txn::AbortReason::Validation));
+    let h = dtxn_store::SingleVersion::new(100).header(&back);
+    assert_eq!(
+        (h.version, h.restores, h.lock),
+        (0, 1, 0),
+        "left as rolled back"
+    );
+}

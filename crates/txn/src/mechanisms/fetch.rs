@@ -525,6 +525,7 @@ fn on_record<P: Protocol>(
 fn fill<X>(it: &mut Item<X>, codec: SingleVersion, h: &RecordHeader, off: u64, rec: &[u8]) {
     it.exists = true;
     it.version = h.version;
+    it.restores = h.restores;
     it.offset = Some(off);
     if codec.meta_words() > 0 {
         it.meta = codec.meta_word(rec, 0);

@@ -85,7 +85,7 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
 fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install) {
     let (owner, word) = (tx.c.owner, tx.c.lock_word);
     let flush = tx.c.cfg.flush;
-    let full = flush && tx.c.cfg.ford.full_flush;
+    let full = tx.c.cfg.full_flush();
     let via = tx.c.via(Stage::Commit);
     let mut flushed = std::mem::take(&mut tx.c.mech.nodes);
     flushed.clear();
@@ -149,6 +149,12 @@ pub(crate) fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, l
         key: it.key,
         table: it.table,
         valid: it.new != NewValue::Delete,
+        // An insert's version is above the slot's every stamp: it needs no count.
+        restores: if it.new == NewValue::Insert {
+            0
+        } else {
+            it.restores
+        },
     };
     // One copy: a table's older copies (MVCC's version slots) are [`displace`]'s.
     record.resize(t.copy_bytes(), 0);
@@ -195,7 +201,7 @@ fn displace<X>(copy: &mut Vec<u8>, t: &TableInfo, it: &Item<X>) -> Option<u64> {
 /// then knows the commit is complete everywhere (see recovery.rs).
 fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
     let word = tx.c.lock_word;
-    let full = tx.c.cfg.flush && tx.c.cfg.ford.full_flush;
+    let full = tx.c.cfg.full_flush();
     let via = tx.c.via(Stage::Commit);
     for i in 0..tx.items.len() {
         let it = &tx.items[i];
@@ -278,6 +284,10 @@ async fn roll_back<P: Protocol>(tx: &mut Tx<'_, P>) {
         let off = it.offset.expect("written items exist");
         record.clear();
         record.extend_from_slice(&it.image);
+        // At the old version, one restore up: our install's version is the next commit's.
+        if record.len() >= t.copy_bytes() {
+            t.codec().restored(record);
+        }
         for (rank, &n) in t.replicas.iter().enumerate() {
             let lock = if rank == 0 { word } else { 0 };
             record[..8].copy_from_slice(&lock.to_le_bytes());

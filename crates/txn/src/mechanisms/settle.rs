@@ -264,12 +264,16 @@ fn roll_back(
                     key: 0,
                     table: 0,
                     valid: false,
+                    restores: 0,
                 };
                 let zero = vec![0u8; t.value_size as usize];
                 record.resize(t.record_bytes as usize, 0);
                 codec.encode(&h, &zero, &mut record);
             } else {
                 record.extend_from_slice(&it.image);
+                // At the old version, one restore up (the install's version is the next
+                // commit's): the same bytes whichever recovery writes them.
+                codec.restored(&mut record);
                 record[..8].copy_from_slice(&lock.to_le_bytes());
             }
             if rank == 0 && live_meta && codec.meta_words() > 0 {

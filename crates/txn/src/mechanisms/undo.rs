@@ -97,7 +97,7 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
             let tail = &tx.undo.body[old_len..];
             rpc::write(ep, via, n, slice + (HEAD_BYTES + old_len) as u64, tail);
             // (FORD's full flush: a FLUSH after each WRITE; the FLUSH below follows the last.)
-            install::full_flush(ep, flush && tx.c.cfg.ford.full_flush, n);
+            install::full_flush(ep, tx.c.cfg.full_flush(), n);
             rpc::write(ep, via, n, slice, &head);
         } else {
             rpc::write_parts(ep, via, n, slice, &[&head, &tx.undo.body]);

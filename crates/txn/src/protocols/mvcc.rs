@@ -706,6 +706,7 @@ mod tests {
                 key: 1,
                 table: T,
                 valid: true,
+                restores: 0,
             };
             codec.encode(&h, &[version as u8; 64], &mut image[c * b..(c + 1) * b]);
         }
@@ -717,6 +718,7 @@ mod tests {
             node: 0,
             exists: true,
             version: copies[0].expect("a newest version").0,
+            restores: 0,
             locked: false,
             shared: false,
             share_word: 0,

@@ -293,6 +293,7 @@ pub(crate) fn prepare(
             key: it.key,
             table: it.table,
             valid: true,
+            restores: 0,
         };
         match &it.ext {
             Some(st) => cvt.cells.clone_from(&st.cvt.cells),
