@@ -1,6 +1,6 @@
 //! What a coordinator does when memory fails it: a lock batch that fails on one memory node
 //! leaves no lock of ours on the others, and a corrupt hash chain (a cycle) aborts instead of
-//! looping.
+//! looping; and an install a failure cuts short is rolled back one restore up.
 
 use dtxn_fabric::sim::{Adversary, MemoryCrash, SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
@@ -41,12 +41,17 @@ fn plan() -> Plan {
 }
 
 fn sim(plan: &Plan, crash: bool) -> SimPool {
+    sim_crashing_at(plan, crash.then_some(CRASH_NS))
+}
+
+/// [`sim`], memory node 1 crashing at `crash` (virtual ns), if given.
+fn sim_crashing_at(plan: &Plan, crash: Option<u64>) -> SimPool {
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = Profile::ideal();
     cfg.adversary = Adversary::off();
-    if crash {
+    if let Some(at_ns) = crash {
         cfg.faults.memory_crashes = vec![MemoryCrash {
-            at_ns: CRASH_NS,
+            at_ns,
             node: 1,
             down_ns: 1_000_000_000,
         }];
@@ -227,4 +232,58 @@ fn a_cycle_in_a_chain_aborts_instead_of_looping() {
     let out = r.outputs.into_iter().next().unwrap().unwrap();
     let corrupt = Some(AbortReason::CorruptChain);
     assert_eq!(out, [None, corrupt, corrupt, corrupt]);
+}
+
+/// A commit whose install fails on one memory node rolls the other back at the old version,
+/// one restore up (`dtxn_store::record`): the record's next install, at the version of the
+/// one undone, is then stamped apart from it. Memory node 1 crashes at each instant of a
+/// commit writing A's key 1 (node 0) and B's (node 1): wherever the transaction aborts, A's
+/// record is at its old version, and where its install had reached node 0 and was rolled
+/// back, one restore up. (Some instant must cut the install itself.)
+#[test]
+fn an_install_cut_short_by_a_replica_failure_is_rolled_back_one_restore_up() {
+    let plan = plan();
+    let mut restores = Vec::new();
+    for at in (0..30_000).step_by(100) {
+        let mut sim = sim_crashing_at(&plan, Some(at));
+        let one = Topology {
+            compute_nodes: 1,
+            threads: 1,
+            coroutines: 1,
+        };
+        let r = sim
+            .run(one, None, |mut ep: Endpoint| async move {
+                // (A crash before the bootstrap ends fails it: no transaction.)
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.ok()?);
+                let mut c = Coordinator::new(ep, map, Rc::new(TxnConfig::default()));
+                let mut tx = c.begin(TxKind::ReadWrite);
+                let r = async {
+                    tx.fetch(&[Access::update(A, 1), Access::update(B, 1)])
+                        .await?;
+                    tx.update(A, 1, &v(7)).await?;
+                    tx.update(B, 1, &v(7)).await?;
+                    tx.commit().await
+                };
+                Some(reason(&r.await))
+            })
+            .unwrap();
+        if r.outputs[0].unwrap() != Some(Some(AbortReason::ReplicaFailure)) {
+            continue;
+        }
+        let pool = Pool::Sim(sim);
+        let t = plan.table(A).unwrap();
+        let mut bucket = vec![0u8; t.bucket_bytes as usize];
+        pool.with_local(0, |m| m.read(t.home_bucket(1), &mut bucket));
+        let h = (0..t.slots_per_bucket)
+            .map(|s| t.codec().header(t.slot_bytes(&bucket, s)))
+            .find(|h| h.valid && h.key == 1)
+            .expect("A's key 1 in its home bucket on node 0");
+        assert_eq!((h.version, h.lock), (0, 0), "crash at {at} ns: {h:?}");
+        restores.push(h.restores);
+    }
+    assert!(
+        restores.contains(&1),
+        "no instant cut the install: {restores:?}"
+    );
+    assert!(restores.iter().all(|&r| r <= 1), "{restores:?}");
 }
