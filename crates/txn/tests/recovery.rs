@@ -1,8 +1,8 @@
 //! Recovery's decisions, scripted: the pool is put in the state a crash leaves, then
 //! `recovery::recover` runs.
 
-use dtxn_fabric::sim::{Adversary, SimConfig, SimPool};
-use dtxn_fabric::{Endpoint, Pool, Profile};
+use dtxn_fabric::sim::{Adversary, ComputeCrash, SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
 use dtxn_store::log::{ItemKind, LogEntry, LogItem, LogStatus};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec};
 use dtxn_txn::recovery::{recover, Recovered};
@@ -283,6 +283,11 @@ fn recovery_rolls_forward_an_acknowledged_commit_whose_key_the_next_transaction_
 /// A pool of two memory nodes, two replicas, one table of 100-byte values (two lines a
 /// record, so that a READ of one can mix lines of two writes).
 fn two_line_pool() -> Pool {
+    two_line_pool_crashing(None)
+}
+
+/// [`two_line_pool`]'s layout.
+fn two_line_plan() -> Plan {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -290,10 +295,22 @@ fn two_line_pool() -> Pool {
         log_slice_bytes: 4096,
         region_bytes: None,
     };
-    let plan = Plan::new(&[TableSpec::new(T, "t", 100, 100)], &shape).unwrap();
+    Plan::new(&[TableSpec::new(T, "t", 100, 100)], &shape).unwrap()
+}
+
+/// [`two_line_pool`], its compute node crashing at `crash` (virtual ns), if given.
+fn two_line_pool_crashing(crash: Option<u64>) -> Pool {
+    let plan = two_line_plan();
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = Profile::ideal();
     cfg.adversary = Adversary::off();
+    cfg.faults.compute_crashes = crash
+        .map(|at_ns| ComputeCrash {
+            at_ns,
+            compute_node: 0,
+        })
+        .into_iter()
+        .collect();
     let pool = Pool::Sim(SimPool::new(cfg).unwrap());
     plan.format_pool(&pool).unwrap();
     let mut l = Loader::new(plan.table(T).unwrap());
@@ -429,4 +446,51 @@ fn a_commit_over_a_record_rolled_back_since_it_was_read_aborts() {
         (0, 1, 0),
         "left as rolled back"
     );
+}
+
+/// A commit's install leaves each backup's record invisible under the committer's owner id
+/// until the release (recovery tells the dead coordinator's install from another's on a
+/// promoted backup by it: `mechanisms/settle.rs`). The coordinator crashes at each instant of
+/// a commit of KEY; wherever a backup holds the new record still locked, the lock word is the
+/// committer's, invisible.
+#[test]
+fn a_backup_holds_the_install_invisible_under_the_committers_id_until_the_release() {
+    let owner = 1u64; // coordinator 0's
+    let mut held = 0;
+    for at in (0..20_000).step_by(100) {
+        let mut pool = two_line_pool_crashing(Some(at));
+        let Pool::Sim(sim) = &mut pool else {
+            unreachable!()
+        };
+        let one = Topology {
+            compute_nodes: 1,
+            threads: 1,
+            coroutines: 1,
+        };
+        sim.run(one, None, |mut ep: Endpoint| async move {
+            let map = std::rc::Rc::new(PoolMap::bootstrap(&mut ep).await.ok()?);
+            let mut c = dtxn_txn::Coordinator::new(ep, map, std::rc::Rc::new(TxnConfig::default()));
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, KEY)]).await.ok()?;
+            tx.update(T, KEY, &[0x22; 100]).await.ok()?;
+            tx.commit().await.ok()
+        })
+        .unwrap();
+        let plan = two_line_plan();
+        let t = plan.table(T).unwrap();
+        let header_on = |n| {
+            let mut bucket = vec![0u8; t.bucket_bytes as usize];
+            pool.with_local(n, |m| m.read(t.home_bucket(KEY), &mut bucket));
+            (0..t.slots_per_bucket)
+                .map(|s| t.codec().header(t.slot_bytes(&bucket, s)))
+                .find(|h| h.valid && h.key == KEY)
+                .expect("KEY in its home bucket")
+        };
+        let backup = header_on(t.backups()[0]);
+        if backup.version == 1 && backup.lock != 0 {
+            assert_eq!(backup.lock, owner | 1 << 63, "crash at {at} ns");
+            held += 1;
+        }
+    }
+    assert!(held > 0, "no instant caught an install before its release");
 }
