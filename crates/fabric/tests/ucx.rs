@@ -124,6 +124,7 @@ fn directly_mapped_regions_are_refused_unless_allowed() {
         ],
         allow_direct: false,
         allow_down: false,
+        blocking_timeout: None,
     };
     let n = MemNode::start(
         MemNodeConfig {
@@ -863,4 +864,90 @@ fn a_batch_in_flight_on_a_replaced_endpoint_fails_with_node_down() {
     // (`ucp_request_try_send`: "Fatal: unexpected error: Endpoint timeout"). See
     // docs/src/backends.md, "UCX over TCP". So no test checks here that a late answer to a
     // replaced endpoint is ignored.
+}
+
+/// A blocking access (`try_with_local`) to a memory node whose one progress thread is stuck
+/// (here in an RPC handler) gives up after the blocking timeout with NodeDown; then the
+/// admin queue pairs, and a coordinator's endpoint with its RPC still unanswered, are
+/// dropped: their workers are destroyed with those requests never completed, which UCX must
+/// find released. Run in a child process, whose stderr must be free of UCX's complaints (an
+/// unreleased request was reported "not returned to mpool"; on a closing endpoint one has
+/// aborted the process in `ucp_worker_destroy`).
+#[test]
+fn a_blocking_access_to_a_stuck_node_times_out_and_its_teardown_survives() {
+    if !AVAILABLE {
+        return;
+    }
+    const CHILD: &str = "DTXN_UCX_STUCK_NODE_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        return stuck_node_scenario();
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_blocking_access_to_a_stuck_node_times_out_and_its_teardown_survives",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the child failed: {stderr}");
+    assert!(
+        !stderr.contains("not returned to mpool") && !stderr.contains("Assertion"),
+        "UCX complained: {stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 passed"));
+}
+
+fn stuck_node_scenario() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Arc;
+    let n0 = node(4096, "t");
+    // Never dropped: its progress thread stays in the gate for good (see the test above).
+    let stuck = std::mem::ManuallyDrop::new(node(4096, "t"));
+    let entered = Arc::new(AtomicBool::new(false));
+    stuck.set_rpc_handler(Arc::new(Gate {
+        entered: entered.clone(),
+        release: Arc::new(Latch::default()),
+        limit: None,
+    }));
+    let cfg = UcxConfig {
+        blocking_timeout: Some(Duration::from_millis(300)),
+        ..allow_down()
+    };
+    let pool = UcxPool::connect(&[n0.addr(), stuck.addr()], "t", cfg).unwrap();
+    let mut ep = pool.endpoint(ID).unwrap();
+    ep.rpc(1, b"ping");
+    {
+        // Polled (the port progresses its worker) until the handler has it, then abandoned.
+        let mut post = pin!(ep.post());
+        let mut cx = Context::from_waker(Waker::noop());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !entered.load(SeqCst) {
+            assert!(post.as_mut().poll(&mut cx).is_pending());
+            assert!(
+                Instant::now() < deadline,
+                "the RPC never reached its handler"
+            );
+        }
+    }
+    let start = Instant::now();
+    let mut buf = [0u8; 64];
+    let r = pool.try_with_local(1, |m| m.read(0, &mut buf));
+    assert_eq!(r, Err(FabricError::NodeDown(1)));
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    // The other node is still served, by new admin queue pairs.
+    pool.try_with_local(0, |m| m.write(0, &[9; 8])).unwrap();
+    let mut back = [0u8; 8];
+    pool.try_with_local(0, |m| m.read(0, &mut back)).unwrap();
+    assert_eq!(back, [9; 8]);
+    drop(ep);
+    drop(pool);
+    n0.shutdown();
 }

@@ -22,7 +22,8 @@ use std::sync::{Arc, Mutex};
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-/// How long teardown and blocking (`with_local`) ops wait for UCX before giving up.
+/// How long teardown and blocking (`with_local`) ops wait for UCX before giving up, unless
+/// [`UcxConfig::blocking_timeout`] says otherwise.
 const BLOCKING_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long a reconnect ([`Fabric::reconnect`]), which blocks its worker thread, waits for a
@@ -478,6 +479,17 @@ struct InFlight {
 }
 
 impl InFlight {
+    /// Gives up on the batch for good: its buffers are leaked (UCX may still write into them)
+    /// and its requests released, so that UCX frees each when it completes, or when its
+    /// worker is destroyed, which finds none unreleased (one kept only warned, "not returned
+    /// to mpool", but an unreleased request on a closing endpoint has aborted the process).
+    fn abandon(mut self) {
+        for (_, r) in self.reqs.drain(..) {
+            r.release();
+        }
+        std::mem::forget(self);
+    }
+
     fn fail(&mut self, e: FabricError) {
         self.error.get_or_insert(e);
     }
@@ -519,6 +531,8 @@ pub(crate) struct Qps {
     boot: Arc<Boot>,
     /// [`UcxConfig::allow_direct`], for reconnects.
     allow_direct: bool,
+    /// [`UcxConfig::blocking_timeout`], or [`BLOCKING_TIMEOUT`].
+    blocking_timeout: Duration,
     /// Counts endpoint replacements by [`Qps::reconnect`].
     generation: u64,
     /// Per memory node: the [`Qps::generation`] its endpoint was last replaced at (0: the
@@ -593,6 +607,7 @@ impl Qps {
             infos: nodes.to_vec(),
             boot: boot.clone(),
             allow_direct: cfg.allow_direct,
+            blocking_timeout: cfg.blocking_timeout.unwrap_or(BLOCKING_TIMEOUT),
             generation: 0,
             replaced_at: vec![0; nodes.len()],
             after_atomic: false,
@@ -1087,9 +1102,9 @@ impl Qps {
         unsafe { self.post_messages(f, out, &spans) }
     }
 
-    /// Blocks until `f`'s requests complete (progressing), for at most BLOCKING_TIMEOUT.
+    /// Blocks until `f`'s requests complete (progressing), for at most the blocking timeout.
     fn wait(&mut self, f: &mut InFlight) -> bool {
-        let deadline = Instant::now() + BLOCKING_TIMEOUT;
+        let deadline = Instant::now() + self.blocking_timeout;
         loop {
             self.worker.progress();
             if f.poll_reqs() {
@@ -1134,12 +1149,12 @@ fn chunks(addr: u64, len: usize) -> impl Iterator<Item = (usize, usize)> {
 impl Drop for Qps {
     fn drop(&mut self) {
         // Abandoned batches' buffers must outlive their requests: wait, or leak them.
-        let deadline = Instant::now() + BLOCKING_TIMEOUT;
+        let deadline = Instant::now() + self.blocking_timeout;
         while !self.orphans.is_empty() && Instant::now() < deadline {
             self.reap();
         }
         for f in self.orphans.drain(..) {
-            std::mem::forget(f);
+            f.abandon();
         }
         self.rkeys.clear();
         for ep in self.eps.drain(..).flatten() {
@@ -1460,7 +1475,7 @@ impl Drop for UcxPort {
             if let Ok(mut q) = self.qps.try_borrow_mut() {
                 q.orphans.push(f);
             } else {
-                std::mem::forget(f);
+                f.abandon();
             }
         }
     }
@@ -1517,7 +1532,7 @@ impl RemoteMem<'_> {
         if !done {
             std::mem::forget(std::mem::take(&mut self.scratch));
             std::mem::forget(std::mem::replace(&mut self.word, Box::new([0; 2])));
-            std::mem::forget(f);
+            f.abandon();
             self.err = Some(FabricError::NodeDown(self.node));
             return false;
         }

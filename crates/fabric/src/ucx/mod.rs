@@ -96,6 +96,9 @@ pub struct UcxConfig {
     /// (memory-node failover): the store decides whether a down node is one it can do
     /// without. Off by default, where a node down is a setup error with its reason.
     pub allow_down: bool,
+    /// How long a blocking access ([`UcxPool::try_with_local`]) and a thread's teardown wait
+    /// for a memory node's answer before taking it as down (`None`: 10 s).
+    pub blocking_timeout: Option<std::time::Duration>,
 }
 
 impl UcxConfig {
@@ -108,6 +111,7 @@ impl UcxConfig {
             ],
             allow_direct: false,
             allow_down: false,
+            blocking_timeout: None,
         }
     }
 }

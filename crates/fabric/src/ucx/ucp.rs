@@ -301,12 +301,13 @@ impl Req {
         Some(st)
     }
 
-    /// Gives up on a request that carries no buffer of ours (a flush): released now, UCX
-    /// frees it when it completes (kept, `ucp_worker_destroy` would find it unreleased).
+    /// Gives up on a request that carries no buffer of ours (a flush), or whose buffers are
+    /// leaked (an abandoned batch's): released now, UCX frees it when it completes (kept,
+    /// `ucp_worker_destroy` would find it unreleased).
     pub(crate) fn release(mut self) {
         if self.poll().is_none() {
             // SAFETY: a live request handle, not yet freed (`poll` returned `None`), freed
-            // once here; it references no memory of ours.
+            // once here; it references no memory of ours, or only memory leaked for it.
             unsafe { sys::dux_request_free(self.0) };
         }
     }
