@@ -56,7 +56,8 @@ pub const LEADER_OFF: u64 = 192;
 /// Memory node 0: the pool's view ([`crate::view::View`]: its number and each memory node's
 /// state: live, failed, joining, rejoined), CAS only, on the leader word's line.
 pub const VIEW_OFF: u64 = 200;
-/// Memory node 0: the number of the newest view whose promoted primaries have been repaired
+/// Memory node 0: the newest view whose promoted primaries have been repaired (its word,
+/// [`crate::view::View::word`]: the next repair needs only what changed since)
 /// (`dtxn_txn::membership`), CAS only, on the leader word's line.
 pub const REPAIRED_OFF: u64 = 208;
 /// Memory node 0: coordinator `i`'s lease word at `LEASE_OFF + 8 i`, WRITten by `i` alone

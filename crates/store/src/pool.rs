@@ -185,6 +185,34 @@ impl PoolMap {
         self.tables.iter().filter(|t| self.is_promoted(t))
     }
 
+    /// The promoted tables ([`PoolMap::promoted`]) whose primary is not yet repaired, `repaired`
+    /// being the view repaired last: if that is the view just before this one, those whose
+    /// primary changed in the step (another node, or the same node in another state); after
+    /// a gap of views, every promoted table. (A primary unchanged over a step served in the
+    /// repaired view, repaired itself if it was promoted, and nothing of its changed since.)
+    pub fn promoted_since(&self, repaired: View) -> impl Iterator<Item = &TableInfo> {
+        let before = (repaired.number.checked_add(1) == Some(self.view.number))
+            .then(|| self.in_view(repaired));
+        self.tables.iter().filter(move |t| {
+            if !self.is_promoted(t) {
+                return false;
+            }
+            let Some(before) = &before else {
+                return true;
+            };
+            let now = t.primary();
+            match before.table(t.id) {
+                Ok(b) => {
+                    b.primary() != now
+                        || repaired.is_failed(now) != self.view.is_failed(now)
+                        || repaired.is_joining(now) != self.view.is_joining(now)
+                        || repaired.is_rejoined(now) != self.view.is_rejoined(now)
+                }
+                Err(_) => true,
+            }
+        })
+    }
+
     /// `t` (a table of this map) has a promoted backup for its primary.
     pub fn is_promoted(&self, t: &TableInfo) -> bool {
         if self.view.is_rejoined(t.replicas[0]) {
@@ -729,5 +757,56 @@ mod tests {
         // A joiner alone is no replica: the table is lost.
         let m = all.in_view(v.without(&[3]).unwrap().joining(2).unwrap());
         assert_eq!(m.lost(), [2]);
+    }
+
+    /// What a view's repair must scan, the view before it repaired: the tables whose primary
+    /// changed in the step, or everything promoted after a gap of views.
+    #[test]
+    fn a_repair_scans_only_the_primaries_changed_since_the_view_repaired_last() {
+        let mut a = info(1);
+        a.replicas = vec![1, 2, 0];
+        let mut b = info(2);
+        b.replicas = vec![2, 3];
+        let mut c = info(3);
+        c.replicas = vec![3, 1];
+        let sb = |node| Superblock {
+            node,
+            nodes: 4,
+            region_size: 1 << 20,
+            catalog_entries: 0,
+            catalog_crc: 0,
+            log_off: 1 << 16,
+            log_slice_bytes: 4096,
+            log_slices: 4,
+        };
+        let all = PoolMap::new(
+            (0..4).map(sb).collect(),
+            4,
+            View::default(),
+            [(1, a), (2, b), (3, c)].into_iter().collect(),
+        );
+        let since = |m: &PoolMap, repaired: View| -> Vec<u32> {
+            m.promoted_since(repaired).map(|t| t.id).collect()
+        };
+        // Node 2 fails: table 2 promoted (to 3).
+        let v1 = View::default().without(&[2]).unwrap();
+        assert_eq!(since(&all.in_view(v1), View::default()), [2]);
+        // Node 2 comes back, joins, rejoins: table 2 stays on 3, nothing to repair again
+        // (it was promoted all along).
+        let v2 = v1.joining(2).unwrap();
+        let v3 = v2.joined(2).unwrap();
+        assert_eq!(all.in_view(v2).promoted().count(), 1);
+        assert_eq!(since(&all.in_view(v2), v1), [] as [u32; 0]);
+        assert_eq!(since(&all.in_view(v3), v2), [] as [u32; 0]);
+        // Node 3 fails: table 2 goes to 2 (rejoined), table 3 to 1; table 2 is repaired
+        // again, its primary having changed.
+        let v4 = v3.without(&[3]).unwrap();
+        assert_eq!(since(&all.in_view(v4), v3), [2, 3]);
+        // After a gap (view 1 repaired last, view 3 now): every promoted table.
+        assert_eq!(since(&all.in_view(v3), v1), [2]);
+        assert_eq!(
+            all.in_view(v3).promoted().map(|t| t.id).collect::<Vec<_>>(),
+            [2]
+        );
     }
 }

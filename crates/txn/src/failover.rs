@@ -35,7 +35,7 @@ use crate::mechanisms::{journal, INVISIBLE};
 use crate::recovery::{read_buckets, scan_chunks};
 use crate::registry::Protocol;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
-use dtxn_store::{PoolMap, TableInfo};
+use dtxn_store::{PoolMap, TableInfo, View};
 
 /// The memory nodes of `map`'s view (but node 0, which holds the view) that do not answer a
 /// READ: one round trip per node found down, one more when none is.
@@ -54,19 +54,26 @@ pub async fn probe(ep: &mut Endpoint, map: &PoolMap) -> Result<Vec<NodeId>, Fabr
     }
 }
 
-/// Repairs every promoted primary of `map`'s view (see the module doc): raises its overflow
-/// counter to the highest link and clears its stale invisible words, then what `protocol`
-/// kept on the primary alone (SUNDIAL's leases). Idempotent (a leader that dies half-way
-/// leaves it for the next). Returns the tables repaired.
+/// Repairs the promoted primaries of `map`'s view (see the module doc): raises each one's
+/// overflow counter to the highest link and clears its stale invisible words, then what
+/// `protocol` kept on the primary alone (SUNDIAL's leases). With `since`, the view repaired
+/// last, only the tables whose primary changed since ([`PoolMap::promoted_since`]: a
+/// rejoin's later views promote nothing, and rescanning a table of millions of records would
+/// hold every coordinator for nothing); without, every promoted one. Idempotent (a leader
+/// that dies half-way leaves it for the next). Returns the tables repaired.
 pub async fn repair_promoted(
     ep: &mut Endpoint,
     map: &PoolMap,
     protocol: Protocol,
+    since: Option<View>,
 ) -> Result<u32, FabricError> {
-    let mut tables = 0;
+    let todo: Vec<&TableInfo> = match since {
+        Some(v) => map.promoted_since(v).collect(),
+        None => map.promoted().collect(),
+    };
+    let ids: Vec<u32> = todo.iter().map(|t| t.id).collect();
     let mut bytes = Vec::new();
-    for t in map.promoted() {
-        tables += 1;
+    for t in todo {
         let n = t.primary();
         let codec = t.codec();
         let mut highest = 0u64;
@@ -104,10 +111,10 @@ pub async fn repair_promoted(
             }
         }
     }
-    if tables > 0 {
-        protocol.repair_promoted(ep, map).await?;
+    if !ids.is_empty() {
+        protocol.repair_promoted(ep, map, &ids).await?;
     }
-    Ok(tables)
+    Ok(ids.len() as u32)
 }
 
 /// The failed memory nodes of `map`'s view that answer a READ again (a replacement came back
@@ -452,16 +459,18 @@ async fn copy_locked(
     written.and(unlocked)
 }
 
-/// For a protocol's repair hook: every bucket of every promoted table of `map`'s view, as its
-/// new primary holds it, one chunk per round trip (16 KiB per READ): `f(ep, table, bucket
-/// index, bucket address, bucket bytes)` posts what it repairs there, awaited with the chunk.
+/// For a protocol's repair hook: every bucket of each promoted table of `tables` (ids, of
+/// `map`'s view), as its new primary holds it, one chunk per round trip (16 KiB per READ):
+/// `f(ep, table, bucket index, bucket address, bucket bytes)` posts what it repairs there,
+/// awaited with the chunk.
 pub(crate) async fn each_promoted_bucket(
     ep: &mut Endpoint,
     map: &PoolMap,
+    tables: &[u32],
     mut f: impl FnMut(&mut Endpoint, &TableInfo, u64, u64, &[u8]),
 ) -> Result<(), FabricError> {
     let mut bytes = Vec::new();
-    for t in map.promoted() {
+    for t in map.tables().filter(|t| tables.contains(&t.id)) {
         for chunk in scan_chunks(t) {
             read_buckets(ep, t, t.primary(), &chunk, &mut bytes).await?;
             for (b, bucket) in chunk.clone().zip(bytes.chunks(t.bucket_bytes as usize)) {

@@ -222,7 +222,7 @@ pub struct Members {
     pub leader: u64,
     /// The pool's view, and the newest view whose promoted primaries were repaired.
     pub view: View,
-    pub repaired: u16,
+    pub repaired: View,
     pub members: Vec<Member>,
 }
 
@@ -264,7 +264,7 @@ pub async fn read_members(ep: &mut Endpoint, n: u32) -> Result<Members, FabricEr
         posted_ns,
         leader: ep.word(line, 0),
         view: View::parse(ep.word(line, (VIEW_OFF - LEADER_OFF) as usize)),
-        repaired: ep.word(line, (REPAIRED_OFF - LEADER_OFF) as usize) as u16,
+        repaired: View::parse(ep.word(line, (REPAIRED_OFF - LEADER_OFF) as usize)),
         members,
     })
 }
@@ -608,7 +608,7 @@ impl Service {
         while m.view != self.map.view() || self.unacknowledged(ep, &m) {
             m = self.adopt(ep, m.view).await?;
         }
-        let active = m.view == self.map.view() && m.repaired == m.view.number;
+        let active = m.view == self.map.view() && m.repaired.number == m.view.number;
         let scan = self.recover_dead(ep, m).await?;
         if self.rejoin && active {
             self.rejoin_step(ep).await?;
@@ -669,7 +669,7 @@ impl Service {
         };
         let view = self.map.view();
         let m = read_members(ep, self.members).await?;
-        if m.view != view || m.repaired != view.number {
+        if m.view != view || m.repaired.number != view.number {
             return self.give_back(ep, mine).await;
         }
         let mut state = match self.copy.take() {
@@ -880,7 +880,7 @@ impl Service {
                 .iter()
                 .enumerate()
                 .all(|(i, x)| i as u32 == me || x.agrees(view, m.posted_ns));
-            if agreed && m.repaired == view.number {
+            if agreed && m.repaired.number == view.number {
                 let e = ViewEvent {
                     view,
                     coordinator: me,
@@ -945,8 +945,11 @@ impl Service {
         };
         let m = read_members(ep, self.members).await?;
         let mut tables = 0;
-        if m.view == view && m.repaired != view.number {
-            match failover::repair_promoted(ep, &self.map, self.protocol).await {
+        if m.view == view && m.repaired.number != view.number {
+            // Only what changed since the view repaired last (every promoted table after a
+            // gap of views): a rejoin's two later views promote nothing new.
+            let since = Some(m.repaired);
+            match failover::repair_promoted(ep, &self.map, self.protocol, since).await {
                 Ok(n) => tables = n,
                 Err(FabricError::NodeDown(n)) if n != 0 => {
                     self.suspect = true;
@@ -955,12 +958,7 @@ impl Service {
                 }
                 Err(e) => return Err(e),
             }
-            ep.cas(
-                0,
-                REPAIRED_OFF,
-                u64::from(m.repaired),
-                u64::from(view.number),
-            );
+            ep.cas(0, REPAIRED_OFF, m.repaired.word(), view.word());
             ep.flush(0); // as the view word (`change_view`)
             ep.post().await?;
         }

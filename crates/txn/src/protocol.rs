@@ -168,8 +168,13 @@ pub(crate) trait Protocol: Sized + 'static {
     /// Memory-node failover: what a promoted primary of `map`'s view kept alone, beside the
     /// overflow counters and invisible words every protocol's tables get repaired
     /// ([`crate::failover::repair_promoted`], once nothing of an older view is in flight and
-    /// before anyone uses a promoted primary). Nothing by default.
-    async fn repair_promoted(_ep: &mut Endpoint, _map: &PoolMap) -> Result<(), FabricError> {
+    /// before anyone uses a promoted primary), for the promoted tables `tables` (ids, of
+    /// `map`). Nothing by default.
+    async fn repair_promoted(
+        _ep: &mut Endpoint,
+        _map: &PoolMap,
+        _tables: &[u32],
+    ) -> Result<(), FabricError> {
         Ok(())
     }
 

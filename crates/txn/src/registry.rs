@@ -133,9 +133,10 @@ macro_rules! registry {
                 self,
                 ep: &mut Endpoint,
                 map: &PoolMap,
+                tables: &[u32],
             ) -> Result<(), FabricError> {
                 match self {
-                    $( Protocol::$variant => <$ty>::repair_promoted(ep, map).await, )*
+                    $( Protocol::$variant => <$ty>::repair_promoted(ep, map, tables).await, )*
                 }
             }
 

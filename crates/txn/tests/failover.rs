@@ -188,7 +188,7 @@ fn fail_over(script: Script) -> Seen {
             seen.counter.0 = ep.word(r, 0);
             if repair {
                 let p = if own_repair { protocol } else { Protocol::Ford };
-                seen.repaired = repair_promoted(ep, &map, p).await.unwrap();
+                seen.repaired = repair_promoted(ep, &map, p, None).await.unwrap();
             }
             let r = ep.read(t.primary(), t.overflow_counter(), 8);
             ep.post().await.unwrap();

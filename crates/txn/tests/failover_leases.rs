@@ -113,7 +113,7 @@ fn reader_then_writer(repair: bool) -> (u64, u64) {
             } else {
                 Protocol::Ford
             };
-            assert_eq!(repair_promoted(ep, &map, p).await.unwrap(), 1);
+            assert_eq!(repair_promoted(ep, &map, p, None).await.unwrap(), 1);
             c.set_map(map.clone());
             update(&mut c, &[], (B, 0), 4).await;
             let ts_w = version(c.endpoint(), &map, B, 0, 0).await;

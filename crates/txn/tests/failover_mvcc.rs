@@ -143,7 +143,12 @@ fn reader_then_writer(failover: bool) -> (Seen, Seen) {
             ep.post().await.unwrap();
             assert!(ep.cas_ok(cas));
             let map = Rc::new(map.in_view(next));
-            assert_eq!(repair_promoted(ep, &map, Protocol::Mvcc).await.unwrap(), 1);
+            assert_eq!(
+                repair_promoted(ep, &map, Protocol::Mvcc, None)
+                    .await
+                    .unwrap(),
+                1
+            );
             seen
         })
         .unwrap();

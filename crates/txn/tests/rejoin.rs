@@ -465,6 +465,20 @@ fn a_blank_replacement_is_copied_to_under_load_and_promoted_later() {
             rejoined_active < FAIL_2_NS,
             "seed {seed}: {rejoined_active}"
         );
+        // Each view's repair scans the primaries changed since the view before: the two
+        // failures promote (B to node 2, then to node 1), the joining and rejoined views
+        // change no primary and scan nothing.
+        let repaired = |pick: &dyn Fn(View) -> bool| -> u32 {
+            let views = seen.views.iter().filter(|e| pick(e.view));
+            views.map(|e| e.repaired).sum()
+        };
+        assert!(repaired(&|v| v.number == 1) >= 1, "seed {seed}");
+        assert_eq!(
+            repaired(&|v| v.is_joining(1) || v == j.joined),
+            0,
+            "seed {seed}"
+        );
+        assert!(repaired(&|v| v.is_failed(2)) >= 1, "seed {seed}");
         assert!(
             seen.committed_joining > 0,
             "seed {seed}: no commit ran during the copy"
@@ -575,9 +589,11 @@ fn a_blank_replacement_is_copied_to_under_the_rcc_protocols_and_scythe() {
     }
 }
 
-/// Their negative controls: without the slot locks some seed loses a committed insert (2 of
-/// 3 seeds did for every one of them), and without the joiner among the commits' backups
-/// every seed does (over a hundred inserts each).
+/// Their negative controls: without the slot locks some seed loses a committed insert (which
+/// seeds do moves with the run's timing: WAIT_DIE lost inserts on 11 of seeds 1-30, none of
+/// 1-9, once a rejoin's later views no longer rescanned the promoted table; the others on 2
+/// of 3), and without the joiner among the commits' backups every seed does (over a hundred
+/// inserts each).
 #[test]
 fn under_the_rcc_protocols_and_scythe_the_controls_lose_commits() {
     for protocol in RCC_AND_SCYTHE {
@@ -587,8 +603,8 @@ fn under_the_rcc_protocols_and_scythe_the_controls_lose_commits() {
             losses(&seen, &b).0.len()
         };
         assert!(
-            (1..=3).any(|seed| lost(seed, Control::UnlockedCopy) > 0),
-            "{p}: the unlocked copy lost nothing on 3 seeds"
+            (1..=16).any(|seed| lost(seed, Control::UnlockedCopy) > 0),
+            "{p}: the unlocked copy lost nothing on 16 seeds"
         );
         assert!(lost(1, Control::JoinersUnwritten) > 50, "{p}");
     }

@@ -320,8 +320,12 @@ impl Protocol for Mvcc {
     /// replica, and only the primary's is unfrozen by the abort (readers would abort on it
     /// until the record's next writer took it over). Nothing runs while the repair does, so
     /// a frozen word on a promoted primary is stale: written back unfrozen.
-    async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<(), FabricError> {
-        failover::each_promoted_bucket(ep, map, |ep, t, b, at, bucket| {
+    async fn repair_promoted(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        tables: &[u32],
+    ) -> Result<(), FabricError> {
+        failover::each_promoted_bucket(ep, map, tables, |ep, t, b, at, bucket| {
             if t.meta_words < 1 {
                 return;
             }

@@ -341,8 +341,12 @@ impl Protocol for Scythe {
     /// backup, and the failed node's died with it), so every promoted lock starts as an
     /// empty queue: GRANT written to `lower = upper`, `queued_ts` 0 (no ticket older than the
     /// next grant is waiting). UPPER, the NICs' count of releases, is left as it is.
-    async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<(), FabricError> {
-        failover::each_promoted_bucket(ep, map, |ep, t, _, at, bucket| {
+    async fn repair_promoted(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        tables: &[u32],
+    ) -> Result<(), FabricError> {
+        failover::each_promoted_bucket(ep, map, tables, |ep, t, _, at, bucket| {
             if t.meta_words < takeout::WORDS {
                 return;
             }

@@ -241,7 +241,11 @@ impl Protocol for Sundial {
     /// version or chain `wts` it read, committed, so on every replica as well. Nothing runs
     /// while the repair does (every coordinator waits for the view to be active), so the
     /// words are written, not CASed.
-    async fn repair_promoted(ep: &mut Endpoint, map: &PoolMap) -> Result<(), FabricError> {
+    async fn repair_promoted(
+        ep: &mut Endpoint,
+        map: &PoolMap,
+        tables: &[u32],
+    ) -> Result<(), FabricError> {
         let mut bound = 0u64;
         let mut bytes = Vec::new();
         for t in map.tables().filter(|t| t.meta_words >= 1) {
@@ -266,7 +270,10 @@ impl Protocol for Sundial {
                 }
             }
         }
-        for t in map.promoted().filter(|t| t.meta_words >= 1) {
+        for t in map
+            .tables()
+            .filter(|t| t.meta_words >= 1 && tables.contains(&t.id))
+        {
             let (n, codec) = (t.primary(), t.codec());
             for chunk in scan_chunks(t) {
                 read_buckets(ep, t, n, &chunk, &mut bytes).await?;
