@@ -47,8 +47,9 @@
 //!   the sync paper's broken scheme S5. The invisible bit remains, for what it is right for:
 //!   atomic visibility across items (a reader re-reads an invisible record, so it never sees
 //!   one item of a committing transaction new and another old without validation noticing).
-//! - Versions are `old + 1` under the lock: monotonic per key, never repeated, across any
-//!   number of compute nodes.
+//! - Versions are `old + 1` under the lock: monotonic per key across any number of compute
+//!   nodes, but for a roll-back, which puts the old version back one restore up, so that the
+//!   next commit's stamps (at the undone install's version) differ from the undone install's.
 //! - The commit writes lock word, version and data of a record in one WRITE: line 0 carries
 //!   both, so no reader sees the new version without the invisible bit.
 
