@@ -494,3 +494,140 @@ fn a_backup_holds_the_install_invisible_under_the_committers_id_until_the_releas
     }
     assert!(held > 0, "no instant caught an install before its release");
 }
+
+/// An insert rolled back by recovery leaves its slot free one restore up, at the version the
+/// slot had; an insert of the same key then takes that slot again, at the undone insert's
+/// version. It must carry the slot's count, or it is stamped like the undone insert (an
+/// insert's version is above the slot's stamps, but not above an undone insert's).
+#[test]
+fn an_insert_into_a_slot_whose_insert_was_rolled_back_is_stamped_apart_from_it() {
+    const NEW: u64 = 1000;
+    let (undone, next, reused, t) =
+        common::with_coordinator(two_line_pool(), TxnConfig::default(), |mut c| async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(T).unwrap().clone();
+            let ep = c.endpoint();
+            let home = t.home_bucket(NEW);
+            let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
+            ep.post().await.unwrap();
+            let bucket = ep.bytes(r).to_vec();
+            let s = (0..t.slots_per_bucket)
+                .find(|&s| !t.codec().header(t.slot_bytes(&bucket, s)).valid)
+                .expect("a free slot");
+            let offset = t.slot(home, s);
+            let image = t.slot_bytes(&bucket, s)[..t.record_bytes as usize].to_vec();
+            // The dead coordinator's insert of NEW there: logged, locked, on the primary only.
+            let owner = u64::from(DEAD) + 1;
+            let entry = LogEntry {
+                txn: 99,
+                coordinator: DEAD,
+                status: LogStatus::Pending,
+                tag: 0,
+                items: vec![LogItem {
+                    table: T,
+                    offset,
+                    insert: true,
+                    kind: ItemKind::Undo,
+                    image: image.clone(),
+                }],
+            };
+            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
+            let mut log = Vec::new();
+            entry.encode(slice_bytes, &mut log).unwrap();
+            for n in map.live_nodes() {
+                ep.write(n, slice, &log);
+            }
+            let cas = ep.cas(t.primary(), offset, 0, owner);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            let h = dtxn_store::record::RecordHeader {
+                lock: owner | (1 << 63),
+                version: t.codec().header(&image).version + 1,
+                key: NEW,
+                table: T,
+                valid: true,
+                restores: 0,
+            };
+            let mut install = vec![0u8; t.record_bytes as usize];
+            t.codec().encode(&h, &[0xEE; 100], &mut install);
+            ep.write(t.primary(), offset, &install);
+            ep.post().await.unwrap();
+            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
+            assert_eq!(outcome, Recovered::RolledBack(99));
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.insert(T, NEW, &[0x11; 100]).await.unwrap();
+            tx.commit().await.unwrap();
+            let (at, next) = record_of(c.endpoint(), &t, NEW).await;
+            (install, next, at == offset, t)
+        });
+    assert!(
+        reused,
+        "the insert took another slot: the scenario needs the same one"
+    );
+    let (u, n) = (t.codec().header(&undone), t.codec().header(&next));
+    assert_eq!((n.version, n.restores), (u.version, 1), "{u:?} {n:?}");
+    assert!(
+        !a_mix_decodes(&t, &undone, &next),
+        "a torn READ decoded as whole"
+    );
+}
+
+/// A cold item's undo image is logged before its lock: two roll-backs may come between (the
+/// record back at the image's version, two restores up), then the dead coordinator's lock,
+/// which sees the count changed and aborts, and its crash. Its recovery must not write the
+/// stale image one restore up (the count would go down, to that of the first roll-back, and
+/// the next commit would be stamped like the second's undone install): nothing of it landed.
+#[test]
+fn recovery_never_lowers_a_records_restore_count() {
+    let (undone, recovered, next, t) =
+        common::with_coordinator(two_line_pool(), TxnConfig::default(), |mut c| async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(T).unwrap().clone();
+            let (offset, stale) = record_of(c.endpoint(), &t, KEY).await;
+            install_cut_off_and_rolled_back(c.endpoint(), &map, &t, offset, &stale).await;
+            let (_, once) = record_of(c.endpoint(), &t, KEY).await;
+            let undone =
+                install_cut_off_and_rolled_back(c.endpoint(), &map, &t, offset, &once).await;
+            // Coordinator 2 read KEY cold as `stale`, logged it, locked it at commit, found it
+            // changed and crashed.
+            let dead = 2u32;
+            let entry = LogEntry {
+                txn: 77,
+                coordinator: dead,
+                status: LogStatus::Pending,
+                tag: 0,
+                items: vec![LogItem {
+                    table: T,
+                    offset,
+                    insert: false,
+                    kind: ItemKind::Undo,
+                    image: stale,
+                }],
+            };
+            let ep = c.endpoint();
+            let (slice, slice_bytes) = map.log_slice(dead).unwrap();
+            let mut log = Vec::new();
+            entry.encode(slice_bytes, &mut log).unwrap();
+            for n in map.live_nodes() {
+                ep.write(n, slice, &log);
+            }
+            let cas = ep.cas(t.primary(), offset, 0, u64::from(dead) + 1);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            let (outcome, _) = recover(ep, &map, Protocol::Ford, dead).await.unwrap();
+            assert_eq!(outcome, Recovered::RolledBack(77));
+            let (_, recovered) = record_of(c.endpoint(), &t, KEY).await;
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.fetch(&[Access::update(T, KEY)]).await.unwrap();
+            tx.update(T, KEY, &[0x11; 100]).await.unwrap();
+            tx.commit().await.unwrap();
+            let (_, next) = record_of(c.endpoint(), &t, KEY).await;
+            (undone, recovered, next, t)
+        });
+    let h = t.codec().header(&recovered);
+    assert_eq!((h.version, h.restores, h.lock), (0, 2, 0), "{h:?}");
+    assert!(
+        !a_mix_decodes(&t, &undone, &next),
+        "a torn READ decoded as whole"
+    );
+}

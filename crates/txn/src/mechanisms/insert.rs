@@ -378,12 +378,15 @@ async fn place<P: Protocol>(
             }
         };
         placed.push(slot);
-        let stamp = t.codec().header(&image).version;
+        let h = t.codec().header(&image);
         let it = &mut tx.items[w.item];
         it.offset = Some(slot);
         it.node = w.chain.0;
         it.version = w.tombstone;
-        it.install = Some(stamp.max(w.tombstone) + 1);
+        it.install = Some(h.version.max(w.tombstone) + 1);
+        // The slot's roll-back count, carried by the install: a slot whose last insert was
+        // rolled back is stamped one version below that insert's, which this one installs.
+        it.restores = h.restores;
         let pooled = std::mem::replace(&mut it.image, image);
         it.new = NewValue::Insert;
         it.cold = true;

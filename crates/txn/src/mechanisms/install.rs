@@ -149,12 +149,9 @@ pub(crate) fn encode_new<X>(record: &mut Vec<u8>, t: &TableInfo, it: &Item<X>, l
         key: it.key,
         table: it.table,
         valid: it.new != NewValue::Delete,
-        // An insert's version is above the slot's every stamp: it needs no count.
-        restores: if it.new == NewValue::Insert {
-            0
-        } else {
-            it.restores
-        },
+        // An insert's too (the slot's): its version, one above the slot's, is that of any
+        // insert rolled back there since the slot was freed.
+        restores: it.restores,
     };
     // One copy: a table's older copies (MVCC's version slots) are [`displace`]'s.
     record.resize(t.copy_bytes(), 0);

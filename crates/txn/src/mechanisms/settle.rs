@@ -26,11 +26,15 @@ pub(crate) async fn settle(
     let seen = judge_replicas(ep, map, owner, e, &reads);
     // Items it never locked were never written (the commit waits for every lock).
     let ours: Vec<usize> = (0..e.items.len()).filter(|&i| seen.held[i]).collect();
-    // What it holds but never wrote, newer than its image: not its to roll back.
+    // What it holds but never wrote, newer than its image: not its to roll back. Nor what no
+    // replica shows a write of (none torn, none newer): a cold item's image is logged before
+    // its lock, and a roll-back since (another's, or a first recovery's) left the record at
+    // the image's version with a higher restore count, which writing the image one restore
+    // up would lower: the next install would then be stamped like one already undone.
     let ours_to_undo: Vec<usize> = ours
         .iter()
         .copied()
-        .filter(|&i| seen.undo[i] && !seen.foreign[i])
+        .filter(|&i| seen.undo[i] && !seen.foreign[i] && seen.touched[i])
         .collect();
     if ours.is_empty() {
         // It holds nothing it logged: it never wrote, or it released everything already.
@@ -97,6 +101,9 @@ struct Seen {
     /// readable replicas alone (an older view's commit never wrote a joiner), a roll forward
     /// gives them the primary's record.
     to_joiners: Vec<(usize, NodeId, OpId)>,
+    /// Some replica (a joiner too) holds a write over the image: a torn record, or a whole
+    /// one newer than the image.
+    touched: Vec<bool>,
 }
 
 /// Queues a READ of every replica of every logged item, as it is now.
@@ -136,16 +143,11 @@ fn judge_replicas(
         foreign: vec![false; n_items],
         our_install: vec![false; n_items],
         to_joiners: Vec::new(),
+        touched: vec![false; n_items],
     };
     for &(i, n, r) in reads {
         let it = &e.items[i];
         let t = map.table(it.table).expect("checked");
-        if t.is_joiner(n) {
-            let primary = reads.iter().find(|x| x.0 == i && x.1 == t.primary());
-            seen.to_joiners
-                .extend(primary.map(|&(_, _, pr)| (i, n, pr)));
-            continue;
-        }
         let now = t.codec().header(ep.bytes(r));
         // A commit WRITE cut off by the crash leaves line 0 new and later lines old: the
         // header alone would call it installed. Only a record whose every line agrees is.
@@ -161,6 +163,15 @@ fn judge_replicas(
             // ones (SUNDIAL, MVCC) their commit timestamp, above it.
             Some(old) => (now.version > old.version && now.key == old.key).then_some(now.version),
         };
+        if !whole || new.is_some() {
+            seen.touched[i] = true;
+        }
+        if t.is_joiner(n) {
+            let primary = reads.iter().find(|x| x.0 == i && x.1 == t.primary());
+            seen.to_joiners
+                .extend(primary.map(|&(_, _, pr)| (i, n, pr)));
+            continue;
+        }
         if n == t.primary() && map.lost_locks(t) && !holds(now.lock, owner) {
             // A promoted primary, and the dead coordinator died before the promotion: its
             // lock died with the failed primary. (A commit leaves its owner id on a backup

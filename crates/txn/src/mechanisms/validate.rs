@@ -15,7 +15,8 @@ use dtxn_store::record::{RecordHeader, HEADER_BYTES};
 
 /// Whether an item's header, read at validation, says the item changed since it was read: a
 /// read-only item must still have its version and be unlocked; a locked one its version; an
-/// insert's free slot must still be free, stamped below the version we install.
+/// insert's free slot must still be free, stamped below the version we install (and not
+/// rolled back since: see below).
 ///
 /// A record rolled back since it was read is back at the version read, with one more restore
 /// (`dtxn_store::record`): changed too. Its value is the one read, but a commit that went on
@@ -23,7 +24,7 @@ use dtxn_store::record::{RecordHeader, HEADER_BYTES};
 /// rolled back, at the same version, with other bytes.
 pub(crate) fn changed<X>(it: &Item<X>, h: &RecordHeader) -> bool {
     if it.new == NewValue::Insert {
-        h.valid || h.version >= it.new_version()
+        h.valid || h.version >= it.new_version() || h.restores != it.restores
     } else if it.rw {
         h.version != it.version
             || h.restores != it.restores
