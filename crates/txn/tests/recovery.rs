@@ -4,8 +4,8 @@
 use dtxn_fabric::sim::{Adversary, ComputeCrash, SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
 use dtxn_store::log::{ItemKind, LogEntry, LogItem, LogStatus};
-use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec};
-use dtxn_txn::recovery::{recover, Recovered};
+use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec, View};
+use dtxn_txn::recovery::{self, recover, Recovered};
 use dtxn_txn::{Access, Protocol, TxKind, TxnConfig};
 
 mod common;
@@ -630,4 +630,119 @@ fn recovery_never_lowers_a_records_restore_count() {
         !a_mix_decodes(&t, &undone, &next),
         "a torn READ decoded as whole"
     );
+}
+
+/// A dead coordinator's install that reached one backup alone, its primary then failing
+/// before recovery: in the new view the promoted backup holds the image (no id of the dead's:
+/// its lock died with the primary), another backup the install. Recovery must roll that one
+/// back too (it judged the promoted record "never landed" and left the other backup with a
+/// version that never committed, a primary-backup mismatch and, were the promoted one to fail
+/// next, an uncommitted value served).
+#[test]
+fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
+    use dtxn_fabric::sim::MemoryCrash;
+    const FAIL_NS: u64 = 1_000_000;
+    let shape = PoolShape {
+        memory_nodes: 3,
+        replicas: 3,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let plan = Plan::new(
+        &[
+            TableSpec::new(T, "a", 100, 100),
+            TableSpec::new(T + 1, "b", 100, 100),
+        ],
+        &shape,
+    )
+    .unwrap();
+    // The table whose primary is node 1 (node 0, which holds the view, never fails).
+    let b = [T, T + 1]
+        .into_iter()
+        .find(|&id| plan.table(id).unwrap().primary() == 1)
+        .expect("a table on node 1");
+    let mut cfg = SimConfig::new(1, 3, plan.region_bytes);
+    cfg.profile = Profile::ideal();
+    cfg.adversary = Adversary::off();
+    cfg.faults.memory_crashes = vec![MemoryCrash {
+        at_ns: FAIL_NS,
+        node: 1,
+        down_ns: MemoryCrash::FOREVER,
+    }];
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(b).unwrap());
+    for k in 0..20u64 {
+        l.insert(&pool, k, &[k as u8; 100]).unwrap();
+    }
+    let (outcome, records) = common::with_coordinator(pool, TxnConfig::default(), move |mut c| {
+        async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(b).unwrap().clone();
+            let ep = c.endpoint();
+            let (offset, image) = record_of(ep, &t, KEY).await;
+            let owner = u64::from(DEAD) + 1;
+            let entry = LogEntry {
+                txn: 99,
+                coordinator: DEAD,
+                status: LogStatus::Pending,
+                tag: 0,
+                items: vec![LogItem {
+                    table: b,
+                    offset,
+                    insert: false,
+                    kind: ItemKind::Undo,
+                    image: image.clone(),
+                }],
+            };
+            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
+            let mut log = Vec::new();
+            entry.encode(slice_bytes, &mut log).unwrap();
+            for n in map.live_nodes() {
+                ep.write(n, slice, &log);
+            }
+            let cas = ep.cas(t.primary(), offset, 0, owner);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            // Its install, on the last backup alone (invisible with its id, as commits leave
+            // backups).
+            let mut h = t.codec().header(&image);
+            h.version += 1;
+            h.lock = owner | (1 << 63);
+            let mut install = vec![0u8; t.record_bytes as usize];
+            t.codec().encode(&h, &[0xEE; 100], &mut install);
+            let last = *t.replicas.last().unwrap();
+            ep.write(last, offset, &install);
+            ep.post().await.unwrap();
+            // Node 1 fails; the view changes without it.
+            let now = ep.now_ns();
+            ep.sleep(2 * FAIL_NS - now.min(FAIL_NS)).await;
+            let next = View::default().without(&[1]).unwrap();
+            let cas = dtxn_txn::membership::change_view(ep, View::default(), next);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            let map = PoolMap::bootstrap(ep).await.unwrap();
+            let t = map.table(b).unwrap().clone();
+            assert_ne!(t.primary(), 1, "promoted");
+            let mut r = recovery::recover_all_in_views(ep, &map, Protocol::Ford, &[(DEAD, true)])
+                .await
+                .unwrap();
+            let (outcome, _) = r.pop().unwrap();
+            let mut records = Vec::new();
+            for &n in &t.replicas {
+                let r = ep.read(n, offset, t.record_bytes as usize);
+                ep.post().await.unwrap();
+                records.push((n, ep.bytes(r).to_vec()));
+            }
+            (outcome, records)
+        }
+    });
+    assert_eq!(outcome, Recovered::RolledBack(99));
+    let t = plan.table(b).unwrap();
+    for (n, rec) in &records {
+        let mut value = vec![0u8; 100];
+        let h = t.codec().decode(rec, &mut value).unwrap();
+        assert_eq!((h.version, value[0]), (0, KEY as u8), "node {n}: {h:?}");
+    }
 }

@@ -181,8 +181,9 @@ fn judge_replicas(
             // id, the record is:
             // - torn: a write cut off, ours (or another dead one's over the same image):
             //   held, to undo, and not installed;
-            // - still the image (a free slot, for an insert): our write never landed (our
-            //   commit was never acknowledged): held, nothing to undo, not installed;
+            // - still the image (a free slot, for an insert): our write never landed here (our
+            //   commit was never acknowledged): held, not installed, and undone where another
+            //   replica shows our write;
             // - newer: our install, released, or another's over our image (then we never
             //   held its lock and never wrote at all): not ours to judge, as a released lock
             //   on a primary.
@@ -195,7 +196,10 @@ fn judge_replicas(
                 seen.undo[i] = true;
                 seen.everywhere[i] = false;
             } else if !landed {
+                // Ours to undo all the same where another replica holds our write (a commit
+                // WRITE that reached one backup alone): `touched` says whether any does.
                 seen.held[i] = true;
+                seen.undo[i] = true;
                 seen.everywhere[i] = false;
             }
             seen.keys[i] = now.key;
