@@ -153,6 +153,7 @@ fn judge_replicas(
         // header alone would call it installed. Only a record whose every line agrees is.
         let mut scratch = vec![0u8; t.value_size as usize];
         let whole = t.codec().decode(ep.bytes(r), &mut scratch).is_ok();
+        let mut image_value = vec![0u8; t.value_size as usize];
         // The image's header (an insert may log no image: its slot was free).
         let old = (!it.insert).then(|| t.codec().header(&it.image));
         let new = match &old {
@@ -163,7 +164,15 @@ fn judge_replicas(
             // ones (SUNDIAL, MVCC) their commit timestamp, above it.
             Some(old) => (now.version > old.version && now.key == old.key).then_some(now.version),
         };
-        if !whole || new.is_some() {
+        // Touched: torn, newer, or at the image's version with another value (a write around
+        // the metadata words cut off before its header: `install::write_primary`; in a
+        // one-line record no stamp tells).
+        let other_value = whole
+            && new.is_none()
+            && old.is_some_and(|o| (o.key, o.table, o.valid) == (now.key, now.table, now.valid))
+            && t.codec().decode(&it.image, &mut image_value).is_ok()
+            && scratch != image_value;
+        if !whole || new.is_some() || other_value {
             seen.touched[i] = true;
         }
         if t.is_joiner(n) {
