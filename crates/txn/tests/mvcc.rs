@@ -307,3 +307,55 @@ fn with_two_slots_the_older_copy_holds_the_version_replaced() {
     assert_eq!(w, [("fetch", ok), ("commit", ok)]);
     assert_eq!(r, [("read", ok), ("commit", ok)]);
 }
+
+/// With four version slots, a commit that finds every older copy taken overwrites the
+/// oldest: W commits key 1 four times (7, 8, 9, 10), the fourth over the copy of the loaded
+/// version; R, begun between the first and the second commit, then reads 7 (the first
+/// commit's version, now the oldest copy) and commits. (Judging the copies' headers at the
+/// wrong offsets picked another copy to overwrite, and R found no suitable slot.)
+#[test]
+fn a_full_slot_overwrites_its_oldest_copy() {
+    let mvcc = MvccOptions {
+        slots: 4,
+        lazy_slots: false,
+    };
+    let (r, w, h) = script_with(
+        Protocol::Mvcc,
+        511,
+        mvcc,
+        async move |c: &mut Coordinator| {
+            until(c, T0 - 100_000).await;
+            let mut tx = c.begin(TxKind::ReadOnly);
+            tx.fetch(&[Access::read(T, 1)]).await.unwrap();
+            tx.commit().await.unwrap();
+            until(c, T0 + 20_000).await;
+            let mut tx = c.begin(TxKind::ReadOnly);
+            let now = tx.endpoint().now_ns();
+            tx.endpoint().sleep(T0 + 150_000 - now).await;
+            let f = res(tx.fetch(&[Access::read(T, 1)]).await);
+            if f.is_err() {
+                return vec![("read", f)];
+            }
+            let value = tx
+                .get(T, 1)
+                .map(|v| u64::from_le_bytes(v.try_into().unwrap()));
+            assert_eq!(value, Some(7));
+            vec![("read", f), ("commit", res(tx.commit().await))]
+        },
+        async |c: &mut Coordinator| {
+            let mut steps = Vec::new();
+            for (at, v) in [(10_000, 7u64), (40_000, 8), (70_000, 9), (100_000, 10)] {
+                until(c, T0 + at).await;
+                let mut tx = c.begin(TxKind::ReadWrite);
+                steps.push(("fetch", res(tx.fetch(&[Access::update(T, 1)]).await)));
+                tx.update(T, 1, &v.to_le_bytes()).await.unwrap();
+                steps.push(("commit", res(tx.commit().await)));
+            }
+            steps
+        },
+    );
+    let ok = Ok(());
+    assert!(serializable(&h));
+    assert_eq!(w, [("fetch", ok), ("commit", ok)].repeat(4));
+    assert_eq!(r, [("read", ok), ("commit", ok)]);
+}
