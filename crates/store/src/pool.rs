@@ -689,15 +689,9 @@ mod tests {
         assert_eq!(map.table_by_name("t3").unwrap().id, 3);
     }
 
-    #[test]
-    fn a_view_promotes_the_first_live_backup_and_loses_tables_with_none() {
-        let mut a = info(1);
-        a.replicas = vec![1, 2, 0];
-        let mut b = info(2);
-        b.replicas = vec![2, 3];
-        let mut c = info(3);
-        c.replicas = vec![0, 1];
-        let sb = |node| Superblock {
+    /// Memory node `node`'s superblock in a pool of four.
+    fn superblock_of_4(node: NodeId) -> Superblock {
+        Superblock {
             node,
             nodes: 4,
             region_size: 1 << 20,
@@ -706,9 +700,19 @@ mod tests {
             log_off: 1 << 16,
             log_slice_bytes: 4096,
             log_slices: 4,
-        };
+        }
+    }
+
+    #[test]
+    fn a_view_promotes_the_first_live_backup_and_loses_tables_with_none() {
+        let mut a = info(1);
+        a.replicas = vec![1, 2, 0];
+        let mut b = info(2);
+        b.replicas = vec![2, 3];
+        let mut c = info(3);
+        c.replicas = vec![0, 1];
         let all = PoolMap::new(
-            (0..4).map(sb).collect(),
+            (0..4).map(superblock_of_4).collect(),
             4,
             View::default(),
             [(1, a), (2, b), (3, c)].into_iter().collect(),
@@ -769,18 +773,8 @@ mod tests {
         b.replicas = vec![2, 3];
         let mut c = info(3);
         c.replicas = vec![3, 1];
-        let sb = |node| Superblock {
-            node,
-            nodes: 4,
-            region_size: 1 << 20,
-            catalog_entries: 0,
-            catalog_crc: 0,
-            log_off: 1 << 16,
-            log_slice_bytes: 4096,
-            log_slices: 4,
-        };
         let all = PoolMap::new(
-            (0..4).map(sb).collect(),
+            (0..4).map(superblock_of_4).collect(),
             4,
             View::default(),
             [(1, a), (2, b), (3, c)].into_iter().collect(),

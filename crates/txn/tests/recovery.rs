@@ -49,6 +49,16 @@ async fn record_of(ep: &mut Endpoint, t: &TableInfo, key: u64) -> (u64, Vec<u8>)
     (t.slot(home, slot), record)
 }
 
+/// Queues the WRITE of a crashed coordinator's log entry to its slice on every live node.
+fn write_entry(ep: &mut Endpoint, map: &PoolMap, entry: &LogEntry) {
+    let (slice, slice_bytes) = map.log_slice(entry.coordinator).unwrap();
+    let mut log = Vec::new();
+    entry.encode(slice_bytes, &mut log).unwrap();
+    for n in map.live_nodes() {
+        ep.write(n, slice, &log);
+    }
+}
+
 /// A transaction read `KEY` cold, unlocked, and logged that image; another transaction
 /// committed over it; the first then won its commit-time lock, saw the newer version and
 /// aborted, and the crash cut off its release. Its pending entry's image is older than the
@@ -88,12 +98,7 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
                     image,
                 }],
             };
-            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
-            let mut log = Vec::new();
-            entry.encode(slice_bytes, &mut log).unwrap();
-            for n in map.live_nodes() {
-                ep.write(n, slice, &log);
-            }
+            write_entry(ep, &map, &entry);
             ep.post().await.unwrap();
             let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
             let r = ep.read(t.primary(), offset, bytes);
@@ -162,11 +167,8 @@ fn in_pm_mode_recoverys_roll_back_survives_a_power_loss() {
                     image: image.clone(),
                 }],
             };
-            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
-            let mut log = Vec::new();
-            entry.encode(slice_bytes, &mut log).unwrap();
+            write_entry(ep, &map, &entry);
             for n in map.live_nodes() {
-                ep.write(n, slice, &log);
                 ep.flush(n);
             }
             let cas = ep.cas(t.primary(), offset, 0, owner);
@@ -246,12 +248,7 @@ fn recovery_rolls_forward_an_acknowledged_commit_whose_key_the_next_transaction_
                 tag: 0,
                 items,
             };
-            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
-            let mut log = Vec::new();
-            entry.encode(slice_bytes, &mut log).unwrap();
-            for n in map.live_nodes() {
-                ep.write(n, slice, &log);
-            }
+            write_entry(ep, &map, &entry);
             ep.post().await.unwrap();
             let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
             let mut values = Vec::new();
@@ -344,12 +341,7 @@ async fn install_cut_off_and_rolled_back(
             image: image.to_vec(),
         }],
     };
-    let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
-    let mut log = Vec::new();
-    entry.encode(slice_bytes, &mut log).unwrap();
-    for n in map.live_nodes() {
-        ep.write(n, slice, &log);
-    }
+    write_entry(ep, &map, &entry);
     let cas = ep.cas(t.primary(), offset, 0, owner);
     ep.post().await.unwrap();
     assert!(ep.cas_ok(cas));
@@ -531,12 +523,7 @@ fn an_insert_into_a_slot_whose_insert_was_rolled_back_is_stamped_apart_from_it()
                     image: image.clone(),
                 }],
             };
-            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
-            let mut log = Vec::new();
-            entry.encode(slice_bytes, &mut log).unwrap();
-            for n in map.live_nodes() {
-                ep.write(n, slice, &log);
-            }
+            write_entry(ep, &map, &entry);
             let cas = ep.cas(t.primary(), offset, 0, owner);
             ep.post().await.unwrap();
             assert!(ep.cas_ok(cas));
@@ -605,12 +592,7 @@ fn recovery_never_lowers_a_records_restore_count() {
                 }],
             };
             let ep = c.endpoint();
-            let (slice, slice_bytes) = map.log_slice(dead).unwrap();
-            let mut log = Vec::new();
-            entry.encode(slice_bytes, &mut log).unwrap();
-            for n in map.live_nodes() {
-                ep.write(n, slice, &log);
-            }
+            write_entry(ep, &map, &entry);
             let cas = ep.cas(t.primary(), offset, 0, u64::from(dead) + 1);
             ep.post().await.unwrap();
             assert!(ep.cas_ok(cas));
@@ -696,12 +678,7 @@ fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
                     image: image.clone(),
                 }],
             };
-            let (slice, slice_bytes) = map.log_slice(DEAD).unwrap();
-            let mut log = Vec::new();
-            entry.encode(slice_bytes, &mut log).unwrap();
-            for n in map.live_nodes() {
-                ep.write(n, slice, &log);
-            }
+            write_entry(ep, &map, &entry);
             let cas = ep.cas(t.primary(), offset, 0, owner);
             ep.post().await.unwrap();
             assert!(ep.cas_ok(cas));
