@@ -341,7 +341,7 @@ async fn install_cut_off_and_rolled_back(
             image: image.to_vec(),
         }],
     };
-    write_entry(ep, &map, &entry);
+    write_entry(ep, map, &entry);
     let cas = ep.cas(t.primary(), offset, 0, owner);
     ep.post().await.unwrap();
     assert!(ep.cas_ok(cas));
