@@ -723,3 +723,73 @@ fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
         assert_eq!((h.version, value[0]), (0, KEY as u8), "node {n}: {h:?}");
     }
 }
+
+/// MVCC's writer freezes the rts word of what it writes (metadata word 0) before installing:
+/// a dead one that froze it and never installed leaves the record whole at its image's
+/// version, with the word frozen. Recovery must put the image's word back (it once judged
+/// such a record untouched and left it frozen: every reader above it then aborted until a
+/// writer came).
+#[test]
+fn recovery_unfreezes_the_rts_word_of_a_dead_mvcc_writer() {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 8192,
+        region_bytes: None,
+    };
+    let spec = common::for_protocol(Protocol::Mvcc, TableSpec::new(T, "t", 8, 100));
+    let plan = Plan::new(&[spec], &shape).unwrap();
+    let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
+    cfg.profile = Profile::ideal();
+    cfg.adversary = Adversary::off();
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    for k in 0..20u64 {
+        l.insert(&pool, k, &k.to_le_bytes()).unwrap();
+    }
+    let txn = TxnConfig {
+        protocol: Protocol::Mvcc,
+        ..TxnConfig::default()
+    };
+    let (word, read) = common::with_coordinator(pool, txn, |mut c| async move {
+        let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+        let t = map.table(T).unwrap().clone();
+        let ep = c.endpoint();
+        let (offset, image) = record_of(ep, &t, KEY).await;
+        let owner = u64::from(DEAD) + 1;
+        let entry = LogEntry {
+            txn: 99,
+            coordinator: DEAD,
+            status: LogStatus::Pending,
+            tag: 0,
+            items: vec![LogItem {
+                table: T,
+                offset,
+                insert: false,
+                kind: ItemKind::Undo,
+                image: image.clone(),
+            }],
+        };
+        write_entry(ep, &map, &entry);
+        let cas = ep.cas(t.primary(), offset, 0, owner);
+        let rts = offset + dtxn_store::record::META_OFF as u64;
+        let word = t.codec().meta_word(&image, 0);
+        let freeze = ep.cas(t.primary(), rts, word, word | 1 << 63);
+        ep.post().await.unwrap();
+        assert!(ep.cas_ok(cas) && ep.cas_ok(freeze));
+        recover(ep, &map, Protocol::Mvcc, DEAD).await.unwrap();
+        let r = ep.read(t.primary(), rts, 8);
+        ep.post().await.unwrap();
+        let now = ep.word(r, 0);
+        let mut tx = c.begin(TxKind::ReadOnly);
+        let read = async {
+            tx.fetch(&[Access::read(T, KEY)]).await?;
+            tx.commit().await
+        };
+        (now, read.await.map_err(|a| a.reason))
+    });
+    assert_eq!(word & 1 << 63, 0, "the rts word left frozen: {word:#x}");
+    assert_eq!(read, Ok(()));
+}

@@ -8,7 +8,7 @@ use crate::recovery::Recovered;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
 use dtxn_store::log::LogEntry;
-use dtxn_store::record::RecordHeader;
+use dtxn_store::record::{RecordHeader, META_OFF};
 use dtxn_store::PoolMap;
 
 /// Decides and applies the pending entry's outcome. With `live_meta` (a protocol whose
@@ -23,7 +23,7 @@ pub(crate) async fn settle(
 ) -> Result<Recovered, FabricError> {
     let reads = read_replicas(ep, map, e);
     ep.post().await?;
-    let seen = judge_replicas(ep, map, owner, e, &reads);
+    let seen = judge_replicas(ep, map, owner, e, &reads, live_meta);
     // Items it never locked were never written (the commit waits for every lock).
     let ours: Vec<usize> = (0..e.items.len()).filter(|&i| seen.held[i]).collect();
     // What it holds but never wrote, newer than its image: not its to roll back. Nor what no
@@ -132,6 +132,7 @@ fn judge_replicas(
     owner: u64,
     e: &LogEntry,
     reads: &[(usize, NodeId, OpId)],
+    live_meta: bool,
 ) -> Seen {
     let n_items = e.items.len();
     let mut seen = Seen {
@@ -167,12 +168,26 @@ fn judge_replicas(
         // Touched: torn, newer, or at the image's version with another value (a write around
         // the metadata words cut off before its header: `install::write_primary`; in a
         // one-line record no stamp tells).
+        let same =
+            old.is_some_and(|o| (o.key, o.table, o.valid) == (now.key, now.table, now.valid));
         let other_value = whole
             && new.is_none()
-            && old.is_some_and(|o| (o.key, o.table, o.valid) == (now.key, now.table, now.valid))
+            && same
             && t.codec().decode(&it.image, &mut image_value).is_ok()
             && scratch != image_value;
-        if !whole || new.is_some() || other_value {
+        // Or with other metadata words than the image's (MVCC's rts word frozen, SUNDIAL's
+        // lease locked, by the dead's commit before its install): the roll-back puts the
+        // image's back, or readers abort on them until a writer comes. (Not a protocol's whose
+        // words others change under its lock, `live_meta`: its roll-back leaves them alone.)
+        let meta = t.codec().value_off();
+        let other_meta = whole
+            && new.is_none()
+            && same
+            && !live_meta
+            && t.codec().meta_words() > 0
+            && it.image.len() >= meta
+            && ep.bytes(r)[META_OFF..meta] != it.image[META_OFF..meta];
+        if !whole || new.is_some() || other_value || other_meta {
             seen.touched[i] = true;
         }
         if t.is_joiner(n) {
