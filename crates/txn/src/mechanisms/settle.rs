@@ -34,7 +34,7 @@ pub(crate) async fn settle(
     let ours_to_undo: Vec<usize> = ours
         .iter()
         .copied()
-        .filter(|&i| seen.undo[i] && !seen.foreign[i] && seen.touched[i])
+        .filter(|&i| !seen.foreign[i] && seen.touched[i])
         .collect();
     if ours.is_empty() {
         // It holds nothing it logged: it never wrote, or it released everything already.
@@ -81,8 +81,6 @@ pub(crate) async fn settle(
 struct Seen {
     /// The dead coordinator still locks the primary's record (or may have: a promoted one).
     held: Vec<bool>,
-    /// Ours to roll back: held (a promoted primary: showing our id).
-    undo: Vec<bool>,
     /// Every replica holds the new record, whole.
     everywhere: Vec<bool>,
     /// The version installed (where one was).
@@ -137,7 +135,6 @@ fn judge_replicas(
     let n_items = e.items.len();
     let mut seen = Seen {
         held: vec![false; n_items],
-        undo: vec![false; n_items],
         everywhere: vec![true; n_items],
         installed: vec![0u64; n_items],
         keys: vec![0u64; n_items],
@@ -215,15 +212,10 @@ fn judge_replicas(
                 None => now.valid,
                 Some(old) => now.version != old.version,
             };
-            if !whole {
+            if !whole || !landed {
+                // Held, and ours to undo (where not landed here, another replica may hold our
+                // write, a commit WRITE that reached one backup alone: `touched` says).
                 seen.held[i] = true;
-                seen.undo[i] = true;
-                seen.everywhere[i] = false;
-            } else if !landed {
-                // Ours to undo all the same where another replica holds our write (a commit
-                // WRITE that reached one backup alone): `touched` says whether any does.
-                seen.held[i] = true;
-                seen.undo[i] = true;
                 seen.everywhere[i] = false;
             }
             seen.keys[i] = now.key;
@@ -232,7 +224,6 @@ fn judge_replicas(
             // lock: recovery judges it as it would on the primary that failed.)
             seen.held[i] = holds(now.lock, owner);
             seen.keys[i] = now.key;
-            seen.undo[i] = seen.held[i];
             // Every install leaves the primary invisible until the release: a whole, newer
             // primary without the bit under our plain lock was installed by someone else.
             // (Or ours, released and locked again by our next transaction: see `settle`.)
