@@ -49,6 +49,30 @@ async fn record_of(ep: &mut Endpoint, t: &TableInfo, key: u64) -> (u64, Vec<u8>)
     (t.slot(home, slot), record)
 }
 
+/// `coordinator`'s pending entry `txn`: one undo item, `image` at `offset` of `table`.
+fn pending_undo(
+    coordinator: u32,
+    txn: u64,
+    table: u32,
+    offset: u64,
+    insert: bool,
+    image: Vec<u8>,
+) -> LogEntry {
+    LogEntry {
+        txn,
+        coordinator,
+        status: LogStatus::Pending,
+        tag: 0,
+        items: vec![LogItem {
+            table,
+            offset,
+            insert,
+            kind: ItemKind::Undo,
+            image,
+        }],
+    }
+}
+
 /// Queues the WRITE of a crashed coordinator's log entry to its slice on every live node.
 fn write_entry(ep: &mut Endpoint, map: &PoolMap, entry: &LogEntry) {
     let (slice, slice_bytes) = map.log_slice(entry.coordinator).unwrap();
@@ -85,19 +109,7 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
             let cas = ep.cas(t.primary(), offset, 0, owner);
             ep.post().await.unwrap();
             assert!(ep.cas_ok(cas));
-            let entry = LogEntry {
-                txn: 99,
-                coordinator: DEAD,
-                status: LogStatus::Pending,
-                tag: 0,
-                items: vec![LogItem {
-                    table: T,
-                    offset,
-                    insert: false,
-                    kind: ItemKind::Undo,
-                    image,
-                }],
-            };
+            let entry = pending_undo(DEAD, 99, T, offset, false, image);
             write_entry(ep, &map, &entry);
             ep.post().await.unwrap();
             let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
@@ -154,19 +166,7 @@ fn in_pm_mode_recoverys_roll_back_survives_a_power_loss() {
             let owner = u64::from(DEAD) + 1;
             // Its pending entry on every node, flushed; its lock on the primary; its
             // install (one version up, invisible with its id) on the backup, flushed.
-            let entry = LogEntry {
-                txn: 99,
-                coordinator: DEAD,
-                status: LogStatus::Pending,
-                tag: 0,
-                items: vec![LogItem {
-                    table: T,
-                    offset,
-                    insert: false,
-                    kind: ItemKind::Undo,
-                    image: image.clone(),
-                }],
-            };
+            let entry = pending_undo(DEAD, 99, T, offset, false, image.clone());
             write_entry(ep, &map, &entry);
             for n in map.live_nodes() {
                 ep.flush(n);
@@ -328,19 +328,7 @@ async fn install_cut_off_and_rolled_back(
     image: &[u8],
 ) -> Vec<u8> {
     let owner = u64::from(DEAD) + 1;
-    let entry = LogEntry {
-        txn: 99,
-        coordinator: DEAD,
-        status: LogStatus::Pending,
-        tag: 0,
-        items: vec![LogItem {
-            table: T,
-            offset,
-            insert: false,
-            kind: ItemKind::Undo,
-            image: image.to_vec(),
-        }],
-    };
+    let entry = pending_undo(DEAD, 99, T, offset, false, image.to_vec());
     write_entry(ep, map, &entry);
     let cas = ep.cas(t.primary(), offset, 0, owner);
     ep.post().await.unwrap();
@@ -510,19 +498,7 @@ fn an_insert_into_a_slot_whose_insert_was_rolled_back_is_stamped_apart_from_it()
             let image = t.slot_bytes(&bucket, s)[..t.record_bytes as usize].to_vec();
             // The dead coordinator's insert of NEW there: logged, locked, on the primary only.
             let owner = u64::from(DEAD) + 1;
-            let entry = LogEntry {
-                txn: 99,
-                coordinator: DEAD,
-                status: LogStatus::Pending,
-                tag: 0,
-                items: vec![LogItem {
-                    table: T,
-                    offset,
-                    insert: true,
-                    kind: ItemKind::Undo,
-                    image: image.clone(),
-                }],
-            };
+            let entry = pending_undo(DEAD, 99, T, offset, true, image.clone());
             write_entry(ep, &map, &entry);
             let cas = ep.cas(t.primary(), offset, 0, owner);
             ep.post().await.unwrap();
@@ -578,19 +554,7 @@ fn recovery_never_lowers_a_records_restore_count() {
             // Coordinator 2 read KEY cold as `stale`, logged it, locked it at commit, found it
             // changed and crashed.
             let dead = 2u32;
-            let entry = LogEntry {
-                txn: 77,
-                coordinator: dead,
-                status: LogStatus::Pending,
-                tag: 0,
-                items: vec![LogItem {
-                    table: T,
-                    offset,
-                    insert: false,
-                    kind: ItemKind::Undo,
-                    image: stale,
-                }],
-            };
+            let entry = pending_undo(dead, 77, T, offset, false, stale);
             let ep = c.endpoint();
             write_entry(ep, &map, &entry);
             let cas = ep.cas(t.primary(), offset, 0, u64::from(dead) + 1);
@@ -665,19 +629,7 @@ fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
             let ep = c.endpoint();
             let (offset, image) = record_of(ep, &t, KEY).await;
             let owner = u64::from(DEAD) + 1;
-            let entry = LogEntry {
-                txn: 99,
-                coordinator: DEAD,
-                status: LogStatus::Pending,
-                tag: 0,
-                items: vec![LogItem {
-                    table: b,
-                    offset,
-                    insert: false,
-                    kind: ItemKind::Undo,
-                    image: image.clone(),
-                }],
-            };
+            let entry = pending_undo(DEAD, 99, b, offset, false, image.clone());
             write_entry(ep, &map, &entry);
             let cas = ep.cas(t.primary(), offset, 0, owner);
             ep.post().await.unwrap();
@@ -759,19 +711,7 @@ fn recovery_unfreezes_the_rts_word_of_a_dead_mvcc_writer() {
         let ep = c.endpoint();
         let (offset, image) = record_of(ep, &t, KEY).await;
         let owner = u64::from(DEAD) + 1;
-        let entry = LogEntry {
-            txn: 99,
-            coordinator: DEAD,
-            status: LogStatus::Pending,
-            tag: 0,
-            items: vec![LogItem {
-                table: T,
-                offset,
-                insert: false,
-                kind: ItemKind::Undo,
-                image: image.clone(),
-            }],
-        };
+        let entry = pending_undo(DEAD, 99, T, offset, false, image.clone());
         write_entry(ep, &map, &entry);
         let cas = ep.cas(t.primary(), offset, 0, owner);
         let rts = offset + dtxn_store::record::META_OFF as u64;
