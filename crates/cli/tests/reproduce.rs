@@ -118,7 +118,7 @@ fn ford_quick_writes_a_report_with_every_comparison() {
 
 #[test]
 fn motor_quick_writes_a_report_with_every_comparison() {
-    quick(
+    let n = quick(
         "motor",
         &[
             "Motor / FORD, TPC-C (1 warehouse: --quick)",
@@ -128,7 +128,18 @@ fn motor_quick_writes_a_report_with_every_comparison() {
             "Motor vnum 4, StockLevel aborts %, TPC-C (1 warehouse: --quick)",
             "Motor vnum 4 / 2, TPC-C (1 warehouse: --quick)",
             "Motor vnum 4 / 8, TPC-C (1 warehouse: --quick)",
+            "Motor CVT / O2N chains, KVS (zipf 0.99, 80% read-write)",
+            "Motor CVT / N2O chains, KVS (zipf 0.99, 80% read-write)",
+            "Motor CVT / O2N chains, KVS (zipf 0.99, 20% read-write)",
+            "Motor CVT / N2O chains, KVS (zipf 0.99, 20% read-write)",
+            "Motor CVT / O2N chains p50, KVS (zipf 0.99, 80% read-write)",
+            "Motor CVT / N2O chains p50, KVS (zipf 0.99, 80% read-write)",
         ],
+    );
+    // Even at 4 coordinators, an old-to-new chain's walk to the newest version costs.
+    assert!(
+        n["Motor CVT / O2N chains, KVS (zipf 0.99, 80% read-write)"] > 1.0,
+        "{n:?}"
     );
 }
 

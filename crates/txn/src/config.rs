@@ -47,6 +47,11 @@ pub struct MotorOptions {
     /// compute process's own counter ([`crate::LocalOracle`]), for a process that holds the
     /// pool alone.
     pub oracle: String,
+    /// How a record's versions are found: `"cvt"`, Motor's consecutive version tuple (one
+    /// READ returns every version's metadata); `"n2o"` or `"o2n"`, the version chains Motor's
+    /// ablation measures CVTs against (its Fig. 10), new-to-old or old-to-new. A chain is a
+    /// cost model over the same CVT (see [`VersionLayout`]): correctness is the CVT's.
+    pub versions: VersionLayout,
 }
 
 impl Default for MotorOptions {
@@ -55,8 +60,31 @@ impl Default for MotorOptions {
             isolation: Isolation::Serializable,
             start_clock_ns: 0,
             oracle: "pool".into(),
+            versions: VersionLayout::Cvt,
         }
     }
+}
+
+/// Where a multi-version record's versions are, as a reader finds them (`motor.versions`).
+///
+/// A chain keeps one version per node, allocated apart from the record (the paper's Fig. 1):
+/// the record holds its lock word and the link to the first node, the newest version (`N2o`,
+/// FaRMv2's order) or the oldest (`O2n`), and each node links to the next. dtxn runs a chain
+/// as a **cost model**: the data stay in the CVT, which the record's READ returns whole, and
+/// each node a walk would read is one more READ, in a round trip of its own, of a node's bytes
+/// (a version's full value, its version word and link), whose content is not used. Only the
+/// walk changes: its round trips, verbs and bytes, and the time it holds a transaction's
+/// locks. The version chosen, the commit (one batch either way: a new node and a link) and
+/// recovery are Motor's over its CVT, so the history checker proves the same protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VersionLayout {
+    /// Consecutive version tuples: every version's metadata in the head READ.
+    Cvt,
+    /// A chain from the newest version to the oldest.
+    N2o,
+    /// A chain from the oldest version to the newest.
+    O2n,
 }
 
 /// FORD's mechanisms, each switchable so that its effect can be measured (the paper's

@@ -34,7 +34,7 @@ pub use breakdown::{Breakdown, Phase};
 pub use clock::{LocalOracle, StartClock, LOCAL_ORACLE_BLOCK};
 pub use config::{
     FordOptions, HybridCode, Isolation, MotorOptions, MvccOptions, Protocol, RccOptions,
-    ScytheMode, ScytheOptions, TxnConfig,
+    ScytheMode, ScytheOptions, TxnConfig, VersionLayout,
 };
 pub use coord::{CoordStats, Coordinator, Recorder, TxnOutcome};
 pub use item::Access;

@@ -8,6 +8,7 @@ use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec};
 use dtxn_txn::{
     AbortReason, Access, Coordinator, Isolation, Protocol, Recorder, TxKind, TxnConfig,
+    VersionLayout,
 };
 use std::cell::RefCell;
 use std::future::Future;
@@ -110,6 +111,21 @@ where
     F: Fn(u32, Coordinator, Rc<Board>) -> Fut + Copy + 'static,
     Fut: Future<Output = ()> + 'static,
 {
+    scenario_over(iso, roles, local, VersionLayout::Cvt, script)
+}
+
+/// [`scenario_with`], versions found as `versions` lays them out (`motor.versions`).
+fn scenario_over<F, Fut>(
+    iso: Isolation,
+    roles: u32,
+    local: bool,
+    versions: VersionLayout,
+    script: F,
+) -> Ran
+where
+    F: Fn(u32, Coordinator, Rc<Board>) -> Fut + Copy + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
     let oracle = local.then(|| std::sync::Arc::new(dtxn_txn::LocalOracle::new(roles)));
     let shape = PoolShape {
         memory_nodes: 2,
@@ -131,6 +147,7 @@ where
         ..TxnConfig::default()
     };
     cfg.motor.isolation = iso;
+    cfg.motor.versions = versions;
     let cfg = Rc::new(cfg);
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
@@ -365,4 +382,52 @@ fn a_local_oracle_reader_waits_for_a_commit_not_for_its_coordinator() {
         [Some(11)],
         "the commit below the reader's start"
     );
+}
+
+/// A snapshot older than every update of a record, under each version layout: the version it
+/// reads is the same (the CVT decides it), and the round trips of that one read are the
+/// walk's. Key 1 holds 4 versions (the loaded one and three updates of its first attribute,
+/// whose pre-images are inline: a CVT rebuilds the old value without a READ). A new-to-old
+/// chain walks all 4 nodes from the newest down; an old-to-new one reads 2: the oldest, the
+/// version wanted, and the next, above the snapshot.
+#[test]
+fn an_old_snapshot_walks_a_new_to_old_chain_from_the_newest() {
+    const T1: u64 = 1_000_000;
+    let read_rts = |versions| {
+        let ran = scenario_over(
+            Isolation::Serializable,
+            2,
+            false,
+            versions,
+            |role, mut c, b| async move {
+                if role == 0 {
+                    // The writer, after the reader's timestamp: three updates of key 1's
+                    // first attribute.
+                    until(c.endpoint(), 100_000).await;
+                    for x in 11..14u64 {
+                        let mut tx = c.begin(TxKind::ReadWrite);
+                        let mut v = tx.read_for_update(T, 1).await.unwrap().unwrap().to_vec();
+                        v[..8].copy_from_slice(&x.to_le_bytes());
+                        tx.update(T, 1, &v).await.unwrap();
+                        tx.commit().await.unwrap();
+                    }
+                } else {
+                    let mut tx = c.begin(TxKind::ReadOnly);
+                    tx.read(T, 2).await.unwrap();
+                    until(tx.endpoint(), T1).await;
+                    let before = tx.endpoint().stats().round_trips;
+                    let v = tx.read(T, 1).await.unwrap().map(num);
+                    let rts = tx.endpoint().stats().round_trips - before;
+                    b.see("read", v);
+                    b.see("round trips", Some(rts));
+                    tx.commit().await.unwrap();
+                }
+            },
+        );
+        assert_eq!(ran.board.get("read"), [Some(10)], "{versions:?}");
+        ran.board.get("round trips")[0].unwrap()
+    };
+    assert_eq!(read_rts(VersionLayout::Cvt), 1);
+    assert_eq!(read_rts(VersionLayout::N2o), 5);
+    assert_eq!(read_rts(VersionLayout::O2n), 3);
 }

@@ -5,7 +5,7 @@
 use dtxn_fabric::sim::{Adversary, SimConfig, SimPool};
 use dtxn_fabric::{Pool, Profile};
 use dtxn_store::{Loader, Plan, PoolShape, TableSpec};
-use dtxn_txn::{Access, Coordinator, Isolation, Protocol, TxKind, TxnConfig};
+use dtxn_txn::{Access, Coordinator, Isolation, Protocol, TxKind, TxnConfig, VersionLayout};
 
 mod common;
 
@@ -19,6 +19,15 @@ fn measure(isolation: Isolation, local_oracle: bool) -> Vec<Row> {
 }
 
 fn measure_with(isolation: Isolation, local_oracle: bool, flush: bool) -> Vec<Row> {
+    measure_all(isolation, local_oracle, flush, VersionLayout::Cvt)
+}
+
+fn measure_all(
+    isolation: Isolation,
+    local_oracle: bool,
+    flush: bool,
+    versions: VersionLayout,
+) -> Vec<Row> {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -46,6 +55,7 @@ fn measure_with(isolation: Isolation, local_oracle: bool, flush: bool) -> Vec<Ro
         ..TxnConfig::default()
     };
     txn.motor.isolation = isolation;
+    txn.motor.versions = versions;
     common::with_coordinator(pool, txn, move |mut c| {
         async move {
             if local_oracle {
@@ -195,4 +205,21 @@ fn with_flush_a_read_write_transaction_persists_its_op_log_first() {
             ("read-write, inserted row", 1),
         ]
     );
+}
+
+/// Version chains (`motor.versions`, the paper's Fig. 10 ablation): after the record's READ
+/// (its lock word and the link to its chain), a round trip per node the walk reads. The reads
+/// here want the newest version: new-to-old, the first node; old-to-new, every node. Key 1
+/// has 2 versions at "read-write" and "read-write + read-only" and 3 after; key 2 has 2 at
+/// "read-only"; the rest have 1. "read-write + read-only" walks twice: at execution, and at
+/// validation (the read-only key at the commit timestamp). New keys' inserts read no chain.
+#[test]
+fn a_chain_walk_is_a_round_trip_per_node() {
+    let cvt = measure(Isolation::Serializable, true);
+    let extra = |versions| -> Vec<u64> {
+        let chain = measure_all(Isolation::Serializable, true, false, versions);
+        cvt.iter().zip(&chain).map(|(a, b)| b.1 - a.1).collect()
+    };
+    assert_eq!(extra(VersionLayout::N2o), [1, 1, 1, 2, 1, 0, 0, 1]);
+    assert_eq!(extra(VersionLayout::O2n), [1, 1, 2, 3, 3, 0, 0, 3]);
 }

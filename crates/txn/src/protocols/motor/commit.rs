@@ -2,7 +2,7 @@
 //! op log and the new CVTs on every replica, the release.
 
 use super::execute::Stage;
-use super::{codec, committing, Motor, MvState, COMMITTING};
+use super::{chain, codec, committing, Motor, MvState, COMMITTING};
 use crate::abort::{Abort, AbortReason};
 use crate::item::{Item, NewValue};
 use crate::mechanisms::rpc::Via;
@@ -132,7 +132,10 @@ pub(crate) async fn validation_rounds(
 ) -> Result<(), Abort> {
     let mut rounds = 0;
     while !work.is_empty() {
-        rounds += 1;
+        // A chain walk's next node is no reread.
+        if work.iter().any(|w| !matches!(w.1, Stage::Hop { .. })) {
+            rounds += 1;
+        }
         if rounds > tx.c.cfg.reread_limit {
             return Err(abort(AbortReason::Invisible, &tx.items[work[0].0]));
         }
@@ -143,6 +146,7 @@ pub(crate) async fn validation_rounds(
             ids.push(match stage {
                 Stage::Cvt { off, .. } => tx.c.ep.read(t.primary(), off, t.record_bytes as usize),
                 Stage::Bucket { at, .. } => tx.c.ep.read(t.primary(), at, t.bucket_bytes as usize),
+                Stage::Hop { off, .. } => tx.c.ep.read(t.primary(), off, chain::node_bytes(t)),
                 Stage::Value { .. } => unreachable!("validation reads CVTs and chains"),
             });
         }
@@ -156,6 +160,15 @@ pub(crate) async fn validation_rounds(
                 Stage::Bucket { at, hops, .. } => {
                     check_bucket(tx, map, (i, stage), id, (at, hops, tc), next)?
                 }
+                Stage::Hop { off, left, .. } if left > 1 => next.push((
+                    i,
+                    Stage::Hop {
+                        off,
+                        left: left - 1,
+                        value: false,
+                    },
+                )),
+                Stage::Hop { .. } => {}
                 Stage::Value { .. } => unreachable!(),
             }
         }
@@ -190,6 +203,22 @@ fn check_cvt(
         || seen_at(&cvt, tc) != Some(it.version)
     {
         return Err(fail);
+    }
+    // Version chains: a walk to the version seen at `tc` (the answer known from the CVT, a
+    // chain would read its nodes to find it).
+    let left = chain::nodes(&cvt, tc, tx.c.cfg.motor.versions);
+    if left > 0 {
+        let Stage::Cvt { off, .. } = stage else {
+            unreachable!("a CVT's check")
+        };
+        next.push((
+            i,
+            Stage::Hop {
+                off,
+                left,
+                value: false,
+            },
+        ));
     }
     Ok(())
 }

@@ -2,9 +2,9 @@
 //! sees selected and, when older than the newest, rebuilt from pre-images; bucket walks for
 //! keys whose address is not cached.
 
-use super::{codec, committing, ended, start, Motor, MvState, COMMITTING};
+use super::{chain, codec, committing, ended, start, Motor, MvState, COMMITTING};
 use crate::abort::{Abort, AbortReason};
-use crate::config::Isolation;
+use crate::config::{Isolation, VersionLayout};
 use crate::item::{Access, Item};
 use crate::mechanisms::rpc::Via;
 use crate::mechanisms::{abort, journal, table};
@@ -23,6 +23,10 @@ pub(crate) enum Stage {
     Bucket { at: u64, hops: u64, pending: bool },
     /// READ the pre-image chunks that rebuild the version selected from the newest value.
     Value { off: u64 },
+    /// Version chains (`motor.versions`): READ the next node of the record's chain, `left`
+    /// nodes to go; then, if `value`, the version's value (which the walk's last node holds:
+    /// the rebuild's READs stand in for that node).
+    Hop { off: u64, left: u32, value: bool },
 }
 
 pub(crate) enum Next {
@@ -222,6 +226,7 @@ pub(crate) fn post_stage(
             ids.push(ep.read(p, off, t.record_bytes as usize));
         }
         Stage::Bucket { at, .. } => ids.push(ep.read(p, at, t.bucket_bytes as usize)),
+        Stage::Hop { off, .. } => ids.push(ep.read(p, off, chain::node_bytes(t))),
         Stage::Value { off } => {
             let k = codec(t);
             let st = it.ext.as_ref().expect("selected");
@@ -270,6 +275,7 @@ pub(crate) fn on_stage(
             on_cvt(tx, t, i, off, st, read)
         }
         Stage::Bucket { at, hops, pending } => on_bucket(tx, t, i, at, hops, pending, ops[0]),
+        Stage::Hop { off, left, value } => chain_walk(off, left - 1, value),
         Stage::Value { off } => {
             let k = codec(t);
             let it = &mut tx.items[i];
@@ -318,6 +324,7 @@ pub(crate) fn on_cvt(
     match on_decoded(tx, t, i, off, &st, read) {
         Ok((next, v0)) => {
             st.v0 = v0;
+            let next = walk_chain(tx, i, off, &st, next);
             if let Some(old) = tx.items[i].ext.replace(st) {
                 tx.s.give_state(old);
             }
@@ -327,6 +334,37 @@ pub(crate) fn on_cvt(
             tx.s.give_state(st);
             next
         }
+    }
+}
+
+/// Version chains: the walk to the version item `i` chose in `st`, read as a CVT, before
+/// `next` (done, or the rebuild's READs, which stand in for the walk's last node).
+fn walk_chain(tx: &Tx<'_, Motor>, i: usize, off: u64, st: &MvState, next: Next) -> Next {
+    let layout = tx.c.cfg.motor.versions;
+    if layout == VersionLayout::Cvt {
+        return next;
+    }
+    let it = &tx.items[i];
+    // Under our lock the newest version is the one read; else our snapshot's.
+    let ts = if it.locked && it.offset == Some(off) {
+        u64::MAX
+    } else {
+        tx.st.ts_start
+    };
+    let nodes = chain::nodes(&st.cvt, ts, layout);
+    match next {
+        Next::Done => chain_walk(off, nodes, false),
+        Next::Again(Stage::Value { .. }) => chain_walk(off, nodes.saturating_sub(1), true),
+        other => other,
+    }
+}
+
+/// The rest of a chain walk: `left` nodes, then the version's value if `value`.
+fn chain_walk(off: u64, left: u32, value: bool) -> Next {
+    match (left, value) {
+        (0, false) => Next::Done,
+        (0, true) => Next::Again(Stage::Value { off }),
+        _ => Next::Again(Stage::Hop { off, left, value }),
     }
 }
 

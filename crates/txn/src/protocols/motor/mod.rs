@@ -51,6 +51,7 @@
 //! Module map: `execute.rs` (phase 1 and the CVT reads validation shares), `insert.rs`
 //! (inserts' slot choice), `commit.rs` (phases 2 to 6).
 
+mod chain;
 mod commit;
 mod execute;
 mod insert;
