@@ -23,7 +23,9 @@ pub struct TortureArgs {
     pub first_seed: u64,
     /// Protocols, comma-separated (default: all, and `motor-si`: Motor with snapshot
     /// isolation, checked against SI; `motor-local`: Motor with its compute process's own
-    /// timestamp oracle, one compute node; `ford-rpc`: FORD with its lock, validate and
+    /// timestamp oracle, one compute node; `farmv2-dm`: Motor's baseline FaRMv2-DM (new-to-old
+    /// version chains, locks in a round trip of their own, backups committed before
+    /// primaries); `ford-rpc`: FORD with its lock, validate and
     /// commit stages as RPCs served by the memory nodes; `nowait-rpc`: NO_WAIT with every
     /// stage as RPCs; `waitdie-hybrid`: WAIT_DIE with RCC's hybrid code 28; `sundial-hybrid`:
     /// SUNDIAL with RCC's hybrid code 21; `mvcc-hybrid`: MVCC with code 28; `calvin-rpc`:
@@ -140,6 +142,16 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     if p == RPC_FORD {
         v.extend_from_slice(&["--set", "ford.rpc=lock,validate,commit"]);
     }
+    if p == FARMV2_DM {
+        v.extend_from_slice(&[
+            "--set",
+            "motor.versions=n2o",
+            "--set",
+            "motor.lock_at_commit=true",
+            "--set",
+            "motor.coalescent_commit=false",
+        ]);
+    }
     if p == RPC_NOWAIT {
         v.extend_from_slice(&["--set", "rcc.hybrid=0"]);
     }
@@ -195,16 +207,21 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
 const SNAPSHOT_MOTOR: &str = "motor-si";
 /// Motor with a local timestamp oracle, as torture names it.
 const LOCAL_MOTOR: &str = "motor-local";
+/// FaRMv2-DM, Motor's baseline: Motor's protocol over new-to-old version chains, its
+/// written records locked in a round trip of their own, its backups committed before its
+/// primaries.
+const FARMV2_DM: &str = "farmv2-dm";
 /// FORD with its lock, validate and commit stages as RPCs to the memory nodes.
 const RPC_FORD: &str = "ford-rpc";
 /// The variants with memory-node failover (`--faults memory=N`).
-const FAILOVER: [&str; 20] = [
+const FAILOVER: [&str; 21] = [
     "ford",
     "farm",
     "drtmh",
     RPC_FORD,
     "motor",
     SNAPSHOT_MOTOR,
+    FARMV2_DM,
     "sundial",
     HYBRID_SUNDIAL,
     "nowait",
@@ -221,13 +238,14 @@ const FAILOVER: [&str; 20] = [
     RPC_CALVIN,
 ];
 /// The variants that re-replicate a failed memory node that comes back (`rejoin=`).
-const REJOIN: [&str; 14] = [
+const REJOIN: [&str; 15] = [
     "calvin",
     "ford",
     "farm",
     "drtmh",
     "motor",
     "motor-si",
+    FARMV2_DM,
     "sundial",
     "nowait",
     "waitdie",
@@ -266,7 +284,7 @@ const CAS_SCYTHE: &str = "scythe-cas";
 fn protocol_of(p: &str) -> &str {
     match p {
         TOCC_SCYTHE | CAS_SCYTHE => "scythe",
-        SNAPSHOT_MOTOR | LOCAL_MOTOR => "motor",
+        SNAPSHOT_MOTOR | LOCAL_MOTOR | FARMV2_DM => "motor",
         RPC_FORD => "ford",
         RPC_NOWAIT => "nowait",
         HYBRID_WAITDIE => "waitdie",
@@ -284,6 +302,7 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
         .chain([
             SNAPSHOT_MOTOR,
             LOCAL_MOTOR,
+            FARMV2_DM,
             RPC_FORD,
             RPC_NOWAIT,
             HYBRID_WAITDIE,

@@ -29,14 +29,15 @@ fn a_small_matrix_passes_and_says_so() {
         "{out}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    // 21 protocols (ford, farm, drtmh, motor, nowait, waitdie, occ, sundial, mvcc, calvin,
-    // scythe, motor-si, motor-local, ford-rpc, nowait-rpc, waitdie-hybrid, sundial-hybrid,
-    // scythe-tocc, scythe-cas, mvcc-hybrid, calvin-rpc) x 3 workloads x 2 seeds (the second with tiny tables).
+    // 22 protocols (ford, farm, drtmh, motor, nowait, waitdie, occ, sundial, mvcc, calvin,
+    // scythe, motor-si, motor-local, farmv2-dm, ford-rpc, nowait-rpc, waitdie-hybrid,
+    // sundial-hybrid, scythe-tocc, scythe-cas, mvcc-hybrid, calvin-rpc) x 3 workloads x 2
+    // seeds (the second with tiny tables).
     assert!(
         out.lines()
             .last()
             .unwrap()
-            .starts_with("126 passed, 0 failed"),
+            .starts_with("132 passed, 0 failed"),
         "{out}"
     );
     // Passing runs leave no history behind.

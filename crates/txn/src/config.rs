@@ -52,6 +52,15 @@ pub struct MotorOptions {
     /// ablation measures CVTs against (its Fig. 10), new-to-old or old-to-new. A chain is a
     /// cost model over the same CVT (see [`VersionLayout`]): correctness is the CVT's.
     pub versions: VersionLayout,
+    /// Lock the records a transaction writes in a round trip of their own before its commit
+    /// timestamp (CAS + READ: the version read must still be the newest), where Motor locks
+    /// read-write items with their first READ; read-for-update items it does not write are
+    /// validated like reads. FaRMv2's "dedicated lock round trip" (FaRMv2-DM, Motor's
+    /// baseline; see `versions` and `coalescent_commit`).
+    pub lock_at_commit: bool,
+    /// Write every replica's new records in one round trip; off: the backups', then the
+    /// primaries' (one more round trip, as FaRMv2-DM commits).
+    pub coalescent_commit: bool,
 }
 
 impl Default for MotorOptions {
@@ -61,6 +70,8 @@ impl Default for MotorOptions {
             start_clock_ns: 0,
             oracle: "pool".into(),
             versions: VersionLayout::Cvt,
+            lock_at_commit: false,
+            coalescent_commit: true,
         }
     }
 }

@@ -19,14 +19,14 @@ fn measure(isolation: Isolation, local_oracle: bool) -> Vec<Row> {
 }
 
 fn measure_with(isolation: Isolation, local_oracle: bool, flush: bool) -> Vec<Row> {
-    measure_all(isolation, local_oracle, flush, VersionLayout::Cvt)
+    measure_all(isolation, local_oracle, flush, |_| {})
 }
 
 fn measure_all(
     isolation: Isolation,
     local_oracle: bool,
     flush: bool,
-    versions: VersionLayout,
+    options: impl Fn(&mut dtxn_txn::MotorOptions),
 ) -> Vec<Row> {
     let shape = PoolShape {
         memory_nodes: 2,
@@ -55,7 +55,7 @@ fn measure_all(
         ..TxnConfig::default()
     };
     txn.motor.isolation = isolation;
-    txn.motor.versions = versions;
+    options(&mut txn.motor);
     common::with_coordinator(pool, txn, move |mut c| {
         async move {
             if local_oracle {
@@ -217,9 +217,33 @@ fn with_flush_a_read_write_transaction_persists_its_op_log_first() {
 fn a_chain_walk_is_a_round_trip_per_node() {
     let cvt = measure(Isolation::Serializable, true);
     let extra = |versions| -> Vec<u64> {
-        let chain = measure_all(Isolation::Serializable, true, false, versions);
+        let chain = measure_all(Isolation::Serializable, true, false, |m| {
+            m.versions = versions
+        });
         cvt.iter().zip(&chain).map(|(a, b)| b.1 - a.1).collect()
     };
     assert_eq!(extra(VersionLayout::N2o), [1, 1, 1, 2, 1, 0, 0, 1]);
     assert_eq!(extra(VersionLayout::O2n), [1, 1, 2, 3, 3, 0, 0, 3]);
+}
+
+/// FaRMv2-DM's two other round trips (Motor section 7.4), each a switch of its own, against
+/// Motor with a local oracle. `motor.lock_at_commit`: the written records are locked in a
+/// round trip before the commit (+1 where a transaction writes a record it read), and a
+/// read-for-update key left unwritten is validated like a read (+1: "read-write" and
+/// "read-write, inserted row" write one of their two keys, and so does "cold read-write",
+/// whose bucket READ now returns the record it locked in a second round trip: -1); inserts
+/// of new keys claim their slots as before. `motor.coalescent_commit=false`: the backups'
+/// records, then the primaries' (+1 for every transaction that writes).
+#[test]
+fn farmv2_dm_locks_in_a_round_trip_of_its_own_and_commits_in_two() {
+    let motor = measure(Isolation::Serializable, true);
+    let extra = |options: fn(&mut dtxn_txn::MotorOptions)| -> Vec<u64> {
+        let other = measure_all(Isolation::Serializable, true, false, options);
+        motor.iter().zip(&other).map(|(a, b)| b.1 - a.1).collect()
+    };
+    assert_eq!(extra(|m| m.lock_at_commit = true), [1, 0, 2, 1, 0, 0, 0, 2]);
+    assert_eq!(
+        extra(|m| m.coalescent_commit = false),
+        [1, 0, 1, 1, 0, 1, 1, 1]
+    );
 }

@@ -15,6 +15,92 @@ use dtxn_store::record::RecordHeader;
 use dtxn_store::{PoolMap, TableInfo};
 use std::ops::Range;
 
+/// FaRMv2-DM's dedicated lock round trip (`motor.lock_at_commit`): every record the
+/// transaction writes, read unlocked during execution, is locked now, already marked
+/// committing (a CAS from 0 to our id and the mark, the record's READ behind it on its QP,
+/// journaled in the same batch as execution's locks are). The version read must still be the
+/// newest (first-committer-wins); the record as read under the lock replaces the one
+/// execution read, as the base of the new CVT.
+pub(crate) async fn lock_writes(tx: &mut Tx<'_, Motor>) -> Result<(), Abort> {
+    let map = tx.c.map.clone();
+    let value = tx.c.owner | COMMITTING;
+    let mut todo: Vec<(usize, OpId, OpId)> = Vec::new();
+    let written = |it: &Item<Option<Box<MvState>>>| it.new != NewValue::Keep && !it.cold;
+    let Some(first) = tx.items.iter().find(|it| written(it)) else {
+        return Ok(());
+    };
+    let first = abort(AbortReason::ReplicaFailure, first);
+    if tx.items.iter().any(|it| written(it) && !it.locked) {
+        journal::ready_tx(tx).await?;
+    }
+    for i in 0..tx.items.len() {
+        let it = &tx.items[i];
+        if !written(it) {
+            continue;
+        }
+        let t = table(&map, it.table);
+        let off = it.offset.expect("written items have a slot");
+        if it.locked {
+            // Locked already (an insert over a tombstone takes the lock with its READ): the
+            // mark goes on it now, as on the others, before the commit timestamp. Our own
+            // lock word: other coordinators only CAS it, so a WRITE is safe.
+            tx.c.ep.write(t.primary(), off, &value.to_le_bytes());
+            continue;
+        }
+        journal::note(tx.c, Via::OneSided, t.primary(), off);
+        let c = tx.c.ep.cas(t.primary(), off, 0, value);
+        todo.push((
+            i,
+            c,
+            tx.c.ep.read(t.primary(), off, t.record_bytes as usize),
+        ));
+    }
+    if tx.c.ep.post().await.is_err() {
+        // A memory node failed: the CASes on the live ones may have taken their locks, which
+        // the abort would not know to give back.
+        for &(i, _, _) in &todo {
+            let it = &tx.items[i];
+            let p = table(&map, it.table).primary();
+            tx.c.ep.cas(p, it.offset.expect("a slot"), value, 0);
+        }
+        let _ = tx.c.ep.post().await;
+        return Err(first);
+    }
+    let mut failed = None;
+    for (i, c, r) in todo {
+        if !tx.c.ep.cas_ok(c) {
+            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+            continue;
+        }
+        let t = table(&map, tx.items[i].table);
+        let it = &mut tx.items[i];
+        it.locked = true;
+        let version = it.version;
+        let Some(st) = it.ext.as_mut() else {
+            // Written without a CVT read: not a record this path locks (inserts are cold).
+            failed.get_or_insert(abort(AbortReason::BadRequest, it));
+            continue;
+        };
+        let MvState { cvt, base, v0 } = &mut **st;
+        let read = codec(t).decode_into(tx.c.ep.bytes(r), cvt, base);
+        let h = cvt.header;
+        let same = read.is_ok()
+            && h.valid
+            && h.table == it.table
+            && h.key == it.key
+            && seen_at(cvt, u64::MAX) == Some(version);
+        if !same {
+            failed.get_or_insert(abort(AbortReason::Validation, it));
+            continue;
+        }
+        *v0 = (0..cvt.cells.len()).find(|&w| {
+            let c = cvt.cells[w];
+            c.valid() && !c.tombstone() && c.version == version
+        });
+    }
+    failed.map_or(Ok(()), Err)
+}
+
 /// Marks the lock of every record we write as committing, and claims the free slots our
 /// inserts chose (CAS + READ: still free), before the commit timestamp is taken (one round
 /// trip: the marks must land before the FAA, which is on another QP).
@@ -42,9 +128,9 @@ pub(crate) async fn mark_committing(tx: &mut Tx<'_, Motor>, marks: bool) -> Resu
             let c = tx.c.ep.cas(t.primary(), off, 0, value);
             claims.push((i, c, tx.c.ep.read(t.primary(), off, 64)));
             any = true;
-        } else if marks {
+        } else if marks && !tx.c.cfg.motor.lock_at_commit {
             // Our own lock word: other coordinators only CAS it (and fail), so a WRITE is
-            // safe.
+            // safe. (With locks taken at commit, `lock_writes` marked every one.)
             tx.c.ep.write(t.primary(), off, &value.to_le_bytes());
             any = true;
         }
@@ -502,7 +588,15 @@ async fn post_install(
         }
         tx.c.ep.post().await.map_err(|e| (e, false))?;
     }
-    write_records(tx, map, installs, bytes, down);
+    if tx.c.cfg.motor.coalescent_commit {
+        write_records(tx, map, installs, bytes, down, 0..usize::MAX);
+    } else {
+        // FaRMv2-DM: the backups, awaited, then the primaries (the op log is everywhere
+        // already: recovery rolls either half forward).
+        write_records(tx, map, installs, bytes, down, 1..usize::MAX);
+        tx.c.ep.post().await.map_err(|e| (e, true))?;
+        write_records(tx, map, installs, bytes, down, 0..1);
+    }
     if tx.c.cfg.flush {
         // Each backup once, after its last WRITE (FORD's selective remote flush: a lost
         // primary is rebuilt from its backups).
@@ -566,21 +660,23 @@ fn write_log(
     }
 }
 
-/// Each record's WRITEs on every replica: its pre-image lines, then its CVT (the primary's
-/// under our lock, marked committing); none to the nodes `down`.
+/// Each record's WRITEs on the replicas whose rank is in `ranks` (0: the primary): its
+/// pre-image lines, then its CVT (the primary's under our lock, marked committing); none to
+/// the nodes `down`.
 fn write_records(
     tx: &mut Tx<'_, Motor>,
     map: &PoolMap,
     installs: &[Install],
     bytes: &[u8],
     down: &[NodeId],
+    ranks: Range<usize>,
 ) {
     let owner = tx.c.owner;
     for w in installs {
         let t = table(map, w.table);
         let record = &bytes[w.record.clone()];
         for (rank, &n) in t.replicas.iter().enumerate() {
-            if down.contains(&n) {
+            if down.contains(&n) || !ranks.contains(&rank) {
                 continue;
             }
             if let Some((at, chunk)) = &w.chunk {

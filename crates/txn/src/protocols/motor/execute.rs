@@ -59,9 +59,14 @@ pub(crate) async fn execute(tx: &mut Tx<'_, Motor>, accesses: &[Access]) -> Resu
             return Err(bad);
         }
         if let Some(i) = tx.find(a.table, a.key) {
+            let early = locks_early(tx);
             let it = &mut tx.items[i];
             if a.for_update && !it.rw {
                 it.rw = true;
+                if !early {
+                    // Locked at commit, if written, under the version already read.
+                    continue;
+                }
                 // Named read-only earlier in this same call: its stage, not yet posted, locks
                 // it instead (a bucket read of a read-write item goes on to CAS + READ).
                 if let Some((_, st)) = work.iter_mut().find(|(j, _)| *j == i) {
@@ -85,7 +90,7 @@ pub(crate) async fn execute(tx: &mut Tx<'_, Motor>, accesses: &[Access]) -> Resu
         let stage = match tx.c.cache.get(a.table, a.key) {
             Some(off) => Stage::Cvt {
                 off,
-                lock: a.for_update,
+                lock: a.for_update && locks_early(tx),
             },
             None => Stage::Bucket {
                 at: t.home_bucket(a.key),
@@ -337,6 +342,12 @@ pub(crate) fn on_cvt(
     }
 }
 
+/// Whether read-write items are locked with their first READ (Motor), not at commit
+/// (`motor.lock_at_commit`, FaRMv2-DM's dedicated lock round trip).
+pub(crate) fn locks_early(tx: &Tx<'_, Motor>) -> bool {
+    !tx.c.cfg.motor.lock_at_commit
+}
+
 /// Version chains: the walk to the version item `i` chose in `st`, read as a CVT, before
 /// `next` (done, or the rebuild's READs, which stand in for the walk's last node).
 fn walk_chain(tx: &Tx<'_, Motor>, i: usize, off: u64, st: &MvState, next: Next) -> Next {
@@ -386,7 +397,7 @@ pub(crate) fn on_decoded(
     let ours = locked && tx.items[i].offset == Some(off);
     let again = Stage::Cvt {
         off,
-        lock: rw && !ours,
+        lock: rw && !ours && locks_early(tx),
     };
     if read.is_err() {
         return Err(Next::Reread(again));
@@ -532,7 +543,7 @@ pub(crate) fn on_bucket(
     let scan = t.scan(at, bytes, key);
     if let Some((s, off)) = scan.found {
         tx.c.cache.insert(table_id, key, off);
-        if rw {
+        if rw && locks_early(tx) {
             return Next::Again(Stage::Cvt { off, lock: true });
         }
         let mut st = tx.s.state(t.value_size as usize);

@@ -137,6 +137,9 @@ impl Protocol for Motor {
             o.set_committing(tx.c.owner, true);
             tx.st.committing = true;
         }
+        if tx.c.cfg.motor.lock_at_commit {
+            commit::lock_writes(tx).await?;
+        }
         commit::mark_committing(tx, local.is_none()).await
     }
 
