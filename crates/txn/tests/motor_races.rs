@@ -7,8 +7,8 @@ use dtxn_fabric::sim::{SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Topology};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec};
 use dtxn_txn::{
-    AbortReason, Access, Coordinator, Isolation, Protocol, Recorder, TxKind, TxnConfig,
-    VersionLayout,
+    AbortReason, Access, Coordinator, Isolation, MotorOptions, Protocol, Recorder, TxKind,
+    TxnConfig, VersionLayout,
 };
 use std::cell::RefCell;
 use std::future::Future;
@@ -111,15 +111,15 @@ where
     F: Fn(u32, Coordinator, Rc<Board>) -> Fut + Copy + 'static,
     Fut: Future<Output = ()> + 'static,
 {
-    scenario_over(iso, roles, local, VersionLayout::Cvt, script)
+    scenario_over(iso, roles, local, |_| {}, script)
 }
 
-/// [`scenario_with`], versions found as `versions` lays them out (`motor.versions`).
+/// [`scenario_with`], with Motor's switches set by `options`.
 fn scenario_over<F, Fut>(
     iso: Isolation,
     roles: u32,
     local: bool,
-    versions: VersionLayout,
+    options: impl Fn(&mut MotorOptions),
     script: F,
 ) -> Ran
 where
@@ -147,7 +147,7 @@ where
         ..TxnConfig::default()
     };
     cfg.motor.isolation = iso;
-    cfg.motor.versions = versions;
+    options(&mut cfg.motor);
     let cfg = Rc::new(cfg);
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
@@ -398,7 +398,7 @@ fn an_old_snapshot_walks_a_new_to_old_chain_from_the_newest() {
             Isolation::Serializable,
             2,
             false,
-            versions,
+            |m| m.versions = versions,
             |role, mut c, b| async move {
                 if role == 0 {
                     // The writer, after the reader's timestamp: three updates of key 1's
@@ -430,4 +430,113 @@ fn an_old_snapshot_walks_a_new_to_old_chain_from_the_newest() {
     assert_eq!(read_rts(VersionLayout::Cvt), 1);
     assert_eq!(read_rts(VersionLayout::N2o), 5);
     assert_eq!(read_rts(VersionLayout::O2n), 3);
+}
+
+/// Motor's switches a race runs under: Motor's own locks with the first READ, and FaRMv2-DM's
+/// (`lock_at_commit`, the backups committed first), each with the pool's oracle and a local one.
+const LOCKINGS: [(bool, bool); 4] = [(false, false), (false, true), (true, false), (true, true)];
+
+fn locking(late: bool) -> impl Fn(&mut MotorOptions) {
+    move |m| {
+        m.lock_at_commit = late;
+        m.coalescent_commit = !late;
+    }
+}
+
+/// Write skew over two keys read for update, each transaction writing one: serializable
+/// commits at most one (locked at commit, both may abort: each validates the key it left
+/// unwritten, like a read, and finds the other's lock on it). Without that validation both
+/// commit.
+#[test]
+fn write_skew_over_keys_read_for_update_commits_one() {
+    for (late, local) in LOCKINGS {
+        let ran = scenario_over(
+            Isolation::Serializable,
+            2,
+            local,
+            locking(late),
+            |role, mut c, b| async move {
+                let mut tx = c.begin(TxKind::ReadWrite);
+                let r = async {
+                    let x = num(tx.read_for_update(T, 1).await?.unwrap());
+                    let y = num(tx.read_for_update(T, 2).await?.unwrap());
+                    until(tx.endpoint(), 200_000).await;
+                    let k = if role == 0 { 1 } else { 2 };
+                    tx.update(T, k, &val(x + y)).await?;
+                    tx.commit().await
+                }
+                .await;
+                b.see("commit", reason(r));
+            },
+        );
+        let c = named(&ran.board.get("commit"));
+        let committed = c.iter().filter(|r| r.is_none()).count();
+        assert!(committed <= 1, "{late} {local}: {c:?}");
+        assert_eq!(locks_left(&ran), [], "{late} {local}");
+    }
+}
+
+/// A key read read-only, then fetched for update after another writer committed a newer
+/// version of it: first-committer-wins aborts the update under both isolation levels (locked
+/// at commit, the version read is no longer the newest).
+#[test]
+fn an_update_of_a_key_read_before_a_newer_commit_aborts() {
+    for iso in [Isolation::Serializable, Isolation::Snapshot] {
+        for (late, local) in LOCKINGS {
+            let ran = scenario_over(iso, 2, local, locking(late), |role, mut c, b| async move {
+                if role == 0 {
+                    until(c.endpoint(), 100_000).await;
+                    let mut tx = c.begin(TxKind::ReadWrite);
+                    let v = num(tx.read_for_update(T, 1).await.unwrap().unwrap());
+                    tx.update(T, 1, &val(v + 100)).await.unwrap();
+                    tx.commit().await.unwrap();
+                } else {
+                    let mut tx = c.begin(TxKind::ReadWrite);
+                    let r = async {
+                        let v = num(tx.read(T, 1).await?.unwrap());
+                        until(tx.endpoint(), 400_000).await;
+                        tx.read_for_update(T, 1).await?;
+                        tx.update(T, 1, &val(v + 1)).await?;
+                        tx.commit().await
+                    }
+                    .await;
+                    b.see("commit", reason(r));
+                }
+            });
+            let c = named(&ran.board.get("commit"));
+            assert!(
+                c[0].is_some(),
+                "{iso:?} {late} {local}: a lost update: {c:?}"
+            );
+            assert_eq!(locks_left(&ran), [], "{iso:?} {late} {local}");
+        }
+    }
+}
+
+/// A delete and an update of one key, both read before either commits: at most one commits.
+#[test]
+fn a_delete_racing_an_update_commits_one() {
+    for iso in [Isolation::Serializable, Isolation::Snapshot] {
+        for (late, local) in LOCKINGS {
+            let ran = scenario_over(iso, 2, local, locking(late), |role, mut c, b| async move {
+                let mut tx = c.begin(TxKind::ReadWrite);
+                let r = async {
+                    let v = num(tx.read_for_update(T, 1).await?.unwrap());
+                    until(tx.endpoint(), 200_000).await;
+                    if role == 0 {
+                        tx.delete(T, 1).await?;
+                    } else {
+                        tx.update(T, 1, &val(v + 1)).await?;
+                    }
+                    tx.commit().await
+                }
+                .await;
+                b.see("commit", reason(r));
+            });
+            let c = named(&ran.board.get("commit"));
+            let committed = c.iter().filter(|r| r.is_none()).count();
+            assert!(committed <= 1, "{iso:?} {late} {local}: {c:?}");
+            assert_eq!(locks_left(&ran), [], "{iso:?} {late} {local}");
+        }
+    }
 }

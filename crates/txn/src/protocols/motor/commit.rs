@@ -15,107 +15,31 @@ use dtxn_store::record::RecordHeader;
 use dtxn_store::{PoolMap, TableInfo};
 use std::ops::Range;
 
-/// FaRMv2-DM's dedicated lock round trip (`motor.lock_at_commit`): every record the
-/// transaction writes, read unlocked during execution, is locked now, already marked
-/// committing (a CAS from 0 to our id and the mark, the record's READ behind it on its QP,
-/// journaled in the same batch as execution's locks are). The version read must still be the
-/// newest (first-committer-wins); the record as read under the lock replaces the one
-/// execution read, as the base of the new CVT.
-pub(crate) async fn lock_writes(tx: &mut Tx<'_, Motor>) -> Result<(), Abort> {
-    let map = tx.c.map.clone();
-    let value = tx.c.owner | COMMITTING;
-    let mut todo: Vec<(usize, OpId, OpId)> = Vec::new();
-    let written = |it: &Item<Option<Box<MvState>>>| it.new != NewValue::Keep && !it.cold;
-    let Some(first) = tx.items.iter().find(|it| written(it)) else {
-        return Ok(());
-    };
-    let first = abort(AbortReason::ReplicaFailure, first);
-    if tx.items.iter().any(|it| written(it) && !it.locked) {
-        journal::ready_tx(tx).await?;
-    }
-    for i in 0..tx.items.len() {
-        let it = &tx.items[i];
-        if !written(it) {
-            continue;
-        }
-        let t = table(&map, it.table);
-        let off = it.offset.expect("written items have a slot");
-        if it.locked {
-            // Locked already (an insert over a tombstone takes the lock with its READ): the
-            // mark goes on it now, as on the others, before the commit timestamp. Our own
-            // lock word: other coordinators only CAS it, so a WRITE is safe.
-            tx.c.ep.write(t.primary(), off, &value.to_le_bytes());
-            continue;
-        }
-        journal::note(tx.c, Via::OneSided, t.primary(), off);
-        let c = tx.c.ep.cas(t.primary(), off, 0, value);
-        todo.push((
-            i,
-            c,
-            tx.c.ep.read(t.primary(), off, t.record_bytes as usize),
-        ));
-    }
-    if tx.c.ep.post().await.is_err() {
-        // A memory node failed: the CASes on the live ones may have taken their locks, which
-        // the abort would not know to give back.
-        for &(i, _, _) in &todo {
-            let it = &tx.items[i];
-            let p = table(&map, it.table).primary();
-            tx.c.ep.cas(p, it.offset.expect("a slot"), value, 0);
-        }
-        let _ = tx.c.ep.post().await;
-        return Err(first);
-    }
-    let mut failed = None;
-    for (i, c, r) in todo {
-        if !tx.c.ep.cas_ok(c) {
-            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
-            continue;
-        }
-        let t = table(&map, tx.items[i].table);
-        let it = &mut tx.items[i];
-        it.locked = true;
-        let version = it.version;
-        let Some(st) = it.ext.as_mut() else {
-            // Written without a CVT read: not a record this path locks (inserts are cold).
-            failed.get_or_insert(abort(AbortReason::BadRequest, it));
-            continue;
-        };
-        let MvState { cvt, base, v0 } = &mut **st;
-        let read = codec(t).decode_into(tx.c.ep.bytes(r), cvt, base);
-        let h = cvt.header;
-        let same = read.is_ok()
-            && h.valid
-            && h.table == it.table
-            && h.key == it.key
-            && seen_at(cvt, u64::MAX) == Some(version);
-        if !same {
-            failed.get_or_insert(abort(AbortReason::Validation, it));
-            continue;
-        }
-        *v0 = (0..cvt.cells.len()).find(|&w| {
-            let c = cvt.cells[w];
-            c.valid() && !c.tombstone() && c.version == version
-        });
-    }
-    failed.map_or(Ok(()), Err)
-}
-
 /// Marks the lock of every record we write as committing, and claims the free slots our
 /// inserts chose (CAS + READ: still free), before the commit timestamp is taken (one round
 /// trip: the marks must land before the FAA, which is on another QP).
+///
+/// With `motor.lock_at_commit` (FaRMv2-DM's dedicated lock round trip) the records we write,
+/// read unlocked during execution, are locked in the same round trip: a CAS from 0 to our id
+/// (and the mark, with the pool's oracle: with a local one our committing bit is set
+/// already), the record's READ behind it on its QP, journaled as execution's locks are. The
+/// version read must still be the newest (first-committer-wins); the record as read under
+/// the lock replaces the one execution read, as the base of the new CVT.
 pub(crate) async fn mark_committing(tx: &mut Tx<'_, Motor>, marks: bool) -> Result<(), Abort> {
     let map = tx.c.map.clone();
     let value = tx.c.owner | COMMITTING;
+    let lock_value = if marks { value } else { tx.c.owner };
     if tx
         .items
         .iter()
-        .any(|it| it.new != NewValue::Keep && it.cold)
+        .any(|it| it.new != NewValue::Keep && (it.cold || !it.locked))
     {
         journal::ready_tx(tx).await?;
     }
     let mut claims = std::mem::take(&mut tx.s.claims);
     claims.clear();
+    // Locks taken now (`lock_at_commit`): (item, CAS, READ of the record).
+    let mut late: Vec<(usize, OpId, OpId)> = Vec::new();
     let mut any = false;
     for (i, it) in tx.items.iter().enumerate() {
         if it.new == NewValue::Keep {
@@ -128,9 +52,21 @@ pub(crate) async fn mark_committing(tx: &mut Tx<'_, Motor>, marks: bool) -> Resu
             let c = tx.c.ep.cas(t.primary(), off, 0, value);
             claims.push((i, c, tx.c.ep.read(t.primary(), off, 64)));
             any = true;
-        } else if marks && !tx.c.cfg.motor.lock_at_commit {
+        } else if !it.locked {
+            // Read unlocked: only with `lock_at_commit` (else every record we write was
+            // locked with its first READ, or is an insert's claim).
+            debug_assert!(tx.c.cfg.motor.lock_at_commit);
+            journal::note(tx.c, Via::OneSided, t.primary(), off);
+            let c = tx.c.ep.cas(t.primary(), off, 0, lock_value);
+            late.push((
+                i,
+                c,
+                tx.c.ep.read(t.primary(), off, t.record_bytes as usize),
+            ));
+            any = true;
+        } else if marks {
             // Our own lock word: other coordinators only CAS it (and fail), so a WRITE is
-            // safe. (With locks taken at commit, `lock_writes` marked every one.)
+            // safe.
             tx.c.ep.write(t.primary(), off, &value.to_le_bytes());
             any = true;
         }
@@ -146,14 +82,18 @@ pub(crate) async fn mark_committing(tx: &mut Tx<'_, Motor>, marks: bool) -> Resu
         .expect("a write");
     if tx.c.ep.post().await.is_err() {
         let fail = abort(AbortReason::ReplicaFailure, first);
-        // A memory node failed: claims on the live ones may have taken their slots, which
-        // the abort would not know to give back (a CAS back from our word: on a dead node,
-        // nothing of ours is left).
-        for &(i, _, _) in &claims {
+        // A memory node failed: claims and locks on the live ones may have taken their
+        // slots, which the abort would not know to give back (a CAS back from our word: on a
+        // dead node, nothing of ours is left).
+        for (&(i, _, _), word) in claims
+            .iter()
+            .map(|c| (c, value))
+            .chain(late.iter().map(|c| (c, lock_value)))
+        {
             let it = &tx.items[i];
             let p = table(&map, it.table).primary();
             let off = it.offset.expect("written items have a slot");
-            tx.c.ep.cas(p, off, value, 0);
+            tx.c.ep.cas(p, off, word, 0);
         }
         tx.s.claims = claims;
         let _ = tx.c.ep.post().await;
@@ -175,7 +115,45 @@ pub(crate) async fn mark_committing(tx: &mut Tx<'_, Motor>, marks: bool) -> Resu
         }
     }
     tx.s.claims = claims;
+    for (i, c, r) in late {
+        if !tx.c.ep.cas_ok(c) {
+            failed.get_or_insert(abort(AbortReason::LockConflict, &tx.items[i]));
+            continue;
+        }
+        let t = table(&map, tx.items[i].table);
+        let it = &mut tx.items[i];
+        it.locked = true;
+        if let Err(e) = relock(it, codec(t), tx.c.ep.bytes(r)) {
+            failed.get_or_insert(e);
+        }
+    }
     failed.map_or(Ok(()), Err)
+}
+
+/// A record we write, read unlocked during execution, as read again under the lock we just
+/// took (`rec`): still the version read as its newest, whose CVT and value replace the item's.
+fn relock(it: &mut Item<Option<Box<MvState>>>, k: MvCodec, rec: &[u8]) -> Result<(), Abort> {
+    let version = it.version;
+    let Some(st) = it.ext.as_mut() else {
+        // Written without a CVT read: not a record this path locks (inserts are claims).
+        return Err(abort(AbortReason::BadRequest, it));
+    };
+    let MvState { cvt, base, v0 } = &mut **st;
+    let read = k.decode_into(rec, cvt, base);
+    let h = cvt.header;
+    if read.is_err()
+        || !h.valid
+        || h.table != it.table
+        || h.key != it.key
+        || seen_at(cvt, u64::MAX) != Some(version)
+    {
+        return Err(abort(AbortReason::Validation, it));
+    }
+    *v0 = (0..cvt.cells.len()).find(|&w| {
+        let c = cvt.cells[w];
+        c.valid() && !c.tombstone() && c.version == version
+    });
+    Ok(())
 }
 
 /// The items read without our lock still show, at the commit timestamp `tc`, the version

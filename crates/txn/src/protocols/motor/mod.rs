@@ -124,8 +124,9 @@ impl Protocol for Motor {
         insert::insert_many(tx, rows).await
     }
 
-    /// Phase 2: mark every written record committing (and claim inserts' slots), before the
-    /// commit timestamp exists. With a local oracle the mark is our bit in it instead.
+    /// Phase 2: mark every written record committing (and claim inserts' slots; with
+    /// `motor.lock_at_commit`, lock the written records read unlocked), before the commit
+    /// timestamp exists. With a local oracle the mark is our bit in it instead.
     async fn lock(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
         if !tx.writes() {
             // Read-only (or nothing written): the snapshot at the start timestamp is the
@@ -136,9 +137,6 @@ impl Protocol for Motor {
         if let Some(o) = &local {
             o.set_committing(tx.c.owner, true);
             tx.st.committing = true;
-        }
-        if tx.c.cfg.motor.lock_at_commit {
-            commit::lock_writes(tx).await?;
         }
         commit::mark_committing(tx, local.is_none()).await
     }
