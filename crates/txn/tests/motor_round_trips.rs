@@ -18,16 +18,10 @@ fn measure(isolation: Isolation, local_oracle: bool) -> Vec<Row> {
     measure_with(isolation, local_oracle, false)
 }
 
-fn measure_with(isolation: Isolation, local_oracle: bool, flush: bool) -> Vec<Row> {
-    measure_all(isolation, local_oracle, flush, |_| {})
-}
-
-fn measure_all(
-    isolation: Isolation,
-    local_oracle: bool,
-    flush: bool,
-    options: impl Fn(&mut dtxn_txn::MotorOptions),
-) -> Vec<Row> {
+/// Two memory nodes, two replicas, on `ideal` with no adversary: one table of 16-byte values
+/// (two attributes, 4 versions), keys 0 to 99 loaded; room to spare, so that inserts find
+/// free slots in their home buckets.
+fn loaded_pool() -> Pool {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -35,7 +29,6 @@ fn measure_all(
         log_slice_bytes: 4096,
         region_bytes: None,
     };
-    // Room to spare: inserts find free slots in their home buckets.
     let mut spec = TableSpec::new(T, "t", 16, 1000).multi_version(4);
     spec.attributes = vec![8, 8];
     let plan = Plan::new(&[spec], &shape).unwrap();
@@ -49,6 +42,20 @@ fn measure_all(
         l.insert(&pool, k, &[k.to_le_bytes(), [0; 8]].concat())
             .unwrap();
     }
+    pool
+}
+
+fn measure_with(isolation: Isolation, local_oracle: bool, flush: bool) -> Vec<Row> {
+    measure_all(isolation, local_oracle, flush, |_| {})
+}
+
+fn measure_all(
+    isolation: Isolation,
+    local_oracle: bool,
+    flush: bool,
+    options: impl Fn(&mut dtxn_txn::MotorOptions),
+) -> Vec<Row> {
+    let pool = loaded_pool();
     let mut txn = TxnConfig {
         protocol: Protocol::Motor,
         flush,
@@ -255,26 +262,7 @@ fn farmv2_dm_locks_in_a_round_trip_of_its_own_and_commits_in_two() {
 #[test]
 fn a_lock_at_commit_shares_the_round_trip_of_an_inserts_claim() {
     let rts = |late: bool| -> Vec<u64> {
-        let shape = PoolShape {
-            memory_nodes: 2,
-            replicas: 2,
-            log_slices: 4,
-            log_slice_bytes: 4096,
-            region_bytes: None,
-        };
-        let mut spec = TableSpec::new(T, "t", 16, 1000).multi_version(4);
-        spec.attributes = vec![8, 8];
-        let plan = Plan::new(&[spec], &shape).unwrap();
-        let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
-        cfg.profile = Profile::ideal();
-        cfg.adversary = Adversary::off();
-        let pool = Pool::Sim(SimPool::new(cfg).unwrap());
-        plan.format_pool(&pool).unwrap();
-        let mut l = Loader::new(plan.table(T).unwrap());
-        for k in 0..10u64 {
-            l.insert(&pool, k, &[k.to_le_bytes(), [0; 8]].concat())
-                .unwrap();
-        }
+        let pool = loaded_pool();
         let mut txn = TxnConfig {
             protocol: Protocol::Motor,
             ..TxnConfig::default()
