@@ -261,6 +261,34 @@ fn an_older_reader_reads_an_older_version_slot() {
     }
 }
 
+/// The reader of the version-slot scripts: warmed up (key 1's address cached) before `T0`,
+/// it begins a read-only transaction at `begin`, reads key 1 at `read`, expects `want` (the
+/// version its snapshot sees, from an older copy) and commits.
+async fn old_snapshot_read(
+    c: &mut Coordinator,
+    begin: u64,
+    read: u64,
+    want: u64,
+) -> Vec<(&'static str, Result<(), AbortReason>)> {
+    until(c, T0 - 100_000).await;
+    let mut tx = c.begin(TxKind::ReadOnly);
+    tx.fetch(&[Access::read(T, 1)]).await.unwrap();
+    tx.commit().await.unwrap();
+    until(c, begin).await;
+    let mut tx = c.begin(TxKind::ReadOnly);
+    let now = tx.endpoint().now_ns();
+    tx.endpoint().sleep(read - now).await;
+    let f = res(tx.fetch(&[Access::read(T, 1)]).await);
+    if f.is_err() {
+        return vec![("read", f)];
+    }
+    let value = tx
+        .get(T, 1)
+        .map(|v| u64::from_le_bytes(v.try_into().unwrap()));
+    assert_eq!(value, Some(want));
+    vec![("read", f), ("commit", res(tx.commit().await))]
+}
+
 /// With two version slots, the one older copy is the version the last commit replaced: W
 /// commits key 1 = 7 once, and R, older, reads the loaded version (value 1) from the older
 /// copy and commits. (The boundary of `displace`'s "one copy, nothing to displace": taken for
@@ -275,25 +303,7 @@ fn with_two_slots_the_older_copy_holds_the_version_replaced() {
         Protocol::Mvcc,
         511,
         mvcc,
-        async move |c: &mut Coordinator| {
-            until(c, T0 - 100_000).await;
-            let mut tx = c.begin(TxKind::ReadOnly);
-            tx.fetch(&[Access::read(T, 1)]).await.unwrap();
-            tx.commit().await.unwrap();
-            until(c, T0).await;
-            let mut tx = c.begin(TxKind::ReadOnly);
-            let now = tx.endpoint().now_ns();
-            tx.endpoint().sleep(T0 + 120_000 - now).await;
-            let f = res(tx.fetch(&[Access::read(T, 1)]).await);
-            if f.is_err() {
-                return vec![("read", f)];
-            }
-            let value = tx
-                .get(T, 1)
-                .map(|v| u64::from_le_bytes(v.try_into().unwrap()));
-            assert_eq!(value, Some(1));
-            vec![("read", f), ("commit", res(tx.commit().await))]
-        },
+        async move |c: &mut Coordinator| old_snapshot_read(c, T0, T0 + 120_000, 1).await,
         async |c: &mut Coordinator| {
             until(c, T0 + 10_000).await;
             let mut tx = c.begin(TxKind::ReadWrite);
@@ -323,25 +333,7 @@ fn a_full_slot_overwrites_its_oldest_copy() {
         Protocol::Mvcc,
         511,
         mvcc,
-        async move |c: &mut Coordinator| {
-            until(c, T0 - 100_000).await;
-            let mut tx = c.begin(TxKind::ReadOnly);
-            tx.fetch(&[Access::read(T, 1)]).await.unwrap();
-            tx.commit().await.unwrap();
-            until(c, T0 + 20_000).await;
-            let mut tx = c.begin(TxKind::ReadOnly);
-            let now = tx.endpoint().now_ns();
-            tx.endpoint().sleep(T0 + 150_000 - now).await;
-            let f = res(tx.fetch(&[Access::read(T, 1)]).await);
-            if f.is_err() {
-                return vec![("read", f)];
-            }
-            let value = tx
-                .get(T, 1)
-                .map(|v| u64::from_le_bytes(v.try_into().unwrap()));
-            assert_eq!(value, Some(7));
-            vec![("read", f), ("commit", res(tx.commit().await))]
-        },
+        async move |c: &mut Coordinator| old_snapshot_read(c, T0 + 20_000, T0 + 150_000, 7).await,
         async |c: &mut Coordinator| {
             let mut steps = Vec::new();
             for (at, v) in [(10_000, 7u64), (40_000, 8), (70_000, 9), (100_000, 10)] {
