@@ -20,6 +20,12 @@ const A: u32 = 1;
 const B: u32 = 2;
 /// Memory node 1 fails then (virtual time), for good.
 const FAIL_NS: u64 = 5_000_000;
+/// The script's one coordinator.
+const ONE: Topology = Topology {
+    compute_nodes: 1,
+    threads: 1,
+    coroutines: 1,
+};
 /// Keys inserted into `B` before the failure, and after it.
 const BEFORE: u64 = 40;
 const AFTER: u64 = 40;
@@ -121,6 +127,17 @@ const MOTOR: Script = Script {
     ..FORD
 };
 
+/// The failover's view change: the probe finds the failed nodes, and the view word is CASed
+/// to the view without them. Returns them, and the map in the new view.
+async fn change_view(ep: &mut Endpoint, map: &PoolMap) -> (Vec<u16>, Rc<PoolMap>) {
+    let down = probe(ep, map).await.unwrap();
+    let next = View::default().without(&down).unwrap();
+    let cas = ep.cas(0, VIEW_OFF, View::default().word(), next.word());
+    ep.post().await.unwrap();
+    assert!(ep.cas_ok(cas));
+    (down, Rc::new(map.in_view(next)))
+}
+
 async fn update(c: &mut Coordinator, t: u32, k: u64, x: u64) -> Result<(), AbortReason> {
     let mut tx = c.begin(TxKind::ReadWrite);
     tx.read_for_update(t, k).await.map_err(|a| a.reason)?;
@@ -147,15 +164,11 @@ fn fail_over(script: Script) -> Seen {
     } = script;
     let plan = plan(protocol);
     let mut sim = sim(&plan);
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
     let r = sim
-        .run(one, None, move |mut ep: Endpoint| async move {
+        .run(ONE, None, move |mut ep: Endpoint| async move {
             let mut seen = Seen::default();
-            let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+            let old_map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+            let map = old_map.clone();
             assert_eq!(map.table(B).unwrap().replicas, [1, 0]);
             let mut cfg = TxnConfig {
                 protocol,
@@ -175,12 +188,8 @@ fn fail_over(script: Script) -> Seen {
             seen.updated_before_view = update_a(&mut c, 1000).await.err();
             // The failover: probe, change the view, promote, repair.
             let ep = c.endpoint();
-            seen.down = probe(ep, &map).await.unwrap();
-            let next = View::default().without(&seen.down).unwrap();
-            let cas = ep.cas(0, VIEW_OFF, View::default().word(), next.word());
-            ep.post().await.unwrap();
-            assert!(ep.cas_ok(cas));
-            let map = Rc::new(map.in_view(next));
+            let map;
+            (seen.down, map) = change_view(ep, &old_map).await;
             seen.promoted = map.promoted().map(|t| t.id).collect();
             let t = map.table(B).unwrap().clone();
             let r = ep.read(t.primary(), t.overflow_counter(), 8);
@@ -245,6 +254,52 @@ fn under_motor_without_failover_a_failed_install_keeps_its_lock() {
     });
     assert_eq!(s.updated_before_view, Some(AbortReason::ReplicaFailure));
     assert!(s.updated_after.is_some(), "{s:?}");
+}
+
+/// FaRMv2-DM locks the records it writes at commit, in one batch on their primaries. When
+/// one of them has failed since execution read it, the batch fails, and the locks won on the
+/// live primaries are given back (CAS back to 0): the transaction knows of no lock to release,
+/// and nobody would recover a live coordinator's. Else `A`'s key stays locked in the next view.
+#[test]
+fn under_farmv2_dm_a_commit_lock_won_beside_a_failed_primary_is_given_back() {
+    let plan = plan(Protocol::Motor);
+    let mut sim = sim(&plan);
+    let r = sim
+        .run(ONE, None, move |mut ep: Endpoint| async move {
+            let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+            let mut cfg = TxnConfig {
+                protocol: Protocol::Motor,
+                ..TxnConfig::default()
+            };
+            cfg.motor.lock_at_commit = true;
+            let mut c = Coordinator::new(ep, map.clone(), Rc::new(cfg));
+            c.set_failover(true);
+            insert(&mut c, 0..1).await.unwrap();
+            // Execution reads `A`'s key 0 (primary node 0) and `B`'s (primary node 1), unlocked;
+            // node 1 fails before the commit.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            for t in [A, B] {
+                tx.read_for_update(t, 0).await.unwrap();
+                tx.update(t, 0, &v(1)).await.unwrap();
+            }
+            let now = tx.endpoint().now_ns();
+            assert!(now < FAIL_NS, "{now}");
+            tx.endpoint().sleep(FAIL_NS + 1_000 - now).await;
+            let failed = tx.commit().await.err().map(|a| a.reason);
+            let ep = c.endpoint();
+            let (down, map) = change_view(ep, &map).await;
+            assert_eq!(down, [1]);
+            repair_promoted(ep, &map, Protocol::Motor, None)
+                .await
+                .unwrap();
+            c.set_map(map);
+            (failed, update_a(&mut c, 2).await.err())
+        })
+        .unwrap();
+    let (failed, after) = r.outputs.into_iter().next().unwrap().unwrap();
+    assert_eq!(failed, Some(AbortReason::ReplicaFailure));
+    // A lock left behind: `LockConflict`, for good.
+    assert_eq!(after, None);
 }
 
 /// The negative control under Motor: without the repair, the promoted primary hands out
