@@ -277,6 +277,79 @@ fn recovery_rolls_forward_an_acknowledged_commit_whose_key_the_next_transaction_
     }
 }
 
+/// Recovery in a joining view, of a commit it rolls forward: each record the commit wrote
+/// goes to the joiner as the primary holds it (the joiner may lack the install: the crash cut
+/// its WRITE there, or the commit was an older view's). With two records, the second's fix
+/// once read a READ of a batch that the first's WRITE had replaced (an index out of bounds:
+/// torture, nowait/smallbank/seed 60000222 under `--faults memory=1,compute=1,rejoin=100us`).
+#[test]
+fn recovery_in_a_joining_view_gives_the_joiner_every_record_of_a_commit_it_rolls_forward() {
+    const OTHER: u64 = 11;
+    let records =
+        common::with_coordinator(two_line_pool(), TxnConfig::default(), |mut c| async move {
+            let ep = c.endpoint();
+            // Node 1 failed, and came back blank: it joins.
+            let failed = View::default().without(&[1]).unwrap();
+            let joining = failed.joining(1).unwrap();
+            for (from, to) in [(View::default(), failed), (failed, joining)] {
+                let cas = dtxn_txn::membership::change_view(ep, from, to);
+                ep.post().await.unwrap();
+                assert!(ep.cas_ok(cas));
+            }
+            let map = PoolMap::bootstrap(ep).await.unwrap();
+            let t = map.table(T).unwrap().clone();
+            assert_eq!((t.primary(), t.is_joiner(1)), (0, true));
+            let owner = u64::from(DEAD) + 1;
+            let mut items = Vec::new();
+            for key in [KEY, OTHER] {
+                let (offset, image) = record_of(ep, &t, key).await;
+                // Its install on the primary, invisible under its id; the joiner still holds
+                // the record as loaded.
+                let mut h = t.codec().header(&image);
+                h.version += 1;
+                h.lock = owner | (1 << 63);
+                let mut install = vec![0u8; t.record_bytes as usize];
+                t.codec().encode(&h, &[0xE0 | key as u8; 100], &mut install);
+                ep.write(0, offset, &install);
+                items.push(LogItem {
+                    table: T,
+                    offset,
+                    insert: false,
+                    kind: ItemKind::Undo,
+                    image,
+                });
+            }
+            let entry = LogEntry {
+                txn: 99,
+                coordinator: DEAD,
+                status: LogStatus::Pending,
+                tag: 0,
+                items,
+            };
+            write_entry(ep, &map, &entry);
+            ep.post().await.unwrap();
+            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
+            assert!(
+                matches!(outcome, Recovered::RolledForward(ref t) if t.txn == 99),
+                "{outcome:?}"
+            );
+            let mut records = Vec::new();
+            for it in &entry.items {
+                let reads = [0, 1].map(|n| ep.read(n, it.offset, t.record_bytes as usize));
+                ep.post().await.unwrap();
+                records.push(reads.map(|r| ep.bytes(r).to_vec()));
+            }
+            records
+        });
+    let t = two_line_plan().table(T).unwrap().clone();
+    for (key, [primary, joiner]) in [KEY, OTHER].into_iter().zip(records) {
+        let mut value = vec![0u8; 100];
+        let h = t.codec().decode(&primary, &mut value).unwrap();
+        assert_eq!((h.version, h.lock, value[0]), (1, 0, 0xE0 | key as u8));
+        assert_eq!(joiner, primary, "key {key}: the joiner lacks the commit");
+    }
+}
+
 /// A pool of two memory nodes, two replicas, one table of 100-byte values (two lines a
 /// record, so that a READ of one can mix lines of two writes).
 fn two_line_pool() -> Pool {
