@@ -683,10 +683,11 @@ impl Endpoint {
     /// Bytes of a completed READ, or the response of a completed RPC.
     pub fn bytes(&self, id: OpId) -> &[u8] {
         debug_assert!(self.completed, "results read before the batch completed");
-        let op = &self.batch.ops[id.0 as usize];
+        let i = self.batch.index(id);
+        let op = &self.batch.ops[i];
         match op.kind {
             OpKind::Rpc => {
-                let w = self.batch.words[id.0 as usize];
+                let w = self.batch.words[i];
                 let (off, len) = ((w >> 32) as usize, (w & 0xffff_ffff) as usize);
                 &self.batch.resp[off..off + len]
             }
@@ -703,12 +704,12 @@ impl Endpoint {
     /// Old value of a completed CAS or FAA.
     pub fn old(&self, id: OpId) -> u64 {
         debug_assert!(self.completed, "results read before the batch completed");
-        self.batch.words[id.0 as usize]
+        self.batch.words[self.batch.index(id)]
     }
 
     /// Whether a completed CAS swapped.
     pub fn cas_ok(&self, id: OpId) -> bool {
-        let op = &self.batch.ops[id.0 as usize];
+        let op = &self.batch.ops[self.batch.index(id)];
         debug_assert_eq!(op.kind, OpKind::Cas);
         self.old(id) == op.arg0
     }

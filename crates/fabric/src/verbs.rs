@@ -55,9 +55,14 @@ pub struct Op {
     pub arg1: u64,
 }
 
-/// Names one op of the batch being built; valid until the next batch is started.
+/// Names one op of the batch being built, and the batch: valid until the next batch is
+/// started. Its results are read from the endpoint, which refuses an id of an earlier batch
+/// (whose results are gone: the index would name another op of the batch now held).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OpId(pub(crate) u32);
+pub struct OpId {
+    pub(crate) index: u32,
+    pub(crate) batch: u32,
+}
 
 /// A doorbell batch: the ops a coordinator posts together, and after completion their results.
 /// Owned by the coordinator's [`crate::Endpoint`] and reused, so posting allocates nothing once
@@ -80,10 +85,13 @@ pub struct Batch {
     /// one doorbell, a work request each). `None`: every request shares its node's message.
     /// Set by the endpoint ([`crate::Endpoint::set_rpc_pack_limit`]); kept across `clear`.
     pub rpc_pack_limit: Option<u32>,
+    /// Counts `clear`s: the [`OpId`]s of the ops pushed since carry it.
+    generation: u32,
 }
 
 impl Batch {
     pub fn clear(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
         self.ops.clear();
         self.buf.clear();
         self.words.clear();
@@ -154,10 +162,25 @@ impl Batch {
     }
 
     pub(crate) fn push(&mut self, op: Op) -> OpId {
-        let id = OpId(self.ops.len() as u32);
+        let id = OpId {
+            index: self.ops.len() as u32,
+            batch: self.generation,
+        };
         self.ops.push(op);
         self.words.push(0);
         id
+    }
+
+    /// The index of op `id` of this batch. Panics if `id` is of an earlier batch: reading
+    /// it would return another op's results (a caller that queues an op starts a new batch,
+    /// and must have read what it needs of the last one before).
+    #[inline]
+    pub(crate) fn index(&self, id: OpId) -> usize {
+        assert!(
+            id.batch == self.generation,
+            "the results of an op of an earlier batch were read after the next batch began"
+        );
+        id.index as usize
     }
 
     /// Appends `bytes` to the buffer; returns their offset.

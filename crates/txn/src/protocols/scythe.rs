@@ -134,6 +134,10 @@ pub(crate) struct Coord {
     /// A ticket round failed on a memory node down: the grants of the live nodes it reached
     /// are known to the grant journals alone, released from there before the next attempt.
     unsure: bool,
+    /// The last ticket round had a ticket refused for its queue, above the cold watermark
+    /// (noted as the replies are read: the waits for turns that follow post batches of
+    /// their own, and the replies go with the round's).
+    refused_hot: bool,
 }
 
 /// A header lock word for an OCC holder: its owner alone, the oldest there is (a TOCC
@@ -479,7 +483,8 @@ fn on_replies(
                 tx.st.tickets.push((ticket, r.queue()));
                 tx.st.keys.push((a.table, a.key));
             }
-            Some(_) => {
+            Some(r) => {
+                tx.s.refused_hot |= r.queue() > takeout::COLD_WATERMARK;
                 failed.get_or_insert(bad(AbortReason::LockConflict));
             }
             None => {
@@ -548,13 +553,9 @@ async fn occ_tickets(tx: &mut Tx<'_, Scythe>) -> Result<(), Abort> {
     let r = stamp(tx).await;
     tx.c.lock_word = word;
     r?;
+    tx.s.refused_hot = false;
     let r = tickets(tx, &writes, takeout::COLD_WATERMARK).await;
-    if r.is_err()
-        && tx.s.requests.iter().any(|&(_, _, id)| {
-            takeout::reply(&tx.c.ep, id)
-                .is_some_and(|r| !r.granted && !r.full && r.queue() > takeout::COLD_WATERMARK)
-        })
-    {
+    if r.is_err() && tx.s.refused_hot {
         tx.s.next_tocc = true;
     }
     r
@@ -612,6 +613,7 @@ async fn tickets(tx: &mut Tx<'_, Scythe>, accesses: &[Access], limit: u64) -> Re
     }
     let posted = tx.c.ep.post().await.is_ok();
     tx.s.unsure |= !posted;
+    tx.s.refused_hot = false;
     let failed = on_replies(tx, &map, accesses, &requests, posted);
     tx.s.requests = requests;
     if let Some(a) = failed {
