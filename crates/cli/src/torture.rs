@@ -370,9 +370,17 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                 let record_s = record.display().to_string();
                 let argv = bench_args(w, p, seed, &a, &record_s);
                 let args = bench::args::parse_bench(argv.iter().map(Into::into).collect())?;
-                let failure = match bench::run(&args, false) {
-                    Err(e) => Some(format!("the run failed: {e:#}")),
-                    Ok(r) => {
+                // A run that panics (a bug of ours) fails like any other, with its replay
+                // command, instead of ending the campaign without naming its seed. Unwind
+                // safe: each run builds its pool and state afresh, and nothing of a run that
+                // panicked is looked at again.
+                let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    bench::run(&args, false)
+                }));
+                let failure = match run {
+                    Err(panic) => Some(format!("the run panicked: {}", panic_message(&*panic))),
+                    Ok(Err(e)) => Some(format!("the run failed: {e:#}")),
+                    Ok(Ok(r)) => {
                         committed += r.all.committed;
                         if let Some(f) = &r.faults {
                             crashed += f.coordinators_crashed;
@@ -466,5 +474,32 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
             failures.join(", ")
         );
         Ok(ExitCode::from(1))
+    }
+}
+
+/// A panic's message (what `panic!` was given), for the failure report.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        s.to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::panic_message;
+    use std::panic::{catch_unwind, panic_any};
+
+    #[test]
+    fn a_panics_message_is_reported_whatever_its_payload() {
+        let formatted = catch_unwind(|| panic!("the index is {}", 2)).unwrap_err();
+        assert_eq!(panic_message(&*formatted), "the index is 2");
+        let literal = catch_unwind(|| panic!("out of bounds")).unwrap_err();
+        assert_eq!(panic_message(&*literal), "out of bounds");
+        let other = catch_unwind(|| panic_any(7u32)).unwrap_err();
+        assert_eq!(panic_message(&*other), "(no message)");
     }
 }
