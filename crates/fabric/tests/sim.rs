@@ -652,3 +652,28 @@ fn a_pm_flush_holds_its_qp_for_the_profiles_flush_time() {
     assert_eq!(run(true, 1, true, true), 1_000 + 5_000);
     assert_eq!(run(false, 1, true, true), 1_000);
 }
+
+/// An op's results are read while its batch is the endpoint's: once the next batch has
+/// begun, its id is refused. (It would name the op at its index in the new batch: here a
+/// READ of another address, whose bytes it returned before ids carried their batch.)
+#[test]
+fn results_of_an_earlier_batch_are_refused() {
+    let mut pool = SimPool::new(SimConfig::new(1, 1, 4096)).unwrap();
+    let r = pool
+        .run(topo(1, 1, 1), None, |mut ep: Endpoint| async move {
+            ep.write(0, 64, &7u64.to_le_bytes());
+            ep.post().await.unwrap();
+            let _ = ep.read(0, 0, 8);
+            let second = ep.read(0, 64, 8);
+            ep.post().await.unwrap();
+            let read = ep.word(second, 0);
+            let _ = ep.read(0, 128, 8);
+            let _ = ep.read(0, 192, 8);
+            ep.post().await.unwrap();
+            let stale =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| ep.word(second, 0)));
+            (read, stale.is_err())
+        })
+        .unwrap();
+    assert_eq!(r.outputs, vec![Some((7, true))]);
+}
