@@ -120,7 +120,7 @@ fn write_replicas<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap, mode: Install)
                 full_flush(&mut tx.c.ep, full, t.primary());
             }
             SingleVersion::set_lock(record, word | INVISIBLE);
-            write_primary::<P>(&mut tx.c.ep, via, t, off, record);
+            write_primary::<P>(&mut tx.c.ep, via, t, off, record, Direction::Install);
             full_flush(&mut tx.c.ep, full, t.primary());
         }
     }
@@ -213,7 +213,7 @@ fn install_primaries<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
             rpc::write(&mut tx.c.ep, via, t.primary(), at, &tx.c.mech.copy);
             full_flush(&mut tx.c.ep, full, t.primary());
         }
-        write_primary::<P>(&mut tx.c.ep, via, t, off, record);
+        write_primary::<P>(&mut tx.c.ep, via, t, off, record, Direction::Install);
         full_flush(&mut tx.c.ep, full, t.primary());
     }
 }
@@ -227,16 +227,19 @@ pub(crate) fn full_flush(ep: &mut dtxn_fabric::Endpoint, full: bool, node: dtxn_
     }
 }
 
+/// Which way a record WRITE around the metadata words goes ([`write_around_meta`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// A new version over the old: the value, then the header.
+    Install,
+    /// The old image back over an install (a roll-back): the header, then the value.
+    RollBack,
+}
+
 /// A record's WRITE to its primary: whole, or, for a protocol whose metadata words others
 /// change under its lock ([`Protocol::LIVE_META`]: Scythe's takeout lock, granted by the
-/// memory node's CPU and released by NICs' FAAs while the record is held), around them, in
-/// three WRITEs on one QP, applied in order (G4): the lock word with the invisible bit (from
-/// here on a reader reads again rather than take line 0's value, which the next WRITE
-/// changes under a header that still looks committed), the value, then the header, its
-/// version last. A crash cutting them off leaves either the old version (the value may be new
-/// but is invisible: recovery judges it not installed and rolls it back) or everything. (Two
-/// WRITEs, header then value, left a one-line record whole at the new version with the old
-/// value when cut between them: recovery rolled forward a value never written.)
+/// memory node's CPU and released by NICs' FAAs while the record is held), around them
+/// ([`write_around_meta`]).
 #[inline]
 pub(crate) fn write_primary<P: Protocol>(
     ep: &mut dtxn_fabric::Endpoint,
@@ -244,10 +247,11 @@ pub(crate) fn write_primary<P: Protocol>(
     t: &TableInfo,
     off: u64,
     record: &[u8],
+    direction: Direction,
 ) {
     let codec = t.codec();
     if P::LIVE_META && codec.meta_words() > 0 {
-        write_around_meta(t, off, record, |at, b| {
+        write_around_meta(t, off, record, direction, |at, b| {
             rpc::write(ep, via, t.primary(), at, b)
         });
     } else {
@@ -255,19 +259,47 @@ pub(crate) fn write_primary<P: Protocol>(
     }
 }
 
-/// [`write_primary`]'s three WRITEs for a record whose metadata words stay as they are,
-/// through `write(address, bytes)`.
+/// A record's WRITE around its metadata words, which stay as they are, through
+/// `write(address, bytes)`: three WRITEs on one QP, applied in order, each line by line (G4),
+/// so that a crash leaves a prefix of their lines. First the lock word with the invisible bit
+/// (from here on a reader reads again rather than take line 0's value, which changes under a
+/// header that still looks committed). Then, for an install, the value and then the header,
+/// its version last; for a roll-back, the header (the image's version) and then the value.
+///
+/// Whatever the prefix, recovery then finds the record at the version it is going to and
+/// whole, or at the other with a stamp or a value that tells it apart, and rolls back:
+/// - An install cut off leaves the old version, its value new in part (a one-line record: a
+///   new value whole under the old header, which recovery compares with the image).
+/// - A roll-back cut off leaves the image's version in line 0 over lines stamped with the
+///   install's (torn), or a one-line record at the image's version with the install's value.
+///
+/// The other orders are wrong. Two WRITEs, header then value, left a one-line install whole
+/// at the new version with the old value when cut between them: recovery rolled forward a
+/// value never written. A roll-back in the install's order, cut inside the value, left line 0
+/// with the image's first bytes under the install's header and line 1 as the install left it:
+/// whole at the new version, a value nobody wrote, and recovery rolled it forward (torture:
+/// scythe/skew/seed 60000011 under `--faults memory=1,compute=1,rejoin=100us`, a roll-back
+/// after a backup failed, cut off by the coordinator's crash).
 pub(crate) fn write_around_meta(
     t: &TableInfo,
     off: u64,
     record: &[u8],
+    direction: Direction,
     mut write: impl FnMut(u64, &[u8]),
 ) {
     let lock = u64::from_le_bytes(record[..8].try_into().expect("a header")) | INVISIBLE;
     let v = t.codec().value_off();
     write(off, &lock.to_le_bytes());
-    write(off + v as u64, &record[v..]);
-    write(off, &record[..HEADER_BYTES]);
+    match direction {
+        Direction::Install => {
+            write(off + v as u64, &record[v..]);
+            write(off, &record[..HEADER_BYTES]);
+        }
+        Direction::RollBack => {
+            write(off, &record[..HEADER_BYTES]);
+            write(off + v as u64, &record[v..]);
+        }
+    }
 }
 
 /// A replica failed during the commit: put the old images back wherever we can reach.
@@ -289,7 +321,7 @@ async fn roll_back<P: Protocol>(tx: &mut Tx<'_, P>) {
             let lock = if rank == 0 { word } else { 0 };
             record[..8].copy_from_slice(&lock.to_le_bytes());
             if rank == 0 {
-                write_primary::<P>(&mut tx.c.ep, via, t, off, record);
+                write_primary::<P>(&mut tx.c.ep, via, t, off, record, Direction::RollBack);
             } else {
                 rpc::write(&mut tx.c.ep, via, n, off, record);
             }

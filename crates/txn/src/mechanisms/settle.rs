@@ -2,7 +2,7 @@
 //! commit landed on every replica of everything it locked, else roll back from the old images.
 //! (The recovery driver, `recovery.rs`, finds the entry and releases the locks.)
 
-use crate::mechanisms::install::write_around_meta;
+use crate::mechanisms::install::{write_around_meta, Direction};
 use crate::mechanisms::{holds, INVISIBLE};
 use crate::recovery::Recovered;
 use dtxn_check::history;
@@ -317,9 +317,9 @@ fn roll_back(
             }
             if rank == 0 && live_meta && codec.meta_words() > 0 {
                 // Around the metadata words, which stay as the memory node's CPU and NICs
-                // left them; invisible until the old header is back (a crash in between
-                // leaves a version that is not new: rolled back again).
-                write_around_meta(t, it.offset, &record, |at, b| {
+                // left them; the old header before the value (a recovery cut off in between
+                // leaves a record torn or at the image's version: rolled back again).
+                write_around_meta(t, it.offset, &record, Direction::RollBack, |at, b| {
                     ep.write(n, at, b);
                 });
             } else {
