@@ -616,6 +616,8 @@ fn a_commit_cut_off_anywhere_after_its_backup_failed_is_recovered_to_one_value()
                 Some((_, v)) if v == value(1000) || v == value(2000) => {}
                 _ => cut += 1,
             }
+            let lock = t.codec().header(&after).lock;
+            assert_eq!(lock, 0, "{what}: a lock word left ({lock:#x})");
             match whole(&after) {
                 Some((1, v)) if v == value(2000) => forward += 1,
                 Some((0, v)) if v == value(1000) => rolled_back += 1,
