@@ -200,7 +200,7 @@ pub struct BenchArgs {
     /// coordinator's transactions from the logs during the run; a liveness phase ends it
     /// (every dead coordinator recovered). Then checks the history (with recovery's
     /// rolled-forward transactions), the workload's invariants (implies --verify) and the
-    /// pool (no log slice pending, replicas identical), and prints detection and repair
+    /// pool (no log slice pending, replicas identical, no record torn), and prints detection and repair
     /// times. Knobs: `compute=N` nodes crash (default 1, or 0 when `memory=` is given; never
     /// all), `memory=N` memory nodes fail for good (never node 0; at most replicas - 1: the
     /// survivors change the view and promote backups; every protocol), `rejoin=DURATION`

@@ -1714,12 +1714,8 @@ pub(crate) fn pool_checks(
             checks.push("no log slice pending".into());
         }
     }
-    let mut differ = 0;
-    for t in plan
-        .tables
-        .iter()
-        .filter(|t| t.mv.is_none() && t.replicas.len() > 1)
-    {
+    let (mut differ, mut torn) = (0, 0);
+    for t in plan.tables.iter().filter(|t| t.mv.is_none()) {
         let codec = t.codec();
         let buckets = t.bucket_count + t.overflow_buckets;
         let read = |n: dtxn_fabric::NodeId| {
@@ -1728,6 +1724,33 @@ pub(crate) fn pool_checks(
             b
         };
         let primary = read(t.primary());
+        // Once every transaction is over and every dead coordinator recovered, no record is
+        // torn (lines stamped with different versions) on any replica: the two copies below
+        // would compare equal, both unreadable.
+        for &n in &t.replicas {
+            let bytes = if n == t.primary() {
+                primary.clone()
+            } else {
+                read(n)
+            };
+            for (b, bucket) in bytes.chunks_exact(t.bucket_bytes as usize).enumerate() {
+                for s in 0..t.slots_per_bucket {
+                    let mut v = vec![0u8; t.value_size as usize];
+                    if codec.decode(t.slot_bytes(bucket, s), &mut v).is_err() {
+                        torn += 1;
+                        if torn <= 3 {
+                            fails.push(format!(
+                                "{}: bucket {b} slot {s}: memory node {n} holds a torn record",
+                                t.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if t.replicas.len() < 2 {
+            continue;
+        }
         let decode = |bytes: &[u8]| {
             let mut v = vec![0u8; t.value_size as usize];
             codec
@@ -1797,6 +1820,9 @@ pub(crate) fn pool_checks(
     }
     if differ == 0 {
         checks.push("every backup holds what its primary holds".into());
+    }
+    if torn == 0 {
+        checks.push("no record torn on any replica".into());
     }
     if fails.is_empty() {
         report::Verdict { ok: true, checks }
@@ -2028,5 +2054,68 @@ pub(crate) fn release_claim(
         Some(Ok(())) => Ok(()),
         Some(Err(e)) => Err(anyhow!("cannot detach from the pool: {e}")),
         None => Err(anyhow!("the detaching coordinator did not finish")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pool_checks;
+    use dtxn_fabric::sim::{SimConfig, SimPool};
+    use dtxn_fabric::Pool;
+    use dtxn_store::record::RecordHeader;
+    use dtxn_store::{Loader, Plan, PoolShape, TableSpec, View};
+    use dtxn_txn::Protocol;
+
+    /// A record whose lines are stamped with two versions, on every replica alike, fails the
+    /// pool check (comparing the replicas alone, both unreadable, it passed).
+    #[test]
+    fn a_torn_record_on_every_replica_fails_the_pool_check() {
+        let shape = PoolShape {
+            memory_nodes: 2,
+            replicas: 2,
+            log_slices: 2,
+            log_slice_bytes: 4096,
+            region_bytes: None,
+        };
+        let plan = Plan::new(&[TableSpec::new(1, "t", 100, 16)], &shape).unwrap();
+        let pool = Pool::Sim(SimPool::new(SimConfig::new(1, 2, plan.region_bytes)).unwrap());
+        plan.format_pool(&pool).unwrap();
+        let t = plan.table(1).unwrap();
+        let mut l = Loader::new(t);
+        for k in 0..4u64 {
+            l.insert(&pool, k, &[k as u8; 100]).unwrap();
+        }
+        let check =
+            |pool: &Pool| pool_checks(pool, &plan, View::default(), Protocol::Ford, 0, None);
+        let clean = check(&pool);
+        assert!(clean.ok, "{:?}", clean.checks);
+        assert!(clean
+            .checks
+            .contains(&"no record torn on any replica".to_string()));
+        // Key 0's record: line 0 at version 1, line 1 (and on) at version 2.
+        let off = dtxn_workloads::record_offsets(&pool, t)
+            .into_iter()
+            .find(|&(k, _)| k == 0)
+            .unwrap()
+            .1;
+        let mut rec = vec![0u8; t.record_bytes as usize];
+        pool.with_local(0, |m| m.read(off, &mut rec));
+        let h = t.codec().header(&rec);
+        let (mut v1, mut v2) = (rec.clone(), rec.clone());
+        let at = |version| RecordHeader { version, ..h };
+        t.codec().encode(&at(1), &[1; 100], &mut v1);
+        t.codec().encode(&at(2), &[2; 100], &mut v2);
+        let mut torn = v2;
+        torn[..64].copy_from_slice(&v1[..64]);
+        for n in [0, 1] {
+            pool.with_local(n, |m| m.write(off, &torn));
+        }
+        let r = check(&pool);
+        assert!(!r.ok);
+        assert!(
+            r.checks.iter().any(|c| c.contains("holds a torn record")),
+            "{:?}",
+            r.checks
+        );
     }
 }

@@ -264,7 +264,8 @@ pub(crate) fn write_primary<P: Protocol>(
 /// so that a crash leaves a prefix of their lines. First the lock word with the invisible bit
 /// (from here on a reader reads again rather than take line 0's value, which changes under a
 /// header that still looks committed). Then, for an install, the value and then the header,
-/// its version last; for a roll-back, the header (the image's version) and then the value.
+/// its version last; for a roll-back, the header (the image's version, its lock word still
+/// invisible until the release) and then the value.
 ///
 /// Whatever the prefix, recovery then finds the record at the version it is going to and
 /// whole, or at the other with a stamp or a value that tells it apart, and rolls back:
@@ -279,7 +280,10 @@ pub(crate) fn write_primary<P: Protocol>(
 /// with the image's first bytes under the install's header and line 1 as the install left it:
 /// whole at the new version, a value nobody wrote, and recovery rolled it forward (torture:
 /// scythe/skew/seed 60000011 under `--faults memory=1,compute=1,rejoin=100us`, a roll-back
-/// after a backup failed, cut off by the coordinator's crash).
+/// after a backup failed, cut off by the coordinator's crash). And a roll-back whose header
+/// came back with the plain lock word let readers take a one-line record's install value as
+/// the old version's until its value WRITE landed, and commit once the lock was released
+/// (torture: scythe-cas/kv/seed 60100018 and three more, a `torn-value` in the history).
 pub(crate) fn write_around_meta(
     t: &TableInfo,
     off: u64,
@@ -296,7 +300,15 @@ pub(crate) fn write_around_meta(
             write(off, &record[..HEADER_BYTES]);
         }
         Direction::RollBack => {
-            write(off, &record[..HEADER_BYTES]);
+            // The old header still invisible: until the value is back, line 0 holds the
+            // install's first bytes under it (a one-line record: the install's whole value),
+            // and a READ of several lines may take line 0 now and the others after the
+            // value's WRITE, each stamped with the old version: a reader must take neither
+            // for the old version's value. The release clears the word.
+            let mut header = [0u8; HEADER_BYTES];
+            header.copy_from_slice(&record[..HEADER_BYTES]);
+            header[..8].copy_from_slice(&lock.to_le_bytes());
+            write(off, &header);
             write(off + v as u64, &record[v..]);
         }
     }

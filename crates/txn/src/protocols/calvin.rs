@@ -585,6 +585,11 @@ async fn join(tx: &mut Tx<'_, Calvin>) -> Result<(), AbortReason> {
         reads.push((k, r, None));
     }
     let ok = tx.c.ep.post().await.is_ok() && swapped.unwrap_or_else(|| cas.swapped(&tx.c.ep));
+    if !ok {
+        // (A post refused before it went out, by the lease's gate, left no results to read.)
+        tx.s.reads = reads;
+        return Err(AbortReason::ReplicaFailure);
+    }
     let newest = reads
         .iter()
         .map(|(_, r, _)| word(r.bytes(&tx.c.ep), 0))
@@ -592,9 +597,6 @@ async fn join(tx: &mut Tx<'_, Calvin>) -> Result<(), AbortReason> {
         .max()
         .unwrap_or(0);
     tx.s.reads = reads;
-    if !ok {
-        return Err(AbortReason::ReplicaFailure);
-    }
     tx.s.members = members;
     tx.s.me = me;
     tx.s.word = JOINING;
