@@ -204,30 +204,11 @@ fn an_older_reader_reads_an_older_version_slot() {
                 code,
                 mvcc,
                 async move |c: &mut Coordinator| {
-                    // Key 1's address cached first, so that the read below READs its record
-                    // (a bucket READ takes every copy, lazy or not).
-                    until(c, T0 - 100_000).await;
-                    let mut tx = c.begin(TxKind::ReadOnly);
-                    tx.fetch(&[Access::read(T, 1)]).await.unwrap();
-                    tx.commit().await.unwrap();
-                    until(c, T0).await;
-                    let mut tx = c.begin(TxKind::ReadOnly);
-                    let now = tx.endpoint().now_ns();
-                    tx.endpoint().sleep(T0 + 120_000 - now).await;
-                    let rtts = tx.endpoint().stats().round_trips;
-                    let f = res(tx.fetch(&[Access::read(T, 1)]).await);
-                    if f.is_err() {
-                        return vec![("read", f)];
+                    let (steps, rtts) = old_snapshot_read(c, T0, T0 + 120_000, 1).await;
+                    if steps.len() == 2 {
+                        let want = if lazy_slots { 2 } else { 1 };
+                        assert_eq!(rtts, want, "hybrid {code}, {mvcc:?}: round trips");
                     }
-                    let value = tx
-                        .get(T, 1)
-                        .map(|v| u64::from_le_bytes(v.try_into().unwrap()));
-                    let commit = res(tx.commit().await);
-                    let rtts = c.endpoint().stats().round_trips - rtts;
-                    let steps = vec![("read", f), ("commit", commit)];
-                    assert_eq!(value, Some(1), "hybrid {code}, {slots} slots: {steps:?}");
-                    let want = if lazy_slots { 2 } else { 1 };
-                    assert_eq!(rtts, want, "hybrid {code}, {mvcc:?}: round trips");
                     steps
                 },
                 async |c: &mut Coordinator| {
@@ -261,15 +242,17 @@ fn an_older_reader_reads_an_older_version_slot() {
     }
 }
 
-/// The reader of the version-slot scripts: warmed up (key 1's address cached) before `T0`,
-/// it begins a read-only transaction at `begin`, reads key 1 at `read`, expects `want` (the
-/// version its snapshot sees, from an older copy) and commits.
+/// The reader of the version-slot scripts: warmed up (key 1's address cached, so that its
+/// read READs the record: a bucket READ takes every copy, lazy or not) before `T0`, it begins
+/// a read-only transaction at `begin`, reads key 1 at `read`, expects `want` (the version its
+/// snapshot sees, from an older copy) and commits. Returns its steps and the round trips of
+/// its read and commit.
 async fn old_snapshot_read(
     c: &mut Coordinator,
     begin: u64,
     read: u64,
     want: u64,
-) -> Vec<(&'static str, Result<(), AbortReason>)> {
+) -> (Vec<(&'static str, Result<(), AbortReason>)>, u64) {
     until(c, T0 - 100_000).await;
     let mut tx = c.begin(TxKind::ReadOnly);
     tx.fetch(&[Access::read(T, 1)]).await.unwrap();
@@ -278,15 +261,21 @@ async fn old_snapshot_read(
     let mut tx = c.begin(TxKind::ReadOnly);
     let now = tx.endpoint().now_ns();
     tx.endpoint().sleep(read - now).await;
+    let rtts = tx.endpoint().stats().round_trips;
     let f = res(tx.fetch(&[Access::read(T, 1)]).await);
     if f.is_err() {
-        return vec![("read", f)];
+        return (vec![("read", f)], 0);
     }
     let value = tx
         .get(T, 1)
         .map(|v| u64::from_le_bytes(v.try_into().unwrap()));
-    assert_eq!(value, Some(want));
-    vec![("read", f), ("commit", res(tx.commit().await))]
+    assert_eq!(
+        value,
+        Some(want),
+        "the read at {read} of a snapshot begun at {begin}"
+    );
+    let steps = vec![("read", f), ("commit", res(tx.commit().await))];
+    (steps, c.endpoint().stats().round_trips - rtts)
 }
 
 /// With two version slots, the one older copy is the version the last commit replaced: W
@@ -303,7 +292,7 @@ fn with_two_slots_the_older_copy_holds_the_version_replaced() {
         Protocol::Mvcc,
         511,
         mvcc,
-        async move |c: &mut Coordinator| old_snapshot_read(c, T0, T0 + 120_000, 1).await,
+        async move |c: &mut Coordinator| old_snapshot_read(c, T0, T0 + 120_000, 1).await.0,
         async |c: &mut Coordinator| {
             until(c, T0 + 10_000).await;
             let mut tx = c.begin(TxKind::ReadWrite);
@@ -333,7 +322,7 @@ fn a_full_slot_overwrites_its_oldest_copy() {
         Protocol::Mvcc,
         511,
         mvcc,
-        async move |c: &mut Coordinator| old_snapshot_read(c, T0 + 20_000, T0 + 150_000, 7).await,
+        async move |c: &mut Coordinator| old_snapshot_read(c, T0 + 20_000, T0 + 150_000, 7).await.0,
         async |c: &mut Coordinator| {
             let mut steps = Vec::new();
             for (at, v) in [(10_000, 7u64), (40_000, 8), (70_000, 9), (100_000, 10)] {

@@ -83,6 +83,26 @@ fn write_entry(ep: &mut Endpoint, map: &PoolMap, entry: &LogEntry) {
     }
 }
 
+/// Writes the dead coordinator's pending entry of transaction 99 with `items` to its slices,
+/// and recovers it (FORD's recovery).
+async fn recover_pending(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    items: Vec<LogItem>,
+) -> (Recovered, LogEntry) {
+    let entry = LogEntry {
+        txn: 99,
+        coordinator: DEAD,
+        status: LogStatus::Pending,
+        tag: 0,
+        items,
+    };
+    write_entry(ep, map, &entry);
+    ep.post().await.unwrap();
+    let (outcome, _) = recover(ep, map, Protocol::Ford, DEAD).await.unwrap();
+    (outcome, entry)
+}
+
 /// A transaction read `KEY` cold, unlocked, and logged that image; another transaction
 /// committed over it; the first then won its commit-time lock, saw the newer version and
 /// aborted, and the crash cut off its release. Its pending entry's image is older than the
@@ -241,16 +261,7 @@ fn recovery_rolls_forward_an_acknowledged_commit_whose_key_the_next_transaction_
                 });
                 offsets.push(offset);
             }
-            let entry = LogEntry {
-                txn: 99,
-                coordinator: DEAD,
-                status: LogStatus::Pending,
-                tag: 0,
-                items,
-            };
-            write_entry(ep, &map, &entry);
-            ep.post().await.unwrap();
-            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
+            let (outcome, _) = recover_pending(ep, &map, items).await;
             let mut values = Vec::new();
             for off in offsets {
                 let r = ep.read(t.primary(), off, bytes);
@@ -319,16 +330,7 @@ fn recovery_in_a_joining_view_gives_the_joiner_every_record_of_a_commit_it_rolls
                     image,
                 });
             }
-            let entry = LogEntry {
-                txn: 99,
-                coordinator: DEAD,
-                status: LogStatus::Pending,
-                tag: 0,
-                items,
-            };
-            write_entry(ep, &map, &entry);
-            ep.post().await.unwrap();
-            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
+            let (outcome, entry) = recover_pending(ep, &map, items).await;
             assert!(
                 matches!(outcome, Recovered::RolledForward(ref t) if t.txn == 99),
                 "{outcome:?}"

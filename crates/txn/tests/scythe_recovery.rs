@@ -674,3 +674,122 @@ fn sweep_cut_commits(size: usize) -> (u32, u32, u32) {
     SIZE.with(|s| s.set(64));
     (cut, rolled_back, forward)
 }
+
+/// A dead coordinator's install of `value(2000)` over key 3, on the primary only (the backup
+/// holds the old record), its entry pending: recovery rolls it back, around the takeout
+/// words, and its own compute node crashes `crash_ns` into that run (`None`: it does not).
+/// Then memory node 1, the backup, fails for good, and recovery runs again in the view
+/// without it. The primary's record before the second recovery and after it, and the first
+/// recovery's length.
+fn cut_recovery(crash_ns: Option<u64>) -> (Vec<u8>, Vec<u8>, u64) {
+    use dtxn_fabric::sim::{Faults, MemoryCrash};
+    const KEY: u64 = 3;
+    const DEAD: u32 = 3;
+    let (mut pool, plan, _) = pool(1, 2, Vec::new());
+    let t = plan.table(T).unwrap().clone();
+    let off = offset_of(&pool, &t, KEY);
+    let codec = t.codec();
+    let mut image = vec![0u8; t.record_bytes as usize];
+    pool.with_local(t.primary(), |m| m.read(off, &mut image));
+    let old = codec.header(&image);
+    let mut new = image.clone();
+    let installed = RecordHeader {
+        lock: (u64::from(DEAD) + 1) | (1 << 63),
+        version: old.version + 1,
+        ..old
+    };
+    codec.encode(&installed, &value(2000), &mut new);
+    pool.with_local(t.primary(), |m| m.write(off, &new));
+    let entry = LogEntry {
+        txn: 42,
+        coordinator: DEAD,
+        status: LogStatus::Pending,
+        tag: 0,
+        items: vec![LogItem {
+            table: T,
+            offset: off,
+            insert: false,
+            kind: ItemKind::Undo,
+            image,
+        }],
+    };
+    // The slice's offset as the memory nodes' superblocks give it (16 of 8 KiB, above).
+    let slice_bytes = 8192;
+    let slice = plan.log_off + u64::from(DEAD) * slice_bytes;
+    let mut log = Vec::new();
+    entry.encode(slice_bytes, &mut log).unwrap();
+    for n in 0..2 {
+        pool.with_local(n, |m| m.write(slice, &log));
+    }
+    let (_, first) = recover_dead(&mut pool, &[DEAD], crash_ns);
+    let read = |pool: &Pool| {
+        let mut b = vec![0u8; t.record_bytes as usize];
+        pool.with_local(0, |m| m.read(off, &mut b));
+        b
+    };
+    let before = read(&pool);
+    let Pool::Sim(sim) = &mut pool else {
+        unreachable!()
+    };
+    sim.set_faults(Faults {
+        memory_crashes: vec![MemoryCrash {
+            at_ns: 0,
+            node: 1,
+            down_ns: MemoryCrash::FOREVER,
+        }],
+        ..Faults::default()
+    });
+    let one = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    sim.run(one, None, |mut ep: Endpoint| async move {
+        let next = dtxn_store::View::default().without(&[1]).unwrap();
+        let cas = membership::change_view(&mut ep, dtxn_store::View::default(), next);
+        ep.post().await.unwrap();
+        assert!(ep.cas_ok(cas));
+        let map = PoolMap::bootstrap(&mut ep).await.unwrap();
+        dtxn_txn::recovery::recover_all_in_views(&mut ep, &map, Protocol::Scythe, &[(DEAD, true)])
+            .await
+            .unwrap();
+    })
+    .unwrap();
+    (before, read(&pool), first)
+}
+
+/// Recovery's own roll-back, cut off anywhere by its crash, then run again after the backup
+/// failed: the second recovery finds the primary alone, and must still end at one version
+/// with that version's value. A roll-back written in an install's order (the value, then the
+/// header), cut inside the value, leaves the install's header over a mix of the two values,
+/// whole at the new version: with the backup gone nothing tells it from an install that
+/// landed, and the rerun rolls it forward (a value nobody wrote). Written header first, it is
+/// torn, or at the old version, and is rolled back again. (Two-line records: a one-line
+/// record's three WRITEs land in the same nanosecond, and no crash falls between them.)
+#[test]
+fn a_recovery_cut_off_in_its_roll_back_and_run_again_without_the_backup_leaves_one_value() {
+    let t = pool(1, 2, Vec::new()).1.table(T).unwrap().clone();
+    let whole = |rec: &[u8]| {
+        let mut v = vec![0u8; 64];
+        t.codec().decode(rec, &mut v).ok().map(|h| (h.version, v))
+    };
+    let (old, new) = (Some((0, value(1000))), Some((1, value(2000))));
+    let (_, after, span) = cut_recovery(None);
+    assert_eq!(whole(&after), old, "rolled back");
+    let mut cut = 0;
+    for crash_ns in (0..span).step_by(5) {
+        let (before, after, _) = cut_recovery(Some(crash_ns));
+        let what = format!("recovery crashed at {crash_ns} ns");
+        let seen = whole(&before);
+        if seen != old && seen != new {
+            cut += 1;
+        }
+        assert_eq!(t.codec().header(&after).lock, 0, "{what}: a lock word left");
+        let now = whole(&after);
+        assert!(
+            now == old || now == new,
+            "{what}: recovered to {now:?}, a value nobody wrote"
+        );
+    }
+    assert!(cut > 0, "no crash cut the roll-back off ({span} ns swept)");
+}

@@ -1723,16 +1723,10 @@ pub(crate) fn pool_checks(
             pool.with_local(n, |m| m.read(t.table_off + 64, &mut b));
             b
         };
-        let primary = read(t.primary());
         // Once every transaction is over and every dead coordinator recovered, no record is
-        // torn (lines stamped with different versions) on any replica: the two copies below
-        // would compare equal, both unreadable.
-        for &n in &t.replicas {
-            let bytes = if n == t.primary() {
-                primary.clone()
-            } else {
-                read(n)
-            };
+        // torn (lines stamped with different versions) on any replica: the comparison below
+        // would find two torn copies equal, both unreadable.
+        let mut torn_on = |n: dtxn_fabric::NodeId, bytes: &[u8]| {
             for (b, bucket) in bytes.chunks_exact(t.bucket_bytes as usize).enumerate() {
                 for s in 0..t.slots_per_bucket {
                     let mut v = vec![0u8; t.value_size as usize];
@@ -1747,9 +1741,12 @@ pub(crate) fn pool_checks(
                     }
                 }
             }
-        }
-        if t.replicas.len() < 2 {
-            continue;
+        };
+        let primary = read(t.primary());
+        torn_on(t.primary(), &primary);
+        let backups: Vec<_> = t.backups().iter().map(|&n| (n, read(n))).collect();
+        for (n, backup) in &backups {
+            torn_on(*n, backup);
         }
         let decode = |bytes: &[u8]| {
             let mut v = vec![0u8; t.value_size as usize];
@@ -1759,8 +1756,7 @@ pub(crate) fn pool_checks(
                 .filter(|h| h.valid)
                 .map(|h| (h.key, h.version, v))
         };
-        for &n in t.backups() {
-            let backup = read(n);
+        for (n, backup) in backups {
             for b in 0..buckets as usize {
                 let at = b * t.bucket_bytes as usize;
                 let (pb, bb) = (

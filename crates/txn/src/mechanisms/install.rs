@@ -366,3 +366,78 @@ async fn roll_back<P: Protocol>(tx: &mut Tx<'_, P>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dtxn_store::{Plan, PoolShape, TableSpec};
+
+    /// A record of `t` at `version` holding `fill`, locked with `lock`, its two metadata
+    /// words (Scythe's takeout words) `meta`.
+    fn record(t: &TableInfo, version: u64, fill: u8, lock: u64, meta: u64) -> Vec<u8> {
+        let codec = t.codec();
+        let h = RecordHeader {
+            lock,
+            version,
+            key: 1,
+            table: t.id,
+            valid: true,
+            restores: 0,
+        };
+        let mut rec = vec![0u8; t.record_bytes as usize];
+        codec.encode(&h, &vec![fill; t.value_size as usize], &mut rec);
+        for i in 0..codec.meta_words() {
+            codec.set_meta_word(&mut rec, i, meta + i as u64);
+        }
+        rec
+    }
+
+    /// A WRITE around the metadata words, applied one WRITE at a time over `before` (the
+    /// states a crash, or a reader between two WRITEs, can see): after every prefix the
+    /// record is locked by its owner with the invisible bit, and the takeout words are as
+    /// others left them; at the end it holds `record`'s header and value. A roll-back whose
+    /// first WRITE dropped the owner (`| INVISIBLE` made `& INVISIBLE`: lock word 0) unlocked
+    /// the record until its header's WRITE, for another coordinator to lock under it.
+    #[test]
+    fn every_prefix_of_a_write_around_the_meta_words_keeps_its_owners_lock() {
+        const OWNER: u64 = 7;
+        // One line (the whole value in line 0) and three.
+        for value_size in [16, 150] {
+            let spec = TableSpec::new(1, "t", value_size, 16).with_meta_words(2);
+            let plan = Plan::new(&[spec], &PoolShape::default()).unwrap();
+            let t = plan.table(1).unwrap().clone();
+            let codec = t.codec();
+            let old = record(&t, 4, 0x0A, OWNER, 0);
+            let new = record(&t, 5, 0x0B, OWNER | INVISIBLE, 0);
+            for (direction, before, target) in [
+                (Direction::Install, &old, &new),
+                (Direction::RollBack, &new, &old),
+            ] {
+                // Others' takeout words, granted and released while the record is held.
+                let mut pool = before.clone();
+                for i in 0..codec.meta_words() {
+                    codec.set_meta_word(&mut pool, i, 0xFEED + i as u64);
+                }
+                let mut writes = 0;
+                write_around_meta(&t, 0, target, direction, |at, b| {
+                    let at = at as usize;
+                    pool[at..at + b.len()].copy_from_slice(b);
+                    writes += 1;
+                    let lock = u64::from_le_bytes(pool[..8].try_into().unwrap());
+                    let at = format!("{direction:?}, {value_size} bytes, WRITE {writes}");
+                    assert_eq!(lock, OWNER | INVISIBLE, "{at}: the lock word");
+                    for i in 0..codec.meta_words() {
+                        let w = codec.meta_word(&pool, i);
+                        assert_eq!(w, 0xFEED + i as u64, "{at}: takeout word {i}");
+                    }
+                });
+                assert_eq!(writes, 3, "{direction:?}");
+                let mut value = vec![0u8; value_size];
+                let h = codec.decode(&pool, &mut value).unwrap();
+                let want = codec.header(target);
+                assert_eq!(h.version, want.version, "{direction:?}");
+                assert_eq!(value, vec![target[codec.value_off()]; value.len()]);
+            }
+        }
+    }
+}
