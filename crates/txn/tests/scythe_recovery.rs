@@ -17,6 +17,12 @@ mod common;
 
 const T: u32 = 1;
 const KEYS: u64 = 16;
+/// One coordinator.
+const ONE: Topology = Topology {
+    compute_nodes: 1,
+    threads: 1,
+    coroutines: 1,
+};
 
 thread_local! {
     /// Bytes of a value: 64 (two lines with the header and the takeout words) unless a test
@@ -73,6 +79,13 @@ fn offset_of(pool: &Pool, t: &TableInfo, k: u64) -> u64 {
     panic!("key {k} not found")
 }
 
+/// The record at `off` on memory node 0, as its CPU reads it.
+fn record_at(pool: &Pool, t: &TableInfo, off: u64) -> Vec<u8> {
+    let mut b = vec![0u8; t.record_bytes as usize];
+    pool.with_local(0, |m| m.read(off, &mut b));
+    b
+}
+
 /// Key `k`'s takeout words on its primary: (GRANT, UPPER).
 fn takeout_of(pool: &Pool, t: &TableInfo, k: u64) -> (u64, u64) {
     let at = offset_of(pool, t, k) + META_OFF as u64;
@@ -96,6 +109,24 @@ async fn set(c: &mut Coordinator, k: u64, v: u64) -> Result<(), AbortReason> {
         .map_err(|a| a.reason)?;
     tx.update(T, k, &value(v)).await.map_err(|a| a.reason)?;
     tx.commit().await.map_err(|a| a.reason)
+}
+
+/// Coordinator `dead`'s pending log entry of transaction 42: one update of the record at
+/// `offset` of table `T`, whose old image is `image`.
+fn pending(dead: u32, offset: u64, image: Vec<u8>) -> LogEntry {
+    LogEntry {
+        txn: 42,
+        coordinator: dead,
+        status: LogStatus::Pending,
+        tag: 0,
+        items: vec![LogItem {
+            table: T,
+            offset,
+            insert: false,
+            kind: ItemKind::Undo,
+            image,
+        }],
+    }
 }
 
 /// Coordinator 1 (compute node 1, TOCC) holds key 0's ticket, being served, and its header
@@ -236,19 +267,7 @@ fn recoverys_roll_back_leaves_the_takeout_words_alone() {
         m.write_u64(at, grant);
         m.write_u64(at + 8, upper);
     });
-    let entry = LogEntry {
-        txn: 42,
-        coordinator: DEAD,
-        status: LogStatus::Pending,
-        tag: 0,
-        items: vec![LogItem {
-            table: T,
-            offset: off,
-            insert: false,
-            kind: ItemKind::Undo,
-            image,
-        }],
-    };
+    let entry = pending(DEAD, off, image);
     let cfg = TxnConfig {
         protocol: Protocol::Scythe,
         ..TxnConfig::default()
@@ -443,19 +462,7 @@ fn recovery_rolls_back_a_one_line_install_cut_off_before_its_header() {
         m.write_u64(off, owner | 1 << 63);
         m.write(off + v as u64, &new[v..]);
     });
-    let entry = LogEntry {
-        txn: 42,
-        coordinator: DEAD,
-        status: LogStatus::Pending,
-        tag: 0,
-        items: vec![LogItem {
-            table: T,
-            offset: off,
-            insert: false,
-            kind: ItemKind::Undo,
-            image,
-        }],
-    };
+    let entry = pending(DEAD, off, image);
     let cfg = TxnConfig {
         protocol: Protocol::Scythe,
         ..TxnConfig::default()
@@ -512,15 +519,10 @@ fn cut_commit(fail_ns: u64, crash_ns: u64) -> Cut {
         }],
         ..Faults::default()
     });
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
     // TOCC: a coalescent install, the primary's WRITEs in the backups' batch.
     let cfg = tocc();
     let r = sim
-        .run(one, None, move |mut ep: Endpoint| {
+        .run(ONE, None, move |mut ep: Endpoint| {
             let cfg = cfg.clone();
             async move {
                 let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
@@ -537,16 +539,12 @@ fn cut_commit(fail_ns: u64, crash_ns: u64) -> Cut {
         None => (None, (0, 0)),
     };
     sim.set_faults(Faults::default());
-    let read = |pool: &Pool| {
-        let mut b = vec![0u8; t.record_bytes as usize];
-        pool.with_local(0, |m| m.read(off, &mut b));
-        b
-    };
+    let read = |pool: &Pool| record_at(pool, &t, off);
     let before = read(&pool);
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
     };
-    sim.run(one, None, |mut ep: Endpoint| async move {
+    sim.run(ONE, None, |mut ep: Endpoint| async move {
         // Node 1 down (the failure came before the run's end): the view without it.
         ep.read(1, 0, 8);
         if ep.post().await.is_err() {
@@ -700,19 +698,7 @@ fn cut_recovery(crash_ns: Option<u64>) -> (Vec<u8>, Vec<u8>, u64) {
     };
     codec.encode(&installed, &value(2000), &mut new);
     pool.with_local(t.primary(), |m| m.write(off, &new));
-    let entry = LogEntry {
-        txn: 42,
-        coordinator: DEAD,
-        status: LogStatus::Pending,
-        tag: 0,
-        items: vec![LogItem {
-            table: T,
-            offset: off,
-            insert: false,
-            kind: ItemKind::Undo,
-            image,
-        }],
-    };
+    let entry = pending(DEAD, off, image);
     // The slice's offset as the memory nodes' superblocks give it (16 of 8 KiB, above).
     let slice_bytes = 8192;
     let slice = plan.log_off + u64::from(DEAD) * slice_bytes;
@@ -722,11 +708,7 @@ fn cut_recovery(crash_ns: Option<u64>) -> (Vec<u8>, Vec<u8>, u64) {
         pool.with_local(n, |m| m.write(slice, &log));
     }
     let (_, first) = recover_dead(&mut pool, &[DEAD], crash_ns);
-    let read = |pool: &Pool| {
-        let mut b = vec![0u8; t.record_bytes as usize];
-        pool.with_local(0, |m| m.read(off, &mut b));
-        b
-    };
+    let read = |pool: &Pool| record_at(pool, &t, off);
     let before = read(&pool);
     let Pool::Sim(sim) = &mut pool else {
         unreachable!()
@@ -739,12 +721,7 @@ fn cut_recovery(crash_ns: Option<u64>) -> (Vec<u8>, Vec<u8>, u64) {
         }],
         ..Faults::default()
     });
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
-    sim.run(one, None, |mut ep: Endpoint| async move {
+    sim.run(ONE, None, |mut ep: Endpoint| async move {
         let next = dtxn_store::View::default().without(&[1]).unwrap();
         let cas = membership::change_view(&mut ep, dtxn_store::View::default(), next);
         ep.post().await.unwrap();
