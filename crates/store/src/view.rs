@@ -93,6 +93,18 @@ impl View {
         View::has(self.rejoined, node)
     }
 
+    /// Whether memory node `node` holds in this view what it held in view `then`: readable
+    /// (live or rejoined) in both, in the same state. A node leaves a state only by failing,
+    /// which loses its contents (its replacement comes back blank), so a node whose state
+    /// changed is another node: what was granted or queued on it then (Scythe's tickets)
+    /// died with the failure. One history it cannot tell: a rejoined node that failed and
+    /// rejoined again between the two views, unseen (four view changes and a whole copy).
+    pub fn kept_since(self, then: View, node: NodeId) -> bool {
+        let state = |v: View| (v.is_failed(node), v.is_joining(node), v.is_rejoined(node));
+        let readable = !self.is_failed(node) && !self.is_joining(node);
+        readable && state(self) == state(then)
+    }
+
     /// The next view: this one with `nodes` failed too (`None` if they already were, or if
     /// one is node 0 or beyond what a view can name). A joining or rejoined node may fail.
     pub fn without(self, nodes: &[NodeId]) -> Option<View> {
@@ -224,6 +236,38 @@ mod tests {
             let v = View { number, failed, joining, rejoined };
             prop_assert_eq!(View::parse(v.word()), v);
         }
+    }
+
+    /// A node that failed since holds nothing of before, even once back: failed, joining or
+    /// rejoined now where it was live; nodes that did not fail keep what they held, whatever
+    /// else changed.
+    #[test]
+    fn a_node_keeps_its_contents_only_while_it_does_not_fail() {
+        let v0 = View::default();
+        let failed = v0.without(&[1]).unwrap();
+        let joining = failed.joining(1).unwrap();
+        let rejoined = joining.joined(1).unwrap();
+        let other = rejoined.without(&[2]).unwrap();
+        for v in [v0, failed, joining, rejoined, other] {
+            assert!(v.kept_since(v0, 0), "{v}: node 0 never fails");
+        }
+        for v in [failed, joining, rejoined, other] {
+            assert!(!v.kept_since(v0, 1), "{v}: node 1 failed since view 0");
+        }
+        assert!(!joining.kept_since(joining, 1), "a joiner is not read");
+        assert!(other.kept_since(rejoined, 1), "another node failed");
+        assert!(!other.kept_since(rejoined, 2));
+        assert!(
+            rejoined
+                .without(&[1])
+                .unwrap()
+                .joining(1)
+                .unwrap()
+                .joined(1)
+                .unwrap()
+                .kept_since(rejoined, 1),
+            "the history it cannot tell"
+        );
     }
 
     #[test]

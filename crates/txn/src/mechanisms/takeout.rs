@@ -56,7 +56,7 @@
 //! (G11 holds: no NIC atomic on a journal word, no CPU access but READs to UPPER).
 
 use dtxn_fabric::{Endpoint, FabricError, LocalMem, NodeId, OpId};
-use dtxn_store::PoolMap;
+use dtxn_store::{PoolMap, View};
 
 /// The `TICKET` request's tag (beside `mechanisms::rpc`'s tags 1 to 5, and 6, MVCC's RAISE on
 /// main).
@@ -334,6 +334,17 @@ pub(crate) struct Ticket {
     pub at: u64,
     pub ticket: u16,
     pub full: u64,
+    /// The view it was granted in: a ticket on a node that failed since died with its queue
+    /// ([`View::kept_since`]), even if the node is back (blank, or rejoined).
+    pub view: View,
+}
+
+impl Ticket {
+    /// Whether its queue still stands in `now` (its node has not failed since the grant):
+    /// else nobody waits behind it, and its turn never comes.
+    pub fn alive_in(&self, now: View) -> bool {
+        now.kept_since(self.view, self.node)
+    }
 }
 
 /// A wait's `ahead` for a ticket released already, by its holder's own recovery service

@@ -299,7 +299,7 @@ impl Protocol for Scythe {
         }
         let mut owed = std::mem::take(&mut s.owed);
         let view = c.map.view();
-        owed.retain(|(t, _)| !view.is_failed(t.node));
+        owed.retain(|(t, _)| t.alive_in(view));
         let _ =
             takeout::wait_turns(&mut c.ep, &mut owed, &mut s.srtt, &mut s.polls, u64::MAX).await;
         owed.retain(|&(t, ahead)| {
@@ -374,10 +374,12 @@ impl Protocol for Scythe {
 /// Waits for `tickets`' turns until `deadline_ns` and releases those served; leaves the others
 /// in `tickets`. Whether the wait ended on a memory node that did not answer.
 async fn pay(tx: &mut Tx<'_, Scythe>, tickets: &mut Vec<(Ticket, u64)>, deadline_ns: u64) -> bool {
-    // A ticket on a memory node the view has failed died with its queue: nobody waits
-    // behind it, and its turn never comes.
+    // A ticket on a memory node that failed since its grant died with its queue: nobody
+    // waits behind it, and its turn never comes. (Judged by failed alone, a ticket on a
+    // node back from a failure, joining or rejoined, was waited for on a queue that is not
+    // its own until every deadline: its coordinator aborted each attempt from then on.)
     let view = tx.c.map.view();
-    tickets.retain(|(t, _)| !view.is_failed(t.node));
+    tickets.retain(|(t, _)| t.alive_in(view));
     let mut polls = std::mem::take(&mut tx.s.polls);
     let r = takeout::wait_turns(
         &mut tx.c.ep,
@@ -479,6 +481,7 @@ fn on_replies(
                     at,
                     ticket: r.ticket(),
                     full: r.full_ticket(),
+                    view: map.view(),
                 };
                 tx.st.tickets.push((ticket, r.queue()));
                 tx.st.keys.push((a.table, a.key));
