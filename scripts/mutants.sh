@@ -32,6 +32,9 @@ if ! cargo mutants --version >/dev/null 2>&1; then
   cargo install cargo-mutants --locked --version 27.1.0
 fi
 
+# cargo-mutants creates target/mutants but not target/ (a fresh clone has none).
+mkdir -p target
+
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
   files=(crates/txn/src/mechanisms/*.rs crates/txn/src/protocols/*.rs
