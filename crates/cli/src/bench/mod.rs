@@ -1319,6 +1319,14 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         );
         view_report(&mut f, fplan, &views, final_view, run_start_ns);
         f.joins = join_lines(Some(fplan), &joins, &views, run_start_ns);
+        let gone: Vec<u32> = out.crashed.iter().chain(&out.fenced).copied().collect();
+        // The verdict lists what passed, or else only what failed.
+        let live = survivors_commit(&f, &history, &gone);
+        match (f.pool_checks.ok, live.ok) {
+            (true, false) => f.pool_checks = live,
+            (false, true) => {}
+            _ => f.pool_checks.checks.extend(live.checks),
+        }
         report.faults = Some(f);
     }
     report.memnode_outage = outage_report;
@@ -1830,6 +1838,61 @@ pub(crate) fn pool_checks(
     }
 }
 
+/// Attempts begun after the faults settled, none committed, that make a surviving
+/// coordinator shut out ([`survivors_commit`]).
+const SHUT_OUT: usize = 50;
+
+/// Liveness after faults: every coordinator that survived them (not crashed, not fenced)
+/// commits once they have settled (every dead coordinator recovered, the first view change
+/// active for every coordinator), given [`SHUT_OUT`] attempts to. A survivor that begins
+/// that many after and commits none waits on something that will not come: a Scythe ticket
+/// owed on a failed node judged alive once the node was back aborted every attempt of five
+/// of six survivors to the end of the run, and history, invariants and pool all passed.
+fn survivors_commit(
+    f: &report::FaultReport,
+    history: &[dtxn_check::Txn],
+    gone: &[u32],
+) -> report::Verdict {
+    let recovered = f
+        .recoveries
+        .iter()
+        .map(|r| r.crashed_us.unwrap_or(r.expired_us) + r.detection_us + r.repair_us);
+    let failover = f.views.first().map(|v| v.active_us);
+    let settled_us = recovered.chain(failover).fold(0.0, f64::max);
+    let settled_ns = (settled_us * 1e3) as u64;
+    let mut after: std::collections::BTreeMap<u64, (usize, usize)> = Default::default();
+    for t in history.iter().filter(|t| t.start >= settled_ns) {
+        let e = after.entry(t.session).or_default();
+        e.0 += 1;
+        e.1 += usize::from(t.status == dtxn_check::Status::Committed);
+    }
+    let shut_out: Vec<String> = after
+        .iter()
+        .filter(|(s, &(tries, commits))| {
+            !gone.iter().any(|&g| u64::from(g) == **s) && tries >= SHUT_OUT && commits == 0
+        })
+        .map(|(s, (tries, _))| {
+            format!(
+                "coordinator {s}: {tries} attempts begun after the faults settled at \
+                 {settled_us:.1} us, none committed (shut out)"
+            )
+        })
+        .collect();
+    if shut_out.is_empty() {
+        report::Verdict {
+            ok: true,
+            checks: vec![format!(
+                "every surviving coordinator commits after the faults settled ({settled_us:.1} us)"
+            )],
+        }
+    } else {
+        report::Verdict {
+            ok: false,
+            checks: shut_out,
+        }
+    }
+}
+
 /// Memory-node failover's part of the fault report: per view change, when its node failed,
 /// when a survivor changed the view (detection) and when the last coordinator saw it active
 /// (repair: every coordinator agreed, the promoted primaries repaired).
@@ -2112,6 +2175,72 @@ mod tests {
             r.checks.iter().any(|c| c.contains("holds a torn record")),
             "{:?}",
             r.checks
+        );
+    }
+}
+
+#[cfg(test)]
+mod liveness {
+    use super::{report, survivors_commit, SHUT_OUT};
+    use dtxn_check::{Status, Txn};
+
+    /// `n` attempts of coordinator `session` from `start_ns` on, `commits` of them committed.
+    fn attempts(session: u64, start_ns: u64, n: usize, commits: usize) -> Vec<Txn> {
+        (0..n)
+            .map(|i| Txn {
+                txn: session << 32 | i as u64,
+                session,
+                status: if i < commits {
+                    Status::Committed
+                } else {
+                    Status::Aborted
+                },
+                start: start_ns + i as u64,
+                end: start_ns + i as u64 + 1,
+                reads: Vec::new(),
+                writes: Vec::new(),
+            })
+            .collect()
+    }
+
+    /// A survivor that begins `SHUT_OUT` attempts after the faults settled and commits none
+    /// fails the check, named; one that commits, one with fewer attempts, one that crashed,
+    /// and attempts before the settling (a failover's aborts) pass.
+    #[test]
+    fn a_survivor_that_never_commits_after_the_faults_settled_fails_the_check() {
+        let f = report::FaultReport {
+            recoveries: vec![report::RecoveryLine {
+                coordinator: 3,
+                crashed_us: Some(100.0),
+                detection_us: 50.0,
+                repair_us: 10.0,
+                ..Default::default()
+            }],
+            views: vec![report::ViewLine {
+                active_us: 200.0,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut h = attempts(0, 200_000, 80, 1);
+        h.extend(attempts(1, 0, 500, 0)); // all before the view was active
+        h.extend(attempts(2, 200_000, SHUT_OUT - 1, 0));
+        h.extend(attempts(3, 200_000, 90, 0)); // crashed
+        let v = survivors_commit(&f, &h, &[3]);
+        assert!(v.ok, "{v:?}");
+        assert_eq!(
+            v.checks,
+            ["every surviving coordinator commits after the faults settled (200.0 us)"]
+        );
+        h.extend(attempts(4, 199_999, SHUT_OUT + 1, 0));
+        let v = survivors_commit(&f, &h, &[3]);
+        assert!(!v.ok);
+        assert_eq!(
+            v.checks,
+            [format!(
+                "coordinator 4: {SHUT_OUT} attempts begun after the faults settled at 200.0 us, \
+                 none committed (shut out)"
+            )]
         );
     }
 }
