@@ -97,8 +97,8 @@ impl View {
     /// (live or rejoined) in both, in the same state. A node leaves a state only by failing,
     /// which loses its contents (its replacement comes back blank), so a node whose state
     /// changed is another node: what was granted or queued on it then (Scythe's tickets)
-    /// died with the failure. One history it cannot tell: a rejoined node that failed and
-    /// rejoined again between the two views, unseen (four view changes and a whole copy).
+    /// died with the failure. One history it cannot tell: a node rejoined in `then` that
+    /// failed and rejoined again since (three view changes and a copy).
     pub fn kept_since(self, then: View, node: NodeId) -> bool {
         let state = |v: View| (v.is_failed(node), v.is_joining(node), v.is_rejoined(node));
         let readable = !self.is_failed(node) && !self.is_joining(node);

@@ -397,7 +397,8 @@ mod tests {
     /// record is locked by its owner with the invisible bit, and the takeout words are as
     /// others left them; at the end it holds `record`'s header and value. A roll-back whose
     /// first WRITE dropped the owner (`| INVISIBLE` made `& INVISIBLE`: lock word 0) unlocked
-    /// the record until its header's WRITE, for another coordinator to lock under it.
+    /// the record until its header's WRITE, for another coordinator to lock under it; an
+    /// install whose header went before its value showed the new version over the old value.
     #[test]
     fn every_prefix_of_a_write_around_the_meta_words_keeps_its_owners_lock() {
         const OWNER: u64 = 7;
@@ -409,9 +410,11 @@ mod tests {
             let codec = t.codec();
             let old = record(&t, 4, 0x0A, OWNER, 0);
             let new = record(&t, 5, 0x0B, OWNER | INVISIBLE, 0);
-            for (direction, before, target) in [
-                (Direction::Install, &old, &new),
-                (Direction::RollBack, &new, &old),
+            // The header's version after each WRITE: an install's last (its value first), a
+            // roll-back's second (the old header before the old value).
+            for (direction, before, target, versions) in [
+                (Direction::Install, &old, &new, [4, 4, 5]),
+                (Direction::RollBack, &new, &old, [5, 4, 4]),
             ] {
                 // Others' takeout words, granted and released while the record is held.
                 let mut pool = before.clone();
@@ -426,6 +429,8 @@ mod tests {
                     let lock = u64::from_le_bytes(pool[..8].try_into().unwrap());
                     let at = format!("{direction:?}, {value_size} bytes, WRITE {writes}");
                     assert_eq!(lock, OWNER | INVISIBLE, "{at}: the lock word");
+                    let version = codec.header(&pool).version;
+                    assert_eq!(version, versions[writes - 1], "{at}: the header's version");
                     for i in 0..codec.meta_words() {
                         let w = codec.meta_word(&pool, i);
                         assert_eq!(w, 0xFEED + i as u64, "{at}: takeout word {i}");
