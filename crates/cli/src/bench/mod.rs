@@ -1838,16 +1838,20 @@ pub(crate) fn pool_checks(
     }
 }
 
-/// Attempts begun after the faults settled, none committed, that make a surviving
-/// coordinator shut out ([`survivors_commit`]).
+/// Attempts begun after the faults settled, none committed, and the virtual time spent in
+/// them, that make a surviving coordinator shut out ([`survivors_commit`]).
 const SHUT_OUT: usize = 50;
+const SHUT_OUT_NS: u64 = 5_000_000;
 
 /// Liveness after faults: every coordinator that survived them (not crashed, not fenced)
 /// commits once they have settled (every dead coordinator recovered, the first view change
-/// active for every coordinator), given [`SHUT_OUT`] attempts to. A survivor that begins
-/// that many after and commits none waits on something that will not come: a Scythe ticket
-/// owed on a failed node judged alive once the node was back aborted every attempt of five
-/// of six survivors to the end of the run, and history, invariants and pool all passed.
+/// active for every coordinator), given [`SHUT_OUT`] attempts and [`SHUT_OUT_NS`] inside
+/// them to. A survivor that spends that long and commits none waits on something that will
+/// not come: a Scythe ticket owed on a failed node judged alive once the node was back had
+/// five of six survivors wait out a quarter lease in each of 160 attempts, aborting all to
+/// the end of the run, and history, invariants and pool all passed. Contention alone aborts
+/// in microseconds: NO_WAIT, WAIT_DIE and MVCC on 4 accounts lose 50 to 170 attempts in a
+/// row within a millisecond at times (0.5 ms inside them), so the count alone cried wolf.
 fn survivors_commit(
     f: &report::FaultReport,
     history: &[dtxn_check::Txn],
@@ -1860,21 +1864,27 @@ fn survivors_commit(
     let failover = f.views.first().map(|v| v.active_us);
     let settled_us = recovered.chain(failover).fold(0.0, f64::max);
     let settled_ns = (settled_us * 1e3) as u64;
-    let mut after: std::collections::BTreeMap<u64, (usize, usize)> = Default::default();
+    // Per coordinator: attempts, commits, and the time inside the attempts.
+    let mut after: std::collections::BTreeMap<u64, (usize, usize, u64)> = Default::default();
     for t in history.iter().filter(|t| t.start >= settled_ns) {
         let e = after.entry(t.session).or_default();
         e.0 += 1;
         e.1 += usize::from(t.status == dtxn_check::Status::Committed);
+        e.2 += t.end.saturating_sub(t.start);
     }
     let shut_out: Vec<String> = after
         .iter()
-        .filter(|(s, &(tries, commits))| {
-            !gone.iter().any(|&g| u64::from(g) == **s) && tries >= SHUT_OUT && commits == 0
+        .filter(|(s, &(tries, commits, inside))| {
+            !gone.iter().any(|&g| u64::from(g) == **s)
+                && tries >= SHUT_OUT
+                && inside >= SHUT_OUT_NS
+                && commits == 0
         })
-        .map(|(s, (tries, _))| {
+        .map(|(s, (tries, _, inside))| {
             format!(
                 "coordinator {s}: {tries} attempts begun after the faults settled at \
-                 {settled_us:.1} us, none committed (shut out)"
+                 {settled_us:.1} us, {:.1} ms inside them, none committed (shut out)",
+                *inside as f64 / 1e6
             )
         })
         .collect();
@@ -2181,31 +2191,33 @@ mod tests {
 
 #[cfg(test)]
 mod liveness {
-    use super::{report, survivors_commit, SHUT_OUT};
+    use super::{report, survivors_commit, SHUT_OUT, SHUT_OUT_NS};
     use dtxn_check::{Status, Txn};
 
-    /// `n` attempts of coordinator `session` from `start_ns` on, `commits` of them committed.
-    fn attempts(session: u64, start_ns: u64, n: usize, commits: usize) -> Vec<Txn> {
-        (0..n)
+    /// `n` attempts of coordinator `session` from `start_ns` on, each `each_ns` long (back to
+    /// back), `commits` of them committed.
+    fn attempts(session: u64, start_ns: u64, n: usize, commits: usize, each_ns: u64) -> Vec<Txn> {
+        (0..n as u64)
             .map(|i| Txn {
-                txn: session << 32 | i as u64,
+                txn: session << 32 | i,
                 session,
-                status: if i < commits {
+                status: if i < commits as u64 {
                     Status::Committed
                 } else {
                     Status::Aborted
                 },
-                start: start_ns + i as u64,
-                end: start_ns + i as u64 + 1,
+                start: start_ns + i * each_ns,
+                end: start_ns + (i + 1) * each_ns,
                 reads: Vec::new(),
                 writes: Vec::new(),
             })
             .collect()
     }
 
-    /// A survivor that begins `SHUT_OUT` attempts after the faults settled and commits none
-    /// fails the check, named; one that commits, one with fewer attempts, one that crashed,
-    /// and attempts before the settling (a failover's aborts) pass.
+    /// A survivor that begins `SHUT_OUT` attempts after the faults settled, spends
+    /// `SHUT_OUT_NS` in them and commits none fails the check, named; one that commits, one
+    /// with fewer attempts, one whose many attempts abort in a burst (contention), one that
+    /// crashed, and attempts before the settling (a failover's aborts) pass.
     #[test]
     fn a_survivor_that_never_commits_after_the_faults_settled_fails_the_check() {
         let f = report::FaultReport {
@@ -2222,24 +2234,26 @@ mod liveness {
             }],
             ..Default::default()
         };
-        let mut h = attempts(0, 200_000, 80, 1);
-        h.extend(attempts(1, 0, 500, 0)); // all before the view was active
-        h.extend(attempts(2, 200_000, SHUT_OUT - 1, 0));
-        h.extend(attempts(3, 200_000, 90, 0)); // crashed
+        let slow = SHUT_OUT_NS / SHUT_OUT as u64; // a quarter lease's wait, say
+        let mut h = attempts(0, 200_000, 80, 1, slow);
+        h.extend(attempts(1, 0, 500, 0, 300)); // all before the view was active
+        h.extend(attempts(2, 200_000, SHUT_OUT - 1, 0, 2 * slow));
+        h.extend(attempts(3, 200_000, 90, 0, slow)); // crashed
+        h.extend(attempts(5, 200_000, 170, 0, 4_000)); // a burst of contention
         let v = survivors_commit(&f, &h, &[3]);
         assert!(v.ok, "{v:?}");
         assert_eq!(
             v.checks,
             ["every surviving coordinator commits after the faults settled (200.0 us)"]
         );
-        h.extend(attempts(4, 199_999, SHUT_OUT + 1, 0));
+        h.extend(attempts(4, 200_000 - slow, SHUT_OUT + 1, 0, slow));
         let v = survivors_commit(&f, &h, &[3]);
         assert!(!v.ok);
         assert_eq!(
             v.checks,
             [format!(
                 "coordinator 4: {SHUT_OUT} attempts begun after the faults settled at 200.0 us, \
-                 none committed (shut out)"
+                 5.0 ms inside them, none committed (shut out)"
             )]
         );
     }
