@@ -145,6 +145,37 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
     assert_eq!(outcome, Recovered::RolledBack(99));
 }
 
+/// A pending entry whose insert item logs an image of the wrong size (neither a record nor
+/// empty: corrupt, though its checksum passed) is not trusted: recovery leaves the record to
+/// the lock release alone. The dead coordinator locked `KEY` and logged it so; recovery must
+/// free the lock and leave the loaded record as it is.
+#[test]
+fn recovery_leaves_an_insert_with_a_malformed_image_to_the_lock_release() {
+    let (value, version, lock, outcome) =
+        common::with_coordinator(pool(), TxnConfig::default(), |mut c| async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(T).unwrap().clone();
+            let ep = c.endpoint();
+            let (offset, _) = record_of(ep, &t, KEY).await;
+            let owner = u64::from(DEAD) + 1;
+            let cas = ep.cas(t.primary(), offset, 0, owner);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            let entry = pending_undo(DEAD, 99, T, offset, true, vec![0xAB; 10]);
+            write_entry(ep, &map, &entry);
+            ep.post().await.unwrap();
+            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
+            let r = ep.read(t.primary(), offset, t.record_bytes as usize);
+            ep.post().await.unwrap();
+            let mut value = vec![0u8; t.value_size as usize];
+            let h = t.codec().decode(ep.bytes(r), &mut value).unwrap();
+            (value, h.version, h.lock, outcome)
+        });
+    assert_eq!(value[..8], KEY.to_le_bytes(), "the loaded record stays");
+    assert_eq!((version, lock), (0, 0), "its lock freed");
+    assert_eq!(outcome, Recovered::Nothing);
+}
+
 /// In persistent-memory mode recovery's roll-back is durable: the dead coordinator's install
 /// reached the backup (flushed) but not the primary, still at the image under its lock; its
 /// commit was never acknowledged, so recovery rolls the backup back; then every memory node
