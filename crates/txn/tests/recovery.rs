@@ -103,6 +103,31 @@ async fn recover_pending(
     (outcome, entry)
 }
 
+/// The dead coordinator locks the record at `offset` on its primary and logs it (transaction
+/// 99, pending, one undo item of `image`); FORD's recovery runs. The record's value, version
+/// and lock word after it, and the outcome.
+async fn locked_logged_recovered(
+    ep: &mut Endpoint,
+    map: &PoolMap,
+    t: &TableInfo,
+    offset: u64,
+    insert: bool,
+    image: Vec<u8>,
+) -> (Vec<u8>, u64, u64, Recovered) {
+    let cas = ep.cas(t.primary(), offset, 0, u64::from(DEAD) + 1);
+    ep.post().await.unwrap();
+    assert!(ep.cas_ok(cas));
+    let entry = pending_undo(DEAD, 99, T, offset, insert, image);
+    write_entry(ep, map, &entry);
+    ep.post().await.unwrap();
+    let (outcome, _) = recover(ep, map, Protocol::Ford, DEAD).await.unwrap();
+    let r = ep.read(t.primary(), offset, t.record_bytes as usize);
+    ep.post().await.unwrap();
+    let mut value = vec![0u8; t.value_size as usize];
+    let h = t.codec().decode(ep.bytes(r), &mut value).unwrap();
+    (value, h.version, h.lock, outcome)
+}
+
 /// A transaction read `KEY` cold, unlocked, and logged that image; another transaction
 /// committed over it; the first then won its commit-time lock, saw the newer version and
 /// aborted, and the crash cut off its release. Its pending entry's image is older than the
@@ -115,7 +140,6 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
         common::with_coordinator(pool(), TxnConfig::default(), |mut c| async move {
             let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
             let t = map.table(T).unwrap().clone();
-            let bytes = t.record_bytes as usize;
             // Where KEY lives, and its record as the dead transaction read and logged it.
             let (offset, image) = record_of(c.endpoint(), &t, KEY).await;
             // Another transaction commits KEY = 700.
@@ -124,20 +148,7 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
             tx.update(T, KEY, &700u64.to_le_bytes()).await.unwrap();
             tx.commit().await.unwrap();
             // The dead coordinator's commit-time lock on it, and its pending undo entry.
-            let ep = c.endpoint();
-            let owner = u64::from(DEAD) + 1;
-            let cas = ep.cas(t.primary(), offset, 0, owner);
-            ep.post().await.unwrap();
-            assert!(ep.cas_ok(cas));
-            let entry = pending_undo(DEAD, 99, T, offset, false, image);
-            write_entry(ep, &map, &entry);
-            ep.post().await.unwrap();
-            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
-            let r = ep.read(t.primary(), offset, bytes);
-            ep.post().await.unwrap();
-            let mut value = vec![0u8; t.value_size as usize];
-            let h = t.codec().decode(ep.bytes(r), &mut value).unwrap();
-            (value, h.version, h.lock, outcome)
+            locked_logged_recovered(c.endpoint(), &map, &t, offset, false, image).await
         });
     assert_eq!(value, 700u64.to_le_bytes(), "the other's commit stays");
     assert_eq!(version, 1, "loaded at 0, committed once over");
@@ -157,19 +168,7 @@ fn recovery_leaves_an_insert_with_a_malformed_image_to_the_lock_release() {
             let t = map.table(T).unwrap().clone();
             let ep = c.endpoint();
             let (offset, _) = record_of(ep, &t, KEY).await;
-            let owner = u64::from(DEAD) + 1;
-            let cas = ep.cas(t.primary(), offset, 0, owner);
-            ep.post().await.unwrap();
-            assert!(ep.cas_ok(cas));
-            let entry = pending_undo(DEAD, 99, T, offset, true, vec![0xAB; 10]);
-            write_entry(ep, &map, &entry);
-            ep.post().await.unwrap();
-            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
-            let r = ep.read(t.primary(), offset, t.record_bytes as usize);
-            ep.post().await.unwrap();
-            let mut value = vec![0u8; t.value_size as usize];
-            let h = t.codec().decode(ep.bytes(r), &mut value).unwrap();
-            (value, h.version, h.lock, outcome)
+            locked_logged_recovered(ep, &map, &t, offset, true, vec![0xAB; 10]).await
         });
     assert_eq!(value[..8], KEY.to_le_bytes(), "the loaded record stays");
     assert_eq!((version, lock), (0, 0), "its lock freed");
