@@ -104,6 +104,11 @@ pub(crate) struct Core {
     /// Memory-node failover is on: a memory node found down is failed for good (the
     /// membership service changes the view without it), never restarted into this view.
     pub failover: bool,
+    /// The current transaction retries the one before it, which aborted ([`Coordinator::
+    /// retry_next`]): WAIT_DIE keeps that one's timestamp.
+    pub retry: bool,
+    /// [`Coordinator::retry_next`] was called: the next `begin` is a retry.
+    pub retry_next: bool,
 }
 
 impl Core {
@@ -149,6 +154,8 @@ impl Coordinator {
                 breakdown: false,
                 last_breakdown: Default::default(),
                 failover: false,
+                retry: false,
+                retry_next: false,
             },
             stats: CoordStats::default(),
             next_seq: 0,
@@ -256,10 +263,20 @@ impl Coordinator {
         self.slots.retire(&mut self.core).await;
     }
 
+    /// The next [`Coordinator::begin`] retries the transaction that just aborted (the same
+    /// one, as `dtxn bench --retry`'s clients do), not a new one. WAIT_DIE then keeps the
+    /// aborted attempt's timestamp: a transaction that dies ages until it is the oldest, and
+    /// the oldest waits for every exclusive holder instead of dying (with a new timestamp at
+    /// each attempt it could die on them for ever). The other protocols take no notice.
+    pub fn retry_next(&mut self) {
+        self.core.retry_next = true;
+    }
+
     /// Starts a transaction. Finish it with [`Txn::commit`] or [`Txn::rollback`]; a read that
     /// aborts has already released everything, and the transaction is then just dropped.
     pub fn begin(&mut self, kind: TxKind) -> Txn<'_> {
         self.next_seq += 1;
+        self.core.retry = std::mem::take(&mut self.core.retry_next);
         let id = (self.core.owner << 40) | (self.next_seq & ((1 << 40) - 1));
         if let Some(j) = &mut self.core.journal {
             j.begin();

@@ -1,7 +1,7 @@
 //! RCC's two-phase locking, scripted: two coordinators on the simulator (no adversary, the
 //! `ideal` profile) whose steps are ordered in virtual time. Read locks are shared; NO_WAIT
 //! aborts on a conflict; WAIT_DIE's older transaction waits for the younger holder, and the
-//! younger one dies.
+//! younger one dies; a retried transaction keeps its age.
 
 use dtxn_txn::TxKind;
 use dtxn_txn::{AbortReason, Access, Coordinator, Protocol};
@@ -146,6 +146,84 @@ fn wait_die_lets_the_older_wait_and_the_younger_die() {
             "hybrid {code}, swapped {swapped}"
         );
     }
+}
+
+/// Coordinator 0's transaction dies on key 1, held by 1's older transaction X, and is
+/// begun again (with [`Coordinator::retry_next`] when `retry`) once 1's younger transaction Y
+/// holds key 1; Y commits after a while.
+fn retried_after_dying(retry: bool) -> (Steps, Steps) {
+    script(
+        Protocol::WaitDie,
+        0,
+        async move |c: &mut Coordinator| {
+            c.endpoint().sleep(5_000).await;
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let first = res(tx.fetch(&[Access::update(T, 1)]).await);
+            if first.is_ok() {
+                tx.rollback().await;
+            } else {
+                drop(tx);
+            }
+            c.endpoint().sleep(40_000).await;
+            if retry {
+                c.retry_next();
+            }
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let again = res(tx.fetch(&[Access::update(T, 1)]).await);
+            let commit = if again.is_ok() {
+                let _ = tx.update(T, 1, &8u64.to_le_bytes()).await;
+                res(tx.commit().await)
+            } else {
+                Err(AbortReason::LockConflict)
+            };
+            vec![("first", first), ("again", again), ("commit", commit)]
+        },
+        async |c: &mut Coordinator| {
+            let mut steps = vec![];
+            for (name, hold) in [("X", 30_000), ("Y", 60_000)] {
+                let mut tx = c.begin(TxKind::ReadWrite);
+                steps.push((name, res(tx.fetch(&[Access::update(T, 1)]).await)));
+                tx.endpoint().sleep(hold).await;
+                let _ = tx.update(T, 1, &7u64.to_le_bytes()).await;
+                steps.push(("commit", res(tx.commit().await)));
+                c.endpoint().sleep(10_000).await;
+            }
+            steps
+        },
+    )
+}
+
+#[test]
+fn wait_die_a_retry_keeps_its_timestamp_and_waits_where_a_new_transaction_dies() {
+    let (retried, other) = retried_after_dying(true);
+    // Younger than X, it died; as a retry it is older than Y (begun after its first
+    // attempt), so it waits for Y and commits.
+    assert_eq!(
+        retried,
+        [
+            ("first", Err(AbortReason::LockConflict)),
+            ("again", Ok(())),
+            ("commit", Ok(()))
+        ]
+    );
+    let all_commit = [
+        ("X", Ok(())),
+        ("commit", Ok(())),
+        ("Y", Ok(())),
+        ("commit", Ok(())),
+    ];
+    assert_eq!(other, all_commit);
+    // Begun as a new transaction it is younger than Y, and dies again.
+    let (new, other) = retried_after_dying(false);
+    assert_eq!(
+        new,
+        [
+            ("first", Err(AbortReason::LockConflict)),
+            ("again", Err(AbortReason::LockConflict)),
+            ("commit", Err(AbortReason::LockConflict))
+        ]
+    );
+    assert_eq!(other, all_commit);
 }
 
 #[test]

@@ -264,7 +264,8 @@ pub struct BenchArgs {
     /// Retry a transaction that aborted on a conflict, the same one (same type and inputs),
     /// until it commits, as the clients of Scythe's evaluation do (FORD's drive the next
     /// transaction instead); a committed transaction's latency then runs from its first
-    /// attempt, and aborts count every failed attempt.
+    /// attempt, and aborts count every failed attempt. WAIT_DIE's retry keeps its first
+    /// attempt's timestamp (it ages until it waits instead of dying).
     #[arg(long)]
     pub retry: bool,
     /// sim: RRPC's packing of RPC requests into messages: requests up to BYTES to one memory

@@ -485,6 +485,7 @@ async fn coordinator<W: Workload>(
         });
         if let Some((r, _)) = &retrying {
             rng = r.clone();
+            c.retry_next();
         }
         let (ty, _) = w.run_one(&mut c, &mut rng, &mut tally).await;
         all += 1;

@@ -18,7 +18,9 @@
 //!      it holds exclusively. On a conflict with an exclusive holder, an older requester waits
 //!      (yields to its thread's other coroutines, backs off, tries again), a younger one dies.
 //!      A writer meeting read shares dies: a share count does not say whose shares they are,
-//!      and waiting on an unknown reader could close a cycle of waits.
+//!      and waiting on an unknown reader could close a cycle of waits. A retried transaction
+//!      (`Coordinator::retry_next`, `dtxn bench --retry`) keeps its timestamp, so it ages:
+//!      once the oldest, it waits for every exclusive holder instead of dying.
 //! 2. **Lock** (only for inserts): the free slots of inserted keys, CAS + READ(header).
 //! 3. **Validate** (only for absent keys): 2PL locks records, not the gaps between them, so a
 //!    read of an absent key is validated as FORD validates it (its chain re-read). Under
@@ -75,12 +77,17 @@ impl<const WAIT: bool> Protocol for TwoPl<WAIT> {
         cfg.rcc.hybrid.rpc_stages().and(Self::RPC_FORMS)
     }
 
-    /// WAIT_DIE: a fresh timestamp, in the lock word of every lock the transaction takes.
+    /// WAIT_DIE: a fresh timestamp (a retry keeps its own), in the lock word of every lock the
+    /// transaction takes.
     fn begin(tx: &mut Tx<'_, Self>) {
         if WAIT {
-            let ts = timestamp::local_clock(tx.c.ep.now_ns(), *tx.s, tx.c.owner);
-            *tx.s = ts;
-            tx.c.lock_word = ts;
+            // A retry keeps its first attempt's timestamp (wait-die's own rule; the RCC paper
+            // does not say): it grows older than every transaction begun since, so it waits
+            // for holders it died on before.
+            if !(tx.c.retry && *tx.s != 0) {
+                *tx.s = timestamp::local_clock(tx.c.ep.now_ns(), *tx.s, tx.c.owner);
+            }
+            tx.c.lock_word = *tx.s;
         }
     }
 
