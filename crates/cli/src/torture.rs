@@ -390,8 +390,17 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                             views += f.views.len();
                             promoted += f.views.iter().map(|v| v.promoted_tables).sum::<u32>();
                         }
-                        let pool = r.faults.as_ref().filter(|f| !f.pool_checks.ok).map(|f| {
-                            format!("pool inconsistent: {}", f.pool_checks.checks.join("; "))
+                        let pool = r.faults.as_ref().and_then(|f| {
+                            let pool = (!f.pool_checks.ok).then(|| {
+                                format!("pool inconsistent: {}", f.pool_checks.checks.join("; "))
+                            });
+                            let live = (!f.liveness.ok).then(|| {
+                                format!("survivors shut out: {}", f.liveness.checks.join("; "))
+                            });
+                            match (pool, live) {
+                                (Some(p), Some(l)) => Some(format!("{p}; {l}")),
+                                (p, l) => p.or(l),
+                            }
                         });
                         let verify = r
                             .verify

@@ -653,6 +653,13 @@ fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
         out.contains("pool after the liveness phase: consistent"),
         "{out}"
     );
+    assert!(
+        out.contains(
+            "liveness after the faults: ok\n  - no surviving coordinator shut out after the \
+             faults settled ("
+        ),
+        "{out}"
+    );
     assert!(out.contains("verify: consistent"), "{out}");
 }
 
@@ -902,6 +909,7 @@ fn under_scythe_every_survivor_commits_after_a_memory_node_fails_and_rejoins() {
             f["final_view"], "view 3 (memory node 1 rejoined)",
             "{mode}: {f}"
         );
+        assert_eq!(f["liveness"]["ok"], true, "{mode}: {f}");
         let failed_ns = f["planned_memory_failures"][0][1].as_u64().unwrap();
         let dead: Vec<u64> = f["recoveries"]
             .as_array()

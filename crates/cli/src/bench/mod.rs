@@ -441,7 +441,9 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     }
     match (&r.verify, &r.faults, &r.leases) {
         (Some(v), _, _) if !v.ok => Ok(ExitCode::from(1)),
-        (_, Some(f), _) if !f.history_ok || !f.pool_checks.ok => Ok(ExitCode::from(1)),
+        (_, Some(f), _) if !f.history_ok || !f.pool_checks.ok || !f.liveness.ok => {
+            Ok(ExitCode::from(1))
+        }
         (_, _, Some(l)) if !l.flights_ok => Ok(ExitCode::from(1)),
         _ => Ok(ExitCode::SUCCESS),
     }
@@ -1320,13 +1322,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         view_report(&mut f, fplan, &views, final_view, run_start_ns);
         f.joins = join_lines(Some(fplan), &joins, &views, run_start_ns);
         let gone: Vec<u32> = out.crashed.iter().chain(&out.fenced).copied().collect();
-        // The verdict lists what passed, or else only what failed.
-        let live = survivors_commit(&f, &history, &gone);
-        match (f.pool_checks.ok, live.ok) {
-            (true, false) => f.pool_checks = live,
-            (false, true) => {}
-            _ => f.pool_checks.checks.extend(live.checks),
-        }
+        f.liveness = survivors_commit(&f, &history, &gone);
         report.faults = Some(f);
     }
     report.memnode_outage = outage_report;

@@ -372,6 +372,8 @@ pub struct FaultReport {
     pub recoveries: Vec<RecoveryLine>,
     /// The pool after the liveness phase: log slices, replicas, op flights against the guard.
     pub pool_checks: Verdict,
+    /// After the faults settled, every surviving coordinator that kept trying committed.
+    pub liveness: Verdict,
     /// Memory nodes planned to fail for good: (node, virtual instant from the start in ns).
     pub planned_memory_failures: Vec<(u16, u64)>,
     /// The pool's view after the run, and each view change.
@@ -960,6 +962,14 @@ impl BenchReport {
                 }
             );
             for c in &f.pool_checks.checks {
+                let _ = writeln!(s, "  - {c}");
+            }
+            let _ = writeln!(
+                s,
+                "liveness after the faults: {}",
+                if f.liveness.ok { "ok" } else { "SHUT OUT" }
+            );
+            for c in &f.liveness.checks {
                 let _ = writeln!(s, "  - {c}");
             }
         }
