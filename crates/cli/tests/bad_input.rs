@@ -143,6 +143,10 @@ fn negative_numbers_say_so() {
             "kv: --hot-pct needs --hot-keys",
         ),
         (
+            vec!["bench", "--retry-backoff", "10us"],
+            "--retry-backoff is an option of --retry",
+        ),
+        (
             vec![
                 "bench",
                 "--workload",

@@ -268,6 +268,12 @@ pub struct BenchArgs {
     /// attempt's timestamp (it ages until it waits instead of dying).
     #[arg(long)]
     pub retry: bool,
+    /// With --retry: before its n-th retry a transaction waits a random time below 2^n us or
+    /// DURATION, whichever is less (randomized exponential backoff; DBx1000's abort penalty is
+    /// a random wait below 100 us). 0: retry at once, which livelocks hot workloads (retries
+    /// meet each other's locks again and again). Virtual time on sim [default: 100us].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub retry_backoff: Option<u64>,
     /// sim: RRPC's packing of RPC requests into messages: requests up to BYTES to one memory
     /// node share one message per batch (message batching), larger ones travel alone
     /// (doorbell batching); 512 is Scythe's threshold, 0 a message per request [default:

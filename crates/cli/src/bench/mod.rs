@@ -405,12 +405,18 @@ pub fn topology(a: &BenchArgs) -> Result<Topology> {
     Ok(topo)
 }
 
+/// `--retry-backoff`'s default: DBx1000's abort penalty (a random wait below 100 us).
+const RETRY_BACKOFF_NS: u64 = 100_000;
+
 /// Runs `dtxn bench` and prints its report.
 pub fn main(a: BenchArgs) -> Result<ExitCode> {
     let a = args::with_config(a, "bench")?;
     check_tally_out(&a)?;
     if a.record_warmup && a.record.is_none() {
         bail!("--record-warmup is an option of --record FILE");
+    }
+    if a.retry_backoff.is_some() && !a.retry {
+        bail!("--retry-backoff is an option of --retry");
     }
     if a.rpc_pack_limit.is_some() && a.kind() != Backend::Sim {
         bail!("--rpc-pack-limit is an option of --backend sim (shm and ucx pack per node)");
@@ -1021,6 +1027,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     sh.progress_lines = a.progress_lines;
     sh.fence_on_node_down = a.wait_memnodes.is_some();
     sh.retry = a.retry;
+    sh.retry_backoff_ns = a.retry_backoff.unwrap_or(RETRY_BACKOFF_NS);
     sh.rpc_pack_limit = a.rpc_pack_limit;
     if a.localized_validation {
         // The pool is this process's alone, which localized validation requires.

@@ -912,7 +912,10 @@ pub fn notes(paper: Paper) -> &'static str {
              Scythe's cluster: one compute machine of 16 threads x 8 coroutines (its 128 \
              clients), 3 memory nodes, no replication; every workload at zipf 0.99, clients \
              retrying an aborted transaction with the same inputs until it commits \
-             (`--retry`; latency from the first attempt). TPC-C at dtxn's default sizes (300 \
+             (`--retry`; latency from the first attempt), each retry after a random backoff \
+             below 2^n us, up to 100 us (`--retry-backoff`: the paper does not say how its \
+             clients retry; retried at once, FORD's retries livelock, and Scythe / FORD was \
+             4.3 on SmallBank, 47 on YCSB write-only). TPC-C at dtxn's default sizes (300 \
              customers per district, 10,000 items; Scythe's 3,000 and 100,000 are \
              `--spec-sizes`). YCSB's 3:7 as 30% read-only transactions. **Not compared: \
              FaRMv2**, Scythe's other baseline (dtxn's `farm` is FaRM's first, \
