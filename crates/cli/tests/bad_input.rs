@@ -362,6 +362,16 @@ fn sweep_values_and_protocol_switches_are_checked_before_running() {
             "--verify is a switch: its values are true and false",
         ),
         (
+            vec![
+                "sweep",
+                "--retry-backoff",
+                "10us",
+                "--vary",
+                "protocol=nowait,ford",
+            ],
+            "protocol=nowait: --retry-backoff is an option of --retry",
+        ),
+        (
             vec!["sweep", "--vary", "threads=1,2", "--csv", "x.csv"],
             "--csv is an option of a single dtxn bench run, not of a sweep",
         ),

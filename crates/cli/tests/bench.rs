@@ -786,6 +786,60 @@ fn retry_backs_off_where_retrying_at_once_livelocks() {
         backing_off > 20 * at_once.max(1),
         "{at_once} committed retrying at once, {backing_off} backing off"
     );
+    // A wait that would outlast the run ends it instead of stretching the measured window,
+    // and the report says how the run retried.
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "smallbank",
+        "--accounts",
+        "50",
+        "--duration",
+        "2ms",
+        "--warmup",
+        "0ms",
+        "--retry",
+        "--retry-backoff",
+        "1s",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v = json(&o);
+    let measured = v["measured_s"].as_f64().unwrap();
+    assert!(
+        (0.0019..0.0022).contains(&measured),
+        "{measured} s measured"
+    );
+    assert_eq!(v["config"]["retry"], true);
+    assert_eq!(v["config"]["retry_backoff_us"], 1e6);
+    // Nor one that would outlast a lease: the coordinators backing off renew theirs, and
+    // recovery recovers the crashed compute node's coordinators only (none fenced).
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--compute-nodes",
+        "2",
+        "--workload",
+        "smallbank",
+        "--accounts",
+        "50",
+        "--protocol",
+        "nowait",
+        "--duration",
+        "40ms",
+        "--retry",
+        "--retry-backoff",
+        "20ms",
+        "--faults",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let f = &json(&o)["faults"];
+    assert_eq!(f["coordinators_crashed"], 32, "{f}");
+    assert_eq!(f["coordinators_recovered"], 32, "{f}");
 }
 
 /// `--warm-caches`: FORD's read-write transactions cost their paper's 2 round trips from the

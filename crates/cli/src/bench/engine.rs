@@ -300,8 +300,6 @@ struct CoordOut<T> {
     max_flight_ns: u64,
 }
 
-/// `--retry`: the aborts a client retries (conflicts, which a retry may not meet again); not
-/// the application's rollbacks, a full table, or a failure.
 /// Mixed into the seed of [`Backoff`]'s generator.
 const BACKOFF_SEED: u64 = 0xb0ff_b0ff;
 
@@ -341,6 +339,8 @@ impl Backoff {
     }
 }
 
+/// `--retry`: the aborts a client retries (conflicts, which a retry may not meet again); not
+/// the application's rollbacks, a full table, or a failure.
 fn retried(o: &TxnOutcome) -> bool {
     matches!(
         o.result,
@@ -532,8 +532,19 @@ async fn coordinator<W: Workload>(
         if let Some((r, _)) = &retrying {
             rng = r.clone();
             c.retry_next();
-            let wait = backoff.next_wait();
+            // Never past the run's end (the retry would stretch the measured window), nor
+            // so long that the lease runs out unrenewed (renewals ride on posts and the
+            // service's ticks, between attempts): a scan period at most.
+            let now = c.endpoint().now_ns();
+            let lease = c
+                .endpoint()
+                .lease()
+                .map_or(u64::MAX, |(l, _)| l.lease_ns / 4);
+            let wait = backoff.next_wait().min(lease);
             if wait > 0 {
+                if now.saturating_add(wait) >= end {
+                    break;
+                }
                 c.endpoint().sleep(wait).await;
             }
         } else {

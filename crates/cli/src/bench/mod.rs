@@ -415,9 +415,6 @@ pub fn main(a: BenchArgs) -> Result<ExitCode> {
     if a.record_warmup && a.record.is_none() {
         bail!("--record-warmup is an option of --record FILE");
     }
-    if a.retry_backoff.is_some() && !a.retry {
-        bail!("--retry-backoff is an option of --retry");
-    }
     if a.rpc_pack_limit.is_some() && a.kind() != Backend::Sim {
         bail!("--rpc-pack-limit is an option of --backend sim (shm and ucx pack per node)");
     }
@@ -612,6 +609,9 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     }
     if a.txns == Some(0) {
         bail!("--txns must be at least 1");
+    }
+    if a.retry_backoff.is_some() && !a.retry {
+        bail!("--retry-backoff is an option of --retry");
     }
     check_numbers(a)?;
     let faults = match &a.faults {

@@ -66,6 +66,11 @@ pub struct ConfigReport {
     pub fabric_time: bool,
     /// `--breakdown`: phases timed.
     pub breakdown: bool,
+    /// `--retry`: an aborted transaction run again until it commits.
+    pub retry: bool,
+    /// With `--retry`, `--retry-backoff`: the cap of the random wait before a retry (us).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_backoff_us: Option<f64>,
 }
 
 impl ConfigReport {
@@ -107,6 +112,10 @@ impl ConfigReport {
             record: a.record.clone(),
             fabric_time: a.fabric_time,
             breakdown: a.breakdown,
+            retry: a.retry,
+            retry_backoff_us: a
+                .retry
+                .then(|| a.retry_backoff.unwrap_or(super::RETRY_BACKOFF_NS) as f64 / 1e3),
         }
     }
 }
@@ -533,6 +542,13 @@ impl BenchReport {
             c.coordinators
         );
         let _ = writeln!(s, "workload options: {}", c.workload_options);
+        if let Some(us) = c.retry_backoff_us {
+            let _ = writeln!(
+                s,
+                "retrying an aborted transaction until it commits, after a random wait below \
+                 2^n us (at most {us} us) before the n-th retry"
+            );
+        }
         let clock = if self.time == "virtual" {
             "VIRTUAL time (simulated; not this machine's speed)"
         } else {
