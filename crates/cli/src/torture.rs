@@ -133,7 +133,7 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
         v.extend_from_slice(&["--mix", "transfer"]);
     }
     if seed.parse::<u64>().is_ok_and(|s| s % 4 == 1) {
-        // The same transaction again until it commits (WAIT_DIE's keeps its timestamp).
+        // The same transaction again until it commits (WAIT_DIE's keeps its age).
         v.push("--retry");
     }
     if p == SNAPSHOT_MOTOR {

@@ -105,7 +105,7 @@ pub(crate) struct Core {
     /// membership service changes the view without it), never restarted into this view.
     pub failover: bool,
     /// The current transaction retries the one before it, which aborted ([`Coordinator::
-    /// retry_next`]): WAIT_DIE keeps that one's timestamp.
+    /// retry_next`]): WAIT_DIE keeps that one's age.
     pub retry: bool,
     /// [`Coordinator::retry_next`] was called: the next `begin` is a retry.
     pub retry_next: bool,
@@ -265,7 +265,9 @@ impl Coordinator {
 
     /// The next [`Coordinator::begin`] retries the transaction that just aborted (the same
     /// one, as `dtxn bench --retry`'s clients do), not a new one. WAIT_DIE then keeps the
-    /// aborted attempt's timestamp: a transaction that dies ages until it is the oldest, and
+    /// aborted attempt's age (its timestamp plus one tick of the clock, 1 us, so that the
+    /// retry's lock words differ from the attempt's): a transaction that dies ages until it is
+    /// the oldest, and
     /// the oldest waits for every exclusive holder instead of dying (with a new timestamp at
     /// each attempt it could die on them for ever). The other protocols take no notice.
     pub fn retry_next(&mut self) {

@@ -265,7 +265,7 @@ pub struct BenchArgs {
     /// until it commits, as the clients of Scythe's evaluation do (FORD's drive the next
     /// transaction instead); a committed transaction's latency then runs from its first
     /// attempt, and aborts count every failed attempt. WAIT_DIE's retry keeps its first
-    /// attempt's timestamp (it ages until it waits instead of dying).
+    /// attempt's age (it ages until it waits instead of dying).
     #[arg(long)]
     pub retry: bool,
     /// With --retry: before its n-th retry a transaction waits a random time below 2^n us or

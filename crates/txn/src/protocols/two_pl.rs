@@ -19,8 +19,9 @@
 //!      (yields to its thread's other coroutines, backs off, tries again), a younger one dies.
 //!      A writer meeting read shares dies: a share count does not say whose shares they are,
 //!      and waiting on an unknown reader could close a cycle of waits. A retried transaction
-//!      (`Coordinator::retry_next`, `dtxn bench --retry`) keeps its timestamp, so it ages:
-//!      once the oldest, it waits for every exclusive holder instead of dying.
+//!      (`Coordinator::retry_next`, `dtxn bench --retry`) keeps its age (its timestamp one
+//!      tick above the attempt before's), so it ages: once the oldest, it waits for every
+//!      exclusive holder instead of dying.
 //! 2. **Lock** (only for inserts): the free slots of inserted keys, CAS + READ(header).
 //! 3. **Validate** (only for absent keys): 2PL locks records, not the gaps between them, so a
 //!    read of an absent key is validated as FORD validates it (its chain re-read). Under
@@ -77,16 +78,21 @@ impl<const WAIT: bool> Protocol for TwoPl<WAIT> {
         cfg.rcc.hybrid.rpc_stages().and(Self::RPC_FORMS)
     }
 
-    /// WAIT_DIE: a fresh timestamp (a retry keeps its own), in the lock word of every lock the
+    /// WAIT_DIE: a fresh timestamp (a retry keeps its age), in the lock word of every lock the
     /// transaction takes.
     fn begin(tx: &mut Tx<'_, Self>) {
         if WAIT {
-            // A retry keeps its first attempt's timestamp (wait-die's own rule; the RCC paper
-            // does not say): it grows older than every transaction begun since, so it waits
-            // for holders it died on before.
-            if !(tx.c.retry && *tx.s != 0) {
-                *tx.s = timestamp::local_clock(tx.c.ep.now_ns(), *tx.s, tx.c.owner);
-            }
+            // A retry keeps its age (wait-die's own rule; the RCC paper does not say): it
+            // grows older than every transaction begun since, so it waits for holders it died
+            // on before. Its timestamp is the attempt before's plus one tick of the clock (1
+            // us), as if no time had passed, so that its lock words differ from that attempt's:
+            // their releases may still be in flight, and a lock batch that fails gives back
+            // every word still holding ours (CAS ours -> 0), which must not free one of them.
+            let now = match tx.c.retry && *tx.s != 0 {
+                true => 0,
+                false => tx.c.ep.now_ns(),
+            };
+            *tx.s = timestamp::local_clock(now, *tx.s, tx.c.owner);
             tx.c.lock_word = *tx.s;
         }
     }
