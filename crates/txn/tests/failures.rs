@@ -1,9 +1,9 @@
 //! What a coordinator does when memory fails it: a lock batch that fails on one memory node
-//! leaves no lock of ours on the others, and a corrupt hash chain (a cycle) aborts instead of
+//! leaves no lock of ours on the others (given back once our earlier releases landed), and a corrupt hash chain (a cycle) aborts instead of
 //! looping; and an install a failure cuts short is rolled back one restore up.
 
 use dtxn_fabric::sim::{Adversary, MemoryCrash, SimConfig, SimPool};
-use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
+use dtxn_fabric::{Endpoint, OpKind, Pool, Profile, Topology};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
 use dtxn_txn::{Abort, AbortReason, Access, Coordinator, FordOptions, TxKind, TxnConfig};
 use std::rc::Rc;
@@ -129,6 +129,28 @@ fn a_hitchhiked_lock_batch_failing_on_one_node_leaves_no_lock_on_the_other() {
         let r = tx
             .fetch(&[Access::update(A, 1), Access::update(B, 1)])
             .await;
+        vec![reason(&r), lock_a_again(&mut c).await]
+    });
+    assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
+}
+
+/// The give-back's CASes wait for a FLUSH to each node still up: a word holding our lock
+/// word may be an earlier transaction's of ours whose release (a detached WRITE of 0) has not
+/// landed, and the contract orders no CAS after an earlier WRITE, only a FLUSH.
+#[test]
+fn a_give_back_flushes_the_nodes_still_up_before_its_cases() {
+    let out = with_crash(FordOptions::default(), |mut c| async move {
+        warm_then_crash(&mut c).await;
+        let mut tx = c.begin(TxKind::ReadWrite);
+        let r = tx
+            .fetch(&[Access::update(A, 1), Access::update(B, 1)])
+            .await;
+        drop(tx);
+        let o = c.last_outcome().expect("the attempt is recorded");
+        // A FLUSH to each node the batch locked on (node 1's fails: it is down), then the
+        // CASes back.
+        assert_eq!(o.fabric.verb(OpKind::Flush), 2);
+        assert_eq!(o.fabric.verb(OpKind::Cas), 4, "two locks, two given back");
         vec![reason(&r), lock_a_again(&mut c).await]
     });
     assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);

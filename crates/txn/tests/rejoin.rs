@@ -493,12 +493,12 @@ fn a_blank_replacement_is_copied_to_under_load_and_promoted_later() {
 /// on some seed.
 #[test]
 fn without_the_slot_locks_the_copy_loses_commits() {
-    let lost = (1..=6).any(|seed| {
+    let lost = (1..=16).any(|seed| {
         let (seen, _, b) = run(seed, Control::UnlockedCopy);
         let (missing, money) = losses(&seen, &b);
         !missing.is_empty() || money != 0
     });
-    assert!(lost, "the unlocked copy lost nothing on 6 seeds");
+    assert!(lost, "the unlocked copy lost nothing on 16 seeds");
 }
 
 /// The other negative control: commits that do not write the joiner lose what they commit

@@ -122,7 +122,9 @@ pub(crate) async fn lock_round<P: Protocol>(
 /// A batch with lock CASes failed (a memory node down): the CASes on the nodes still up may
 /// have succeeded, and the transaction never learned which. Give back every one of those lock
 /// words that still holds our lock word (CAS ours -> 0, which leaves a word another holds
-/// alone), except those we hold through an earlier round (they are released with the rest).
+/// alone), except those we hold through an earlier round (they are released with the rest),
+/// once our earlier releases on those nodes have landed (one round trip more, on this path
+/// only).
 pub(crate) async fn give_back_after_failure<P: Protocol>(
     tx: &mut Tx<'_, P>,
     addrs: &[(NodeId, u64)],
@@ -136,17 +138,29 @@ pub(crate) async fn give_back_after_failure<P: Protocol>(
         })
     };
     let via = tx.c.via(Stage::Lock);
-    let mut any = false;
-    for &(n, a) in addrs {
-        if !held(tx, (n, a)) {
-            CasRead::post(&mut tx.c.ep, via, n, a, (word, 0), None);
-            any = true;
+    let give: Vec<(NodeId, u64)> = addrs.iter().copied().filter(|&a| !held(tx, a)).collect();
+    if give.is_empty() {
+        return;
+    }
+    // A word holding our lock word may instead be an earlier transaction's of ours whose
+    // release (a detached WRITE of 0) has not landed yet: our CAS would free it ahead of that
+    // WRITE, another coordinator could lock the record, and the late WRITE would free that
+    // lock. The contract orders no atomic after an earlier WRITE on its QP; a FLUSH executes
+    // after every one, and completion means executed: so first a FLUSH to each node (on a
+    // node still up it completes even where another is down), and then the CASes.
+    let mut flushed: Vec<NodeId> = Vec::new();
+    for &(n, _) in &give {
+        if !flushed.contains(&n) {
+            flushed.push(n);
+            tx.c.ep.flush(n);
         }
     }
-    if any {
-        // A node that is down keeps nothing of ours: its locks go with its memory.
-        let _ = tx.c.ep.post().await;
+    let _ = tx.c.ep.post().await;
+    for &(n, a) in &give {
+        CasRead::post(&mut tx.c.ep, via, n, a, (word, 0), None);
     }
+    // A node that is down keeps nothing of ours: its locks go with its memory.
+    let _ = tx.c.ep.post().await;
 }
 
 /// Locks the read-write items read without their lock (cold, or hitchhiking off), checking
