@@ -1,11 +1,15 @@
 //! What a coordinator does when memory fails it: a lock batch that fails on one memory node
-//! leaves no lock of ours on the others (given back once our earlier releases landed), and a corrupt hash chain (a cycle) aborts instead of
-//! looping; and an install a failure cuts short is rolled back one restore up.
+//! leaves no lock of ours on the others (given back once our earlier releases landed), a
+//! corrupt hash chain (a cycle) aborts instead of looping, and an install a failure cuts short
+//! is rolled back one restore up.
 
 use dtxn_fabric::sim::{Adversary, MemoryCrash, SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, OpKind, Pool, Profile, Topology};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
-use dtxn_txn::{Abort, AbortReason, Access, Coordinator, FordOptions, TxKind, TxnConfig};
+use dtxn_txn::{
+    Abort, AbortReason, Access, Coordinator, FordOptions, Protocol, ScytheMode, ScytheOptions,
+    TxKind, TxnConfig,
+};
 use std::rc::Rc;
 
 /// Two tables, one copy each: `A` on memory node 0, `B` on node 1.
@@ -74,12 +78,22 @@ where
     F: Fn(Coordinator) -> Fut + Clone + 'static,
     Fut: std::future::Future<Output = Vec<Option<AbortReason>>> + 'static,
 {
-    let plan = plan();
-    let mut sim = sim(&plan, true);
-    let cfg = Rc::new(TxnConfig {
+    let cfg = TxnConfig {
         ford,
         ..TxnConfig::default()
-    });
+    };
+    with_crash_under(cfg, script)
+}
+
+/// [`with_crash`] under any configuration.
+fn with_crash_under<F, Fut>(cfg: TxnConfig, script: F) -> Vec<Option<AbortReason>>
+where
+    F: Fn(Coordinator) -> Fut + Clone + 'static,
+    Fut: std::future::Future<Output = Vec<Option<AbortReason>>> + 'static,
+{
+    let plan = plan();
+    let mut sim = sim(&plan, true);
+    let cfg = Rc::new(cfg);
     let one = Topology {
         compute_nodes: 1,
         threads: 1,
@@ -201,6 +215,42 @@ fn an_insert_batch_failing_on_one_node_leaves_no_chain_lock_on_the_other() {
         vec![reason(&r), reason(&again)]
     });
     assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
+}
+
+/// The same under the protocols whose record lock word is not the owner id alone (WAIT_DIE's
+/// and Scythe's TOCC's timestamps; MVCC's too): the chain locks were taken with the owner id, and the give-back
+/// must CAS that back, not the lock word (it did, and left the chain locked for good).
+#[test]
+fn an_insert_batch_failing_under_timestamped_lock_words_leaves_no_chain_lock() {
+    for protocol in [Protocol::WaitDie, Protocol::Scythe] {
+        let cfg = TxnConfig {
+            protocol,
+            scythe: ScytheOptions {
+                mode: ScytheMode::Tocc,
+                ..ScytheOptions::default()
+            },
+            ..TxnConfig::default()
+        };
+        let out = with_crash_under(cfg, |mut c| async move {
+            warm_then_crash(&mut c).await;
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let r = tx
+                .insert_many(&[(A, 500, &v(5)[..]), (B, 500, &v(5)[..])])
+                .await;
+            drop(tx);
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let again = match tx.insert(A, 500, &v(5)).await {
+                Ok(()) => tx.commit().await,
+                Err(a) => Err(a),
+            };
+            vec![reason(&r), reason(&again)]
+        });
+        assert_eq!(
+            out,
+            [Some(AbortReason::ReplicaFailure), None],
+            "{protocol:?}"
+        );
+    }
 }
 
 /// Links `A`'s home bucket of `key` to overflow bucket 0, and that bucket to itself.

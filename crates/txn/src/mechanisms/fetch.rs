@@ -451,7 +451,8 @@ async fn give_back_round<P: Protocol>(
             _ => None,
         })
         .collect();
-    give_back_after_failure(tx, &cased).await;
+    let word = tx.c.lock_word;
+    give_back_after_failure(tx, &cased, word).await;
     first
 }
 

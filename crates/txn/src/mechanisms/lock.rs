@@ -10,7 +10,7 @@ use crate::mechanisms::validate::{changed, header_of};
 use crate::protocol::Protocol;
 use crate::stage::Stage;
 use crate::tx::Tx;
-use dtxn_fabric::NodeId;
+use dtxn_fabric::{Endpoint, NodeId};
 use dtxn_store::record::HEADER_BYTES;
 
 /// A read-write item to lock at commit: read (or inserted) without its lock.
@@ -80,7 +80,7 @@ pub(crate) async fn lock_round<P: Protocol>(
                 (table(&map, it.table).primary(), it.offset.expect("picked"))
             })
             .collect();
-        give_back_after_failure(tx, &cased).await;
+        give_back_after_failure(tx, &cased, word).await;
         return Err(first);
     }
     let mut failed = None;
@@ -119,18 +119,38 @@ pub(crate) async fn lock_round<P: Protocol>(
     failed.map_or(Ok(()), Err)
 }
 
+/// Awaits a FLUSH to each of `nodes`, before CASes that give back words that may hold ours.
+/// Such a word may instead be an earlier transaction's of ours whose release (a detached WRITE
+/// of 0) has not landed yet: a CAS would free it ahead of that WRITE, another coordinator
+/// could lock the record, and the late WRITE would free that lock. The contract orders no
+/// atomic after an earlier WRITE on its QP; a FLUSH executes after every one, and completion
+/// means executed (on a node still up a FLUSH completes even where another is down).
+pub(crate) async fn await_releases(ep: &mut Endpoint, nodes: impl IntoIterator<Item = NodeId>) {
+    let mut flushed: Vec<NodeId> = Vec::new();
+    for n in nodes {
+        if !flushed.contains(&n) {
+            flushed.push(n);
+            ep.flush(n);
+        }
+    }
+    if !flushed.is_empty() {
+        let _ = ep.post().await;
+    }
+}
+
 /// A batch with lock CASes failed (a memory node down): the CASes on the nodes still up may
 /// have succeeded, and the transaction never learned which. Give back every one of those lock
 /// words that still holds our lock word (CAS ours -> 0, which leaves a word another holds
 /// alone), except those we hold through an earlier round (they are released with the rest),
 /// once our earlier releases on those nodes have landed (one round trip more, on this path
-/// only).
+/// only). `word` is what the CASes put there: the lock word for record locks, the owner id
+/// for chain locks.
 pub(crate) async fn give_back_after_failure<P: Protocol>(
     tx: &mut Tx<'_, P>,
     addrs: &[(NodeId, u64)],
+    word: u64,
 ) {
     let map = tx.c.map.clone();
-    let word = tx.c.lock_word;
     let held = |tx: &Tx<'_, P>, (n, a): (NodeId, u64)| {
         tx.items.iter().any(|it| {
             it.chain_lock == Some((n, a))
@@ -142,20 +162,7 @@ pub(crate) async fn give_back_after_failure<P: Protocol>(
     if give.is_empty() {
         return;
     }
-    // A word holding our lock word may instead be an earlier transaction's of ours whose
-    // release (a detached WRITE of 0) has not landed yet: our CAS would free it ahead of that
-    // WRITE, another coordinator could lock the record, and the late WRITE would free that
-    // lock. The contract orders no atomic after an earlier WRITE on its QP; a FLUSH executes
-    // after every one, and completion means executed: so first a FLUSH to each node (on a
-    // node still up it completes even where another is down), and then the CASes.
-    let mut flushed: Vec<NodeId> = Vec::new();
-    for &(n, _) in &give {
-        if !flushed.contains(&n) {
-            flushed.push(n);
-            tx.c.ep.flush(n);
-        }
-    }
-    let _ = tx.c.ep.post().await;
+    await_releases(&mut tx.c.ep, give.iter().map(|&(n, _)| n)).await;
     for &(n, a) in &give {
         CasRead::post(&mut tx.c.ep, via, n, a, (word, 0), None);
     }

@@ -84,7 +84,13 @@ pub(crate) async fn mark_committing(tx: &mut Tx<'_, Motor>, marks: bool) -> Resu
         let fail = abort(AbortReason::ReplicaFailure, first);
         // A memory node failed: claims and locks on the live ones may have taken their
         // slots, which the abort would not know to give back (a CAS back from our word: on a
-        // dead node, nothing of ours is left).
+        // dead node, nothing of ours is left), once our earlier releases there have landed.
+        let nodes: Vec<NodeId> = claims
+            .iter()
+            .chain(late.iter())
+            .map(|&(i, _, _)| table(&map, tx.items[i].table).primary())
+            .collect();
+        crate::mechanisms::lock::await_releases(&mut tx.c.ep, nodes).await;
         for (&(i, _, _), word) in claims
             .iter()
             .map(|c| (c, value))

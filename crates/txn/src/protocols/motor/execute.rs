@@ -168,7 +168,8 @@ pub(crate) async fn stage_rounds(
                     _ => None,
                 })
                 .collect();
-            crate::mechanisms::lock::give_back_after_failure(tx, &cased).await;
+            let owner = tx.c.owner;
+            crate::mechanisms::lock::give_back_after_failure(tx, &cased, owner).await;
             return Err(abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]));
         }
         next.clear();

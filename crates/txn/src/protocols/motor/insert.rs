@@ -119,7 +119,8 @@ pub(crate) async fn choose_slots(
         if tx.c.ep.post().await.is_err() {
             if first_round {
                 let taken: Vec<(NodeId, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a)).collect();
-                crate::mechanisms::lock::give_back_after_failure(tx, &taken).await;
+                let owner = tx.c.owner;
+                crate::mechanisms::lock::give_back_after_failure(tx, &taken, owner).await;
             }
             return Err(abort(AbortReason::ReplicaFailure, &tx.items[walks[0].0]));
         }
