@@ -16,7 +16,7 @@
 # MUTANTS_TESTS=fast judges each mutant by one test binary, `judge` (crates/workloads/tests/
 # judge.rs: the txn crate's scripted aborts, bank runs, Hermitage, round trips, 2PL, SUNDIAL,
 # MVCC, CALVIN and Motor scripts, Motor's round trips, failure, failover, insert, lease, lock-journal and recovery tests and
-# the workloads' sim matrix, 158 tests in 15 to 25 s, built as one crate; with a store file mutated, the store's unit tests too), in place (the source
+# the workloads' sim matrix, 158 tests in 15 to 25 s, built as one crate; with a store or txn file mutated, that crate's unit tests too), in place (the source
 # tree is mutated and restored: leave it alone while it runs; its incremental build is what
 # makes a mutant cost a minute, not a ten-minute copy and rebuild; the `judge` profile is the
 # test profile without debug info, a third less to link), and under `nice` so that
@@ -54,15 +54,17 @@ case "${MUTANTS_TESTS:-full}" in
   fast)
     # One binary (the `judge` feature builds it; `cargo test --workspace` does not): a
     # mutant's rebuild is the mutated crate, the workloads crate and one test crate, where
-    # seven test binaries took five times as long to build. A store file: the store's unit
-    # tests as well.
+    # seven test binaries took five times as long to build. A store or txn file: that crate's unit tests as well (timestamp.rs's clock, for one, is
+    # tested there alone).
     packages=dtxn-workloads
     tests=(--cargo-arg=--test=judge)
     for f in "${files[@]}"; do
-      if [[ "$f" == crates/store/* ]]; then
-        packages=dtxn-store,dtxn-workloads
-        tests=(--cargo-arg=--test=judge --cargo-arg=--lib)
-      fi
+      for crate in store txn; do
+        if [[ "$f" == crates/$crate/* && ",$packages," != *",dtxn-$crate,"* ]]; then
+          packages="dtxn-$crate,$packages"
+          tests=(--cargo-arg=--test=judge --cargo-arg=--lib)
+        fi
+      done
     done
     # shellcheck disable=SC2086 # MUTANTS_ARGS is a list of flags
     exec nice -n 10 cargo mutants "${args[@]}" --test-package "$packages" --in-place \
