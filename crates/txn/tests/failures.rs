@@ -253,6 +253,34 @@ fn an_insert_batch_failing_under_timestamped_lock_words_leaves_no_chain_lock() {
     }
 }
 
+/// 2PL upgrades a read share to the exclusive lock by a CAS from the share; a batch with that
+/// CAS that fails on another node gives the word back to the share (it was set to 0, and the
+/// abort's release of the share then took 0 to all ones: locked for good).
+#[test]
+fn a_failed_upgrade_of_a_read_share_gives_the_share_back() {
+    for protocol in [Protocol::NoWait, Protocol::WaitDie] {
+        let cfg = TxnConfig {
+            protocol,
+            ..TxnConfig::default()
+        };
+        let out = with_crash_under(cfg, |mut c| async move {
+            warm_then_crash(&mut c).await;
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let read = tx.read(A, 1).await.map(|_| ());
+            let r = tx
+                .fetch(&[Access::update(A, 1), Access::update(B, 1)])
+                .await;
+            drop(tx);
+            vec![reason(&read), reason(&r), lock_a_again(&mut c).await]
+        });
+        assert_eq!(
+            out,
+            [None, Some(AbortReason::ReplicaFailure), None],
+            "{protocol:?}"
+        );
+    }
+}
+
 /// Links `A`'s home bucket of `key` to overflow bucket 0, and that bucket to itself.
 fn cycle_words(plan: &Plan, key: u64) -> [(u64, u64); 2] {
     let t = plan.table(A).unwrap();

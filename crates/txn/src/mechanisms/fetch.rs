@@ -438,16 +438,17 @@ async fn give_back_round<P: Protocol>(
     work: &[(usize, Stage, Option<u64>)],
 ) -> Abort {
     let first = abort(AbortReason::ReplicaFailure, &tx.items[work[0].0]);
-    let cased: Vec<(NodeId, u64)> = work
+    let cased: Vec<(NodeId, u64, u64)> = work
         .iter()
         .filter_map(|&(i, stage, _)| match stage {
             // (A read share won on a node still up is lost with the round: only its count
             // says it is there, so it cannot be told from another reader's. Under leases it
-            // expires.)
+            // expires.) An upgrade of our read share goes back to that share, which the
+            // abort's release then gives back.
             Stage::Record {
                 off,
-                lock: Lock::Exclusive { .. },
-            } => Some((table(map, tx.items[i].table).primary(), off)),
+                lock: Lock::Exclusive { expect },
+            } => Some((table(map, tx.items[i].table).primary(), off, expect)),
             _ => None,
         })
         .collect();

@@ -212,7 +212,7 @@ async fn lock_chains<P: Protocol>(
         });
     }
     if tx.c.ep.post().await.is_err() {
-        let chains: Vec<(NodeId, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a)).collect();
+        let chains: Vec<(NodeId, u64, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a, 0)).collect();
         give_back_after_failure(tx, &chains, owner).await;
         return Err(abort(AbortReason::ReplicaFailure, &tx.items[todo[0]]));
     }

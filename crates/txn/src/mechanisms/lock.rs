@@ -72,12 +72,16 @@ pub(crate) async fn lock_round<P: Protocol>(
     }
     if tx.c.ep.post().await.is_err() {
         let first = abort(AbortReason::ReplicaFailure, &tx.items[checks[0].0]);
-        let cased: Vec<(NodeId, u64)> = checks
+        let cased: Vec<(NodeId, u64, u64)> = checks
             .iter()
             .filter(|c| matches!(c.1, Probe::Lock(_)))
             .map(|&(i, _, _)| {
                 let it = &tx.items[i];
-                (table(&map, it.table).primary(), it.offset.expect("picked"))
+                (
+                    table(&map, it.table).primary(),
+                    it.offset.expect("picked"),
+                    0,
+                )
             })
             .collect();
         give_back_after_failure(tx, &cased, word).await;
@@ -140,14 +144,15 @@ pub(crate) async fn await_releases(ep: &mut Endpoint, nodes: impl IntoIterator<I
 
 /// A batch with lock CASes failed (a memory node down): the CASes on the nodes still up may
 /// have succeeded, and the transaction never learned which. Give back every one of those lock
-/// words that still holds our lock word (CAS ours -> 0, which leaves a word another holds
-/// alone), except those we hold through an earlier round (they are released with the rest),
-/// once our earlier releases on those nodes have landed (one round trip more, on this path
-/// only). `word` is what the CASes put there: the lock word for record locks, the owner id
-/// for chain locks.
+/// words that still holds our lock word (CAS ours -> what it held before our CAS: 0, or the
+/// read share an upgrade expected; a word another holds is left alone), except those we hold
+/// through an earlier round (they are released with the rest), once our earlier releases on
+/// those nodes have landed (one round trip more, on this path only). `word` is what the CASes
+/// put there: the lock word for record locks, the owner id for chain locks. Each of `addrs`
+/// is (node, address, the word before).
 pub(crate) async fn give_back_after_failure<P: Protocol>(
     tx: &mut Tx<'_, P>,
-    addrs: &[(NodeId, u64)],
+    addrs: &[(NodeId, u64, u64)],
     word: u64,
 ) {
     let map = tx.c.map.clone();
@@ -158,13 +163,17 @@ pub(crate) async fn give_back_after_failure<P: Protocol>(
         })
     };
     let via = tx.c.via(Stage::Lock);
-    let give: Vec<(NodeId, u64)> = addrs.iter().copied().filter(|&a| !held(tx, a)).collect();
+    let give: Vec<(NodeId, u64, u64)> = addrs
+        .iter()
+        .copied()
+        .filter(|&(n, a, _)| !held(tx, (n, a)))
+        .collect();
     if give.is_empty() {
         return;
     }
-    await_releases(&mut tx.c.ep, give.iter().map(|&(n, _)| n)).await;
-    for &(n, a) in &give {
-        CasRead::post(&mut tx.c.ep, via, n, a, (word, 0), None);
+    await_releases(&mut tx.c.ep, give.iter().map(|&(n, _, _)| n)).await;
+    for &(n, a, before) in &give {
+        CasRead::post(&mut tx.c.ep, via, n, a, (word, before), None);
     }
     // A node that is down keeps nothing of ours: its locks go with its memory.
     let _ = tx.c.ep.post().await;

@@ -159,11 +159,11 @@ pub(crate) async fn stage_rounds(
         if tx.c.ep.post().await.is_err() {
             // A memory node failed: this round's lock CASes on the live ones may have taken
             // their locks, which the abort would not know to give back.
-            let cased: Vec<(NodeId, u64)> = work
+            let cased: Vec<(NodeId, u64, u64)> = work
                 .iter()
                 .filter_map(|&(i, stage)| match stage {
                     Stage::Cvt { off, lock: true } => {
-                        Some((table(&map, tx.items[i].table).primary(), off))
+                        Some((table(&map, tx.items[i].table).primary(), off, 0))
                     }
                     _ => None,
                 })

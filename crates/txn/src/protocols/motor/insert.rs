@@ -118,7 +118,8 @@ pub(crate) async fn choose_slots(
         }
         if tx.c.ep.post().await.is_err() {
             if first_round {
-                let taken: Vec<(NodeId, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a)).collect();
+                let taken: Vec<(NodeId, u64, u64)> =
+                    cas.iter().map(|&(_, n, a, _)| (n, a, 0)).collect();
                 let owner = tx.c.owner;
                 crate::mechanisms::lock::give_back_after_failure(tx, &taken, owner).await;
             }
