@@ -391,16 +391,15 @@ pub fn run(a: TortureArgs) -> Result<ExitCode> {
                             promoted += f.views.iter().map(|v| v.promoted_tables).sum::<u32>();
                         }
                         let pool = r.faults.as_ref().and_then(|f| {
-                            let pool = (!f.pool_checks.ok).then(|| {
-                                format!("pool inconsistent: {}", f.pool_checks.checks.join("; "))
-                            });
-                            let live = (!f.liveness.ok).then(|| {
-                                format!("survivors shut out: {}", f.liveness.checks.join("; "))
-                            });
-                            match (pool, live) {
-                                (Some(p), Some(l)) => Some(format!("{p}; {l}")),
-                                (p, l) => p.or(l),
-                            }
+                            let failed: Vec<String> = [
+                                ("pool inconsistent", &f.pool_checks),
+                                ("survivors shut out", &f.liveness),
+                            ]
+                            .iter()
+                            .filter(|(_, v)| !v.ok)
+                            .map(|(what, v)| format!("{what}: {}", v.checks.join("; ")))
+                            .collect();
+                            (!failed.is_empty()).then(|| failed.join("; "))
                         });
                         let verify = r
                             .verify

@@ -267,9 +267,9 @@ impl Coordinator {
     /// one, as `dtxn bench --retry`'s clients do), not a new one. WAIT_DIE then keeps the
     /// aborted attempt's age (its timestamp plus one tick of the clock, 1 us, so that the
     /// retry's lock words differ from the attempt's): a transaction that dies ages until it is
-    /// the oldest, and
-    /// the oldest waits for every exclusive holder instead of dying (with a new timestamp at
-    /// each attempt it could die on them for ever). The other protocols take no notice.
+    /// the oldest, and the oldest waits for every exclusive holder instead of dying (with a new
+    /// timestamp at each attempt it could die on them for ever). The other protocols take no
+    /// notice.
     pub fn retry_next(&mut self) {
         self.core.retry_next = true;
     }

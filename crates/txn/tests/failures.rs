@@ -199,26 +199,30 @@ fn a_commit_lock_round_failing_on_one_node_leaves_no_lock_on_the_other() {
 
 #[test]
 fn an_insert_batch_failing_on_one_node_leaves_no_chain_lock_on_the_other() {
-    let out = with_crash(FordOptions::default(), |mut c| async move {
-        warm_then_crash(&mut c).await;
-        let mut tx = c.begin(TxKind::ReadWrite);
-        let r = tx
-            .insert_many(&[(A, 500, &v(5)[..]), (B, 500, &v(5)[..])])
-            .await;
-        // The same chain of A again: its insert lock must be free.
-        let mut tx = c.begin(TxKind::ReadWrite);
-        let again = tx.insert(A, 500, &v(5)).await;
-        let again = match again {
-            Ok(()) => tx.commit().await,
-            Err(a) => Err(a),
-        };
-        vec![reason(&r), reason(&again)]
-    });
+    let out = with_crash(FordOptions::default(), insert_on_both_then_on_a_again);
     assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
 }
 
+/// After the failure, an insert on both nodes (node 1 down), then the same chain of `A` again:
+/// its insert lock must be free.
+async fn insert_on_both_then_on_a_again(mut c: Coordinator) -> Vec<Option<AbortReason>> {
+    warm_then_crash(&mut c).await;
+    let mut tx = c.begin(TxKind::ReadWrite);
+    let r = tx
+        .insert_many(&[(A, 500, &v(5)[..]), (B, 500, &v(5)[..])])
+        .await;
+    drop(tx);
+    let mut tx = c.begin(TxKind::ReadWrite);
+    let again = match tx.insert(A, 500, &v(5)).await {
+        Ok(()) => tx.commit().await,
+        Err(a) => Err(a),
+    };
+    vec![reason(&r), reason(&again)]
+}
+
 /// The same under the protocols whose record lock word is not the owner id alone (WAIT_DIE's
-/// and Scythe's TOCC's timestamps; MVCC's too): the chain locks were taken with the owner id, and the give-back
+/// and Scythe's TOCC's timestamps; MVCC's too): the chain locks were taken with the owner id,
+/// and the give-back
 /// must CAS that back, not the lock word (it did, and left the chain locked for good).
 #[test]
 fn an_insert_batch_failing_under_timestamped_lock_words_leaves_no_chain_lock() {
@@ -231,20 +235,7 @@ fn an_insert_batch_failing_under_timestamped_lock_words_leaves_no_chain_lock() {
             },
             ..TxnConfig::default()
         };
-        let out = with_crash_under(cfg, |mut c| async move {
-            warm_then_crash(&mut c).await;
-            let mut tx = c.begin(TxKind::ReadWrite);
-            let r = tx
-                .insert_many(&[(A, 500, &v(5)[..]), (B, 500, &v(5)[..])])
-                .await;
-            drop(tx);
-            let mut tx = c.begin(TxKind::ReadWrite);
-            let again = match tx.insert(A, 500, &v(5)).await {
-                Ok(()) => tx.commit().await,
-                Err(a) => Err(a),
-            };
-            vec![reason(&r), reason(&again)]
-        });
+        let out = with_crash_under(cfg, insert_on_both_then_on_a_again);
         assert_eq!(
             out,
             [Some(AbortReason::ReplicaFailure), None],
