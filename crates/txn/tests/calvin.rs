@@ -231,6 +231,101 @@ fn a_retired_coordinator_joins_again() {
     }
 }
 
+/// Epochs closed by a coordinator that has left stay closed: coordinator 0 runs alone through
+/// six epochs (closing each: the closed-epoch word reaches 6) and leaves; then both
+/// coordinators join, seeing no member's word, and increment key 9 together. Were they to
+/// start again at epoch 1, the closed word would tell each of them, at its second poll, that
+/// epochs 1 to 6 were closed already, and coordinator 0 would run ahead into epochs that
+/// coordinator 1 had not dispatched yet, reading under 1's install (lost updates: found by
+/// `dtxn torture` with harsh delays and a view change that held every coordinator but one
+/// back from joining; fails without the fix). Joiners start past the closed word.
+#[test]
+fn epochs_closed_by_a_coordinator_that_left_stay_closed() {
+    fn inc(v: u64) -> u64 {
+        v + 1
+    }
+    const TOGETHER: u64 = T0 + 400_000;
+    let ahead = async |c: &mut Coordinator| -> Steps {
+        until(c, T0).await;
+        let mut out = Steps::new();
+        for _ in 0..6 {
+            out.push(("alone", bump(c, 9, 0, inc).await.0));
+        }
+        c.retire().await;
+        assert!(c.endpoint().now_ns() < TOGETHER, "the solo run ends first");
+        until(c, TOGETHER).await;
+        for _ in 0..10 {
+            out.push(("together", bump(c, 9, 0, inc).await.0));
+        }
+        c.retire().await;
+        out
+    };
+    let late = async |c: &mut Coordinator| -> Steps {
+        until(c, TOGETHER).await;
+        let mut out = Steps::new();
+        for _ in 0..10 {
+            out.push(("together", bump(c, 9, 5_000, inc).await.0));
+        }
+        c.endpoint().sleep(200_000).await;
+        let mut tx = c.begin(TxKind::ReadOnly);
+        let v = value(tx.read(T, 9).await.unwrap().unwrap());
+        tx.commit().await.unwrap();
+        c.retire().await;
+        assert_eq!(v, 9 + 26, "every increment counted");
+        out
+    };
+    for code in [511, 0] {
+        let (a, b, h) = script(Protocol::Calvin, code, ahead, late);
+        assert_eq!(a.len(), 16);
+        assert!(
+            a.iter().chain(&b).all(|s| s.1.is_ok()),
+            "hybrid {code}: {a:?} {b:?}"
+        );
+        assert!(serializable(&h), "hybrid {code}");
+    }
+}
+
+/// A coordinator leaves only once the closed-epoch word holds every epoch it knows closed:
+/// the word is rolled back here under it (as if its last CAS there, detached, were still
+/// under way: as RPCs nothing orders it before the leaving), and after `retire` it holds the
+/// coordinator's last epoch again. Else a joiner, reading our word RETIRED and the closed word
+/// behind, could start below what the late CAS then writes, and pass its barriers unsynchronized.
+#[test]
+fn a_coordinator_leaves_only_once_the_closed_word_holds_its_epochs() {
+    let alone = async |c: &mut Coordinator| -> Steps {
+        until(c, T0).await;
+        let mut out = Steps::new();
+        for _ in 0..3 {
+            out.push(("bump", bump(c, 4, 0, |v| v + 1).await.0));
+        }
+        // The closed-epoch word: after the epoch and done words of coordinator 0's area, at
+        // the top of its log slice (`calvin_words`' layout).
+        let (off, len) = c.map().log_slice(0).unwrap();
+        let closed = off + len - (64 + 2 * 64 * ((len / 2 - 64) / 128)) + 16;
+        let ep = c.endpoint();
+        let r = ep.read(0, closed, 8);
+        ep.post().await.unwrap();
+        assert_eq!(ep.word(r, 0), 3, "three epochs, each closed by us alone");
+        ep.write(0, closed, &0u64.to_le_bytes());
+        ep.post().await.unwrap();
+        c.retire().await;
+        let ep = c.endpoint();
+        let r = ep.read(0, closed, 8);
+        ep.post().await.unwrap();
+        assert_eq!(ep.word(r, 0), 3, "the closed word holds our epochs again");
+        out
+    };
+    let idle = async |c: &mut Coordinator| -> Steps {
+        c.retire().await;
+        vec![]
+    };
+    for code in [511, 0] {
+        let (a, _, h) = script(Protocol::Calvin, code, alone, idle);
+        assert!(a.iter().all(|s| s.1.is_ok()), "hybrid {code}: {a:?}");
+        assert!(serializable(&h), "hybrid {code}");
+    }
+}
+
 /// Hermitage's anomalies, as CALVIN can be asked them. Its first fetch declares the keys and
 /// waits for the epoch to close, so the scripts of `hermitage.rs` (a read, then the other
 /// role's step, then a write) cannot interleave under it; here both roles start together in

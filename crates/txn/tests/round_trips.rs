@@ -572,8 +572,9 @@ fn calvin_costs_dispatch_reads_and_install() {
         assert_eq!(
             measure_config(cfg),
             [
-                // Join, dispatch + poll, bucket READ (the record is a slot of it), install.
-                ("cold read-write", 4 + 2 * extra),
+                // Join (the epoch words, then the closed-epoch word), dispatch + poll, bucket
+                // READ (the record is a slot of it), install.
+                ("cold read-write", 5 + 2 * extra),
                 // Dispatch + poll, bucket READs, install.
                 ("cold read-write + read-only", 3 + extra),
                 // Dispatch + poll, READs, install.

@@ -64,9 +64,11 @@
 //! READs (the bulk of the bytes) over the memory nodes.
 //!
 //! Membership: a coordinator joins at its first transaction (CAS 0 -> JOINING, READ every
-//! epoch word, start at the newest epoch + 1) and leaves with [`Calvin::retire`] (its words
-//! set to RETIRED): a run whose coordinators stop at different times does not stall the last
-//! ones. A coordinator that never joined is no member.
+//! epoch word, then the closed-epoch word, and start past the newest of them) and leaves with
+//! [`Calvin::retire`] (its words set to RETIRED, once the closed-epoch word holds the epochs
+//! it closed): a run whose coordinators stop at different times does not stall the last
+//! ones. A coordinator that never joined is no member; one that left closed epochs that a
+//! joiner must not number its own with.
 //!
 //! **A crashed coordinator** (issue #23; under leases: `--faults compute=N` on `sim`,
 //! `--leases` on real hosts). CALVIN proper replicates its input log and replays a dead
@@ -226,6 +228,9 @@ pub(crate) struct Scratch {
     /// its last dispatch went to (the next goes to the one after).
     word: u64,
     epoch: u64,
+    /// The newest epoch this coordinator knows closed (every member dispatched it): what
+    /// the closed-epoch word must hold at least before it leaves ([`Calvin::retire`]).
+    closed: u64,
     batch: Vec<u8>,
     pending: Vec<u32>,
     next: Vec<u32>,
@@ -368,11 +373,34 @@ impl Protocol for Calvin {
         Ok(schedule_held(&words, me, others_settled))
     }
 
+    /// Leaves the epochs. First the closed-epoch word is made to hold every epoch we know
+    /// closed: a joiner starts past that word and the member words it reads, and ours will
+    /// read RETIRED, so an epoch we closed must be in the closed word by then, not in a
+    /// detached CAS still under way (as RPCs nothing orders it before our leaving; and a
+    /// joiner's epochs below a closed word's value would pass their barriers unsynchronized).
     async fn retire(c: &mut Core, s: &mut Self::Scratch) {
         if s.members == 0 || s.word == RETIRED {
             return;
         }
-        let via = c.via(Stage::Log);
+        let (via, poll) = (c.via(Stage::Log), c.via(Stage::Fetch));
+        let closed_at = area(&c.map, 0) + 16;
+        // Best effort, as the leaving below: the word only moves forward, so this ends.
+        for _ in 0..8 {
+            let r = Read::post(&mut c.ep, poll, 0, closed_at, 8);
+            if c.ep.post().await.is_err() {
+                break;
+            }
+            let seen = word(r.bytes(&c.ep), 0);
+            if seen >= s.closed {
+                break;
+            }
+            // A CAS that moves the word from what we read makes any CAS of ours still under
+            // way (expecting an older value) fail.
+            let cas = CasRead::post(&mut c.ep, via, 0, closed_at, (seen, s.closed), None);
+            if c.ep.post().await.is_err() || cas.swapped(&c.ep) {
+                break;
+            }
+        }
         let base = area(&c.map, s.me);
         CasRead::post(&mut c.ep, via, 0, base, (s.word, RETIRED), None);
         let release = c.via(Stage::Release);
@@ -537,6 +565,8 @@ async fn schedule(tx: &mut Tx<'_, Calvin>) -> Result<(), Abort> {
 /// and start after the newest epoch seen. A coordinator that read our word as 0 had CASed its
 /// own to its epoch before that READ, so our READ of its word (after our CAS) sees that epoch
 /// or a later one: we never enter an epoch it closed without us. One that reads JOINING waits.
+/// Epochs closed by coordinators that have left since are in the closed-epoch word, read in a
+/// second round (see below).
 async fn join(tx: &mut Tx<'_, Calvin>) -> Result<(), AbortReason> {
     let map = tx.c.map.clone();
     let me = (tx.c.owner - 1) as u32;
@@ -597,6 +627,16 @@ async fn join(tx: &mut Tx<'_, Calvin>) -> Result<(), AbortReason> {
         .max()
         .unwrap_or(0);
     tx.s.reads = reads;
+    // And past the closed-epoch word, read after the words: a coordinator that closed an
+    // epoch and left (retired, or recovered after a crash) got it into the closed word before
+    // its word said RETIRED, so a word we read RETIRED means the closed word holds its
+    // epochs now. Started below it, our barriers would take those epochs for closed without
+    // waiting for anyone.
+    let closed = Read::post(&mut tx.c.ep, poll, 0, area(&map, 0) + 16, 8);
+    if tx.c.ep.post().await.is_err() {
+        return Err(AbortReason::ReplicaFailure);
+    }
+    let newest = newest.max(word(closed.bytes(&tx.c.ep), 0));
     tx.s.members = members;
     tx.s.me = me;
     tx.s.word = JOINING;
@@ -684,6 +724,7 @@ async fn barrier(
         CasRead::post(&mut tx.c.ep, log, 0, closed_at, (seen, e), None);
         let _ = tx.c.ep.post_detached();
     }
+    tx.s.closed = tx.s.closed.max(e);
     Ok(())
 }
 
