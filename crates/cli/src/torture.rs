@@ -73,7 +73,8 @@ pub struct TortureArgs {
 /// The `dtxn bench` arguments of one run: small, contended, hostile, 1 or 2 replicas. Tables
 /// are kept small (loading dominates a short run), which also makes conflicts frequent; on
 /// even seeds they are tiny (a few accounts or keys), which makes them the rule: write skew
-/// and read skew need two transactions on the same few rows at once.
+/// and read skew need two transactions on the same few rows at once. Seeds `4k + 1` retry an
+/// aborted transaction until it commits (`--retry`).
 fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec<String> {
     let txns = a.txns;
     let (seed, txns) = (seed.to_string(), txns.to_string());
@@ -130,6 +131,10 @@ fn bench_args(w: &str, p: &str, seed: u64, a: &TortureArgs, record: &str) -> Vec
     });
     if w == "smallbank" && seed.parse::<u64>().is_ok_and(|s| s % 3 == 0) {
         v.extend_from_slice(&["--mix", "transfer"]);
+    }
+    if seed.parse::<u64>().is_ok_and(|s| s % 4 == 1) {
+        // The same transaction again until it commits (WAIT_DIE's keeps its timestamp).
+        v.push("--retry");
     }
     if p == SNAPSHOT_MOTOR {
         v.extend_from_slice(&["--isolation", "snapshot"]);
@@ -498,8 +503,28 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::panic_message;
+    use super::{bench_args, panic_message, TortureArgs};
     use std::panic::{catch_unwind, panic_any};
+
+    /// Every fourth seed retries aborted transactions (`--retry`), the others draw anew.
+    #[test]
+    fn one_seed_in_four_retries() {
+        let a = TortureArgs {
+            seeds: 1,
+            first_seed: 0,
+            protocols: vec![],
+            workloads: vec![],
+            txns: 2000,
+            adversary: None,
+            faults: None,
+            keep_going: false,
+            dir: None,
+            quiet: true,
+        };
+        let retries = |seed| bench_args("kv", "waitdie", seed, &a, "r").contains(&"--retry".into());
+        let which: Vec<u64> = (0..9).filter(|&s| retries(s)).collect();
+        assert_eq!(which, [1, 5]);
+    }
 
     #[test]
     fn a_panics_message_is_reported_whatever_its_payload() {
