@@ -384,21 +384,26 @@ impl Protocol for Calvin {
         }
         let (via, poll) = (c.via(Stage::Log), c.via(Stage::Fetch));
         let closed_at = area(&c.map, 0) + 16;
-        // Best effort, as the leaving below: the word only moves forward, so this ends.
-        for _ in 0..8 {
+        // Best effort, as the leaving below (a post refused: memory node 0 is down, which
+        // takes the system with it, or our lease is over, and recovery leaves for us).
+        if s.closed > 0 {
             let r = Read::post(&mut c.ep, poll, 0, closed_at, 8);
-            if c.ep.post().await.is_err() {
-                break;
-            }
-            let seen = word(r.bytes(&c.ep), 0);
-            if seen >= s.closed {
-                break;
-            }
+            let mut seen = match c.ep.post().await {
+                Ok(()) => word(r.bytes(&c.ep), 0),
+                Err(_) => s.closed,
+            };
             // A CAS that moves the word from what we read makes any CAS of ours still under
-            // way (expecting an older value) fail.
-            let cas = CasRead::post(&mut c.ep, via, 0, closed_at, (seen, s.closed), None);
-            if c.ep.post().await.is_err() || cas.swapped(&c.ep) {
-                break;
+            // way (expecting an older value) fail. One that fails found the word moved on,
+            // and it moves only forward: this ends.
+            while seen < s.closed {
+                let cas = CasRead::post(&mut c.ep, via, 0, closed_at, (seen, s.closed), None);
+                if c.ep.post().await.is_err() || cas.swapped(&c.ep) {
+                    break;
+                }
+                match cas.old(&c.ep) {
+                    Some(w) => seen = w,
+                    None => break,
+                }
             }
         }
         let base = area(&c.map, s.me);
@@ -627,16 +632,22 @@ async fn join(tx: &mut Tx<'_, Calvin>) -> Result<(), AbortReason> {
         .max()
         .unwrap_or(0);
     tx.s.reads = reads;
-    // And past the closed-epoch word, read after the words: a coordinator that closed an
-    // epoch and left (retired, or recovered after a crash) got it into the closed word before
-    // its word said RETIRED, so a word we read RETIRED means the closed word holds its
-    // epochs now. Started below it, our barriers would take those epochs for closed without
+    // And past the closed-epoch word, read after the words. A coordinator that closed an
+    // epoch and left is no member now, but the epoch may be in the closed word: one that
+    // retired put every epoch it closed there before its word said RETIRED (see
+    // `Calvin::retire`), and what a crashed one got there landed before recovery retired it
+    // (the lease argument; what never lands claims nothing). So a word we read RETIRED means
+    // the closed word holds, by our second READ, every epoch its coordinator will ever have
+    // claimed closed. Started below one, our barriers would take it for closed without
     // waiting for anyone.
     let closed = Read::post(&mut tx.c.ep, poll, 0, area(&map, 0) + 16, 8);
     if tx.c.ep.post().await.is_err() {
         return Err(AbortReason::ReplicaFailure);
     }
-    let newest = newest.max(word(closed.bytes(&tx.c.ep), 0));
+    // And past our own last epoch, if we were a member before: a dispatch of ours to it
+    // (our batch, then a done word published detached) may land or be read late, and must
+    // not be taken for this membership's.
+    let newest = newest.max(word(closed.bytes(&tx.c.ep), 0)).max(tx.s.epoch);
     tx.s.members = members;
     tx.s.me = me;
     tx.s.word = JOINING;
