@@ -142,7 +142,7 @@ impl LocalOracle {
         }
     }
 
-    /// A fresh timestamp, or `None` until [`LocalOracle::start_at`] has run.
+    /// A fresh timestamp, or `None` until [`LocalOracle::start_after`] has run.
     pub fn next(&self) -> Option<u64> {
         let mut cur = self.next.load(Ordering::SeqCst);
         loop {
@@ -159,12 +159,14 @@ impl LocalOracle {
         }
     }
 
-    /// Starts counting at `first` (the start of a reserved block), unless another coordinator
-    /// already started it.
-    pub fn start_at(&self, first: u64) {
+    /// Starts counting after `last`, what the pool's oracle word held before the FAA that
+    /// reserved this process's block: the last timestamp handed out before (an earlier run's
+    /// on the same pool, say), which must never be handed out again. Unless another
+    /// coordinator already started it.
+    pub fn start_after(&self, last: u64) {
         let _ = self
             .next
-            .compare_exchange(0, first.max(1), Ordering::SeqCst, Ordering::SeqCst);
+            .compare_exchange(0, last + 1, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     fn bit(&self, owner: u64) -> Option<(&AtomicU64, u64)> {
@@ -239,14 +241,19 @@ impl LocalOracle {
 mod tests {
     use super::*;
 
+    /// It counts from its block's first timestamp, past the last one handed out before it (a
+    /// fresh pool's word is 0: it starts at 1), and a second start changes nothing.
     #[test]
     fn a_local_oracle_counts_from_its_block() {
         let o = LocalOracle::new(100);
         assert_eq!(o.next(), None);
-        o.start_at(100);
-        o.start_at(500);
+        o.start_after(99);
+        o.start_after(500);
         assert_eq!(o.next(), Some(100));
         assert_eq!(o.next(), Some(101));
+        let fresh = LocalOracle::new(1);
+        fresh.start_after(0);
+        assert_eq!(fresh.next(), Some(1));
     }
 
     #[test]

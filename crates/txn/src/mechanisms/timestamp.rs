@@ -24,7 +24,7 @@ pub(crate) async fn next<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<u64, ()> {
         if tx.c.ep.post().await.is_err() {
             return Err(());
         }
-        o.start_at(tx.c.ep.old(f) + 1);
+        o.start_after(tx.c.ep.old(f));
         return o.next().ok_or(());
     }
     let f = tx.c.ep.faa(0, ORACLE_OFF, 1);
