@@ -15,7 +15,8 @@ pub const WORKLOADS: [&str; 5] = ["smallbank", "kv", "tatp", "tpcc", "skew"];
 
 #[derive(Debug, clap::Args)]
 pub struct TortureArgs {
-    /// Seeds per protocol and workload.
+    /// Seeds per protocol and workload. Every seed `3k + 1` retries an aborted transaction
+    /// until it commits (`dtxn bench --retry`).
     #[arg(long, default_value_t = 20)]
     pub seeds: u64,
     /// The first seed (seeds run from it upwards).

@@ -126,7 +126,10 @@ mod tests {
         // A clock past its bits does not spill into the next view's (view 0's clock up to
         // its last value, not one past it).
         for v in 0..3 {
-            assert!(view_clock(u64::MAX, 0, 3, v) < view_clock(0, 0, 3, v + 1), "view {v}");
+            assert!(
+                view_clock(u64::MAX, 0, 3, v) < view_clock(0, 0, 3, v + 1),
+                "view {v}"
+            );
         }
         // Rising per coordinator, and never into the share bit or the flags.
         let a = view_clock(7_000, 0, 3, 2);
