@@ -156,6 +156,38 @@ fn recovery_never_rolls_back_over_another_transactions_commit() {
     assert_eq!(outcome, Recovered::RolledBack(99));
 }
 
+/// The dead coordinator logged `KEY` and then let its lock go (its transaction aborted, its
+/// release landed, its log close cut off), and a live coordinator holds the lock now, not
+/// yet installed: the record is whole at the image's version under the other's id. Recovery
+/// must leave that lock and record alone (a mutant that took every record without the dead's
+/// id for a promoted primary's, whose lock died with it, judged it held and rolled it back
+/// over the live lock).
+#[test]
+fn recovery_leaves_a_record_locked_by_a_live_coordinator_alone() {
+    const LIVE: u64 = 2;
+    let (lock, version, outcome) =
+        common::with_coordinator(pool(), TxnConfig::default(), |mut c| async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(T).unwrap().clone();
+            let ep = c.endpoint();
+            let (offset, image) = record_of(ep, &t, KEY).await;
+            let cas = ep.cas(t.primary(), offset, 0, LIVE);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            let entry = pending_undo(DEAD, 99, T, offset, false, image);
+            write_entry(ep, &map, &entry);
+            ep.post().await.unwrap();
+            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
+            let r = ep.read(t.primary(), offset, t.record_bytes as usize);
+            ep.post().await.unwrap();
+            let h = t.codec().header(ep.bytes(r));
+            (h.lock, h.version, outcome)
+        });
+    assert_eq!(lock, LIVE, "the live coordinator's lock stays");
+    assert_eq!(version, 0);
+    assert_ne!(outcome, Recovered::RolledBack(99));
+}
+
 /// A pending entry whose insert item logs an image of the wrong size (neither a record nor
 /// empty: corrupt, though its checksum passed) is not trusted: recovery leaves the record to
 /// the lock release alone. The dead coordinator locked `KEY` and logged it so; recovery must
@@ -778,6 +810,110 @@ fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
         let mut value = vec![0u8; 100];
         let h = t.codec().decode(rec, &mut value).unwrap();
         assert_eq!((h.version, value[0]), (0, KEY as u8), "node {n}: {h:?}");
+    }
+}
+
+/// A dead coordinator's commit installed on every replica and released, its log entry left
+/// pending (the crash cut off its close), its primary then failing before recovery: in the
+/// new view the promoted backup holds the install, whole and newer than the entry's image,
+/// without the dead's id (its lock died with the primary, and was released anyway). That is
+/// an acknowledged commit (or another's over our image): recovery must leave it. (Judging
+/// such a record held, as a mutant of the promoted-primary branch did, undoes it: no test
+/// noticed until this one.)
+#[test]
+fn recovery_in_a_new_view_leaves_a_whole_newer_record_on_a_promoted_primary() {
+    use dtxn_fabric::sim::MemoryCrash;
+    const FAIL_NS: u64 = 1_000_000;
+    let shape = PoolShape {
+        memory_nodes: 3,
+        replicas: 3,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let plan = Plan::new(
+        &[
+            TableSpec::new(T, "a", 100, 100),
+            TableSpec::new(T + 1, "b", 100, 100),
+        ],
+        &shape,
+    )
+    .unwrap();
+    // The table whose primary is node 1 (node 0, which holds the view, never fails).
+    let b = [T, T + 1]
+        .into_iter()
+        .find(|&id| plan.table(id).unwrap().primary() == 1)
+        .expect("a table on node 1");
+    let mut cfg = SimConfig::new(1, 3, plan.region_bytes);
+    cfg.profile = Profile::ideal();
+    cfg.adversary = Adversary::off();
+    cfg.faults.memory_crashes = vec![MemoryCrash {
+        at_ns: FAIL_NS,
+        node: 1,
+        down_ns: MemoryCrash::FOREVER,
+    }];
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(b).unwrap());
+    for k in 0..20u64 {
+        l.insert(&pool, k, &[k as u8; 100]).unwrap();
+    }
+    let (outcome, records) = common::with_coordinator(pool, TxnConfig::default(), move |mut c| {
+        async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(b).unwrap().clone();
+            let ep = c.endpoint();
+            let (offset, image) = record_of(ep, &t, KEY).await;
+            let owner = u64::from(DEAD) + 1;
+            let entry = pending_undo(DEAD, 99, b, offset, false, image.clone());
+            write_entry(ep, &map, &entry);
+            let cas = ep.cas(t.primary(), offset, 0, owner);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            // Its install on every replica, released (lock word 0 everywhere).
+            let mut h = t.codec().header(&image);
+            h.version += 1;
+            h.lock = 0;
+            let mut install = vec![0u8; t.record_bytes as usize];
+            t.codec().encode(&h, &[0xEE; 100], &mut install);
+            for &n in &t.replicas {
+                ep.write(n, offset, &install);
+            }
+            ep.post().await.unwrap();
+            // Node 1 fails; the view changes without it.
+            let now = ep.now_ns();
+            ep.sleep(2 * FAIL_NS - now.min(FAIL_NS)).await;
+            let next = View::default().without(&[1]).unwrap();
+            let cas = dtxn_txn::membership::change_view(ep, View::default(), next);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            let map = PoolMap::bootstrap(ep).await.unwrap();
+            let t = map.table(b).unwrap().clone();
+            assert_ne!(t.primary(), 1, "promoted");
+            let mut r = recovery::recover_all_in_views(ep, &map, Protocol::Ford, &[(DEAD, true)])
+                .await
+                .unwrap();
+            let (outcome, _) = r.pop().unwrap();
+            let mut records = Vec::new();
+            for &n in &t.replicas {
+                let r = ep.read(n, offset, t.record_bytes as usize);
+                ep.post().await.unwrap();
+                records.push((n, ep.bytes(r).to_vec()));
+            }
+            (outcome, records)
+        }
+    });
+    assert_ne!(outcome, Recovered::RolledBack(99));
+    let t = plan.table(b).unwrap();
+    assert_eq!(records.len(), 2, "the live replicas");
+    for (n, rec) in &records {
+        let mut value = vec![0u8; 100];
+        let h = t.codec().decode(rec, &mut value).unwrap();
+        assert_eq!(
+            (h.version, h.lock, value[0]),
+            (1, 0, 0xEE),
+            "node {n}: {h:?}"
+        );
     }
 }
 
