@@ -672,6 +672,66 @@ fn an_insert_into_a_slot_whose_insert_was_rolled_back_is_stamped_apart_from_it()
     );
 }
 
+/// An insert whose entry logs no image of the slot (an empty one): recovery frees the slot
+/// stamped above the insert it undoes, so that nothing read of the undone insert validates
+/// against the free slot, and the slot's next insert is stamped apart from it (a free slot
+/// at the undone insert's version, or below it, repeated or lowered its stamps).
+#[test]
+fn an_insert_logged_without_an_image_is_freed_above_its_version() {
+    const NEW: u64 = 1001;
+    let (inserted, freed) =
+        common::with_coordinator(two_line_pool(), TxnConfig::default(), |mut c| async move {
+            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+            let t = map.table(T).unwrap().clone();
+            let ep = c.endpoint();
+            let home = t.home_bucket(NEW);
+            let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
+            ep.post().await.unwrap();
+            let bucket = ep.bytes(r).to_vec();
+            let s = (0..t.slots_per_bucket)
+                .find(|&s| !t.codec().header(t.slot_bytes(&bucket, s)).valid)
+                .expect("a free slot");
+            let offset = t.slot(home, s);
+            let slot = t.codec().header(t.slot_bytes(&bucket, s));
+            let owner = u64::from(DEAD) + 1;
+            let entry = pending_undo(DEAD, 99, T, offset, true, Vec::new());
+            write_entry(ep, &map, &entry);
+            let cas = ep.cas(t.primary(), offset, 0, owner);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            let h = dtxn_store::record::RecordHeader {
+                lock: owner | (1 << 63),
+                version: slot.version + 3,
+                key: NEW,
+                table: T,
+                valid: true,
+                restores: 0,
+            };
+            let mut install = vec![0u8; t.record_bytes as usize];
+            t.codec().encode(&h, &[0xEE; 100], &mut install);
+            // On the primary only: not installed everywhere, so undone.
+            ep.write(t.primary(), offset, &install);
+            ep.post().await.unwrap();
+            let (outcome, _) = recover(ep, &map, Protocol::Ford, DEAD).await.unwrap();
+            assert_eq!(outcome, Recovered::RolledBack(99));
+            let mut freed = Vec::new();
+            for &n in &t.replicas {
+                let r = ep.read(n, offset, t.record_bytes as usize);
+                ep.post().await.unwrap();
+                freed.push(t.codec().header(ep.bytes(r)));
+            }
+            (h, freed)
+        });
+    for f in freed {
+        assert!(!f.valid, "{f:?}");
+        assert_eq!(
+            f.version,
+            inserted.version + 1,
+            "above the undone insert: {f:?}"
+        );
+    }
+}
+
 /// A cold item's undo image is logged before its lock: two roll-backs may come between (the
 /// record back at the image's version, two restores up), then the dead coordinator's lock,
 /// which sees the count changed and aborts, and its crash. Its recovery must not write the
