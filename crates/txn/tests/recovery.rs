@@ -783,89 +783,11 @@ fn recovery_never_lowers_a_records_restore_count() {
 /// next, an uncommitted value served).
 #[test]
 fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
-    use dtxn_fabric::sim::MemoryCrash;
-    const FAIL_NS: u64 = 1_000_000;
-    let shape = PoolShape {
-        memory_nodes: 3,
-        replicas: 3,
-        log_slices: 4,
-        log_slice_bytes: 4096,
-        region_bytes: None,
-    };
-    let plan = Plan::new(
-        &[
-            TableSpec::new(T, "a", 100, 100),
-            TableSpec::new(T + 1, "b", 100, 100),
-        ],
-        &shape,
-    )
-    .unwrap();
-    // The table whose primary is node 1 (node 0, which holds the view, never fails).
-    let b = [T, T + 1]
-        .into_iter()
-        .find(|&id| plan.table(id).unwrap().primary() == 1)
-        .expect("a table on node 1");
-    let mut cfg = SimConfig::new(1, 3, plan.region_bytes);
-    cfg.profile = Profile::ideal();
-    cfg.adversary = Adversary::off();
-    cfg.faults.memory_crashes = vec![MemoryCrash {
-        at_ns: FAIL_NS,
-        node: 1,
-        down_ns: MemoryCrash::FOREVER,
-    }];
-    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
-    plan.format_pool(&pool).unwrap();
-    let mut l = Loader::new(plan.table(b).unwrap());
-    for k in 0..20u64 {
-        l.insert(&pool, k, &[k as u8; 100]).unwrap();
-    }
-    let (outcome, records) = common::with_coordinator(pool, TxnConfig::default(), move |mut c| {
-        async move {
-            let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
-            let t = map.table(b).unwrap().clone();
-            let ep = c.endpoint();
-            let (offset, image) = record_of(ep, &t, KEY).await;
-            let owner = u64::from(DEAD) + 1;
-            let entry = pending_undo(DEAD, 99, b, offset, false, image.clone());
-            write_entry(ep, &map, &entry);
-            let cas = ep.cas(t.primary(), offset, 0, owner);
-            ep.post().await.unwrap();
-            assert!(ep.cas_ok(cas));
-            // Its install, on the last backup alone (invisible with its id, as commits leave
-            // backups).
-            let mut h = t.codec().header(&image);
-            h.version += 1;
-            h.lock = owner | (1 << 63);
-            let mut install = vec![0u8; t.record_bytes as usize];
-            t.codec().encode(&h, &[0xEE; 100], &mut install);
-            let last = *t.replicas.last().unwrap();
-            ep.write(last, offset, &install);
-            ep.post().await.unwrap();
-            // Node 1 fails; the view changes without it.
-            let now = ep.now_ns();
-            ep.sleep(2 * FAIL_NS - now.min(FAIL_NS)).await;
-            let next = View::default().without(&[1]).unwrap();
-            let cas = dtxn_txn::membership::change_view(ep, View::default(), next);
-            ep.post().await.unwrap();
-            assert!(ep.cas_ok(cas));
-            let map = PoolMap::bootstrap(ep).await.unwrap();
-            let t = map.table(b).unwrap().clone();
-            assert_ne!(t.primary(), 1, "promoted");
-            let mut r = recovery::recover_all_in_views(ep, &map, Protocol::Ford, &[(DEAD, true)])
-                .await
-                .unwrap();
-            let (outcome, _) = r.pop().unwrap();
-            let mut records = Vec::new();
-            for &n in &t.replicas {
-                let r = ep.read(n, offset, t.record_bytes as usize);
-                ep.post().await.unwrap();
-                records.push((n, ep.bytes(r).to_vec()));
-            }
-            (outcome, records)
-        }
-    });
+    // Its install, on the last backup alone (invisible with its id, as commits leave
+    // backups).
+    let (outcome, records, t) =
+        promoted_after_a_dead_install(true, |t| vec![*t.replicas.last().unwrap()]);
     assert_eq!(outcome, Recovered::RolledBack(99));
-    let t = plan.table(b).unwrap();
     for (n, rec) in &records {
         let mut value = vec![0u8; 100];
         let h = t.codec().decode(rec, &mut value).unwrap();
@@ -882,6 +804,30 @@ fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
 /// noticed until this one.)
 #[test]
 fn recovery_in_a_new_view_leaves_a_whole_newer_record_on_a_promoted_primary() {
+    // Its install on every replica, released (lock word 0 everywhere).
+    let (outcome, records, t) = promoted_after_a_dead_install(false, |t| t.replicas.clone());
+    assert_ne!(outcome, Recovered::RolledBack(99));
+    assert_eq!(records.len(), 2, "the live replicas");
+    for (n, rec) in &records {
+        let mut value = vec![0u8; 100];
+        let h = t.codec().decode(rec, &mut value).unwrap();
+        assert_eq!(
+            (h.version, h.lock, value[0]),
+            (1, 0, 0xEE),
+            "node {n}: {h:?}"
+        );
+    }
+}
+
+/// Three memory nodes, three replicas, the table whose primary is node 1: the dead
+/// coordinator logs `KEY` (pending, transaction 99), locks it on node 1 and installs it
+/// (version + 1, value 0xEE) on the replicas `on` picks, invisible under its id if `held`,
+/// released (lock word 0) if not; node 1 then fails for good, the view changes without it,
+/// and recovery runs in the new view. Its outcome, each live replica's record, the table.
+fn promoted_after_a_dead_install(
+    held: bool,
+    on: fn(&TableInfo) -> Vec<u16>,
+) -> (Recovered, Vec<(u16, Vec<u8>)>, TableInfo) {
     use dtxn_fabric::sim::MemoryCrash;
     const FAIL_NS: u64 = 1_000_000;
     let shape = PoolShape {
@@ -930,13 +876,12 @@ fn recovery_in_a_new_view_leaves_a_whole_newer_record_on_a_promoted_primary() {
             let cas = ep.cas(t.primary(), offset, 0, owner);
             ep.post().await.unwrap();
             assert!(ep.cas_ok(cas));
-            // Its install on every replica, released (lock word 0 everywhere).
             let mut h = t.codec().header(&image);
             h.version += 1;
-            h.lock = 0;
+            h.lock = if held { owner | (1 << 63) } else { 0 };
             let mut install = vec![0u8; t.record_bytes as usize];
             t.codec().encode(&h, &[0xEE; 100], &mut install);
-            for &n in &t.replicas {
+            for n in on(&t) {
                 ep.write(n, offset, &install);
             }
             ep.post().await.unwrap();
@@ -963,18 +908,7 @@ fn recovery_in_a_new_view_leaves_a_whole_newer_record_on_a_promoted_primary() {
             (outcome, records)
         }
     });
-    assert_ne!(outcome, Recovered::RolledBack(99));
-    let t = plan.table(b).unwrap();
-    assert_eq!(records.len(), 2, "the live replicas");
-    for (n, rec) in &records {
-        let mut value = vec![0u8; 100];
-        let h = t.codec().decode(rec, &mut value).unwrap();
-        assert_eq!(
-            (h.version, h.lock, value[0]),
-            (1, 0, 0xEE),
-            "node {n}: {h:?}"
-        );
-    }
+    (outcome, records, plan.table(b).unwrap().clone())
 }
 
 /// MVCC's writer freezes the rts word of what it writes (metadata word 0) before installing:
