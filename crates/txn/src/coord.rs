@@ -72,8 +72,14 @@ pub(crate) struct Core {
     pub cache: AddrCache,
     /// Non-zero lock-owner id, below 2^16 (`mechanisms::OWNER_MASK`).
     pub owner: u64,
-    /// What the current transaction's exclusive locks put in a lock word: `owner`, unless the
-    /// protocol's `begin` adds its own bits above it (WAIT_DIE's timestamp).
+    /// Transaction attempts begun, this one included.
+    pub attempts: u64,
+    /// This attempt's own lock word ([`mechanisms::attempt_word`]): what its chain locks hold.
+    pub attempt_word: u64,
+    /// What the current transaction's exclusive locks put in a lock word: `attempt_word`,
+    /// unless the protocol's `begin` puts its own bits above the owner id (WAIT_DIE's and
+    /// MVCC's timestamps) or the owner id alone (Scythe's OCC, whose words order against
+    /// TOCC's timestamps as the oldest).
     pub lock_word: u64,
     /// This coordinator's log slice (the same on every memory node).
     pub log_slice: Option<(u64, u64)>,
@@ -135,6 +141,8 @@ impl Coordinator {
             core: Core {
                 cache: AddrCache::new(cfg.addr_cache_entries),
                 owner: u64::from(index) + 1,
+                attempts: 0,
+                attempt_word: u64::from(index) + 1,
                 lock_word: u64::from(index) + 1,
                 log_slice,
                 journal,

@@ -314,7 +314,7 @@ async fn release_all(
                     let base = t.bucket(b);
                     if primary && b < t.bucket_count {
                         let lock = u64::from_le_bytes(bucket[8..16].try_into().expect("word"));
-                        if let Some(&k) = which.iter().find(|&&k| owners[k] == lock) {
+                        if let Some(&k) = which.iter().find(|&&k| holds(lock, owners[k])) {
                             cas.push((ep.cas(n, t.insert_lock(base), lock, 0), k));
                         }
                     }

@@ -6,6 +6,7 @@ use crate::abort::{Abort, AbortReason};
 use crate::breakdown::{Breakdown, Phase};
 use crate::coord::{CoordStats, Core, TxnOutcome};
 use crate::item::{Access, Item, ItemIndex, NewValue};
+use crate::mechanisms;
 use crate::mechanisms::undo::UndoLog;
 use crate::protocol::{Keep, Protocol, Row, Slot};
 use crate::txn::TxKind;
@@ -78,6 +79,9 @@ impl<'c, P: Protocol> Tx<'c, P> {
         }
         // The transaction's own logic, on its thread's CPU (a profile's price; free unless set).
         tx.c.ep.charge_logic(1, 0);
+        tx.c.attempts += 1;
+        tx.c.attempt_word = mechanisms::attempt_word(tx.c.owner, tx.c.attempts);
+        tx.c.lock_word = tx.c.attempt_word;
         P::begin(&mut tx);
         tx
     }

@@ -8,7 +8,7 @@ use dtxn_fabric::{Endpoint, OpKind, Pool, Profile, Topology};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableSpec};
 use dtxn_txn::{
     Abort, AbortReason, Access, Coordinator, FordOptions, Protocol, ScytheMode, ScytheOptions,
-    TxKind, TxnConfig,
+    Stages, TxKind, TxnConfig,
 };
 use std::rc::Rc;
 
@@ -170,6 +170,115 @@ fn a_give_back_flushes_the_nodes_still_up_before_its_cases() {
     assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
 }
 
+/// A give-back never frees an earlier attempt's lock: where our release of it has not landed
+/// (a detached WRITE, or an RPC, which no FLUSH orders), the word still holds that attempt's
+/// lock word, and the failed batch's CAS of ours (which lost to it) must not match it. Lock
+/// words are unique per attempt; with the owner id alone (as they were), the give-back freed
+/// the lock while its holder's release was still to come.
+#[test]
+fn a_give_back_never_frees_an_earlier_attempts_lock() {
+    let release_as_rpc = FordOptions {
+        rpc: Stages::parse("release").unwrap(),
+        ..FordOptions::default()
+    };
+    let configs = [
+        (Protocol::Ford, FordOptions::default()),
+        (Protocol::Ford, release_as_rpc),
+        (Protocol::NoWait, FordOptions::default()),
+    ];
+    for (protocol, ford) in configs {
+        let cfg = TxnConfig {
+            protocol,
+            ford,
+            ..TxnConfig::default()
+        };
+        let out = with_crash_under(cfg, |mut c| async move {
+            warm_then_crash(&mut c).await;
+            let off = slot_of(&mut c, A, 1).await;
+            // An earlier attempt locks A's key 1 ...
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.read_for_update(A, 1).await.unwrap();
+            let earlier = word_at(tx.endpoint(), 0, off).await;
+            tx.rollback().await;
+            // ... and its release has not landed yet: the word holds its lock.
+            c.endpoint().write(0, off, &earlier.to_le_bytes());
+            c.endpoint().post().await.unwrap();
+            // The next attempt's lock batch fails (node 1 is down) and gives back.
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let r = tx
+                .fetch(&[Access::update(A, 1), Access::update(B, 1)])
+                .await;
+            drop(tx);
+            let now = word_at(c.endpoint(), 0, off).await;
+            assert_ne!(earlier, 0);
+            assert_eq!(now, earlier, "the earlier attempt's lock was given back");
+            vec![reason(&r)]
+        });
+        assert_eq!(out, [Some(AbortReason::ReplicaFailure)], "{protocol:?}");
+    }
+}
+
+/// The same for an insert's chain lock.
+#[test]
+fn a_give_back_never_frees_an_earlier_attempts_chain_lock() {
+    for protocol in [Protocol::Ford, Protocol::NoWait, Protocol::WaitDie] {
+        let cfg = TxnConfig {
+            protocol,
+            ..TxnConfig::default()
+        };
+        let out = with_crash_under(cfg, |mut c| async move {
+            warm_then_crash(&mut c).await;
+            let plan = plan();
+            let t = plan.table(A).unwrap();
+            let chain = t.insert_lock(t.home_bucket(500));
+            let mut tx = c.begin(TxKind::ReadWrite);
+            tx.insert(A, 500, &v(5)).await.unwrap();
+            let earlier = word_at(tx.endpoint(), 0, chain).await;
+            tx.rollback().await;
+            c.endpoint().write(0, chain, &earlier.to_le_bytes());
+            c.endpoint().post().await.unwrap();
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let r = tx
+                .insert_many(&[(A, 500, &v(5)[..]), (B, 500, &v(5)[..])])
+                .await;
+            drop(tx);
+            let now = word_at(c.endpoint(), 0, chain).await;
+            assert_ne!(earlier, 0);
+            assert_eq!(
+                now, earlier,
+                "the earlier attempt's chain lock was given back"
+            );
+            vec![reason(&r)]
+        });
+        assert_eq!(out, [Some(AbortReason::ReplicaFailure)], "{protocol:?}");
+    }
+}
+
+/// The offset of `table`'s `key` on memory node 0 (its home bucket's slots).
+async fn slot_of(c: &mut Coordinator, table: u32, key: u64) -> u64 {
+    let plan = plan();
+    let t = plan.table(table).unwrap();
+    let home = t.home_bucket(key);
+    let ep = c.endpoint();
+    let r = ep.read(0, home, t.bucket_bytes as usize);
+    ep.post().await.unwrap();
+    let bucket = ep.bytes(r).to_vec();
+    (0..t.slots_per_bucket)
+        .find(|&s| {
+            let h = t.codec().header(t.slot_bytes(&bucket, s));
+            h.valid && h.key == key
+        })
+        .map(|s| t.slot(home, s))
+        .expect("the key in its home bucket")
+}
+
+/// The word at `off` on `node`.
+async fn word_at(ep: &mut Endpoint, node: u16, off: u64) -> u64 {
+    let r = ep.read(node, off, 8);
+    ep.post().await.unwrap();
+    ep.word(r, 0)
+}
+
 #[test]
 fn a_commit_lock_round_failing_on_one_node_leaves_no_lock_on_the_other() {
     let cold = FordOptions {
@@ -220,10 +329,9 @@ async fn insert_on_both_then_on_a_again(mut c: Coordinator) -> Vec<Option<AbortR
     vec![reason(&r), reason(&again)]
 }
 
-/// The same under the protocols whose record lock word is not the owner id alone (WAIT_DIE's
-/// and Scythe's TOCC's timestamps; MVCC's too): the chain locks were taken with the owner id,
-/// and the give-back
-/// must CAS that back, not the lock word (it did, and left the chain locked for good).
+/// The same under the protocols whose record lock word is a timestamp (WAIT_DIE's and Scythe's
+/// TOCC's; MVCC's too): the chain locks are taken with the attempt's word, and the give-back
+/// must CAS that back, not the record lock word (it did, and left the chain locked for good).
 #[test]
 fn an_insert_batch_failing_under_timestamped_lock_words_leaves_no_chain_lock() {
     for protocol in [Protocol::WaitDie, Protocol::Scythe] {

@@ -69,7 +69,8 @@ async fn insert_locks_free<P: Protocol>(
     walks: &[(usize, u64, u64, u64)],
     reads: &mut Vec<Read>,
 ) -> Result<(), Abort> {
-    let owner = tx.c.owner;
+    // Our chain locks hold this attempt's word.
+    let ours = tx.c.attempt_word;
     let via = tx.c.via(Stage::Validate);
     reads.clear();
     for &(i, home, _, _) in walks {
@@ -85,7 +86,7 @@ async fn insert_locks_free<P: Protocol>(
             return Err(abort(AbortReason::ReplicaFailure, &tx.items[i]));
         };
         let lock = u64::from_le_bytes(lock.try_into().expect("8 bytes"));
-        if lock != 0 && lock != owner {
+        if lock != 0 && lock != ours {
             return Err(abort(AbortReason::Validation, &tx.items[i]));
         }
     }

@@ -172,7 +172,10 @@ async fn lock_chains<P: Protocol>(
         ..
     } = s;
     super::journal::ready_tx(tx).await?;
-    let owner = tx.c.owner;
+    // Chain locks hold this attempt's word, whatever the protocol puts in its record locks
+    // (a timestamp, which may change during the attempt): the give-back and the release
+    // know what to undo.
+    let word = tx.c.attempt_word;
     // The home buckets are read after the chain locks' CASes: one-sided, a READ posted after
     // an atomic on its QP executes after it (G6); as RPCs, a node's requests of one batch are
     // served in post order. So the READs go the locks' way.
@@ -190,7 +193,7 @@ async fn lock_chains<P: Protocol>(
             || cas.iter().any(|&(_, n, a, _)| (n, a) == lock);
         if !held {
             super::journal::note(tx.c, via, lock.0, lock.1);
-            let c = CasRead::post(&mut tx.c.ep, via, lock.0, lock.1, (0, owner), None);
+            let c = CasRead::post(&mut tx.c.ep, via, lock.0, lock.1, (0, word), None);
             cas.push((i, lock.0, lock.1, c));
         }
         reads.push(Read::post(
@@ -213,7 +216,7 @@ async fn lock_chains<P: Protocol>(
     }
     if tx.c.ep.post().await.is_err() {
         let chains: Vec<(NodeId, u64, u64)> = cas.iter().map(|&(_, n, a, _)| (n, a, 0)).collect();
-        give_back_after_failure(tx, &chains, owner).await;
+        give_back_after_failure(tx, &chains, word).await;
         return Err(abort(AbortReason::ReplicaFailure, &tx.items[todo[0]]));
     }
     let mut failed = None;

@@ -148,8 +148,13 @@ pub(crate) async fn await_releases(ep: &mut Endpoint, nodes: impl IntoIterator<I
 /// read share an upgrade expected; a word another holds is left alone), except those we hold
 /// through an earlier round (they are released with the rest), once our earlier releases on
 /// those nodes have landed (one round trip more, on this path only). `word` is what the CASes
-/// put there: the lock word for record locks, the owner id for chain locks. Each of `addrs`
-/// is (node, address, the word before).
+/// put there: the lock word for record locks, the attempt's word for chain locks (Motor: its
+/// owner id, for both). Each of `addrs` is (node, address, the word before).
+///
+/// The shared mechanisms' words are unique per attempt ([`super::attempt_word`]), so ours
+/// never matches an earlier attempt's lock whose release has not landed, whichever way that
+/// release travels; the FLUSHes first are for Motor, whose words are the owner id alone, and
+/// whose releases are one-sided WRITEs that a FLUSH orders.
 pub(crate) async fn give_back_after_failure<P: Protocol>(
     tx: &mut Tx<'_, P>,
     addrs: &[(NodeId, u64, u64)],

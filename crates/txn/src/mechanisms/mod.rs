@@ -50,6 +50,16 @@ pub(crate) fn holds(w: u64, owner: u64) -> bool {
     w & SHARED == 0 && w & OWNER_MASK == owner
 }
 
+/// The lock word of a coordinator's `attempt`-th transaction attempt: its owner id with the
+/// attempt's count above it (below the flags, bit 61 on). Unique per attempt, so that a CAS
+/// giving back "our" word after a failed batch never frees an earlier attempt's lock whose
+/// release (a detached WRITE, or an RPC no FLUSH orders) has not landed yet.
+#[inline]
+pub(crate) fn attempt_word(owner: u64, attempt: u64) -> u64 {
+    const COUNT_MASK: u64 = (SHARED >> 16) - 1;
+    ((attempt & COUNT_MASK) << 16) | (owner & OWNER_MASK)
+}
+
 /// Vectors the mechanisms reuse across rounds and transactions (one set per coordinator), so
 /// that a transaction's hot path allocates nothing once they have grown. A phase takes one with
 /// `mem::take` and puts it back when it finishes; a rare abort just drops it. The phases where
@@ -129,5 +139,25 @@ pub(crate) fn needs_meta_words(
             table,
             key,
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_word_names_its_owner_and_differs_from_the_attempts_around_it() {
+        let owner = 0xbeef;
+        let words: Vec<u64> = (1..=3).map(|n| attempt_word(owner, n)).collect();
+        assert_eq!(
+            words,
+            [(1 << 16) | owner, (2 << 16) | owner, (3 << 16) | owner]
+        );
+        // The count wraps below the flags: the word stays an exclusive lock of its owner.
+        let last = attempt_word(owner, u64::MAX);
+        assert_eq!(last & (SHARED | (1 << 62) | INVISIBLE), 0);
+        assert_eq!(last, ((SHARED >> 16) - 1) << 16 | owner);
+        assert!(holds(last, owner) && !holds(last, owner - 1));
     }
 }

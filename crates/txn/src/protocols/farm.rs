@@ -65,7 +65,7 @@ impl Protocol for Farm {
     /// read; read-only items are not locked; absent keys still absent.
     async fn validate(tx: &mut Tx<'_, Self>) -> Result<(), Abort> {
         let map = tx.c.map.clone();
-        let owner = tx.c.owner;
+        let word = tx.c.lock_word;
         let mut checks = std::mem::take(&mut tx.c.mech.reads);
         checks.clear();
         let via = tx.c.via(Stage::Validate);
@@ -92,7 +92,7 @@ impl Protocol for Farm {
                 return Some(abort(AbortReason::ReplicaFailure, it));
             };
             // FaRM's lock was a bare CAS: an insert's slot must also carry our lock.
-            let bad = changed(it, &h) || it.new == NewValue::Insert && h.lock != owner;
+            let bad = changed(it, &h) || it.new == NewValue::Insert && h.lock != word;
             bad.then(|| abort(AbortReason::Validation, it))
         });
         tx.c.mech.reads = checks;

@@ -23,7 +23,7 @@
 //!    absent. Read-only transactions are validated too, even with a single item.
 //! 4. **Commit** (1 RT, *coalescent*). Behind the undo log on each QP, every replica of every
 //!    written record gets the new record in place in one batch, its lock word carrying the
-//!    *invisible* bit (primary: owner | invisible; backups: invisible); with `flush`, each
+//!    *invisible* bit (primary: our lock word | invisible; backups: invisible); with `flush`, each
 //!    backup is flushed after its last WRITE (*selective remote flush*). A failed replica rolls
 //!    the transaction back from its old images.
 //! 5. **Release** (detached, off the critical path): lock words to 0 (unlock and make visible),
