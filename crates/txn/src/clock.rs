@@ -69,7 +69,13 @@ impl StartClock {
 /// a reader waited on whatever the coordinator did next, until its reread limit aborted it.
 #[derive(Debug)]
 pub struct LocalOracle {
+    /// The next timestamp to hand out (0: no block yet).
     next: AtomicU64,
+    /// The first timestamp past the current block: `next` reaching it means the block is
+    /// used up, and the timestamps from there on are another block's (a later run's).
+    end: AtomicU64,
+    /// Timestamps a block holds.
+    block: u64,
     committing: Box<[AtomicU64]>,
     /// Per coordinator (lock-owner id - 1): its commits begun plus ended; odd while one is
     /// under way. Only the coordinator itself changes its own.
@@ -134,19 +140,34 @@ impl Default for LocalOracle {
 impl LocalOracle {
     /// An oracle for coordinators with lock-owner ids 1..=`coordinators`.
     pub fn new(coordinators: u32) -> LocalOracle {
+        LocalOracle::with_block(coordinators, LOCAL_ORACLE_BLOCK)
+    }
+
+    /// [`LocalOracle::new`] reserving `block` timestamps at a time (tests use small ones).
+    pub fn with_block(coordinators: u32, block: u64) -> LocalOracle {
         let words = coordinators / 64 + 1;
         LocalOracle {
             next: AtomicU64::new(0),
+            end: AtomicU64::new(0),
+            block: block.max(1),
             committing: (0..words).map(|_| AtomicU64::new(0)).collect(),
             commits: (0..words * 64).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 
-    /// A fresh timestamp, or `None` until [`LocalOracle::start_after`] has run.
+    /// Timestamps to reserve from the pool's oracle word at a time (one FAA of this).
+    pub fn block(&self) -> u64 {
+        self.block
+    }
+
+    /// A fresh timestamp, or `None` until [`LocalOracle::start_after`] has run, and again
+    /// once its block is used up.
     pub fn next(&self) -> Option<u64> {
         let mut cur = self.next.load(Ordering::SeqCst);
         loop {
-            if cur == 0 {
+            // `end` is loaded after `next`, and grows only after `next` was moved into the
+            // block it ends: a `cur` below it lies in a block of ours.
+            if cur == 0 || cur >= self.end.load(Ordering::SeqCst) {
                 return None;
             }
             match self
@@ -160,13 +181,25 @@ impl LocalOracle {
     }
 
     /// Starts counting after `last`, what the pool's oracle word held before the FAA that
-    /// reserved this process's block: the last timestamp handed out before (an earlier run's
-    /// on the same pool, say), which must never be handed out again. Unless another
-    /// coordinator already started it.
+    /// reserved a block of [`LocalOracle::block`] timestamps for this process: the last
+    /// timestamp handed out before (an earlier run's, or our previous block's), which must
+    /// never be handed out again. Unless another coordinator already started a block that is
+    /// not used up (its FAA's block is then left unused: only the pool's word moved).
     pub fn start_after(&self, last: u64) {
-        let _ = self
+        let cur = self.next.load(Ordering::SeqCst);
+        if cur != 0 && cur < self.end.load(Ordering::SeqCst) {
+            return;
+        }
+        let first = last + 1;
+        if self
             .next
-            .compare_exchange(0, last + 1, Ordering::SeqCst, Ordering::SeqCst);
+            .compare_exchange(cur, first, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            // Raised only now that `next` is in the block, and never lowered: a racing start
+            // of a later block must not see its end undone.
+            self.end.fetch_max(first + self.block, Ordering::SeqCst);
+        }
     }
 
     fn bit(&self, owner: u64) -> Option<(&AtomicU64, u64)> {
@@ -254,6 +287,28 @@ mod tests {
         let fresh = LocalOracle::new(1);
         fresh.start_after(0);
         assert_eq!(fresh.next(), Some(1));
+    }
+
+    /// A block used up hands out nothing more (the timestamps past it are another block's)
+    /// until the next block starts; a start while a block lasts changes nothing.
+    #[test]
+    fn a_local_oracle_stops_at_its_blocks_end() {
+        let o = LocalOracle::with_block(4, 3);
+        o.start_after(10);
+        assert_eq!(
+            [o.next(), o.next(), o.next()],
+            [Some(11), Some(12), Some(13)]
+        );
+        assert_eq!(o.next(), None);
+        assert_eq!(o.next(), None);
+        // Another process reserved 14..=16 meanwhile; ours is 17..=19.
+        o.start_after(16);
+        o.start_after(40);
+        assert_eq!(
+            [o.next(), o.next(), o.next()],
+            [Some(17), Some(18), Some(19)]
+        );
+        assert_eq!(o.next(), None);
     }
 
     #[test]

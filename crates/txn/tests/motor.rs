@@ -145,7 +145,9 @@ fn run(s: Setup) -> Outcome {
     let clocks: Vec<_> = (0..2)
         .map(|_| std::sync::Arc::new(dtxn_txn::StartClock::new(s.start_clock_ns)))
         .collect();
-    let oracle = std::sync::Arc::new(dtxn_txn::LocalOracle::new(12));
+    // Blocks of 7 timestamps: the local oracle runs out of many during the run, and each
+    // next block must still hand out timestamps above every one before.
+    let oracle = std::sync::Arc::new(dtxn_txn::LocalOracle::with_block(12, 7));
     let topo = Topology {
         compute_nodes: 2,
         threads: 2,
@@ -266,6 +268,18 @@ fn run(s: Setup) -> Outcome {
                 }
             }
         }
+    }
+    if s.local_oracle {
+        // Every timestamp the oracle handed out, and the next it would, lies in a block the
+        // pool's oracle word reserved: a later run's block (from the word on) repeats none.
+        let mut word = [0u8; 8];
+        pool.with_local(0, |m| m.read(dtxn_store::layout::ORACLE_OFF, &mut word));
+        let word = u64::from_le_bytes(word);
+        let next = oracle.next();
+        assert!(
+            next.is_none_or(|ts| ts <= word),
+            "{next:?} past the word's {word}"
+        );
     }
     let mut out = Outcome::default();
     for (c, a, au, g) in r.outputs.iter().flatten().copied() {

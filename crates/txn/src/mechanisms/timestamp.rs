@@ -19,7 +19,7 @@ pub(crate) async fn next<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<u64, ()> {
         if let Some(ts) = o.next() {
             return Ok(ts);
         }
-        let f = tx.c.ep.faa(0, ORACLE_OFF, crate::LOCAL_ORACLE_BLOCK);
+        let f = tx.c.ep.faa(0, ORACLE_OFF, o.block());
         tx.oracle_round_trips += 1;
         if tx.c.ep.post().await.is_err() {
             return Err(());
