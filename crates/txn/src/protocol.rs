@@ -49,6 +49,12 @@ pub(crate) trait Protocol: Sized + 'static {
     /// Flags its lock holders set beside their owner id in a lock word (recovery clears a
     /// word holding a dead owner's id with any of them).
     const LOCK_FLAGS: u64 = 0;
+    /// Whether its writers **freeze** a word beside what they lock (bit 63 of a record's
+    /// metadata word 0, and of a chain's word at `CHAIN_META_OFF` under its insert lock:
+    /// MVCC's rts words, SUNDIAL's leases), and unfreeze it before they unlock. Recovery then
+    /// unfreezes a dead holder's freeze before it frees the lock: left frozen, it would abort
+    /// every reader until a writer came to take it over.
+    const FREEZES: bool = false;
     /// Whether every lock word it takes goes through the shared mechanisms that journal it
     /// (`mechanisms::journal`), so that recovery may trust the journal.
     const JOURNALED: bool = false;

@@ -38,11 +38,14 @@
 //! they are: a dead coordinator's read shares are not given back but expire
 //! (`mechanisms/share.rs`: under leases a share is good until the expiry its word holds).
 
+use crate::mechanisms::rpc::FROZEN;
 use crate::mechanisms::{holds, journal, INVISIBLE, OWNER_MASK};
 use crate::registry::Protocol;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
+use dtxn_store::index::CHAIN_META_OFF;
 use dtxn_store::log::{LogEntry, LogStatus, STATUS_OFF};
+use dtxn_store::record::META_OFF;
 use dtxn_store::{PoolMap, TableInfo};
 use std::ops::Range;
 
@@ -174,7 +177,7 @@ pub async fn recover_within(
     };
     let dead: Vec<u32> = dead.iter().map(|d| d.0).collect();
     let owners: Vec<u64> = dead.iter().map(|&i| u64::from(i) + 1).collect();
-    let flags = protocol.lock_flags();
+    let flags = (protocol.lock_flags(), protocol.freezes());
     release_listed(ep, map, &owners, &journals, flags, released).await?;
     let scanned: Vec<usize> = (0..dead.len()).filter(|&k| journals[k].is_none()).collect();
     if !scanned.is_empty() {
@@ -286,17 +289,19 @@ pub(crate) async fn read_buckets(
 
 /// Clears every lock word one of `owners[k]`, `k` in `which`, holds (with any of `flags`), on
 /// every table's primary, and on backups' lock words too when the protocol marks them
-/// invisible (an invisible bit a commit left there). Counts in `cleared[k]` what it cleared
-/// per owner as it goes (backups' bits count for the first of `which`).
+/// invisible (an invisible bit a commit left there); with `thaw`, a word the lock's holder
+/// froze beside it is unfrozen first ([`Thaw`]). Counts in `cleared[k]` what it cleared per
+/// owner as it goes (backups' bits count for the first of `which`).
 async fn release_all(
     ep: &mut Endpoint,
     map: &PoolMap,
     owners: &[u64],
     which: &[usize],
-    flags: u64,
+    (flags, thaw): (u64, bool),
     cleared: &mut [u32],
 ) -> Result<(), FabricError> {
     let mut bytes = Vec::new();
+    let mut thaws = Thaw::default();
     for t in map.tables() {
         let codec = t.codec();
         for &n in &t.replicas {
@@ -306,33 +311,48 @@ async fn release_all(
             }
             for chunk in scan_chunks(t) {
                 read_buckets(ep, t, n, &chunk, &mut bytes).await?;
-                // (CAS, whose) queued for this batch of buckets.
-                let mut cas = Vec::new();
+                // (address, the lock word, whose) to CAS for this batch of buckets.
+                let mut ours = Vec::new();
+                thaws.clear();
                 for b in chunk.clone() {
                     let at = ((b - chunk.start) * t.bucket_bytes) as usize;
                     let bucket = &bytes[at..at + t.bucket_bytes as usize];
                     let base = t.bucket(b);
                     if primary && b < t.bucket_count {
-                        let lock = u64::from_le_bytes(bucket[8..16].try_into().expect("word"));
+                        let lock = word_at(bucket, 8);
                         if let Some(&k) = which.iter().find(|&&k| holds(lock, owners[k])) {
-                            cas.push((ep.cas(n, t.insert_lock(base), lock, 0), k));
+                            ours.push((t.insert_lock(base), lock, k));
+                            let c = CHAIN_META_OFF as usize;
+                            thaws.note(
+                                thaw && t.meta_words > 0,
+                                (n, base + c as u64),
+                                word_at(bucket, c),
+                            );
                         }
                     }
                     for s in 0..t.slots_per_bucket {
-                        let h = codec.header(t.slot_bytes(bucket, s));
+                        let slot = t.slot_bytes(bucket, s);
+                        let h = codec.header(slot);
                         let off = t.slot(base, s);
-                        let ours = which.iter().copied().find(|&k| holds(h.lock, owners[k]));
-                        if let (true, Some(k)) = (primary, ours) {
-                            cas.push((ep.cas(n, off, h.lock, 0), k));
+                        let mine = which.iter().copied().find(|&k| holds(h.lock, owners[k]));
+                        if let (true, Some(k)) = (primary, mine) {
+                            ours.push((off, h.lock, k));
+                            let meta = (off + META_OFF as u64, word_at(slot, META_OFF));
+                            thaws.note(thaw && t.meta_words > 0, (n, meta.0), meta.1);
                         } else if !primary && flags & INVISIBLE != 0 && h.lock & INVISIBLE != 0 {
                             // A backup's invisible word (with its committer's id) may be
                             // another, live, commit's: clearing it early is safe all the same,
                             // because every reader validates at the primary, whose lock that
                             // commit still holds.
-                            cas.push((ep.cas(n, off, h.lock, 0), which[0]));
+                            ours.push((off, h.lock, which[0]));
                         }
                     }
                 }
+                thaws.write(ep).await?;
+                let cas: Vec<_> = ours
+                    .into_iter()
+                    .map(|(a, lock, k)| (ep.cas(n, a, lock, 0), k))
+                    .collect();
                 if !cas.is_empty() {
                     ep.post().await?;
                     for (c, k) in cas {
@@ -356,45 +376,63 @@ async fn release_listed(
     map: &PoolMap,
     owners: &[u64],
     journals: &[Option<Vec<(NodeId, u64)>>],
-    flags: u64,
+    (flags, thaw): (u64, bool),
     cleared: &mut [u32],
 ) -> Result<(), FabricError> {
-    // (owner's index, node, address, whether on the primary)
+    // (owner's index, node, address, on the primary: where the word frozen beside it is)
     let mut words = Vec::new();
     for (k, list) in journals.iter().enumerate() {
         for &(n, a) in list.iter().flatten() {
             let Some(t) = map.tables().find(|t| t.primary() == n && in_buckets(t, a)) else {
                 continue; // a stale entry of a table no longer there
             };
-            words.push((k, n, a, true));
+            // A record's lock word is its slot's first; a chain's is its home bucket's
+            // second, with the chain's word in the same line.
+            let frozen = match t.is_slot(a) {
+                true => a + META_OFF as u64,
+                false => a - 8 + CHAIN_META_OFF,
+            };
+            let frozen = (thaw && t.meta_words > 0).then_some(frozen);
+            words.push((k, n, a, Some(frozen)));
             if flags & INVISIBLE != 0 {
-                words.extend(t.backups().iter().map(|&b| (k, b, a, false)));
+                words.extend(t.backups().iter().map(|&b| (k, b, a, None)));
             }
         }
     }
+    let mut thaws = Thaw::default();
     for chunk in words.chunks(LISTED_PER_TRIP) {
-        let reads: Vec<_> = chunk.iter().map(|&(_, n, a, _)| ep.read(n, a, 8)).collect();
+        // The lock word and the word frozen beside it, in one line: one READ sees both as
+        // they were together.
+        let reads: Vec<_> = chunk
+            .iter()
+            .map(|&(_, n, a, frozen)| {
+                let len = frozen.flatten().map_or(8, |f| f + 8 - a);
+                ep.read(n, a, len as usize)
+            })
+            .collect();
         ep.post().await?;
         // Every word is taken before the first CAS starts a new batch.
-        let ours: Vec<(usize, NodeId, u64, u64)> = chunk
-            .iter()
-            .zip(reads)
-            .map(|(&(k, n, a, primary), r)| {
-                let w = u64::from_le_bytes(ep.bytes(r)[..8].try_into().expect("word"));
-                (k, n, a, primary, w)
-            })
-            .filter(|&(k, _, _, primary, w)| {
-                if primary {
-                    holds(w, owners[k])
-                } else {
-                    w & INVISIBLE != 0 && w & OWNER_MASK == owners[k]
-                }
-            })
-            .map(|(k, n, a, _, w)| (k, n, a, w))
-            .collect();
+        thaws.clear();
+        let mut ours: Vec<(usize, NodeId, u64, u64)> = Vec::new();
+        for (&(k, n, a, frozen), r) in chunk.iter().zip(reads) {
+            let bytes = ep.bytes(r);
+            let w = word_at(bytes, 0);
+            let held = match frozen {
+                Some(_) => holds(w, owners[k]),
+                None => w & INVISIBLE != 0 && w & OWNER_MASK == owners[k],
+            };
+            if !held {
+                continue;
+            }
+            if let Some(f) = frozen.flatten() {
+                thaws.note(true, (n, f), word_at(bytes, (f - a) as usize));
+            }
+            ours.push((k, n, a, w));
+        }
         if ours.is_empty() {
             continue;
         }
+        thaws.write(ep).await?;
         let cas: Vec<_> = ours
             .into_iter()
             .map(|(k, n, a, w)| (k, ep.cas(n, a, w, 0)))
@@ -405,6 +443,44 @@ async fn release_listed(
         }
     }
     Ok(())
+}
+
+/// The words a dead lock holder froze beside its locks ([`crate::Protocol`]'s `FREEZES`),
+/// on one node, written back unfrozen before the locks are freed. While the dead holds the
+/// lock nobody else changes such a word (a reader's raise or renewal fails on a frozen one,
+/// and only the lock's holder freezes or takes a freeze over), so a WRITE does; and it is
+/// awaited, since the contract orders no CAS after an earlier WRITE. One round trip, only
+/// when there is a frozen word to thaw.
+#[derive(Default)]
+struct Thaw(Vec<(NodeId, u64, u64)>);
+
+impl Thaw {
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    /// The word `w` at `addr` on `n`, next to a dead owner's lock: thawed if frozen (and
+    /// `on`).
+    fn note(&mut self, on: bool, (n, addr): (NodeId, u64), w: u64) {
+        if on && w & FROZEN != 0 {
+            self.0.push((n, addr, w & !FROZEN));
+        }
+    }
+
+    async fn write(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        for &(n, addr, w) in &self.0 {
+            ep.write(n, addr, &w.to_le_bytes());
+        }
+        ep.post().await
+    }
+}
+
+/// The little-endian word at byte `at` of `bytes`.
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("a word"))
 }
 
 /// Words [`release_listed`] reads per round trip: few enough that an op queued behind them

@@ -57,6 +57,13 @@ macro_rules! registry {
                 }
             }
 
+            /// Whether its writers freeze a word beside their locks (see `Protocol::FREEZES`).
+            pub(crate) fn freezes(self) -> bool {
+                match self {
+                    $( Protocol::$variant => <$ty>::FREEZES, )*
+                }
+            }
+
             /// Whether its locks are journaled when `TxnConfig::lock_journal` is on.
             pub(crate) fn journaled(self) -> bool {
                 match self {

@@ -6,7 +6,7 @@ use dtxn_fabric::{Endpoint, Pool, Profile, Topology};
 use dtxn_store::log::{ItemKind, LogEntry, LogItem, LogStatus};
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, TableInfo, TableSpec, View};
 use dtxn_txn::recovery::{self, recover, Recovered};
-use dtxn_txn::{Access, Protocol, TxKind, TxnConfig};
+use dtxn_txn::{AbortReason, Access, Protocol, TxKind, TxnConfig};
 
 mod common;
 
@@ -967,4 +967,146 @@ fn recovery_unfreezes_the_rts_word_of_a_dead_mvcc_writer() {
     });
     assert_eq!(word & 1 << 63, 0, "the rts word left frozen: {word:#x}");
     assert_eq!(read, Ok(()));
+}
+
+/// The same without a log entry to settle: the dead writer's undo log had not landed (it is
+/// posted in the background, and a crash may cut it) when its freeze, awaited, did. Its lock
+/// is all recovery finds; the freeze under it is the dead's too (a writer freezes only under
+/// its lock, and unfreezes before it unlocks), and must be undone before the lock is freed,
+/// or every reader above it aborts until a writer comes (a read-only transaction retried
+/// forever, in a run whose other coordinators were done: `dtxn torture --protocols mvcc
+/// --workloads kv --adversary harsh --faults memory=1,compute=1 --first-seed 81000883`).
+/// MVCC's rts words and SUNDIAL's leases, a record's and a chain's (an insert's), with the
+/// dead's locks found by the scan and by its lock journal.
+#[test]
+fn recovery_unfreezes_a_dead_writers_freeze_without_a_log_entry() {
+    for protocol in [Protocol::Mvcc, Protocol::Sundial] {
+        for chain in [false, true] {
+            for journal in [false, true] {
+                let (word, lock, read) = dead_freeze_recovered(protocol, chain, journal);
+                let case = format!("{protocol:?}, chain {chain}, journal {journal}");
+                assert_eq!(
+                    word & 1 << 63,
+                    0,
+                    "{case}: left frozen: {word:#x}, lock {lock:#x}"
+                );
+                assert_eq!(lock, 0, "{case}");
+                assert_eq!(read, Ok(()), "{case}");
+            }
+        }
+    }
+}
+
+/// A key of the table that is never loaded.
+const ABSENT: u64 = 500;
+
+/// A dead writer holds a lock and has frozen the word beside it, and logged nothing: `KEY`'s
+/// record lock and rts word (or lease), or with `chain` the insert lock of `ABSENT`'s chain
+/// and its chain word. Recovery runs (the lock found by the scan, or with `journal` by the
+/// dead's lock journal: the dead is then this coordinator, its lock taken for real). Returns
+/// the frozen word and the lock word after it, and how a read-only transaction of the key
+/// fares after it.
+fn dead_freeze_recovered(
+    protocol: Protocol,
+    chain: bool,
+    journal: bool,
+) -> (u64, u64, Result<(), AbortReason>) {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        // Room for the lock journals too.
+        log_slice_bytes: 16384,
+        region_bytes: None,
+    };
+    let spec = common::for_protocol(protocol, TableSpec::new(T, "t", 8, 100));
+    let plan = Plan::new(&[spec], &shape).unwrap();
+    let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
+    cfg.profile = Profile::ideal();
+    cfg.adversary = Adversary::off();
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    for k in 0..20u64 {
+        l.insert(&pool, k, &k.to_le_bytes()).unwrap();
+    }
+    let txn = TxnConfig {
+        protocol,
+        lock_journal: journal,
+        ..TxnConfig::default()
+    };
+    let key = if chain { ABSENT } else { KEY };
+    common::with_coordinator(pool, txn, move |mut c| async move {
+        let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+        let t = map.table(T).unwrap().clone();
+        let home = t.home_bucket(ABSENT);
+        let (lock_at, frozen_at) = if chain {
+            (
+                t.insert_lock(home),
+                home + dtxn_store::index::CHAIN_META_OFF,
+            )
+        } else {
+            let (offset, _) = record_of(c.endpoint(), &t, KEY).await;
+            (offset, offset + dtxn_store::record::META_OFF as u64)
+        };
+        let dead = if journal {
+            // This coordinator is the dead one: its lock taken for real (journaled), its
+            // transaction then forgotten, its log entry as if the undo log never landed.
+            // (The record's address cached first, so that the read for update locks it.)
+            let mut tx = c.begin(TxKind::ReadOnly);
+            tx.read(T, KEY).await.unwrap();
+            tx.commit().await.unwrap();
+            let mut tx = c.begin(TxKind::ReadWrite);
+            match chain {
+                true => tx.insert(T, ABSENT, &[7; 8]).await.unwrap(),
+                false => tx.read_for_update(T, KEY).await.map(|_| ()).unwrap(),
+            }
+            std::mem::forget(tx);
+            let ep = c.endpoint();
+            ep.wait_background().await.unwrap();
+            let (slice, _) = map.log_slice(0).unwrap();
+            let empty = (LogStatus::Empty as u64).to_le_bytes();
+            for n in 0..2 {
+                ep.write(n, slice + dtxn_store::log::STATUS_OFF, &empty);
+            }
+            ep.post().await.unwrap();
+            0
+        } else {
+            // A lock word of an earlier attempt of the dead's, a timestamp's place above its id.
+            let owner = (77 << 16) | (u64::from(DEAD) + 1);
+            let ep = c.endpoint();
+            let cas = ep.cas(t.primary(), lock_at, 0, owner);
+            ep.post().await.unwrap();
+            assert!(ep.cas_ok(cas));
+            DEAD
+        };
+        let ep = c.endpoint();
+        assert_ne!(
+            word_of(ep, t.primary(), lock_at).await,
+            0,
+            "the dead's lock"
+        );
+        let word = word_of(ep, t.primary(), frozen_at).await;
+        let freeze = ep.cas(t.primary(), frozen_at, word, word | 1 << 63);
+        ep.post().await.unwrap();
+        assert!(ep.cas_ok(freeze));
+        recover(ep, &map, protocol, dead).await.unwrap();
+        let (lock, now) = (
+            word_of(ep, t.primary(), lock_at).await,
+            word_of(ep, t.primary(), frozen_at).await,
+        );
+        let mut tx = c.begin(TxKind::ReadOnly);
+        let read = async {
+            tx.fetch(&[Access::read(T, key)]).await?;
+            tx.commit().await
+        };
+        (now, lock, read.await.map_err(|a| a.reason))
+    })
+}
+
+/// The word at `addr` on node `n`.
+async fn word_of(ep: &mut Endpoint, n: u16, addr: u64) -> u64 {
+    let r = ep.read(n, addr, 8);
+    ep.post().await.unwrap();
+    ep.word(r, 0)
 }

@@ -575,9 +575,13 @@ async fn coordinator<W: Workload>(
             if let Some(r) = drawn_from.filter(|_| retried(&o)) {
                 retrying = Some((r, first));
             }
+            // An attempt is measured by when it started: a retried transaction begun in the
+            // warm-up counts from its first attempt after it (counted by when it began, one
+            // that never commits would never fill the quota, and the run would never end).
+            let measure = o.start_ns >= warm_end;
             // A committed transaction's latency runs from its first attempt (with --retry).
             o.start_ns = first;
-            if o.start_ns >= warm_end {
+            if measure {
                 measured += 1;
                 let mut s = sink.borrow_mut();
                 s.types[ty].add(&o);

@@ -1,4 +1,4 @@
-//! Lock words: CAS(0 -> owner) on a record's primary, in rounds of their own (the commit's
+//! Lock words: CAS(0 -> our lock word) on a record's primary, in rounds of their own (the commit's
 //! locks of items read without one), what a failed batch may have left locked, and giving
 //! back a 2PL read share.
 
@@ -21,7 +21,7 @@ pub(crate) fn cold_rw<X>(it: &Item<X>) -> bool {
 /// What a lock round does for one item, on its primary.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Want {
-    /// CAS(0 -> owner) on its lock word.
+    /// CAS(0 -> our lock word) on its lock word.
     pub lock: bool,
     /// READ its header (after the CAS, G6), to check it is unchanged.
     pub header: bool,
@@ -151,10 +151,12 @@ pub(crate) async fn await_releases(ep: &mut Endpoint, nodes: impl IntoIterator<I
 /// put there: the lock word for record locks, the attempt's word for chain locks (Motor: its
 /// owner id, for both). Each of `addrs` is (node, address, the word before).
 ///
-/// The shared mechanisms' words are unique per attempt ([`super::attempt_word`]), so ours
-/// never matches an earlier attempt's lock whose release has not landed, whichever way that
-/// release travels; the FLUSHes first are for Motor, whose words are the owner id alone, and
-/// whose releases are one-sided WRITEs that a FLUSH orders.
+/// The shared mechanisms' words are mostly unique per attempt ([`super::attempt_word`]), so
+/// ours never matches an earlier attempt's lock whose release has not landed, whichever way
+/// that release travels. The FLUSHes first stay for what is not: Motor's words and Scythe's
+/// OCC words are the owner id alone (their releases are one-sided WRITEs, which a FLUSH
+/// orders), and within one attempt a lock taken through a stale address is released by a
+/// WRITE of 0 (`fetch.rs`) that a later failed batch's CAS on the same word must follow.
 pub(crate) async fn give_back_after_failure<P: Protocol>(
     tx: &mut Tx<'_, P>,
     addrs: &[(NodeId, u64, u64)],

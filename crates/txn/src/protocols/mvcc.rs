@@ -118,8 +118,9 @@
 //!
 //! Limits: a read-write item (and a key read absent) still needs the newest version below
 //! `ctts` (W1; a tombstone has no older copies). A crashed coordinator's logged undo image holds the rts
-//! word as its fetch read it, so settling may lower `rts` (as SUNDIAL's leases); a freeze left
-//! by a crash stays until the record's next writer takes it over.
+//! word as its fetch read it, so settling may lower `rts` (as SUNDIAL's leases). A freeze a
+//! crashed writer left under its lock is undone by recovery before it frees the lock
+//! (`Protocol::FREEZES`), logged or not (the undo log may not have landed).
 //!
 //! **Memory-node failover.** Readers raise `rts` on the primary alone: a promoted backup has
 //! none of the raises made before the failure, and a read-only transaction's `ctts` is on no
@@ -210,9 +211,10 @@ impl Protocol for Mvcc {
     const COPIES: u8 = 4;
     const OPTIONS: Option<&'static str> = Some("rcc");
     const LOCK_FLAGS: u64 = INVISIBLE;
+    const FREEZES: bool = true;
     // Journaled: its lock words are taken by the shared mechanisms alone (execution's hitchhiked locks, the cold
     // items' lock round, inserts' chain locks), which journal each; its rts words are not locks
-    // (a frozen one a crashed coordinator left is taken over by the next writer).
+    // (recovery unfreezes a dead writer's beside its locks: `FREEZES`).
     const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = Word;

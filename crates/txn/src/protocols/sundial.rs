@@ -52,7 +52,7 @@
 //! Lease words are only ever changed by CAS the Renew stage's way (G11), or WRITE-n by the
 //! holder of the freeze (install, unfreeze). An abort unfreezes (CAS frozen -> unfrozen) and
 //! waits for it before the locks' release, so a lock's next holder never finds a freeze left
-//! by a live coordinator.
+//! by a live coordinator; recovery unfreezes a dead one's before it frees its locks.
 //!
 //! SUNDIAL is serializable in timestamp order, **not strictly serializable**: a transaction
 //! that starts after another ended may be ordered before it (its leases let it commit at an
@@ -149,9 +149,10 @@ impl Protocol for Sundial {
     const META_WORDS: u8 = 1;
     const OPTIONS: Option<&'static str> = Some("rcc");
     const LOCK_FLAGS: u64 = INVISIBLE;
+    const FREEZES: bool = true;
     // Journaled: its lock words are taken by the shared mechanisms alone (execution's hitchhiked locks, the cold
-    // items' lock round, inserts' chain locks), which journal each; its leases are not locks (a
-    // frozen lease a crashed coordinator left is taken over by the next writer).
+    // items' lock round, inserts' chain locks), which journal each; its leases are not locks
+    // (recovery unfreezes a dead writer's beside its locks: `FREEZES`).
     const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::ALL);
     type Item = Lease;
