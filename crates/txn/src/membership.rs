@@ -726,6 +726,28 @@ impl Service {
                     return Ok(());
                 }
             }
+            // What we owe the queues first (Scythe's tickets not served yet, paid between our
+            // transactions): a pass keeps us from them for long, and every queue we hold a
+            // ticket in would wait behind it meanwhile. Not all paid by a quarter scan: copy
+            // after our next transaction, which pays them as it starts.
+            let deadline = ep.now_ns() + self.period_ns() / 4;
+            match self
+                .protocol
+                .release_owed(ep, &self.map, me, deadline)
+                .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    self.copy = Some(state);
+                    self.next_scan_ns = ep.now_ns();
+                    return Ok(());
+                }
+                Err(FabricError::NodeDown(n)) if n != 0 => {
+                    self.suspect = true;
+                    return self.give_back(ep, mine).await;
+                }
+                Err(e) => return Err(e),
+            }
             let only = (state.passes > 0).then(|| std::mem::take(&mut state.left));
             // Copied while the schedule holds every install, a slice is as long as the others
             // wait: a few rounds, then a transaction of ours (theirs go on), then the next.

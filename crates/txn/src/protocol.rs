@@ -159,16 +159,18 @@ pub(crate) trait Protocol: Sized + 'static {
     /// Memory-node failover: live coordinator `me`, waiting between its transactions for a new
     /// view to be active, gives back what it owes others meanwhile (Scythe's takeout tickets
     /// not served yet: a dead coordinator's may queue behind them, and the view waits for
-    /// the dead to be recovered), waiting until `deadline_ns` at most. Nothing by default;
-    /// not `release_held`, which is a dead coordinator's (CALVIN's retires it from the
-    /// epochs: a live one that did so would find its own epoch word taken from it).
+    /// the dead to be recovered; and before a re-replication copy, which keeps it from its
+    /// transactions for a long while), waiting until `deadline_ns` at most. Whether nothing
+    /// is owed any more. Nothing by default; not `release_held`, which is a dead
+    /// coordinator's (CALVIN's retires it from the epochs: a live one that did so would find
+    /// its own epoch word taken from it).
     async fn release_owed(
         _ep: &mut Endpoint,
         _map: &PoolMap,
         _me: u32,
         _deadline_ns: u64,
-    ) -> Result<(), FabricError> {
-        Ok(())
+    ) -> Result<bool, FabricError> {
+        Ok(true)
     }
 
     /// Memory-node failover: what a promoted primary of `map`'s view kept alone, beside the

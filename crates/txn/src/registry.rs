@@ -114,7 +114,7 @@ macro_rules! registry {
                 map: &PoolMap,
                 me: u32,
                 deadline_ns: u64,
-            ) -> Result<(), FabricError> {
+            ) -> Result<bool, FabricError> {
                 match self {
                     $( Protocol::$variant => <$ty>::release_owed(ep, map, me, deadline_ns).await, )*
                 }

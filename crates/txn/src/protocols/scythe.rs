@@ -330,10 +330,9 @@ impl Protocol for Scythe {
         map: &PoolMap,
         me: u32,
         deadline_ns: u64,
-    ) -> Result<(), FabricError> {
-        takeout::release_dead(ep, map, &[me], deadline_ns)
-            .await
-            .map(|_| ())
+    ) -> Result<bool, FabricError> {
+        let done = takeout::release_dead(ep, map, &[me], deadline_ns).await?;
+        Ok(done.first().is_none_or(|d| d.0))
     }
 
     /// Failover: a promoted primary's takeout words are its backup's, which no CPU granted
