@@ -729,7 +729,8 @@ impl Service {
             // What we owe the queues first (Scythe's tickets not served yet, paid between our
             // transactions): a pass keeps us from them for long, and every queue we hold a
             // ticket in would wait behind it meanwhile. Not all paid by a quarter scan: copy
-            // after our next transaction, which pays them as it starts.
+            // at a later scan (after our next transaction, which pays them as it starts; or,
+            // once we are done, after `retire` paid them).
             let deadline = ep.now_ns() + self.period_ns() / 4;
             match self
                 .protocol
