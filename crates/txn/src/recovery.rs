@@ -39,7 +39,7 @@
 //! (`mechanisms/share.rs`: under leases a share is good until the expiry its word holds).
 
 use crate::mechanisms::rpc::FROZEN;
-use crate::mechanisms::{holds, journal, INVISIBLE, OWNER_MASK};
+use crate::mechanisms::{holds, journal, word_at, INVISIBLE, OWNER_MASK};
 use crate::registry::Protocol;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
@@ -476,11 +476,6 @@ impl Thaw {
         }
         ep.post().await
     }
-}
-
-/// The little-endian word at byte `at` of `bytes`.
-fn word_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("a word"))
 }
 
 /// Words [`release_listed`] reads per round trip: few enough that an op queued behind them

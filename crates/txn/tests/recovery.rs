@@ -624,15 +624,8 @@ fn an_insert_into_a_slot_whose_insert_was_rolled_back_is_stamped_apart_from_it()
             let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
             let t = map.table(T).unwrap().clone();
             let ep = c.endpoint();
-            let home = t.home_bucket(NEW);
-            let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
-            ep.post().await.unwrap();
-            let bucket = ep.bytes(r).to_vec();
-            let s = (0..t.slots_per_bucket)
-                .find(|&s| !t.codec().header(t.slot_bytes(&bucket, s)).valid)
-                .expect("a free slot");
-            let offset = t.slot(home, s);
-            let image = t.slot_bytes(&bucket, s)[..t.record_bytes as usize].to_vec();
+            let (offset, slot) = free_slot(ep, &t, NEW).await;
+            let image = slot[..t.record_bytes as usize].to_vec();
             // The dead coordinator's insert of NEW there: logged, locked, on the primary only.
             let owner = u64::from(DEAD) + 1;
             let entry = pending_undo(DEAD, 99, T, offset, true, image.clone());
@@ -684,15 +677,8 @@ fn an_insert_logged_without_an_image_is_freed_above_its_version() {
             let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
             let t = map.table(T).unwrap().clone();
             let ep = c.endpoint();
-            let home = t.home_bucket(NEW);
-            let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
-            ep.post().await.unwrap();
-            let bucket = ep.bytes(r).to_vec();
-            let s = (0..t.slots_per_bucket)
-                .find(|&s| !t.codec().header(t.slot_bytes(&bucket, s)).valid)
-                .expect("a free slot");
-            let offset = t.slot(home, s);
-            let slot = t.codec().header(t.slot_bytes(&bucket, s));
+            let (offset, slot) = free_slot(ep, &t, NEW).await;
+            let slot = t.codec().header(&slot);
             let owner = u64::from(DEAD) + 1;
             let entry = pending_undo(DEAD, 99, T, offset, true, Vec::new());
             write_entry(ep, &map, &entry);
@@ -918,24 +904,7 @@ fn promoted_after_a_dead_install(
 /// writer came).
 #[test]
 fn recovery_unfreezes_the_rts_word_of_a_dead_mvcc_writer() {
-    let shape = PoolShape {
-        memory_nodes: 2,
-        replicas: 2,
-        log_slices: 4,
-        log_slice_bytes: 8192,
-        region_bytes: None,
-    };
-    let spec = common::for_protocol(Protocol::Mvcc, TableSpec::new(T, "t", 8, 100));
-    let plan = Plan::new(&[spec], &shape).unwrap();
-    let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
-    cfg.profile = Profile::ideal();
-    cfg.adversary = Adversary::off();
-    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
-    plan.format_pool(&pool).unwrap();
-    let mut l = Loader::new(plan.table(T).unwrap());
-    for k in 0..20u64 {
-        l.insert(&pool, k, &k.to_le_bytes()).unwrap();
-    }
+    let pool = meta_pool(Protocol::Mvcc, 8192);
     let txn = TxnConfig {
         protocol: Protocol::Mvcc,
         ..TxnConfig::default()
@@ -1011,25 +980,8 @@ fn dead_freeze_recovered(
     chain: bool,
     journal: bool,
 ) -> (u64, u64, Result<(), AbortReason>) {
-    let shape = PoolShape {
-        memory_nodes: 2,
-        replicas: 2,
-        log_slices: 4,
-        // Room for the lock journals too.
-        log_slice_bytes: 16384,
-        region_bytes: None,
-    };
-    let spec = common::for_protocol(protocol, TableSpec::new(T, "t", 8, 100));
-    let plan = Plan::new(&[spec], &shape).unwrap();
-    let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
-    cfg.profile = Profile::ideal();
-    cfg.adversary = Adversary::off();
-    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
-    plan.format_pool(&pool).unwrap();
-    let mut l = Loader::new(plan.table(T).unwrap());
-    for k in 0..20u64 {
-        l.insert(&pool, k, &k.to_le_bytes()).unwrap();
-    }
+    // Room for the lock journals too.
+    let pool = meta_pool(protocol, 16384);
     let txn = TxnConfig {
         protocol,
         lock_journal: journal,
@@ -1109,4 +1061,40 @@ async fn word_of(ep: &mut Endpoint, n: u16, addr: u64) -> u64 {
     let r = ep.read(n, addr, 8);
     ep.post().await.unwrap();
     ep.word(r, 0)
+}
+
+/// Two memory nodes, two replicas of table `T` (keys 0..20) with `protocol`'s metadata words,
+/// and log slices of `log_slice_bytes`.
+fn meta_pool(protocol: Protocol, log_slice_bytes: u64) -> Pool {
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes,
+        region_bytes: None,
+    };
+    let spec = common::for_protocol(protocol, TableSpec::new(T, "t", 8, 100));
+    let plan = Plan::new(&[spec], &shape).unwrap();
+    let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
+    cfg.profile = Profile::ideal();
+    cfg.adversary = Adversary::off();
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let mut l = Loader::new(plan.table(T).unwrap());
+    for k in 0..20u64 {
+        l.insert(&pool, k, &k.to_le_bytes()).unwrap();
+    }
+    pool
+}
+
+/// A free slot in `key`'s home bucket: its offset, and its bytes as they are.
+async fn free_slot(ep: &mut Endpoint, t: &TableInfo, key: u64) -> (u64, Vec<u8>) {
+    let home = t.home_bucket(key);
+    let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
+    ep.post().await.unwrap();
+    let bucket = ep.bytes(r).to_vec();
+    let s = (0..t.slots_per_bucket)
+        .find(|&s| !t.codec().header(t.slot_bytes(&bucket, s)).valid)
+        .expect("a free slot");
+    (t.slot(home, s), t.slot_bytes(&bucket, s).to_vec())
 }

@@ -50,6 +50,12 @@ pub(crate) fn holds(w: u64, owner: u64) -> bool {
     w & SHARED == 0 && w & OWNER_MASK == owner
 }
 
+/// The little-endian word at byte `at` of `bytes` (a record's or a bucket's, as READ).
+#[inline]
+pub(crate) fn word_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("a word"))
+}
+
 /// The lock word of a coordinator's `attempt`-th transaction attempt: its owner id with the
 /// attempt's count above it (below the flags, bit 61 on). Unique per attempt, so that a CAS
 /// giving back "our" word after a failed batch never frees an earlier attempt's lock whose

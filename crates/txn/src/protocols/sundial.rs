@@ -71,7 +71,7 @@ use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::rpc::{self, CasRead};
 use crate::mechanisms::{abort, absent, fetch, insert, lock, release, undo};
-use crate::mechanisms::{needs_meta_words, table, INVISIBLE};
+use crate::mechanisms::{needs_meta_words, table, word_at, INVISIBLE};
 use crate::protocol::{Protocol, Row};
 use crate::recovery::{read_buckets, scan_chunks};
 use crate::stage::{Stage, Stages};
@@ -255,14 +255,14 @@ impl Protocol for Sundial {
                 read_buckets(ep, t, t.primary(), &chunk, &mut bytes).await?;
                 for (b, bucket) in chunk.clone().zip(bytes.chunks(t.bucket_bytes as usize)) {
                     if b < t.bucket_count {
-                        let w = word(bucket, CHAIN_META_OFF as usize);
+                        let w = word_at(bucket, CHAIN_META_OFF as usize);
                         bound = bound.max(wts_lo(w) + delta(w));
                     }
                     for s in 0..t.slots_per_bucket {
                         let slot = t.slot_bytes(bucket, s);
                         let h = codec.header(slot);
                         let d = if h.valid {
-                            delta(word(slot, META_OFF))
+                            delta(word_at(slot, META_OFF))
                         } else {
                             0
                         };
@@ -281,7 +281,7 @@ impl Protocol for Sundial {
                 for (b, bucket) in chunk.clone().zip(bytes.chunks(t.bucket_bytes as usize)) {
                     let base_at = t.bucket(b);
                     if b < t.bucket_count {
-                        let w = word(bucket, CHAIN_META_OFF as usize);
+                        let w = word_at(bucket, CHAIN_META_OFF as usize);
                         if let Some(raised) = raise(wts_lo(w), w, bound) {
                             ep.write(n, base_at + CHAIN_META_OFF, &raised.to_le_bytes());
                         }
@@ -289,7 +289,7 @@ impl Protocol for Sundial {
                     for s in 0..t.slots_per_bucket {
                         let slot = t.slot_bytes(bucket, s);
                         let h = codec.header(slot);
-                        let w = word(slot, META_OFF);
+                        let w = word_at(slot, META_OFF);
                         if let Some(raised) = raise(h.version, w, bound).filter(|_| h.valid) {
                             let at = t.slot(base_at, s) + META_OFF as u64;
                             ep.write(n, at, &raised.to_le_bytes());
@@ -301,11 +301,6 @@ impl Protocol for Sundial {
         }
         Ok(())
     }
-}
-
-/// The 8-byte word at `at` of `bytes`.
-fn word(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("word"))
 }
 
 /// The lease word `w` (of `wts` `base`) with its `rts` raised to `bound` and unfrozen, if it
