@@ -586,8 +586,8 @@ fn crash_run<'a>(protocol: &'a str, seed: &'a str) -> Vec<&'a str> {
 
 #[test]
 fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
-    // Seed 11 crashes compute node 0: all 6 of its coordinators.
-    let mut args = crash_run("farm", "11");
+    // Seed 12 crashes compute node 0: all 6 of its coordinators.
+    let mut args = crash_run("farm", "12");
     args.push("--json");
     let o = dtxn(&args);
     assert!(o.status.success(), "{}", text(&o));

@@ -11,9 +11,10 @@
 //!   one would hand out buckets already linked. It is raised to the highest link any bucket
 //!   of the table holds.
 //! - **invisible words**: a commit WRITEs its backups with an invisible lock word (and its
-//!   owner id) and clears it in its release; a commit cut short (its coordinator crashed,
-//!   recovered in the new view) may leave one, which on a primary would read as locked
-//!   forever. Once every coordinator works in the new view and every dead one is recovered
+//!   owner id) and leaves it there for the next install to overwrite (a release clearing it
+//!   could land on the next install's: `mechanisms/release.rs`), so most of a promoted
+//!   backup's written records show one, which on a primary would read as locked forever.
+//!   Once every coordinator works in the new view and every dead one is recovered
 //!   (nothing of an older view in flight: the repair runs only then), an invisible word on a
 //!   promoted primary is stale, and cleared.
 //!

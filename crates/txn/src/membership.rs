@@ -92,8 +92,7 @@
 //! unlocked before the copier's CAS, its WRITE to the joiner executed before the copier's
 //! READ of the primary, which shows its install or a later one. If it locks after the
 //! copier's unlock, the copier's WRITE had completed before the unlock was posted: the
-//! commit's lands after it. The release's detached clearing of the backup's invisible word
-//! may land after the copy: it writes 0, what the copy wrote there. Inserts and deletes are
+//! commit's lands after it. Inserts and deletes are
 //! commits on a slot (a free slot is copied under its lock word like a record; a tombstone is
 //! a record). A chain link is set once, under the chain's insert lock, on every replica (the
 //! joiner too, in a joining view), and never changes: the copier writes the links the primary

@@ -46,9 +46,6 @@ pub(crate) trait Protocol: Sized + 'static {
     const LIVE_META: bool = false;
     /// Whether it needs the memory nodes' RPC handlers whatever its stages (Scythe's tickets).
     const NEEDS_HANDLERS: bool = false;
-    /// Flags its lock holders set beside their owner id in a lock word (recovery clears a
-    /// word holding a dead owner's id with any of them).
-    const LOCK_FLAGS: u64 = 0;
     /// Whether its writers **freeze** a word beside what they lock (bit 63 of a record's
     /// metadata word 0, and of a chain's word at `CHAIN_META_OFF` under its insert lock:
     /// MVCC's rts words, SUNDIAL's leases), and unfreeze it before they unlock. Recovery then

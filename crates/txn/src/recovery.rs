@@ -39,7 +39,7 @@
 //! (`mechanisms/share.rs`: under leases a share is good until the expiry its word holds).
 
 use crate::mechanisms::rpc::FROZEN;
-use crate::mechanisms::{holds, journal, word_at, INVISIBLE, OWNER_MASK};
+use crate::mechanisms::{holds, journal, word_at};
 use crate::registry::Protocol;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
@@ -177,11 +177,11 @@ pub async fn recover_within(
     };
     let dead: Vec<u32> = dead.iter().map(|d| d.0).collect();
     let owners: Vec<u64> = dead.iter().map(|&i| u64::from(i) + 1).collect();
-    let flags = (protocol.lock_flags(), protocol.freezes());
-    release_listed(ep, map, &owners, &journals, flags, released).await?;
+    let thaw = protocol.freezes();
+    release_listed(ep, map, &owners, &journals, thaw, released).await?;
     let scanned: Vec<usize> = (0..dead.len()).filter(|&k| journals[k].is_none()).collect();
     if !scanned.is_empty() {
-        release_all(ep, map, &owners, &scanned, flags, released).await?;
+        release_all(ep, map, &owners, &scanned, thaw, released).await?;
     }
     let held = protocol.release_held(ep, map, &dead, deadline_ns).await?;
     // (What it gave back counts with the lock words: Scythe's tickets are queue locks.)
@@ -287,28 +287,25 @@ pub(crate) async fn read_buckets(
     Ok(())
 }
 
-/// Clears every lock word one of `owners[k]`, `k` in `which`, holds (with any of `flags`), on
-/// every table's primary, and on backups' lock words too when the protocol marks them
-/// invisible (an invisible bit a commit left there); with `thaw`, a word the lock's holder
-/// froze beside it is unfrozen first ([`Thaw`]). Counts in `cleared[k]` what it cleared per
-/// owner as it goes (backups' bits count for the first of `which`).
+/// Clears every lock word one of `owners[k]`, `k` in `which`, holds, on every table's primary
+/// (a backup's word is no lock: a commit leaves its id there, and a CAS clearing it could race
+/// the WRITE of a live commit's install, G8); with `thaw`, a word the lock's holder froze
+/// beside it is unfrozen first ([`Thaw`]). Counts in `cleared[k]` what it cleared per owner
+/// as it goes.
 async fn release_all(
     ep: &mut Endpoint,
     map: &PoolMap,
     owners: &[u64],
     which: &[usize],
-    (flags, thaw): (u64, bool),
+    thaw: bool,
     cleared: &mut [u32],
 ) -> Result<(), FabricError> {
     let mut bytes = Vec::new();
     let mut thaws = Thaw::default();
     for t in map.tables() {
         let codec = t.codec();
-        for &n in &t.replicas {
-            let primary = n == t.primary();
-            if !primary && flags & INVISIBLE == 0 {
-                continue; // backups hold no lock word of their own to clear
-            }
+        let n = t.primary();
+        {
             for chunk in scan_chunks(t) {
                 read_buckets(ep, t, n, &chunk, &mut bytes).await?;
                 // (address, the lock word, whose) to CAS for this batch of buckets.
@@ -318,7 +315,7 @@ async fn release_all(
                     let at = ((b - chunk.start) * t.bucket_bytes) as usize;
                     let bucket = &bytes[at..at + t.bucket_bytes as usize];
                     let base = t.bucket(b);
-                    if primary && b < t.bucket_count {
+                    if b < t.bucket_count {
                         let lock = word_at(bucket, 8);
                         if let Some(&k) = which.iter().find(|&&k| holds(lock, owners[k])) {
                             ours.push((t.insert_lock(base), lock, k));
@@ -335,16 +332,10 @@ async fn release_all(
                         let h = codec.header(slot);
                         let off = t.slot(base, s);
                         let mine = which.iter().copied().find(|&k| holds(h.lock, owners[k]));
-                        if let (true, Some(k)) = (primary, mine) {
+                        if let Some(k) = mine {
                             ours.push((off, h.lock, k));
                             let meta = (off + META_OFF as u64, word_at(slot, META_OFF));
                             thaws.note(thaw && t.meta_words > 0, (n, meta.0), meta.1);
-                        } else if !primary && flags & INVISIBLE != 0 && h.lock & INVISIBLE != 0 {
-                            // A backup's invisible word (with its committer's id) may be
-                            // another, live, commit's: clearing it early is safe all the same,
-                            // because every reader validates at the primary, whose lock that
-                            // commit still holds.
-                            ours.push((off, h.lock, which[0]));
                         }
                     }
                 }
@@ -366,9 +357,7 @@ async fn release_all(
 }
 
 /// Clears the lock words each dead owner's journal names (`journals[k]`, for `owners[k]`;
-/// None: left to the scan) that still hold its id, on the primary, and, when the protocol
-/// marks backups invisible, the same word on every backup if it is invisible with that id (a
-/// backup is written under its primary's lock, at the same offset). Per [`LISTED_PER_TRIP`]
+/// None: left to the scan) that still hold its id, on the primary. Per [`LISTED_PER_TRIP`]
 /// words, two round trips: READ them, CAS those still the dead owner's. Counts in
 /// `cleared[k]` what it cleared for `owners[k]` as it goes.
 async fn release_listed(
@@ -376,10 +365,10 @@ async fn release_listed(
     map: &PoolMap,
     owners: &[u64],
     journals: &[Option<Vec<(NodeId, u64)>>],
-    (flags, thaw): (u64, bool),
+    thaw: bool,
     cleared: &mut [u32],
 ) -> Result<(), FabricError> {
-    // (owner's index, node, address, on the primary: where the word frozen beside it is)
+    // (owner's index, node, address, where the word frozen beside it is)
     let mut words = Vec::new();
     for (k, list) in journals.iter().enumerate() {
         for &(n, a) in list.iter().flatten() {
@@ -393,10 +382,7 @@ async fn release_listed(
                 false => a - 8 + CHAIN_META_OFF,
             };
             let frozen = (thaw && t.meta_words > 0).then_some(frozen);
-            words.push((k, n, a, Some(frozen)));
-            if flags & INVISIBLE != 0 {
-                words.extend(t.backups().iter().map(|&b| (k, b, a, None)));
-            }
+            words.push((k, n, a, frozen));
         }
     }
     let mut thaws = Thaw::default();
@@ -406,7 +392,7 @@ async fn release_listed(
         let reads: Vec<_> = chunk
             .iter()
             .map(|&(_, n, a, frozen)| {
-                let len = frozen.flatten().map_or(8, |f| f + 8 - a);
+                let len = frozen.map_or(8, |f| f + 8 - a);
                 ep.read(n, a, len as usize)
             })
             .collect();
@@ -417,14 +403,10 @@ async fn release_listed(
         for (&(k, n, a, frozen), r) in chunk.iter().zip(reads) {
             let bytes = ep.bytes(r);
             let w = word_at(bytes, 0);
-            let held = match frozen {
-                Some(_) => holds(w, owners[k]),
-                None => w & INVISIBLE != 0 && w & OWNER_MASK == owners[k],
-            };
-            if !held {
+            if !holds(w, owners[k]) {
                 continue;
             }
-            if let Some(f) = frozen.flatten() {
+            if let Some(f) = frozen {
                 thaws.note(true, (n, f), word_at(bytes, (f - a) as usize));
             }
             ours.push((k, n, a, w));

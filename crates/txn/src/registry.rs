@@ -50,13 +50,6 @@ macro_rules! registry {
                 }
             }
 
-            /// Flags the protocol's lock holders set beside their owner id.
-            pub(crate) fn lock_flags(self) -> u64 {
-                match self {
-                    $( Protocol::$variant => <$ty>::LOCK_FLAGS, )*
-                }
-            }
-
             /// Whether its writers freeze a word beside their locks (see `Protocol::FREEZES`).
             pub(crate) fn freezes(self) -> bool {
                 match self {

@@ -565,13 +565,13 @@ fn a_commit_over_a_record_rolled_back_since_it_was_read_aborts() {
     );
 }
 
-/// A commit's install leaves each backup's record invisible under the committer's owner id
-/// until the release (recovery tells the dead coordinator's install from another's on a
-/// promoted backup by it: `mechanisms/settle.rs`). The coordinator crashes at each instant of
-/// a commit of KEY; wherever a backup holds the new record still locked, the lock word is the
-/// committer's, invisible.
+/// A commit's install leaves each backup's record invisible under the committer's owner id,
+/// for the next install to overwrite (recovery tells the dead coordinator's install from
+/// another's on a promoted backup by it: `mechanisms/settle.rs`). The coordinator crashes at
+/// each instant of a commit of KEY; wherever a backup holds the new record, the lock word is
+/// the committer's, invisible.
 #[test]
-fn a_backup_holds_the_install_invisible_under_the_committers_id_until_the_release() {
+fn a_backup_holds_the_install_invisible_under_the_committers_id() {
     let owner = 1u64; // coordinator 0's
     let mut held = 0;
     for at in (0..20_000).step_by(100) {
@@ -604,7 +604,7 @@ fn a_backup_holds_the_install_invisible_under_the_committers_id_until_the_releas
                 .expect("KEY in its home bucket")
         };
         let backup = header_on(t.backups()[0]);
-        if backup.version == 1 && backup.lock != 0 {
+        if backup.version == 1 {
             assert_eq!(backup.lock, owner | 1 << 63, "crash at {at} ns");
             held += 1;
         }
@@ -1066,6 +1066,11 @@ async fn word_of(ep: &mut Endpoint, n: u16, addr: u64) -> u64 {
 /// Two memory nodes, two replicas of table `T` (keys 0..20) with `protocol`'s metadata words,
 /// and log slices of `log_slice_bytes`.
 fn meta_pool(protocol: Protocol, log_slice_bytes: u64) -> Pool {
+    meta_pool_crashing(protocol, log_slice_bytes, None)
+}
+
+/// [`meta_pool`], its compute node crashing at `crash` (virtual ns), if given.
+fn meta_pool_crashing(protocol: Protocol, log_slice_bytes: u64, crash: Option<u64>) -> Pool {
     let shape = PoolShape {
         memory_nodes: 2,
         replicas: 2,
@@ -1078,6 +1083,13 @@ fn meta_pool(protocol: Protocol, log_slice_bytes: u64) -> Pool {
     let mut cfg = SimConfig::new(1, 2, plan.region_bytes);
     cfg.profile = Profile::ideal();
     cfg.adversary = Adversary::off();
+    cfg.faults.compute_crashes = crash
+        .map(|at_ns| ComputeCrash {
+            at_ns,
+            compute_node: 0,
+        })
+        .into_iter()
+        .collect();
     let pool = Pool::Sim(SimPool::new(cfg).unwrap());
     plan.format_pool(&pool).unwrap();
     let mut l = Loader::new(plan.table(T).unwrap());
@@ -1085,6 +1097,95 @@ fn meta_pool(protocol: Protocol, log_slice_bytes: u64) -> Pool {
         l.insert(&pool, k, &k.to_le_bytes()).unwrap();
     }
     pool
+}
+
+/// A dead inserter's frozen chain word thaws at or above its commit, as its release would
+/// have left it (MVCC: the rts word at `ctts` at least; SUNDIAL: a lease whose rts reaches
+/// `commit_ts`): its own absent reads of the chain rest on that word (it never raises the
+/// word it freezes), and thawed to what it held before the freeze, a later insert of a key
+/// it read absent could commit beneath it. The coordinator inserts ABSENT and crashes at
+/// each instant of its commit; recovery runs; wherever ABSENT ended committed (rolled
+/// forward, or released), the chain word is checked against the record's version (its
+/// commit timestamp).
+#[test]
+fn a_dead_inserters_chain_word_thaws_at_or_above_its_commit() {
+    for protocol in [Protocol::Mvcc, Protocol::Sundial] {
+        let (mut committed, mut held) = (0, 0);
+        for at in (0..12_000).step_by(50) {
+            let mut pool = meta_pool_crashing(protocol, 16384, Some(at));
+            let Pool::Sim(sim) = &mut pool else {
+                unreachable!()
+            };
+            let one = Topology {
+                compute_nodes: 1,
+                threads: 1,
+                coroutines: 1,
+            };
+            sim.run(one, None, move |mut ep: Endpoint| async move {
+                let map = std::rc::Rc::new(PoolMap::bootstrap(&mut ep).await.ok()?);
+                let cfg = TxnConfig {
+                    protocol,
+                    ..TxnConfig::default()
+                };
+                let mut c = dtxn_txn::Coordinator::new(ep, map, std::rc::Rc::new(cfg));
+                let mut tx = c.begin(TxKind::ReadWrite);
+                tx.insert(T, ABSENT, &[7; 8]).await.ok()?;
+                tx.commit().await.ok()
+            })
+            .unwrap();
+            sim.set_faults(Default::default());
+            let cfg = TxnConfig {
+                protocol,
+                ..TxnConfig::default()
+            };
+            let (chain, version, frozen_before) =
+                common::with_coordinator_in(&mut pool, cfg, move |mut c| async move {
+                    let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
+                    let t = map.table(T).unwrap().clone();
+                    let ep = c.endpoint();
+                    let home = t.home_bucket(ABSENT);
+                    let chain_at = home + dtxn_store::index::CHAIN_META_OFF;
+                    let frozen_before = word_of(ep, t.primary(), chain_at).await >> 63 == 1;
+                    recover(ep, &map, protocol, 0).await.unwrap();
+                    let chain = word_of(ep, t.primary(), chain_at).await;
+                    let r = ep.read(t.primary(), home, t.bucket_bytes as usize);
+                    ep.post().await.unwrap();
+                    let bucket = ep.bytes(r).to_vec();
+                    let version = (0..t.slots_per_bucket)
+                        .map(|s| t.codec().header(t.slot_bytes(&bucket, s)))
+                        .find(|h| h.valid && h.key == ABSENT)
+                        .map(|h| h.version);
+                    (chain, version, frozen_before)
+                });
+            let Some(version) = version else { continue };
+            committed += 1;
+            held += u32::from(frozen_before);
+            assert_eq!(
+                chain >> 63,
+                0,
+                "{protocol:?}, crash at {at} ns: left frozen"
+            );
+            let reaches = match protocol {
+                // The lease: `wts`'s low 31 bits above bit 32, `delta` below.
+                Protocol::Sundial => ((chain >> 32) & ((1 << 31) - 1)) + (chain & 0xffff_ffff),
+                _ => chain,
+            };
+            assert!(
+                reaches >= version,
+                "{protocol:?}, crash at {at} ns: the chain word {chain:#x} thawed below the \
+                 commit at {version}"
+            );
+        }
+        // Some instant fell between the install and the release.
+        assert!(
+            held > 0,
+            "{protocol:?}: no crash left a committed insert's freeze"
+        );
+        assert!(
+            committed > held,
+            "{protocol:?}: {committed} committed, {held} frozen"
+        );
+    }
 }
 
 /// A free slot in `key`'s home bucket: its offset, and its bytes as they are.

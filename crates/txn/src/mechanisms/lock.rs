@@ -210,6 +210,28 @@ pub(crate) fn unshare<P: Protocol>(tx: &mut Tx<'_, P>, node: NodeId, off: u64, h
     super::rpc::unshare(&mut tx.c.ep, via, node, off, held);
 }
 
+/// Before the install: each chain word the transaction froze (an insert's; a record's word
+/// is rewritten by the install itself) is rewritten, still frozen, to what the release will
+/// leave there unfrozen: `seal` says, per item, where and what (updating the item's own note
+/// of its frozen word, for the abort's unfreeze), and the WRITE rides the commit's batch, its
+/// way, on the primary's queue pair ahead of the install's WRITEs (G4). So a coordinator that
+/// dies once its install landed leaves recovery a freeze that thaws to the commit's
+/// timestamp, which its own absent reads of the chain rest on, not to the word before the
+/// freeze, which would let a later insert of a key it read absent commit beneath it. (An
+/// abort after this unfreezes to the sealed word: a chain word too high costs an inserter
+/// an abort, never a read its guarantee.)
+pub(crate) fn seal_chain_freezes<P: Protocol>(
+    tx: &mut Tx<'_, P>,
+    seal: impl Fn(&mut P::Item, Option<u64>) -> Option<(NodeId, u64, u64)>,
+) {
+    let via = tx.c.via(Stage::Commit);
+    for it in &mut tx.items {
+        if let Some((n, at, w)) = seal(&mut it.ext, it.offset) {
+            super::rpc::write(&mut tx.c.ep, via, n, at, &w.to_le_bytes());
+        }
+    }
+}
+
 /// After an abort: every metadata word the transaction froze (bit 63: SUNDIAL's leases,
 /// MVCC's read timestamps) is unfrozen, CAS(frozen -> as it was), so that a word someone else
 /// froze is left alone; and that is waited for before the locks are given back, so a lock's

@@ -4,7 +4,6 @@
 use super::lock::unshare;
 use super::rpc;
 use super::table;
-use crate::item::NewValue;
 use crate::protocol::Protocol;
 use crate::stage::Stage;
 use crate::tx::Tx;
@@ -15,6 +14,13 @@ use dtxn_store::log::{LogStatus, STATUS_OFF};
 /// way, one-sided or as RPCs (a memory node's store and a NIC's CAS on a held word never
 /// race: every other CAS on it fails). Read shares go back the lock stage's way, with the
 /// atomics they pair with (G11).
+///
+/// The backups' lock words are left as the install wrote them (our id, invisible): only a
+/// primary's word is a lock. A WRITE clearing a backup's word travels on another queue pair
+/// than the primary's unlock, so it could land after the next holder's install there and
+/// erase that install's word, which is what recovery on a promoted backup tells a dead
+/// coordinator's install by (`settle.rs`; the next install overwrites ours, and a promotion
+/// clears what is left: `failover::repair_promoted`).
 pub(crate) fn release<P: Protocol>(tx: &mut Tx<'_, P>, status: LogStatus) {
     let map = tx.c.map.clone();
     let zero = 0u64.to_le_bytes();
@@ -23,11 +29,6 @@ pub(crate) fn release<P: Protocol>(tx: &mut Tx<'_, P>, status: LogStatus) {
         let it = &tx.items[i];
         let Some(off) = it.offset else { continue };
         let t = table(&map, it.table);
-        if it.new != NewValue::Keep && tx.installed {
-            for &n in t.backups() {
-                rpc::write(&mut tx.c.ep, via, n, off, &zero);
-            }
-        }
         if it.locked {
             rpc::write(&mut tx.c.ep, via, t.primary(), off, &zero);
             if let Some(v) = &tx.c.vcache {

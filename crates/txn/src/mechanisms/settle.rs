@@ -204,19 +204,22 @@ fn judge_replicas(
         }
         if n == t.primary() && map.lost_locks(t) && !holds(now.lock, owner) {
             // A promoted primary, and the dead coordinator died before the promotion: its
-            // lock died with the failed primary. (A commit leaves its owner id on a backup
-            // until its release, so a record showing our id is judged in the branch below, as
-            // on a primary.) Recovery in a new view runs once no live coordinator works in an
-            // older one, so only dead coordinators' writes can be cut off here. Without our
-            // id, the record is:
+            // lock died with the failed primary. (A commit leaves its owner id on a backup,
+            // and no release clears it: only the next commit's install, under the primary's
+            // lock, overwrites it. So a record showing our id is judged in the branch below,
+            // as on a primary.) Recovery in a new view runs once no live coordinator works in
+            // an older one, so only dead coordinators' writes can be cut off here. Without
+            // our id, the record is:
             // - torn: a write cut off, ours (or another dead one's over the same image):
             //   held, to undo, and not installed;
             // - still the image (a free slot, for an insert): our write never landed here (our
             //   commit was never acknowledged): held, not installed, and undone where another
             //   replica shows our write;
-            // - newer: our install, released, or another's over our image (then we never
-            //   held its lock and never wrote at all): not ours to judge, as a released lock
-            //   on a primary.
+            // - newer: another's commit, over our released install (ours committed) or over
+            //   our image (then we never held its lock and never wrote at all): not ours to
+            //   judge, as a released lock on a primary. (When releases cleared the backups'
+            //   words, a late clear could land on our install here and make it look like
+            //   this: waitdie-hybrid, seeds 81000085 and 81000323 under harsh failover.)
             let landed = match &old {
                 None => now.valid,
                 Some(old) => now.version != old.version,

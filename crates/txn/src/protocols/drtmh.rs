@@ -21,7 +21,6 @@ use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::validate::validate_reads;
-use crate::mechanisms::INVISIBLE;
 use crate::mechanisms::{fetch, insert, release, undo};
 use crate::protocol::{Protocol, Row};
 use crate::stage::{Stage, Stages};
@@ -35,7 +34,6 @@ pub(crate) struct Drtmh<const RCC: bool>;
 impl<const RCC: bool> Protocol for Drtmh<RCC> {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some(if RCC { "rcc" } else { "ford" });
-    const LOCK_FLAGS: u64 = INVISIBLE;
     const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = ();

@@ -15,7 +15,6 @@ use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_round, Want};
 use crate::mechanisms::rpc::Read;
 use crate::mechanisms::validate::{changed, header_of};
-use crate::mechanisms::INVISIBLE;
 use crate::mechanisms::{abort, fetch, insert, release, table, undo};
 use crate::protocol::{Protocol, Row};
 use crate::stage::{Stage, Stages};
@@ -30,7 +29,6 @@ pub(crate) struct Farm;
 impl Protocol for Farm {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("ford");
-    const LOCK_FLAGS: u64 = INVISIBLE;
     const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = ();

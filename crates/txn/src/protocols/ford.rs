@@ -58,7 +58,6 @@ use crate::config::TxnConfig;
 use crate::item::Access;
 use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
-use crate::mechanisms::INVISIBLE;
 use crate::mechanisms::{absent, fetch, insert, lock, release, undo, validate};
 use crate::protocol::{Protocol, Row};
 use crate::stage::{Stage, Stages};
@@ -72,7 +71,6 @@ pub(crate) struct Ford;
 impl Protocol for Ford {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("ford");
-    const LOCK_FLAGS: u64 = INVISIBLE;
     const JOURNALED: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = ();

@@ -140,7 +140,7 @@ use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::rpc::{self, CasRead, Read};
 use crate::mechanisms::validate::header_of;
 use crate::mechanisms::{abort, absent, fetch, insert, lock, release, undo};
-use crate::mechanisms::{needs_meta_words, table, timestamp, INVISIBLE};
+use crate::mechanisms::{needs_meta_words, table, timestamp};
 use crate::protocol::{Protocol, Row};
 use crate::stage::{Stage, Stages};
 use crate::tx::Tx;
@@ -210,7 +210,6 @@ impl Protocol for Mvcc {
     /// RCC's four version slots (`--set mvcc.slots=K`).
     const COPIES: u8 = 4;
     const OPTIONS: Option<&'static str> = Some("rcc");
-    const LOCK_FLAGS: u64 = INVISIBLE;
     const FREEZES: bool = true;
     // Journaled: its lock words are taken by the shared mechanisms alone (execution's hitchhiked locks, the cold
     // items' lock round, inserts' chain locks), which journal each; its rts words are not locks
@@ -280,6 +279,17 @@ impl Protocol for Mvcc {
             it.install = Some(ts);
             it.meta = ts;
         }
+        // A chain word we froze holds what our release will write, still frozen, should we
+        // die before the release (recovery thaws it).
+        lock::seal_chain_freezes(tx, |w, offset| {
+            let (f, (n, at)) = w.frozen.zip(w.at)?;
+            if record_word(offset, at) {
+                return None;
+            }
+            let sealed = FROZEN | (f & !FROZEN).max(ts);
+            w.frozen = Some(sealed);
+            Some((n, at, sealed))
+        });
         install(tx, Install::Coalescent).await
     }
 

@@ -87,7 +87,7 @@ use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::lock::{cold_rw, lock_cold, lock_round, Want};
 use crate::mechanisms::takeout::{self, Ticket};
 use crate::mechanisms::validate::validate_reads;
-use crate::mechanisms::{abort, fetch, insert, release, table, timestamp, undo, INVISIBLE};
+use crate::mechanisms::{abort, fetch, insert, release, table, timestamp, undo};
 use crate::protocol::{Protocol, Row};
 use crate::stage::Stages;
 use crate::tx::Tx;
@@ -151,7 +151,6 @@ impl Protocol for Scythe {
     const META_WORDS: u8 = takeout::WORDS;
     const LIVE_META: bool = true;
     const NEEDS_HANDLERS: bool = true;
-    const LOCK_FLAGS: u64 = INVISIBLE;
     // Journaled: its header locks are taken by the shared mechanisms alone (TOCC's ordered locks at
     // execution, OCC's lock round, inserts' chain locks), which journal each; its takeout
     // tickets are released from the grant journals instead.

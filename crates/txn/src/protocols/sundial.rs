@@ -71,7 +71,7 @@ use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
 use crate::mechanisms::rpc::{self, CasRead};
 use crate::mechanisms::{abort, absent, fetch, insert, lock, release, undo};
-use crate::mechanisms::{needs_meta_words, table, word_at, INVISIBLE};
+use crate::mechanisms::{needs_meta_words, table, word_at};
 use crate::protocol::{Protocol, Row};
 use crate::recovery::{read_buckets, scan_chunks};
 use crate::stage::{Stage, Stages};
@@ -148,7 +148,6 @@ impl Protocol for Sundial {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const META_WORDS: u8 = 1;
     const OPTIONS: Option<&'static str> = Some("rcc");
-    const LOCK_FLAGS: u64 = INVISIBLE;
     const FREEZES: bool = true;
     // Journaled: its lock words are taken by the shared mechanisms alone (execution's hitchhiked locks, the cold
     // items' lock round, inserts' chain locks), which journal each; its leases are not locks
@@ -203,6 +202,17 @@ impl Protocol for Sundial {
             it.install = Some(ts);
             it.meta = lease(ts, 0);
         }
+        // A chain lease we froze holds what our release will write, still frozen, should we
+        // die before the release (recovery thaws it).
+        lock::seal_chain_freezes(tx, |l, offset| {
+            let (_, (n, at)) = l.frozen.zip(l.at)?;
+            if offset.is_some_and(|o| o + META_OFF as u64 == at) {
+                return None;
+            }
+            let sealed = LOCK | lease(ts, 0);
+            l.frozen = Some(sealed);
+            Some((n, at, sealed))
+        });
         install(tx, Install::Coalescent).await
     }
 

@@ -50,7 +50,6 @@ use crate::config::TxnConfig;
 use crate::item::Access;
 use crate::mechanisms::fetch::Locking;
 use crate::mechanisms::install::{install, Install};
-use crate::mechanisms::INVISIBLE;
 use crate::mechanisms::{abort, absent, fetch, insert, lock, release, share, timestamp, undo};
 use crate::protocol::{Protocol, Row};
 use crate::stage::{Stage, Stages};
@@ -64,7 +63,6 @@ pub(crate) struct TwoPl<const WAIT: bool>;
 impl<const WAIT: bool> Protocol for TwoPl<WAIT> {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("rcc");
-    const LOCK_FLAGS: u64 = INVISIBLE;
     /// Every exclusive lock goes through the shared fetch, lock and insert mechanisms, which
     /// journal it; read shares need no journal (they expire).
     const JOURNALED: bool = true;

@@ -98,7 +98,6 @@ pub(crate) struct MotorTxn {
 impl Protocol for Motor {
     const RECORDS: RecordFormat = RecordFormat::Cvt;
     const OPTIONS: Option<&'static str> = Some("motor");
-    const LOCK_FLAGS: u64 = COMMITTING;
     // Every lock CAS (execution's hitchhiked CVT locks, the chains' insert locks, the commit's
     // claims of free slots) is journaled before it, in its batch.
     const JOURNALED: bool = true;
