@@ -1898,11 +1898,23 @@ fn survivors_commit(
         })
         .collect();
     if shut_out.is_empty() {
+        let mut line = format!(
+            "no surviving coordinator shut out after the faults settled ({settled_us:.1} us)"
+        );
+        // A run that ends before a survivor could spend `long` in attempts cannot show a
+        // shut-out whose attempts end fast: say so rather than pass in silence.
+        let watched_ns = f.run_ns.saturating_sub(settled_ns);
+        if f.run_ns > 0 && watched_ns < long {
+            line.push_str(&format!(
+                "; but the run ended {:.1} ms after, short of the {:.1} ms a shut-out needs \
+                 to be judged",
+                watched_ns as f64 / 1e6,
+                long as f64 / 1e6
+            ));
+        }
         report::Verdict {
             ok: true,
-            checks: vec![format!(
-                "no surviving coordinator shut out after the faults settled ({settled_us:.1} us)"
-            )],
+            checks: vec![line],
         }
     } else {
         report::Verdict {
@@ -2261,6 +2273,18 @@ mod liveness {
             v.checks,
             ["no surviving coordinator shut out after the faults settled (1000.0 us)"]
         );
+        // A run that ended too soon after the settling says so.
+        f.run_ns = at + SHUT_OUT_NS / 2;
+        assert_eq!(
+            survivors_commit(&f, &h, &[3]).checks,
+            [
+                "no surviving coordinator shut out after the faults settled (1000.0 us); but \
+              the run ended 2.5 ms after, short of the 5.0 ms a shut-out needs to be judged"
+            ]
+        );
+        f.run_ns = at + SHUT_OUT_NS;
+        assert!(!survivors_commit(&f, &h, &[3]).checks[0].contains("short of"));
+        f.run_ns = 0;
         h.extend(attempts(4, at - slow, SHUT_OUT + 1, 0, slow));
         let shut_out = [format!(
             "coordinator 4: {SHUT_OUT} attempts begun after the faults settled at 1000.0 us, \
