@@ -167,9 +167,10 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
                 "sim",
                 "--set",
                 "ford.backup_reads=true",
+                "--localized-validation",
                 "--faults",
             ],
-            "not with --set ford.backup_reads=true",
+            "not with --set ford.backup_reads=true and --localized-validation",
         ),
         (
             vec![

@@ -112,6 +112,11 @@ pub(crate) trait Protocol: Sized + 'static {
     /// Commit: writes the new records to every replica. `Ok` means committed.
     async fn install(tx: &mut Tx<'_, Self>) -> Result<(), Abort>;
 
+    /// Queues what must ride the shared install's first batch ahead of its WRITEs, once the
+    /// undo log has landed (MVCC's and SUNDIAL's sealed chain freezes:
+    /// `mechanisms::lock::seal_chain_freezes`).
+    fn before_install(_tx: &mut Tx<'_, Self>) {}
+
     /// After a commit: unlocks and closes the log, off the critical path.
     fn release(tx: &mut Tx<'_, Self>);
 

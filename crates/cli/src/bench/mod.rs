@@ -619,7 +619,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if a.kind() != Backend::Sim {
                 bail!("--faults is for --backend sim (crashes are simulated, and replay from the seed)");
             }
-            check_recoverable("--faults", &cfg, topo)?;
+            check_recoverable("--faults", &cfg, topo, a.localized_validation)?;
             let (plan, knobs) = faults(spec, a, topo)?;
             // Every protocol fails over (`--faults memory=N`): CALVIN since its batches
             // moved to node 0 and its installs finish on the live replicas.
@@ -635,7 +635,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
             if a.kind() == Backend::Sim {
                 bail!("--leases is for shm and ucx (on sim, --faults holds leases and crashes compute nodes)");
             }
-            check_recoverable("--leases", &cfg, topo)?;
+            check_recoverable("--leases", &cfg, topo, a.localized_validation)?;
             let h = host_lease_terms(spec)?;
             if h.rejoin {
                 if a.kind() != Backend::Ucx {
@@ -1361,10 +1361,12 @@ fn check_rejoin(option: &str, cfg: &TxnConfig) -> Result<()> {
 
 /// What `--faults` and `--leases` (`option`) both need: a configuration whose dead
 /// coordinators recovery can settle (every protocol's, CALVIN's too), and a membership slot
-/// for every coordinator.
-fn check_recoverable(option: &str, cfg: &TxnConfig, topo: Topology) -> Result<()> {
-    if cfg.ford.backup_reads {
-        bail!("{option}: not with --set ford.backup_reads=true (a release's late clear of a backup's lock word can erase the next holder's invisible bit, and a backup reader could then read an install that recovery rolls back; see docs/src/ford.md)");
+/// for every coordinator. Not backup reads under localized validation (`lv`): the version
+/// cache validates by version alone, so a backup's install that a failure rolled back
+/// (restored one count up) validates against the next commit of that version.
+fn check_recoverable(option: &str, cfg: &TxnConfig, topo: Topology, lv: bool) -> Result<()> {
+    if cfg.ford.backup_reads && lv {
+        bail!("{option}: not with --set ford.backup_reads=true and --localized-validation (the version cache validates a backup's read by its version alone, so an install a failure rolled back would validate against the next commit at its version; see docs/src/ford.md)");
     }
     if topo.coordinators() > dtxn_store::layout::MAX_MEMBERS {
         bail!(

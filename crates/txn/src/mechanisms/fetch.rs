@@ -724,8 +724,10 @@ fn on_bucket<P: Protocol>(
         tx.c.cache.insert(table_id, key, off);
         let rec = t.slot_bytes(bytes, slot);
         let decoded = decode(codec, rec, &mut it.value, trust_inv);
+        // (A backup's invisible word says nothing: see `on_record`.)
+        let primary = it.node == t.primary();
         match decoded {
-            Ok(h) if h.lock & INVISIBLE == 0 => {
+            Ok(h) if h.lock & INVISIBLE == 0 || !primary => {
                 fill(it, codec, &h, off, rec);
                 it.cold = rw;
             }

@@ -35,6 +35,8 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
     if tx.c.ep.wait_background().await.is_err() {
         return Err(fail);
     }
+    unlock_unwritten(tx, &map);
+    P::before_install(tx);
     write_replicas(tx, &map, mode);
     // DrTM+H: validate the read-only items again, now that every lock is held.
     let mut reads = std::mem::take(&mut tx.c.mech.reads);
@@ -76,6 +78,32 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
         return Err(fail);
     }
     Ok(())
+}
+
+/// Items locked for update but left unwritten are unlocked in the install's first batch:
+/// validated (their lock kept them unchanged until now), they need it no longer. Held to the
+/// release instead, a coordinator that died after its commit was acknowledged left them
+/// locked in its pending entry at their images' versions, and recovery, which cannot tell an
+/// item never written from a write cut off on every replica, rolled the acknowledged commit
+/// back. Unlocked here, an acknowledged commit (its batches completed) has freed them, and a
+/// batch cut short was never acknowledged.
+fn unlock_unwritten<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
+    let via = tx.c.via(Stage::Release);
+    let owner = tx.c.owner;
+    for it in tx.items.iter_mut().filter(|i| i.locked && !i.written()) {
+        let Some(off) = it.offset else { continue };
+        rpc::write(
+            &mut tx.c.ep,
+            via,
+            table(map, it.table).primary(),
+            off,
+            &[0; 8],
+        );
+        it.locked = false;
+        if let Some(v) = &tx.c.vcache {
+            v.unlock(it.table, it.key, owner);
+        }
+    }
 }
 
 /// Posts the new records' WRITEs to every backup (and, coalescent, to the primary too, still

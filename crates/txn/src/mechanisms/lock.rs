@@ -213,8 +213,10 @@ pub(crate) fn unshare<P: Protocol>(tx: &mut Tx<'_, P>, node: NodeId, off: u64, h
 /// Before the install: each chain word the transaction froze (an insert's; a record's word
 /// is rewritten by the install itself) is rewritten, still frozen, to what the release will
 /// leave there unfrozen: `seal` says, per item, where and what (updating the item's own note
-/// of its frozen word, for the abort's unfreeze), and the WRITE rides the commit's batch, its
-/// way, on the primary's queue pair ahead of the install's WRITEs (G4). So a coordinator that
+/// of its frozen word, for the abort's unfreeze), and the WRITE rides the install's first
+/// batch (`Protocol::before_install`: once the undo log has landed, so that no abort leaves
+/// it queued behind the unfreeze's CAS, which nothing orders after it), the commit's way, on
+/// the primary's queue pair ahead of the install's WRITEs (G4). So a coordinator that
 /// dies once its install landed leaves recovery a freeze that thaws to the commit's
 /// timestamp, which its own absent reads of the chain rest on, not to the word before the
 /// freeze, which would let a later insert of a key it read absent commit beneath it. (An

@@ -23,11 +23,12 @@
 //!    absent. Read-only transactions are validated too, even with a single item.
 //! 4. **Commit** (1 RT, *coalescent*). Behind the undo log on each QP, every replica of every
 //!    written record gets the new record in place in one batch, its lock word carrying the
-//!    *invisible* bit (primary: our lock word | invisible; backups: invisible); with `flush`, each
-//!    backup is flushed after its last WRITE (*selective remote flush*). A failed replica rolls
-//!    the transaction back from its old images.
-//! 5. **Release** (detached, off the critical path): lock words to 0 (unlock and make visible),
-//!    the log entry to committed.
+//!    *invisible* bit (primary: our lock word | invisible; backups: our id | invisible, left
+//!    for the next install to overwrite); an item locked but left unwritten is unlocked in the
+//!    same batch; with `flush`, each backup is flushed after its last WRITE (*selective remote
+//!    flush*). A failed replica rolls the transaction back from its old images.
+//! 5. **Release** (detached, off the critical path): the primaries' lock words to 0 (unlock
+//!    and make visible), the log entry to committed.
 //!
 //! So a read-write transaction without read-only items costs 2 RTs, with read-only items 3.
 //!

@@ -279,8 +279,13 @@ impl Protocol for Mvcc {
             it.install = Some(ts);
             it.meta = ts;
         }
-        // A chain word we froze holds what our release will write, still frozen, should we
-        // die before the release (recovery thaws it).
+        install(tx, Install::Coalescent).await
+    }
+
+    /// A chain word we froze holds what our release will write, still frozen, should we die
+    /// before the release (recovery thaws it).
+    fn before_install(tx: &mut Tx<'_, Self>) {
+        let ts = tx.st;
         lock::seal_chain_freezes(tx, |w, offset| {
             let (f, (n, at)) = w.frozen.zip(w.at)?;
             if record_word(offset, at) {
@@ -290,7 +295,6 @@ impl Protocol for Mvcc {
             w.frozen = Some(sealed);
             Some((n, at, sealed))
         });
-        install(tx, Install::Coalescent).await
     }
 
     /// Chain words we froze go back unfrozen, at least `ctts` (our own absent reads of the

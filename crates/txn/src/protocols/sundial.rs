@@ -202,8 +202,13 @@ impl Protocol for Sundial {
             it.install = Some(ts);
             it.meta = lease(ts, 0);
         }
-        // A chain lease we froze holds what our release will write, still frozen, should we
-        // die before the release (recovery thaws it).
+        install(tx, Install::Coalescent).await
+    }
+
+    /// A chain lease we froze holds what our release will write, still frozen, should we die
+    /// before the release (recovery thaws it).
+    fn before_install(tx: &mut Tx<'_, Self>) {
+        let ts = tx.st;
         lock::seal_chain_freezes(tx, |l, offset| {
             let (_, (n, at)) = l.frozen.zip(l.at)?;
             if offset.is_some_and(|o| o + META_OFF as u64 == at) {
@@ -213,7 +218,6 @@ impl Protocol for Sundial {
             l.frozen = Some(sealed);
             Some((n, at, sealed))
         });
-        install(tx, Install::Coalescent).await
     }
 
     /// The chain leases we froze go back unfrozen with `wts = commit_ts`, in the batch before
