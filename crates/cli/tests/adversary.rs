@@ -587,8 +587,9 @@ fn crash_run<'a>(protocol: &'a str, seed: &'a str) -> Vec<&'a str> {
 
 #[test]
 fn faults_crash_a_compute_node_recover_it_and_check_the_run() {
-    // Seed 12 crashes compute node 0: all 6 of its coordinators.
-    let mut args = crash_run("farm", "12");
+    // Seed 5 crashes compute node 0: all 6 of its coordinators (the seeds that do it as
+    // below move whenever a commit's verbs change).
+    let mut args = crash_run("farm", "5");
     args.push("--json");
     let o = dtxn(&args);
     assert!(o.status.success(), "{}", text(&o));
@@ -739,7 +740,7 @@ fn recovery_rolls_back_a_crashed_transaction_and_the_run_verifies() {
         "--protocol",
         "ford",
         "--seed",
-        "7",
+        "2",
         "--txns",
         "2000",
         "--compute-nodes",

@@ -35,6 +35,11 @@ pub enum LogStatus {
     Pending = 1,
     Committed = 2,
     Aborted = 3,
+    /// Still pending, and its transaction's commit is decided: written in the batch that makes
+    /// it irrevocable (the primaries' round of a two-phase install, or the coalescent one),
+    /// where a memory node can fail over. Recovery on a promoted backup, which cannot see
+    /// whether the failed primary got that batch, rolls forward only a decided entry.
+    Decided = 4,
 }
 
 impl LogStatus {
@@ -44,8 +49,14 @@ impl LogStatus {
             1 => LogStatus::Pending,
             2 => LogStatus::Committed,
             3 => LogStatus::Aborted,
+            4 => LogStatus::Decided,
             _ => return None,
         })
+    }
+
+    /// Whether the entry's transaction may still be in flight (recovery settles it).
+    pub fn open(self) -> bool {
+        matches!(self, LogStatus::Pending | LogStatus::Decided)
     }
 }
 

@@ -219,17 +219,22 @@ async fn settle_log(
         // some nodes only (or its coordinator, closing it on its way out) left it so, and
         // settling again is what that recovery did (the locks it judges by are released only
         // after every copy is closed), so the outcome reported is the same.
-        let mut pending = false;
+        // Decided on one node is decided (`LogStatus::Decided`: that batch was posted).
+        let (mut pending, mut decided) = (false, false);
         for r in reads {
             if let Ok(Some(e)) = LogEntry::decode(ep.bytes(r)) {
                 match &entry {
                     Some(x) if x.txn > e.txn => continue,
                     Some(x) if x.txn == e.txn => {}
-                    _ => pending = false,
+                    _ => (pending, decided) = (false, false),
                 }
-                pending |= e.status == LogStatus::Pending;
+                pending |= e.status.open();
+                decided |= e.status == LogStatus::Decided;
                 entry = Some(e);
             }
+        }
+        if let Some(e) = entry.as_mut().filter(|_| decided && pending) {
+            e.status = LogStatus::Decided;
         }
         // (CALVIN's redo log is judged whatever its status: `Protocol::judges_closed`.)
         let judged = |e: &&LogEntry| pending || protocol.judges_closed(e);

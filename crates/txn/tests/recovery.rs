@@ -771,8 +771,9 @@ fn recovery_never_lowers_a_records_restore_count() {
 fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
     // Its install, on the last backup alone (invisible with its id, as commits leave
     // backups).
-    let (outcome, records, t) =
-        promoted_after_a_dead_install(true, |t| vec![*t.replicas.last().unwrap()]);
+    let (outcome, records, t) = promoted_after_a_dead_install(LogStatus::Pending, true, |t| {
+        vec![*t.replicas.last().unwrap()]
+    });
     assert_eq!(outcome, Recovered::RolledBack(99));
     for (n, rec) in &records {
         let mut value = vec![0u8; 100];
@@ -791,7 +792,8 @@ fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
 #[test]
 fn recovery_in_a_new_view_leaves_a_whole_newer_record_on_a_promoted_primary() {
     // Its install on every replica, released (lock word 0 everywhere).
-    let (outcome, records, t) = promoted_after_a_dead_install(false, |t| t.replicas.clone());
+    let (outcome, records, t) =
+        promoted_after_a_dead_install(LogStatus::Pending, false, |t| t.replicas.clone());
     assert_ne!(outcome, Recovered::RolledBack(99));
     assert_eq!(records.len(), 2, "the live replicas");
     for (n, rec) in &records {
@@ -805,12 +807,40 @@ fn recovery_in_a_new_view_leaves_a_whole_newer_record_on_a_promoted_primary() {
     }
 }
 
+/// A dead coordinator's install on every live backup, its primary then failing: the promoted
+/// backup shows it whole, under the dead's id, and cannot show whether the failed primary got
+/// the commit's last batch (DrTM+H's primaries' round, after a re-validation that may have
+/// failed). Only an entry that says `Decided` (written in that batch) rolls forward; a pending
+/// one is rolled back: it was never acknowledged. (Judged by the replicas alone, a commit whose
+/// re-validation failed was rolled forward: write skew; found by a review.)
+#[test]
+fn on_a_promoted_backup_only_a_decided_entry_rolls_forward() {
+    let backups = |t: &TableInfo| t.backups().to_vec();
+    for (status, want_forward) in [(LogStatus::Pending, false), (LogStatus::Decided, true)] {
+        let (outcome, records, t) = promoted_after_a_dead_install(status, true, backups);
+        let forward = matches!(outcome, Recovered::RolledForward(_));
+        assert_eq!(forward, want_forward, "{status:?}: {outcome:?}");
+        let want = if want_forward {
+            (1, 0xEE)
+        } else {
+            (0, KEY as u8)
+        };
+        for (n, rec) in &records {
+            let mut value = vec![0u8; 100];
+            let h = t.codec().decode(rec, &mut value).unwrap();
+            assert_eq!((h.version, value[0]), want, "{status:?}, node {n}: {h:?}");
+        }
+    }
+}
+
 /// Three memory nodes, three replicas, the table whose primary is node 1: the dead
-/// coordinator logs `KEY` (pending, transaction 99), locks it on node 1 and installs it
-/// (version + 1, value 0xEE) on the replicas `on` picks, invisible under its id if `held`,
-/// released (lock word 0) if not; node 1 then fails for good, the view changes without it,
-/// and recovery runs in the new view. Its outcome, each live replica's record, the table.
+/// coordinator logs `KEY` (transaction 99, its entry saying `status`), locks it on node 1 and
+/// installs it (version + 1, value 0xEE) on the replicas `on` picks, invisible under its id
+/// if `held`, released (lock word 0) if not; node 1 then fails for good, the view changes
+/// without it, and recovery runs in the new view. Its outcome, each live replica's record, the
+/// table.
 fn promoted_after_a_dead_install(
+    status: LogStatus,
     held: bool,
     on: fn(&TableInfo) -> Vec<u16>,
 ) -> (Recovered, Vec<(u16, Vec<u8>)>, TableInfo) {
@@ -857,7 +887,8 @@ fn promoted_after_a_dead_install(
             let ep = c.endpoint();
             let (offset, image) = record_of(ep, &t, KEY).await;
             let owner = u64::from(DEAD) + 1;
-            let entry = pending_undo(DEAD, 99, b, offset, false, image.clone());
+            let mut entry = pending_undo(DEAD, 99, b, offset, false, image.clone());
+            entry.status = status;
             write_entry(ep, &map, &entry);
             let cas = ep.cas(t.primary(), offset, 0, owner);
             ep.post().await.unwrap();

@@ -1706,7 +1706,7 @@ pub(crate) fn pool_checks(
             for n in (0..plan.shape.memory_nodes).filter(|&n| !view.is_failed(n)) {
                 pool.with_local(n, |m| m.read(off, &mut buf));
                 if let Ok(Some(e)) = dtxn_store::log::LogEntry::decode(&buf) {
-                    let open = e.status == dtxn_store::log::LogStatus::Pending;
+                    let open = e.status.open();
                     newest = match newest {
                         Some((t, o, at)) if t == e.txn => Some((t, o || open, at)),
                         Some((t, o, at)) if t > e.txn => Some((t, o, at)),

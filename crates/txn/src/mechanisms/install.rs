@@ -10,6 +10,7 @@ use crate::mechanisms::validate::{changed, header_of};
 use crate::protocol::Protocol;
 use crate::stage::Stage;
 use crate::tx::Tx;
+use dtxn_store::log::LogStatus;
 use dtxn_store::record::{RecordHeader, SingleVersion, HEADER_BYTES};
 use dtxn_store::{PoolMap, TableInfo};
 
@@ -38,6 +39,9 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
     unlock_unwritten(tx, &map);
     P::before_install(tx);
     write_replicas(tx, &map, mode);
+    if mode == Install::Coalescent {
+        decide(tx);
+    }
     // DrTM+H: validate the read-only items again, now that every lock is held.
     let mut reads = std::mem::take(&mut tx.c.mech.reads);
     reads.clear();
@@ -73,11 +77,24 @@ pub(crate) async fn install<P: Protocol>(tx: &mut Tx<'_, P>, mode: Install) -> R
         return Ok(());
     }
     install_primaries(tx, &map);
+    decide(tx);
     if tx.c.ep.post().await.is_err() {
         roll_back(tx).await;
         return Err(fail);
     }
     Ok(())
+}
+
+/// With memory-node failover: the log entry says `Decided` in the batch that makes the commit
+/// irrevocable (the coalescent one; the primaries' round of a two-phase install, which comes
+/// after DrTM+H's re-validation). A dead coordinator's install found on a promoted backup,
+/// whose failed primary may or may not have got that batch, is rolled forward only if decided
+/// (`settle.rs`): else the re-validation it rode with may have failed, and an acknowledged
+/// commit always completed this batch.
+fn decide<P: Protocol>(tx: &mut Tx<'_, P>) {
+    if tx.c.failover {
+        super::undo::queue_status(tx, LogStatus::Decided);
+    }
 }
 
 /// Items locked for update but left unwritten are unlocked in the install's first batch:

@@ -7,7 +7,7 @@ use super::table;
 use crate::protocol::Protocol;
 use crate::stage::Stage;
 use crate::tx::Tx;
-use dtxn_store::log::{LogStatus, STATUS_OFF};
+use dtxn_store::log::LogStatus;
 
 /// Unlock and make visible, give back read shares, and close the log entry: posted
 /// detached, nobody waits. Unlocking is a WRITE of 0 by the holder (G8): the release stage's
@@ -43,15 +43,7 @@ pub(crate) fn release<P: Protocol>(tx: &mut Tx<'_, P>, status: LogStatus) {
             rpc::write(&mut tx.c.ep, via, n, addr, &zero);
         }
     }
-    if tx.undo.logged > 0 {
-        if let Some((slice, _)) = tx.c.log_slice {
-            let log = tx.c.via(Stage::Log);
-            let status = (status as u64).to_le_bytes();
-            for &n in &tx.undo.nodes {
-                rpc::write(&mut tx.c.ep, log, n, slice + STATUS_OFF, &status);
-            }
-        }
-    }
+    super::undo::queue_status(tx, status);
     // A memory node that is down loses nothing here: its replica is rebuilt on recovery.
     let _ = tx.c.ep.post_detached();
     for it in &mut tx.items {

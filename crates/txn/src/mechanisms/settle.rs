@@ -7,7 +7,7 @@ use crate::mechanisms::{holds, INVISIBLE};
 use crate::recovery::Recovered;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
-use dtxn_store::log::LogEntry;
+use dtxn_store::log::{LogEntry, LogStatus};
 use dtxn_store::record::{RecordHeader, META_OFF};
 use dtxn_store::PoolMap;
 
@@ -49,9 +49,18 @@ pub(crate) async fn settle(
     // closes it was cut off too). Judged foreign, the acknowledged commit was rolled back
     // (torture: ford/kv/seed 1000718).
     let installed_seen = ours.iter().any(|&i| seen.our_install[i]);
-    let committed = ours
-        .iter()
-        .all(|&i| seen.everywhere[i] && (!seen.foreign[i] || installed_seen));
+    // A promoted primary cannot show whether the failed one got the commit's last batch (a
+    // two-phase install's primaries' round, after DrTM+H's re-validation, which may have
+    // failed): there only an entry that says `Decided`, written in that batch, rolls forward
+    // (`install::decide`; an acknowledged commit completed it).
+    let undecided = e.status != LogStatus::Decided
+        && ours
+            .iter()
+            .any(|&i| map.table(e.items[i].table).is_ok_and(|t| map.lost_locks(t)));
+    let committed = !undecided
+        && ours
+            .iter()
+            .all(|&i| seen.everywhere[i] && (!seen.foreign[i] || installed_seen));
     if committed {
         // A joining replica may lack the install (a coordinator of an older view never wrote
         // it; or the crash cut its WRITE there), and the copier, which skips what is locked,

@@ -12,7 +12,7 @@ use crate::protocol::Protocol;
 use crate::stage::Stage;
 use crate::tx::Tx;
 use dtxn_fabric::NodeId;
-use dtxn_store::log::{encode_head, LogStatus, HEAD_BYTES};
+use dtxn_store::log::{encode_head, LogStatus, HEAD_BYTES, STATUS_OFF};
 
 /// A transaction's undo log so far.
 #[derive(Debug, Default)]
@@ -136,4 +136,19 @@ fn replica_nodes<P: Protocol>(tx: &Tx<'_, P>, nodes: &mut Vec<NodeId>) {
     }
     nodes.sort_unstable();
     nodes.dedup();
+}
+
+/// Queues the WRITE of `status` to every copy of the transaction's log entry, the log stage's
+/// way (nothing if it logged nothing).
+pub(crate) fn queue_status<P: Protocol>(tx: &mut Tx<'_, P>, status: LogStatus) {
+    if tx.undo.logged == 0 {
+        return;
+    }
+    if let Some((slice, _)) = tx.c.log_slice {
+        let via = tx.c.via(Stage::Log);
+        let status = (status as u64).to_le_bytes();
+        for &n in &tx.undo.nodes {
+            rpc::write(&mut tx.c.ep, via, n, slice + STATUS_OFF, &status);
+        }
+    }
 }
