@@ -165,6 +165,9 @@ fn a_give_back_flushes_the_nodes_still_up_before_its_cases() {
         // CASes back.
         assert_eq!(o.fabric.verb(OpKind::Flush), 2);
         assert_eq!(o.fabric.verb(OpKind::Cas), 4, "two locks, two given back");
+        // The lock batch, the FLUSHes awaited in a batch of their own (nothing orders a CAS
+        // after a FLUSH in its batch), the give-back.
+        assert_eq!(o.fabric.round_trips, 3);
         vec![reason(&r), lock_a_again(&mut c).await]
     });
     assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
