@@ -7,7 +7,9 @@
 //! ```text
 //! 0  txn id u64 | 8 status u64 (0 empty, 1 pending, 2 committed, 3 aborted)
 //! 16 coordinator u32 | 20 items u32 | 24 body bytes u32 | 28 body crc32 u32
-//! 32 tag u64 (the protocol's: CALVIN's redo log, the epoch it installs in) | 40..64 reserved
+//! 32 tag u64 (the protocol's: CALVIN's redo log, the epoch it installs in)
+//! 40 unwritten u64 (bit i: item i was logged, fetched for update, and its commit does not
+//!    write it; set in the commit's first install batch, outside the crc) | 48..64 reserved
 //! 64 body: per item
 //!      0 table u32 | 4 flags u32 | 8 offset u64 | 16 image bytes u32 | 20 reserved u32
 //!      24 image, padded to 8 bytes
@@ -23,6 +25,18 @@
 use crate::error::StoreError;
 
 pub const STATUS_OFF: u64 = 8;
+/// Where the unwritten-items word is in an entry's first line (see [`unwritten_of`]).
+pub const UNWRITTEN_OFF: u64 = 40;
+
+/// The unwritten-items word of the entry at the start of `slice` (0 if too short): bit `i`
+/// set, item `i` was logged (fetched for update) but its commit does not write it. Not
+/// covered by the crc: the commit sets it once it knows, and a new entry's head clears it.
+pub fn unwritten_of(slice: &[u8]) -> u64 {
+    let at = UNWRITTEN_OFF as usize;
+    slice
+        .get(at..at + 8)
+        .map_or(0, |w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+}
 /// Where the tag word is in an entry's first line.
 const TAG_OFF: usize = 32;
 const HEAD: usize = 64;

@@ -44,7 +44,7 @@ use crate::registry::Protocol;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::index::CHAIN_META_OFF;
-use dtxn_store::log::{LogEntry, LogStatus, STATUS_OFF};
+use dtxn_store::log::{unwritten_of, LogEntry, LogStatus, STATUS_OFF};
 use dtxn_store::record::META_OFF;
 use dtxn_store::{PoolMap, TableInfo};
 use std::ops::Range;
@@ -219,22 +219,33 @@ async fn settle_log(
         // some nodes only (or its coordinator, closing it on its way out) left it so, and
         // settling again is what that recovery did (the locks it judges by are released only
         // after every copy is closed), so the outcome reported is the same.
-        // Decided on one node is decided (`LogStatus::Decided`: that batch was posted).
-        let (mut pending, mut decided) = (false, false);
+        // Decided on one node is decided (`LogStatus::Decided`: that batch was posted), and an
+        // item marked unwritten on one is unwritten (the mark is a fact about the commit).
+        let (mut pending, mut decided, mut unwritten) = (false, false, 0u64);
         for r in reads {
             if let Ok(Some(e)) = LogEntry::decode(ep.bytes(r)) {
                 match &entry {
                     Some(x) if x.txn > e.txn => continue,
                     Some(x) if x.txn == e.txn => {}
-                    _ => (pending, decided) = (false, false),
+                    _ => (pending, decided, unwritten) = (false, false, 0),
                 }
                 pending |= e.status.open();
                 decided |= e.status == LogStatus::Decided;
+                unwritten |= unwritten_of(ep.bytes(r));
                 entry = Some(e);
             }
         }
         if let Some(e) = entry.as_mut().filter(|_| decided && pending) {
             e.status = LogStatus::Decided;
+        }
+        // Items the commit did not write (fetched for update, unlocked by its install) are
+        // not its to judge: their lock may be our next transaction's by now.
+        if let Some(e) = entry.as_mut() {
+            let mut k = 0;
+            e.items.retain(|_| {
+                k += 1;
+                k > 64 || unwritten & 1 << (k - 1) == 0
+            });
         }
         // (CALVIN's redo log is judged whatever its status: `Protocol::judges_closed`.)
         let judged = |e: &&LogEntry| pending || protocol.judges_closed(e);

@@ -10,7 +10,7 @@ use crate::mechanisms::validate::{changed, header_of};
 use crate::protocol::Protocol;
 use crate::stage::Stage;
 use crate::tx::Tx;
-use dtxn_store::log::LogStatus;
+use dtxn_store::log::{LogStatus, UNWRITTEN_OFF};
 use dtxn_store::record::{RecordHeader, SingleVersion, HEADER_BYTES};
 use dtxn_store::{PoolMap, TableInfo};
 
@@ -104,6 +104,12 @@ fn decide<P: Protocol>(tx: &mut Tx<'_, P>) {
 /// item never written from a write cut off on every replica, rolled the acknowledged commit
 /// back. Unlocked here, an acknowledged commit (its batches completed) has freed them, and a
 /// batch cut short was never acknowledged.
+///
+/// Unlocking is not enough: the coordinator's next transaction may lock such an item again
+/// before this one's release closes its log entry, and recovery, which knows a lock by its
+/// owner id, would take that lock for ours. So the same batch marks them in the entry's
+/// unwritten-items word (`dtxn_store::log::unwritten_of`; the first 64 logged items), and
+/// recovery leaves marked items out of its judgement: they were never to be written.
 fn unlock_unwritten<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
     let via = tx.c.via(Stage::Release);
     let owner = tx.c.owner;
@@ -119,6 +125,22 @@ fn unlock_unwritten<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
         it.locked = false;
         if let Some(v) = &tx.c.vcache {
             v.unlock(it.table, it.key, owner);
+        }
+    }
+    let unwritten = tx
+        .undo
+        .order
+        .iter()
+        .take(64)
+        .enumerate()
+        .filter(|&(_, &i)| !tx.items[i].written())
+        .fold(0u64, |m, (p, _)| m | 1 << p);
+    if let (true, Some((slice, _))) = (unwritten != 0, tx.c.log_slice) {
+        // The log's way: after the entry's own WRITEs on each node (in order on one QP).
+        let log = tx.c.via(Stage::Log);
+        for &n in &tx.undo.nodes {
+            let word = unwritten.to_le_bytes();
+            rpc::write(&mut tx.c.ep, log, n, slice + UNWRITTEN_OFF, &word);
         }
     }
 }

@@ -24,6 +24,8 @@ pub(crate) struct UndoLog {
     pub body: Vec<u8>,
     pub crc: crc32fast::Hasher,
     pub nodes: Vec<NodeId>,
+    /// The transaction's item index of each logged item, in the entry's order.
+    pub order: Vec<usize>,
 }
 
 impl UndoLog {
@@ -33,6 +35,7 @@ impl UndoLog {
         self.body.clear();
         self.crc = crc32fast::Hasher::new();
         self.nodes.clear();
+        self.order.clear();
     }
 }
 
@@ -60,7 +63,10 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
     };
     let old_len = tx.undo.body.len();
     let map = tx.c.map.clone();
-    for it in tx.items.iter_mut().filter(|i| logged(i) && !i.in_log) {
+    for (i, it) in tx.items.iter_mut().enumerate() {
+        if !logged(it) || it.in_log {
+            continue;
+        }
         let insert = it.new == NewValue::Insert;
         // For an insert, the free slot as it was (a tombstone keeps its key and version).
         // A record kept with older copies (MVCC's version slots): its copy 0 alone. A
@@ -74,6 +80,7 @@ pub(crate) async fn log_undo<P: Protocol>(tx: &mut Tx<'_, P>) -> Result<(), Abor
         dtxn_store::log::encode_item(it.table, offset, insert, image, &mut tx.undo.body);
         it.in_log = true;
         tx.undo.logged += 1;
+        tx.undo.order.push(i);
     }
     if (HEAD_BYTES + tx.undo.body.len()) as u64 > slice_bytes {
         return Err(abort(AbortReason::LogFull, &tx.items[first]));
