@@ -173,6 +173,26 @@ fn a_give_back_flushes_the_nodes_still_up_before_its_cases() {
     assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
 }
 
+/// The give-back keeps only the words the transaction holds through an earlier round: an
+/// insert's chain lock held from before does not make the failed batch's own locks "held"
+/// (a mutant that compared the chain lock with `!=` gave nothing back, and the batch's lock
+/// on node 0 stayed until a lease or recovery freed it).
+#[test]
+fn a_give_back_after_an_insert_still_frees_the_failed_batchs_locks() {
+    let out = with_crash(FordOptions::default(), |mut c| async move {
+        warm_then_crash(&mut c).await;
+        let mut tx = c.begin(TxKind::ReadWrite);
+        // A chain lock on node 0, held from this round on.
+        tx.insert(A, 500, &v(5)).await.unwrap();
+        let r = tx
+            .fetch(&[Access::update(A, 1), Access::update(B, 1)])
+            .await;
+        drop(tx);
+        vec![reason(&r), lock_a_again(&mut c).await]
+    });
+    assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
+}
+
 /// A give-back never frees an earlier attempt's lock: where our release of it has not landed
 /// (a detached WRITE, or an RPC, which no FLUSH orders), the word still holds that attempt's
 /// lock word, and the failed batch's CAS of ours (which lost to it) must not match it. Lock
