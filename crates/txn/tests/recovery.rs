@@ -771,9 +771,8 @@ fn recovery_never_lowers_a_records_restore_count() {
 fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
     // Its install, on the last backup alone (invisible with its id, as commits leave
     // backups).
-    let (outcome, records, t) = promoted_after_a_dead_install(LogStatus::Pending, true, |t| {
-        vec![*t.replicas.last().unwrap()]
-    });
+    let last = |t: &TableInfo| vec![*t.replicas.last().unwrap()];
+    let (outcome, records, t) = promoted_after_a_dead_install(LogStatus::Pending, true, last, None);
     assert_eq!(outcome, Recovered::RolledBack(99));
     for (n, rec) in &records {
         let mut value = vec![0u8; 100];
@@ -793,7 +792,7 @@ fn recovery_in_a_new_view_rolls_back_an_install_left_on_another_backup() {
 fn recovery_in_a_new_view_leaves_a_whole_newer_record_on_a_promoted_primary() {
     // Its install on every replica, released (lock word 0 everywhere).
     let (outcome, records, t) =
-        promoted_after_a_dead_install(LogStatus::Pending, false, |t| t.replicas.clone());
+        promoted_after_a_dead_install(LogStatus::Pending, false, |t| t.replicas.clone(), None);
     assert_ne!(outcome, Recovered::RolledBack(99));
     assert_eq!(records.len(), 2, "the live replicas");
     for (n, rec) in &records {
@@ -817,7 +816,7 @@ fn recovery_in_a_new_view_leaves_a_whole_newer_record_on_a_promoted_primary() {
 fn on_a_promoted_backup_only_a_decided_entry_rolls_forward() {
     let backups = |t: &TableInfo| t.backups().to_vec();
     for (status, want_forward) in [(LogStatus::Pending, false), (LogStatus::Decided, true)] {
-        let (outcome, records, t) = promoted_after_a_dead_install(status, true, backups);
+        let (outcome, records, t) = promoted_after_a_dead_install(status, true, backups, None);
         let forward = matches!(outcome, Recovered::RolledForward(_));
         assert_eq!(forward, want_forward, "{status:?}: {outcome:?}");
         let want = if want_forward {
@@ -842,111 +841,30 @@ fn on_a_promoted_backup_only_a_decided_entry_rolls_forward() {
 #[test]
 fn an_item_marked_unwritten_is_left_out_of_recovery() {
     for mark in [false, true] {
-        let (outcome, value) = promoted_with_an_unwritten_item(mark);
+        let all = |t: &TableInfo| t.replicas.clone();
+        let (outcome, records, t) =
+            promoted_after_a_dead_install(LogStatus::Decided, true, all, Some(mark));
+        let mut v = vec![0u8; 100];
+        t.codec().decode(&records[0].1, &mut v).unwrap();
+        let value = v[0];
         let forward = matches!(outcome, Recovered::RolledForward(_));
         assert_eq!(forward, mark, "marked {mark}: {outcome:?}");
         assert_eq!(value, if mark { 0xEE } else { KEY as u8 }, "marked {mark}");
     }
 }
 
-/// [`an_item_marked_unwritten_is_left_out_of_recovery`]'s run: its outcome and KEY's value.
-fn promoted_with_an_unwritten_item(mark: bool) -> (Recovered, u8) {
-    use dtxn_fabric::sim::MemoryCrash;
-    const FAIL_NS: u64 = 1_000_000;
-    let shape = PoolShape {
-        memory_nodes: 3,
-        replicas: 3,
-        log_slices: 4,
-        log_slice_bytes: 4096,
-        region_bytes: None,
-    };
-    let specs = [
-        TableSpec::new(T, "a", 100, 100),
-        TableSpec::new(T + 1, "b", 100, 100),
-    ];
-    let plan = Plan::new(&specs, &shape).unwrap();
-    let b = [T, T + 1]
-        .into_iter()
-        .find(|&id| plan.table(id).unwrap().primary() == 1)
-        .expect("a table on node 1");
-    let mut cfg = SimConfig::new(1, 3, plan.region_bytes);
-    cfg.profile = Profile::ideal();
-    cfg.adversary = Adversary::off();
-    cfg.faults.memory_crashes = vec![MemoryCrash {
-        at_ns: FAIL_NS,
-        node: 1,
-        down_ns: MemoryCrash::FOREVER,
-    }];
-    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
-    plan.format_pool(&pool).unwrap();
-    let mut l = Loader::new(plan.table(b).unwrap());
-    for k in 0..20u64 {
-        l.insert(&pool, k, &[k as u8; 100]).unwrap();
-    }
-    common::with_coordinator(pool, TxnConfig::default(), move |mut c| async move {
-        let map = PoolMap::bootstrap(c.endpoint()).await.unwrap();
-        let t = map.table(b).unwrap().clone();
-        let ep = c.endpoint();
-        let (offset, image) = record_of(ep, &t, KEY).await;
-        let (other, other_image) = record_of(ep, &t, KEY + 1).await;
-        let owner = u64::from(DEAD) + 1;
-        let mut entry = pending_undo(DEAD, 99, b, offset, false, image.clone());
-        entry.items.push(LogItem {
-            table: b,
-            offset: other,
-            insert: false,
-            kind: ItemKind::Undo,
-            image: other_image,
-        });
-        entry.status = LogStatus::Decided;
-        write_entry(ep, &map, &entry);
-        if mark {
-            let (slice, _) = map.log_slice(DEAD).unwrap();
-            for n in map.live_nodes() {
-                let at = slice + dtxn_store::log::UNWRITTEN_OFF;
-                ep.write(n, at, &0b10u64.to_le_bytes());
-            }
-        }
-        // Its install of KEY on every replica, invisible under its id.
-        let mut h = t.codec().header(&image);
-        h.version += 1;
-        h.lock = owner | (1 << 63);
-        let mut install = vec![0u8; t.record_bytes as usize];
-        t.codec().encode(&h, &[0xEE; 100], &mut install);
-        for &n in &t.replicas {
-            ep.write(n, offset, &install);
-        }
-        ep.post().await.unwrap();
-        // Node 1 fails; the view changes without it.
-        let now = ep.now_ns();
-        ep.sleep(2 * FAIL_NS - now.min(FAIL_NS)).await;
-        let next = View::default().without(&[1]).unwrap();
-        let cas = dtxn_txn::membership::change_view(ep, View::default(), next);
-        ep.post().await.unwrap();
-        assert!(ep.cas_ok(cas));
-        let map = PoolMap::bootstrap(ep).await.unwrap();
-        let t = map.table(b).unwrap().clone();
-        let mut r = recovery::recover_all_in_views(ep, &map, Protocol::Ford, &[(DEAD, true)])
-            .await
-            .unwrap();
-        let (outcome, _) = r.pop().unwrap();
-        let (_, rec) = record_of(ep, &t, KEY).await;
-        let mut v = vec![0u8; 100];
-        t.codec().decode(&rec, &mut v).unwrap();
-        (outcome, v[0])
-    })
-}
-
 /// Three memory nodes, three replicas, the table whose primary is node 1: the dead
 /// coordinator logs `KEY` (transaction 99, its entry saying `status`), locks it on node 1 and
 /// installs it (version + 1, value 0xEE) on the replicas `on` picks, invisible under its id
-/// if `held`, released (lock word 0) if not; node 1 then fails for good, the view changes
-/// without it, and recovery runs in the new view. Its outcome, each live replica's record, the
-/// table.
+/// if `held`, released (lock word 0) if not; with `unwritten`, the entry logs KEY + 1 too,
+/// never written, marked so in the entry's unwritten-items word if `Some(true)`; node 1 then
+/// fails for good, the view changes without it, and recovery runs in the new view. Its
+/// outcome, each live replica's record of KEY (the primary's first), the table.
 fn promoted_after_a_dead_install(
     status: LogStatus,
     held: bool,
     on: fn(&TableInfo) -> Vec<u16>,
+    unwritten: Option<bool>,
 ) -> (Recovered, Vec<(u16, Vec<u8>)>, TableInfo) {
     use dtxn_fabric::sim::MemoryCrash;
     const FAIL_NS: u64 = 1_000_000;
@@ -993,7 +911,24 @@ fn promoted_after_a_dead_install(
             let owner = u64::from(DEAD) + 1;
             let mut entry = pending_undo(DEAD, 99, b, offset, false, image.clone());
             entry.status = status;
+            if unwritten.is_some() {
+                let (other, other_image) = record_of(ep, &t, KEY + 1).await;
+                entry.items.push(LogItem {
+                    table: b,
+                    offset: other,
+                    insert: false,
+                    kind: ItemKind::Undo,
+                    image: other_image,
+                });
+            }
             write_entry(ep, &map, &entry);
+            if unwritten == Some(true) {
+                let (slice, _) = map.log_slice(DEAD).unwrap();
+                for n in map.live_nodes() {
+                    let at = slice + dtxn_store::log::UNWRITTEN_OFF;
+                    ep.write(n, at, &0b10u64.to_le_bytes());
+                }
+            }
             let cas = ep.cas(t.primary(), offset, 0, owner);
             ep.post().await.unwrap();
             assert!(ep.cas_ok(cas));

@@ -135,13 +135,8 @@ fn unlock_unwritten<P: Protocol>(tx: &mut Tx<'_, P>, map: &PoolMap) {
         .enumerate()
         .filter(|&(_, &i)| !tx.items[i].written())
         .fold(0u64, |m, (p, _)| m | 1 << p);
-    if let (true, Some((slice, _))) = (unwritten != 0, tx.c.log_slice) {
-        // The log's way: after the entry's own WRITEs on each node (in order on one QP).
-        let log = tx.c.via(Stage::Log);
-        for &n in &tx.undo.nodes {
-            let word = unwritten.to_le_bytes();
-            rpc::write(&mut tx.c.ep, log, n, slice + UNWRITTEN_OFF, &word);
-        }
+    if unwritten != 0 {
+        super::undo::queue_head_word(tx, UNWRITTEN_OFF, unwritten);
     }
 }
 

@@ -148,14 +148,20 @@ fn replica_nodes<P: Protocol>(tx: &Tx<'_, P>, nodes: &mut Vec<NodeId>) {
 /// Queues the WRITE of `status` to every copy of the transaction's log entry, the log stage's
 /// way (nothing if it logged nothing).
 pub(crate) fn queue_status<P: Protocol>(tx: &mut Tx<'_, P>, status: LogStatus) {
+    queue_head_word(tx, STATUS_OFF, status as u64);
+}
+
+/// Queues the WRITE of `word` at `off` of the entry's first line (outside its crc) to every
+/// copy of the entry, the log stage's way: after the entry's own WRITEs on each node (in
+/// order on one QP). Nothing if the transaction logged nothing.
+pub(crate) fn queue_head_word<P: Protocol>(tx: &mut Tx<'_, P>, off: u64, word: u64) {
     if tx.undo.logged == 0 {
         return;
     }
     if let Some((slice, _)) = tx.c.log_slice {
         let via = tx.c.via(Stage::Log);
-        let status = (status as u64).to_le_bytes();
         for &n in &tx.undo.nodes {
-            rpc::write(&mut tx.c.ep, via, n, slice + STATUS_OFF, &status);
+            rpc::write(&mut tx.c.ep, via, n, slice + off, &word.to_le_bytes());
         }
     }
 }

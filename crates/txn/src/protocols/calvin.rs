@@ -152,8 +152,8 @@ use crate::tx::Tx;
 use crate::txn::TxKind;
 use dtxn_check::history;
 use dtxn_fabric::{Endpoint, FabricError, NodeId, OpId};
+use dtxn_store::log::HEAD_BYTES;
 use dtxn_store::log::{encode_head, encode_item_as, set_tag, ItemKind, LogEntry, LogStatus};
-use dtxn_store::log::{HEAD_BYTES, STATUS_OFF};
 use dtxn_store::PoolMap;
 use dtxn_store::RecordFormat;
 
@@ -1141,16 +1141,7 @@ fn log_redo(
 
 /// Closes the undo log entry (inserts), detached.
 fn close_log(tx: &mut Tx<'_, Calvin>, status: LogStatus) {
-    if tx.undo.logged == 0 {
-        return;
-    }
-    if let Some((slice, _)) = tx.c.log_slice {
-        let log = tx.c.via(Stage::Log);
-        let status = (status as u64).to_le_bytes();
-        for &n in &tx.undo.nodes {
-            rpc::write(&mut tx.c.ep, log, n, slice + STATUS_OFF, &status);
-        }
-    }
+    crate::mechanisms::undo::queue_status(tx, status);
 }
 
 /// The transaction is over: its successors may go.
