@@ -252,6 +252,14 @@ impl Coordinator {
         &self.core.last_breakdown
     }
 
+    /// The id of the transaction begun last (what its log entry and its history record
+    /// carry), if any: the one in flight, when this coordinator stopped in one. A recovery
+    /// that rolls forward another id settled an earlier, acknowledged transaction whose log
+    /// entry's close was cut off.
+    pub fn last_begun(&self) -> Option<u64> {
+        (self.next_seq > 0).then_some((self.core.owner << 40) | (self.next_seq & ((1 << 40) - 1)))
+    }
+
     /// The outcome of the last finished transaction.
     pub fn last_outcome(&self) -> Option<TxnOutcome> {
         self.core.last
@@ -287,7 +295,7 @@ impl Coordinator {
     pub fn begin(&mut self, kind: TxKind) -> Txn<'_> {
         self.next_seq += 1;
         self.core.retry = std::mem::take(&mut self.core.retry_next);
-        let id = (self.core.owner << 40) | (self.next_seq & ((1 << 40) - 1));
+        let id = self.last_begun().expect("one begun");
         if let Some(j) = &mut self.core.journal {
             j.begin();
         }

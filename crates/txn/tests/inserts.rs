@@ -64,7 +64,7 @@ fn inserts_deletes_and_absent_reads_are_serializable() {
                 async move {
                     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
                     let mut c = Coordinator::new(ep, map, cfg);
-                    c.set_recorder(Box::new(Collect(history)));
+                    c.set_recorder(Box::new(Collect(history.clone())));
                     let mut exists_aborts = 0;
                     for n in 0..50u64 {
                         let key = c.endpoint().rng().random_range(0..KEYS);
@@ -128,6 +128,12 @@ fn inserts_deletes_and_absent_reads_are_serializable() {
                             }
                         }
                         .await;
+                        // What a crashed or fenced coordinator's caller knows of its
+                        // transaction in flight is this id: the history's (and the log's).
+                        if r.is_ok() {
+                            let id = c.last_begun().expect("one begun");
+                            assert!(history.borrow().iter().any(|t| t.txn == id));
+                        }
                         if let Err(a) = r {
                             assert_ne!(a.reason, AbortReason::BadRequest, "{a}");
                             exists_aborts += u32::from(a.reason == AbortReason::Exists);

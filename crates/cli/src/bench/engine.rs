@@ -279,6 +279,9 @@ pub struct RunOutput<T> {
     pub crashed: Vec<u32>,
     /// With leases: the coordinators that lost theirs and stopped (fenced), like crashed ones.
     pub fenced: Vec<u32>,
+    /// Per coordinator, the id of the transaction it stopped in, when fenced: the only one
+    /// whose staged changes a roll forward by recovery may add to its tally.
+    pub in_flight: Vec<Option<u64>>,
     /// The longest flight of an op in the run (what a lease's guard must exceed): on `sim`
     /// the simulator's; elsewhere, with leases, the endpoints' measure (from the lease
     /// gate's clock read to the observed completion).
@@ -296,6 +299,8 @@ struct CoordOut<T> {
     collector: Option<Collector>,
     /// It lost its lease and stopped: its transaction in flight is recovery's.
     fenced: bool,
+    /// Stopped: the id of its transaction in flight ([`CoordEnd::in_flight`]).
+    in_flight: Option<u64>,
     /// Its endpoint's longest measured flight (with a lease).
     max_flight_ns: u64,
 }
@@ -394,7 +399,7 @@ async fn coordinator<W: Workload>(
     sh: &Arc<Shared>,
     sink: Rc<RefCell<Collector>>,
     tally: Rc<RefCell<W::Tally>>,
-) -> Result<(u64, bool, u64), String> {
+) -> Result<CoordEnd, String> {
     let index = ep.id().index;
     ep.time_fabric(sh.fabric_time);
     ep.fence_on_node_down(sh.fence_on_node_down);
@@ -613,7 +618,25 @@ async fn coordinator<W: Workload>(
             fenced = serve(s.drain(c.endpoint()).await)?;
         }
     }
-    Ok((all, fenced, c.endpoint().max_flight_ns()))
+    Ok(CoordEnd {
+        all,
+        // The transaction it stopped in (or the last it finished, if it stopped between two).
+        in_flight: if fenced { c.last_begun() } else { None },
+        fenced,
+        max_flight_ns: c.endpoint().max_flight_ns(),
+    })
+}
+
+/// How a coordinator's run ended.
+struct CoordEnd {
+    /// Attempts, warm-up included.
+    all: u64,
+    /// It lost its lease (or a memory node) and stopped: its transaction in flight is
+    /// recovery's.
+    fenced: bool,
+    /// Stopped: the id of the transaction begun last, whose changes its tally holds staged.
+    in_flight: Option<u64>,
+    max_flight_ns: u64,
 }
 
 /// Appends to a list the coordinators share (a coordinator that panicked holding it left
@@ -765,11 +788,12 @@ pub fn run<W: Workload>(
                 async move {
                     coordinator(ep, &*w, cfg, &sh, sink, tally)
                         .await
-                        .map(|(all, fenced, _)| CoordOut {
+                        .map(|e| CoordOut {
                             tally: None,
-                            attempts_all: all,
+                            attempts_all: e.all,
                             collector: None,
-                            fenced,
+                            fenced: e.fenced,
+                            in_flight: e.in_flight,
                             max_flight_ns: 0,
                         })
                 }
@@ -786,6 +810,7 @@ pub fn run<W: Workload>(
                             attempts_all: 0,
                             collector: None,
                             fenced: false,
+                            in_flight: None,
                             max_flight_ns: 0,
                         }));
                     }
@@ -822,12 +847,13 @@ pub fn run<W: Workload>(
                     let tally = Rc::try_unwrap(tally)
                         .map_err(|_| "a coordinator's tally outlived it".to_string())?
                         .into_inner();
-                    out.map(|(all, fenced, max_flight_ns)| CoordOut {
+                    out.map(|e| CoordOut {
                         tally: Some(tally),
-                        attempts_all: all,
+                        attempts_all: e.all,
                         collector: Some(collector),
-                        fenced,
-                        max_flight_ns,
+                        fenced: e.fenced,
+                        in_flight: e.in_flight,
+                        max_flight_ns: e.max_flight_ns,
                     })
                 }
             })?;
@@ -840,10 +866,12 @@ pub fn run<W: Workload>(
     let mut tallies = Vec::with_capacity(outs.len());
     let mut attempts_all = 0;
     let mut fenced = Vec::new();
+    let mut in_flight = Vec::with_capacity(outs.len());
     for (i, o) in outs.into_iter().enumerate() {
         if o.fenced {
             fenced.push(i as u32);
         }
+        in_flight.push(o.in_flight);
         max_flight_ns = max_flight_ns.max(o.max_flight_ns);
         if let Some(c) = &o.collector {
             collector.merge(c);
@@ -863,6 +891,7 @@ pub fn run<W: Workload>(
         trace_hash,
         crashed,
         fenced,
+        in_flight,
         max_flight_ns,
         mn_nic_busy,
     })

@@ -1156,11 +1156,11 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         };
         for (&i, (outcome, locks)) in local.iter().zip(&settled) {
             r.locks_released += u64::from(*locks);
+            if commits_in_flight(outcome, out.in_flight[i as usize]) {
+                w.count_in_flight(&mut out.tallies[i as usize]);
+            }
             match outcome {
-                Recovered::RolledForward(_) => {
-                    r.rolled_forward += 1;
-                    w.count_in_flight(&mut out.tallies[i as usize]);
-                }
+                Recovered::RolledForward(_) => r.rolled_forward += 1,
                 Recovered::RolledBack(_) => r.rolled_back += 1,
                 Recovered::Nothing => {}
             }
@@ -1172,7 +1172,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         let r = r?;
         host_after_run = r.len() as u32;
         for (d, (outcome, _)) in r {
-            if let dtxn_txn::recovery::Recovered::RolledForward(_) = outcome {
+            if commits_in_flight(&outcome, out.in_flight[d as usize]) {
                 w.count_in_flight(&mut out.tallies[d as usize]);
             }
         }
@@ -1230,12 +1230,12 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         let per_node = topo.threads * topo.coroutines;
         let first = a.backend.compute_node * per_node;
         for e in &online {
-            if let dtxn_txn::recovery::Recovered::RolledForward(_) = &e.outcome {
-                if let Some(t) = e
-                    .coordinator
-                    .checked_sub(first)
-                    .and_then(|i| out.tallies.get_mut(i as usize))
-                {
+            let Some(i) = e.coordinator.checked_sub(first).map(|i| i as usize) else {
+                continue;
+            };
+            let in_flight = out.in_flight.get(i).copied().flatten();
+            if commits_in_flight(&e.outcome, in_flight) {
+                if let Some(t) = out.tallies.get_mut(i) {
                     w.count_in_flight(t);
                 }
             }
@@ -1662,6 +1662,18 @@ fn online_report(
         .iter()
         .map(|e| u64::from(e.locks_released))
         .sum::<u64>();
+}
+
+/// Whether recovery's `outcome`, for a coordinator of this process that stopped (fenced) in
+/// transaction `in_flight`, commits what that transaction staged in its tally: only a roll
+/// forward of that very transaction does. The stop can also cut off the close of an earlier
+/// transaction's log entry, one already acknowledged and counted (its release and close are
+/// posted after its commit returns, and the next transaction stages its changes before it
+/// logs): recovery may roll that one forward, and counting the next one's staged changes
+/// then would add a transaction that never committed. (On `sim` the history, which holds
+/// every acknowledged transaction, tells them apart instead.)
+fn commits_in_flight(outcome: &dtxn_txn::recovery::Recovered, in_flight: Option<u64>) -> bool {
+    matches!(outcome, dtxn_txn::recovery::Recovered::RolledForward(t) if Some(t.txn) == in_flight)
 }
 
 /// After a `--faults` run (its liveness phase over): no log slice pending (protocols whose
@@ -2209,6 +2221,36 @@ mod tests {
             "{:?}",
             r.checks
         );
+    }
+}
+
+#[cfg(test)]
+mod in_flight {
+    use super::commits_in_flight;
+    use dtxn_txn::recovery::Recovered;
+
+    fn forward(txn: u64) -> Recovered {
+        Recovered::RolledForward(dtxn_check::Txn {
+            txn,
+            session: 0,
+            status: dtxn_check::Status::Committed,
+            start: 0,
+            end: 1,
+            reads: Vec::new(),
+            writes: Vec::new(),
+        })
+    }
+
+    /// A coordinator stopped in its transaction 8 (staged, not logged) after transaction 7's
+    /// commit returned and before 7's log entry was closed: recovery rolls 7 forward, and 8's
+    /// staged changes must not be counted as committed (7's already were).
+    #[test]
+    fn only_a_roll_forward_of_the_transaction_in_flight_counts_its_staged_changes() {
+        assert!(commits_in_flight(&forward(8), Some(8)));
+        assert!(!commits_in_flight(&forward(7), Some(8)));
+        assert!(!commits_in_flight(&forward(8), None));
+        assert!(!commits_in_flight(&Recovered::RolledBack(8), Some(8)));
+        assert!(!commits_in_flight(&Recovered::Nothing, Some(8)));
     }
 }
 
