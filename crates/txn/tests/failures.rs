@@ -509,3 +509,55 @@ fn an_install_cut_short_by_a_replica_failure_is_rolled_back_one_restore_up() {
     );
     assert!(restores.iter().all(|&r| r <= 1), "{restores:?}");
 }
+
+/// The give-back keeps a word only if an item holds the lock at that address *on that node*:
+/// a record locked on another node at the same offset does not count (tables' slots of
+/// different nodes share offsets). A mutant that compared the item's primary with `!=` kept
+/// the failed batch's lock on node 0 because a record of node 1 was locked at its offset.
+#[test]
+fn a_give_back_frees_a_lock_whose_offset_we_hold_on_another_node() {
+    let plan = plan();
+    let (a, b) = (plan.table(A).unwrap(), plan.table(B).unwrap());
+    // B's key 1, alone in its home bucket (slot 0) on node 1; the slot of node 0 at the same
+    // offset is slot 1 of one of A's buckets: A's second key in it lands there.
+    let target = b.slot(b.home_bucket(1), 0);
+    assert!((0..10).all(|k| k == 1 || b.home_bucket(k) != b.home_bucket(1)));
+    let bucket = (0..a.bucket_count)
+        .map(|i| a.bucket(i))
+        .find(|&bk| a.slot(bk, 1) == target)
+        .expect("A's slot at B's key 1's offset");
+    assert!((0..10).all(|k| a.home_bucket(k) != bucket));
+    let mut keys = (10..).filter(|&k| a.home_bucket(k) == bucket);
+    let (j1, j2) = (keys.next().unwrap(), keys.next().unwrap());
+    let out = with_crash(FordOptions::default(), move |mut c| async move {
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.insert(A, j1, &v(1)).await.unwrap();
+        tx.commit().await.unwrap();
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.insert(A, j2, &v(2)).await.unwrap();
+        tx.commit().await.unwrap();
+        assert_eq!(slot_of(&mut c, A, j2).await, target);
+        let mut tx = c.begin(TxKind::ReadOnly);
+        tx.fetch(&[Access::read(A, j2), Access::read(B, 1), Access::read(B, 2)])
+            .await
+            .unwrap();
+        tx.commit().await.unwrap();
+        // B's key 1 locked on node 1 at `target`, before node 1 goes down ...
+        let mut tx = c.begin(TxKind::ReadWrite);
+        tx.read_for_update(B, 1).await.unwrap();
+        let now = tx.endpoint().now_ns();
+        tx.endpoint().sleep(2 * CRASH_NS - now.min(CRASH_NS)).await;
+        // ... then a batch locking A's key at `target` on node 0 fails on node 1.
+        let r = tx
+            .fetch(&[Access::update(A, j2), Access::update(B, 2)])
+            .await;
+        drop(tx);
+        let mut again = c.begin(TxKind::ReadWrite);
+        let r2 = again.read_for_update(A, j2).await.map(|_| ());
+        if r2.is_ok() {
+            again.rollback().await;
+        }
+        vec![reason(&r), reason(&r2)]
+    });
+    assert_eq!(out, [Some(AbortReason::ReplicaFailure), None]);
+}
