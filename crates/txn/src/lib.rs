@@ -13,6 +13,7 @@ pub mod attach;
 mod breakdown;
 mod clock;
 mod config;
+pub mod control;
 mod coord;
 pub mod failover;
 mod item;

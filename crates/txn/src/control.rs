@@ -1,0 +1,269 @@
+//! A control word replicated over a **chain** of memory nodes, with one-sided verbs alone
+//! (issue #23: surviving memory node 0; the design is `docs/src/control-chain.md`).
+//!
+//! The pool's control words (the view, the recovery service's leader word, the recovered
+//! marks, the claim word) live on memory node 0 alone today, so its failure stops the pool
+//! even where every table has a live replica. This module is the register they move to: one
+//! copy of the word on each **member** of a chain (the first memory nodes, head first), in
+//! the fail-stop model the pool already assumes for data replicas (a failed node never
+//! answers again on any connection, and every coordinator learns it from a failed verb).
+//!
+//! **Words are tagged.** The caller's encoding gives every word a tag, and each write raises it
+//! by one ([`cas`] refuses a new word whose tag is not its expected word's plus one), with the
+//! writer's identity in the word, so that no two writes make the same word.
+//!
+//! **A write** CASes the head from the expected word to the new one, then each later member
+//! in chain order, one round trip each. **A read** READs every member in one batch and returns
+//! the **tail**'s word: the *committed* one. A member behind its predecessor (a write still
+//! travelling, or one whose writer crashed half-way) is **helped**: the reader CASes it from
+//! what it read there to what it read at the predecessor, in chain order, before it answers.
+//!
+//! **Invariant** (over the live members, in chain order): (a) a member's tag only rises (every
+//! CAS is from an exact word it read, to a higher tag); (b) every word a later member ever
+//! holds is one an earlier member held (words are made only at the head; a helper copies a
+//! word read at a predecessor; a writer copies its own, already at the head; a member that
+//! dies leaves its successor with its predecessor's history); (c) no two live members hold
+//! different words with one tag (two writes from the same word meet at one head, where one CAS
+//! wins; a word left at a head that died reaches a later member only while that member still
+//! holds the expected word, before a new head's write could land there).
+//!
+//! Hence: the committed word only moves forward, whatever dies (the next tail held everything
+//! the last one did); a write that reached the tail is seen by every later read; and a write
+//! expects the committed word, so two writes never both commit from one word (the leader
+//! word's mutual exclusion).
+//!
+//! **A write's outcome** ([`Write`]): `Done` (it reached the tail, or a member past the head
+//! shows a later write while the head that took ours is still up: every write after ours went
+//! through that head, from ours), `Lost` (another write from the same word won), or `Unknown`
+//! (the head that took ours died before ours was seen past it, and a later member shows a
+//! later write: ours may or may not have committed first). Callers resolve `Unknown` from the
+//! committed word, which names its writer.
+
+use dtxn_fabric::{Endpoint, FabricError, NodeId};
+
+/// A word's tag, in the caller's encoding (a view word's number; a leader word's sequence).
+pub type TagOf = fn(u64) -> u64;
+
+/// The chain's members still up, as this coordinator knows them, head first. A member found
+/// down is dropped for good (fail-stop).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    members: Vec<NodeId>,
+}
+
+impl Chain {
+    /// The chain over `members`, head first (at least one; no repeats).
+    pub fn new(members: Vec<NodeId>) -> Result<Chain, ControlError> {
+        if members.is_empty() {
+            return Err(ControlError::Empty);
+        }
+        if let Some(&n) = members
+            .iter()
+            .enumerate()
+            .find(|&(i, n)| members[..i].contains(n))
+            .map(|(_, n)| n)
+        {
+            return Err(ControlError::Repeated(n));
+        }
+        Ok(Chain { members })
+    }
+
+    pub fn members(&self) -> &[NodeId] {
+        &self.members
+    }
+
+    /// Drops a member found down. `Err` if it was the last one: the word is lost.
+    fn drop_member(&mut self, n: NodeId) -> Result<(), ControlError> {
+        self.members.retain(|&m| m != n);
+        match self.members.is_empty() {
+            true => Err(ControlError::AllDown(n)),
+            false => Ok(()),
+        }
+    }
+}
+
+/// What a [`cas`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    /// Committed: every later read returns it or a later word.
+    Done,
+    /// Another write from the same word won: ours never commits.
+    Lost,
+    /// Ours may or may not have committed before a later write (see the module doc).
+    Unknown,
+}
+
+/// What the chain counted (for tests and reports).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Members behind their predecessor, CASed forward by a read.
+    pub helped: u64,
+    /// Members dropped, found down.
+    pub dropped: u64,
+    /// Reads started again (a member moved between the READ and the help's CAS).
+    pub reread: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("a control chain needs at least one member")]
+    Empty,
+    #[error("memory node {0} is named twice in the control chain")]
+    Repeated(NodeId),
+    #[error("every member of the control chain is down (the last: memory node {0}): the pool's control words are lost")]
+    AllDown(NodeId),
+    #[error("a control write must raise its word's tag by one ({expect_tag} to {new_tag} asked)")]
+    BadTag { expect_tag: u64, new_tag: u64 },
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
+}
+
+/// How many times a read starts again before it answers with the tail's word as last read
+/// (committed all the same; only the help is given up). Writers that keep moving the word can
+/// otherwise hold a reader for ever.
+const MAX_REREADS: u32 = 16;
+
+/// Reads the committed word at `off`: READs every member, helps those behind their
+/// predecessor forward, and returns the tail's word.
+pub async fn read(
+    ep: &mut Endpoint,
+    chain: &mut Chain,
+    off: u64,
+    tag: TagOf,
+    counts: &mut Counts,
+) -> Result<u64, ControlError> {
+    let mut rereads = 0;
+    'read: loop {
+        let ops: Vec<_> = chain.members.iter().map(|&n| ep.read(n, off, 8)).collect();
+        if let Err(e) = ep.post().await {
+            down(chain, e, counts)?;
+            continue;
+        }
+        let mut words: Vec<u64> = ops.iter().map(|&op| ep.word(op, 0)).collect();
+        if rereads < MAX_REREADS {
+            for i in 1..words.len() {
+                if tag(words[i]) >= tag(words[i - 1]) {
+                    continue;
+                }
+                let n = chain.members[i];
+                let op = ep.cas(n, off, words[i], words[i - 1]);
+                if let Err(e) = ep.post().await {
+                    down(chain, e, counts)?;
+                    continue 'read;
+                }
+                if !ep.cas_ok(op) {
+                    counts.reread += 1;
+                    rereads += 1;
+                    continue 'read;
+                }
+                counts.helped += 1;
+                words[i] = words[i - 1];
+            }
+        }
+        return Ok(*words.last().expect("a member"));
+    }
+}
+
+/// Writes `new` over `expect` (a committed word, from [`read`]): CAS at the head, then down
+/// the chain in order. `new`'s tag must be `expect`'s plus one.
+pub async fn cas(
+    ep: &mut Endpoint,
+    chain: &mut Chain,
+    off: u64,
+    expect: u64,
+    new: u64,
+    tag: TagOf,
+    counts: &mut Counts,
+) -> Result<Write, ControlError> {
+    if tag(new) != tag(expect) + 1 {
+        return Err(ControlError::BadTag {
+            expect_tag: tag(expect),
+            new_tag: tag(new),
+        });
+    }
+    // The head: where our word is made. A head found down may have taken it (a failed verb's
+    // effect is unknown) and a reader may have carried it on from there: ours is then found
+    // at the next head, as a success.
+    let mut maybe_taken = false;
+    let head = loop {
+        let head = chain.members[0];
+        let op = ep.cas(head, off, expect, new);
+        if let Err(e) = ep.post().await {
+            down(chain, e, counts)?;
+            maybe_taken = true;
+            continue;
+        }
+        let old = ep.old(op);
+        if old == expect || old == new {
+            break head;
+        }
+        // Another word at the head. With our tag, another write from the same word won here
+        // (had ours committed, this member would have held it before). Above it, where a head
+        // that died may have taken ours, a later write may descend from ours.
+        return Ok(match maybe_taken && tag(old) > tag(new) {
+            true => Write::Unknown,
+            false => Write::Lost,
+        });
+    };
+    // Down the chain: each member from the expected word to ours.
+    let mut i = 1;
+    while i < chain.members.len() {
+        let n = chain.members[i];
+        let op = ep.cas(n, off, expect, new);
+        if let Err(e) = ep.post().await {
+            down(chain, e, counts)?;
+            continue;
+        }
+        let old = ep.old(op);
+        if old == expect || old == new {
+            i += 1;
+            continue;
+        }
+        // Moved past the expected word to another. With our tag: a write from the same word
+        // at a later head (ours died with the head that took it) won. Above it: a write from
+        // ours (then ours committed), unless the head that took ours died and a later head's
+        // writes overtook it here.
+        if tag(old) <= tag(new) {
+            return Ok(Write::Lost);
+        }
+        let _ = ep.read(head, off, 8);
+        return Ok(match ep.post().await {
+            Ok(()) => Write::Done,
+            Err(FabricError::NodeDown(d)) if d == head => {
+                chain.drop_member(head)?;
+                counts.dropped += 1;
+                Write::Unknown
+            }
+            Err(e) => return Err(e.into()),
+        });
+    }
+    Ok(Write::Done)
+}
+
+/// A batch failed: drops the member it names as down, or passes any other error up.
+fn down(chain: &mut Chain, e: FabricError, counts: &mut Counts) -> Result<(), ControlError> {
+    match e {
+        FabricError::NodeDown(n) if chain.members.contains(&n) => {
+            counts.dropped += 1;
+            chain.drop_member(n)
+        }
+        e => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_refuses_no_member_and_a_repeated_one() {
+        assert_eq!(Chain::new(vec![]), Err(ControlError::Empty));
+        assert_eq!(Chain::new(vec![0, 1, 0]), Err(ControlError::Repeated(0)));
+        let mut c = Chain::new(vec![2, 0, 1]).unwrap();
+        assert_eq!(c.members(), [2, 0, 1]);
+        c.drop_member(0).unwrap();
+        assert_eq!(c.members(), [2, 1]);
+        c.drop_member(2).unwrap();
+        assert_eq!(c.drop_member(1), Err(ControlError::AllDown(1)));
+    }
+}
