@@ -38,7 +38,8 @@ mkdir -p target
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
   files=(crates/txn/src/mechanisms/*.rs crates/txn/src/protocols/*.rs
-    crates/txn/src/protocols/motor/*.rs crates/store/src/record.rs crates/store/src/cvt.rs)
+    crates/txn/src/protocols/motor/*.rs crates/txn/src/control.rs crates/store/src/record.rs
+    crates/store/src/cvt.rs)
 fi
 args=()
 for f in "${files[@]}"; do

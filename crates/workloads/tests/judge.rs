@@ -15,6 +15,8 @@ mod aborts;
 mod bank;
 #[path = "../../txn/tests/calvin.rs"]
 mod calvin;
+#[path = "../../txn/tests/control.rs"]
+mod control;
 #[path = "../../txn/tests/failover.rs"]
 mod failover;
 #[path = "../../txn/tests/failures.rs"]

@@ -51,7 +51,12 @@ pub const TAIL: u64 = super::takeout::JOURNAL_BYTES + BYTES;
 /// Scythe's takeout tickets, if the log slice is big enough to lend both (the rest stays the
 /// log's).
 pub(crate) fn at(map: &PoolMap, index: u32) -> Option<u64> {
-    let (off, len) = map.log_slice(index)?;
+    in_slice(map.log_slice(index)?)
+}
+
+/// Where the journal is in the log slice `(offset, bytes)`: its tail, if the log keeps at
+/// least as much (else none: the log needs the room more).
+fn in_slice((off, len): (u64, u64)) -> Option<u64> {
     (len >= 2 * TAIL).then(|| off + len - TAIL)
 }
 
@@ -264,4 +269,25 @@ fn entries(
     out.sort_unstable();
     out.dedup();
     any.then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The journal and Scythe's grant journal fill the slice's tail exactly, never past it
+    /// (the next coordinator's slice starts there), and the log keeps the rest: what the
+    /// log is told it has ends where the journal starts.
+    #[test]
+    fn the_journal_takes_the_slices_tail_and_the_log_the_rest() {
+        let slice = (1 << 20, 32 << 10);
+        let at = in_slice(slice).expect("room for both");
+        assert_eq!(at + TAIL, slice.0 + slice.1);
+        let (log_off, log_len) = log_room(slice);
+        assert_eq!((log_off, log_off + log_len), (slice.0, at));
+        // A slice too small to lend its tail and keep as much for the log has no journal.
+        assert_eq!(in_slice((0, 2 * TAIL)), Some(TAIL));
+        assert_eq!(in_slice((0, 2 * TAIL - 8)), None);
+        assert_eq!(in_slice((0, TAIL + 64)), None);
+    }
 }
