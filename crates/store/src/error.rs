@@ -8,6 +8,8 @@ pub enum StoreError {
     TooManyReplicas { replicas: usize, nodes: usize },
     #[error("--replicas must be at least 1")]
     NoReplicas,
+    #[error("a control chain of {asked} memory nodes: it needs 1 to {max} (the pool has {nodes} memory nodes)")]
+    ControlReplicas { asked: u8, nodes: u16, max: u8 },
     #[error("{0} log slices (one per coordinator): at most 65535 (lock words keep a coordinator's id in 16 bits)")]
     TooManyLogSlices(u32),
     #[error("a pool needs at least one memory node")]

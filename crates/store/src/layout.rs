@@ -18,7 +18,11 @@
 //! ```text
 //! 0 magic "DTXNPOOL" | 8 layout version u32 | 12 node id u16 | 14 node count u16
 //! 16 region size u64 | 24 catalog offset u64 | 32 catalog entries u32 | 36 catalog crc32 u32
-//! 40 log offset u64 | 48 log slice bytes u64 | 56 log slices u32 | 60 superblock crc32 u32
+//! 40 log offset u64 | 48 log slice bytes u64 | 56 log slices u16
+//! 58 control replicas u8 (k: memory nodes 0..k hold the control words, the control chain:
+//!    docs/src/control-chain.md) | 59 control member u8 (1: this node's control words were
+//!    seeded at format; 0: not a member, or a blank replacement not yet seeded)
+//! 60 superblock crc32 u32
 //! ```
 //!
 //! Catalog entry (256 bytes):
@@ -39,8 +43,9 @@ use dtxn_fabric::NodeId;
 
 pub const MAGIC: u64 = u64::from_le_bytes(*b"DTXNPOOL");
 /// Bumped on every incompatible change of any layout in this crate (4: the view word gives
-/// each memory node two bits of state, for re-replication).
-pub const LAYOUT_VERSION: u32 = 4;
+/// each memory node two bits of state, for re-replication; 5: the superblock names the
+/// control chain's length and whether the node is a seeded member).
+pub const LAYOUT_VERSION: u32 = 5;
 pub const SUPERBLOCK_BYTES: usize = 64;
 /// Memory node 0: the compute processes' claim word, right after the superblock (CAS and FAA
 /// only). Bit 63: one process holds the pool alone (FORD's localized validation needs every
@@ -98,6 +103,11 @@ pub struct Superblock {
     pub log_off: u64,
     pub log_slice_bytes: u64,
     pub log_slices: u32,
+    /// The control chain's length `k` (at least 1): memory nodes `0..k` hold the control
+    /// words.
+    pub control_replicas: u8,
+    /// This node's control words were seeded (at format): it may be read as a member.
+    pub control_member: bool,
 }
 
 impl Superblock {
@@ -113,7 +123,10 @@ impl Superblock {
         b[36..40].copy_from_slice(&self.catalog_crc.to_le_bytes());
         b[40..48].copy_from_slice(&self.log_off.to_le_bytes());
         b[48..56].copy_from_slice(&self.log_slice_bytes.to_le_bytes());
-        b[56..60].copy_from_slice(&self.log_slices.to_le_bytes());
+        debug_assert!(self.log_slices <= 0xffff, "checked by Plan::new");
+        b[56..58].copy_from_slice(&(self.log_slices as u16).to_le_bytes());
+        b[58] = self.control_replicas;
+        b[59] = u8::from(self.control_member);
         let crc = crc32fast::hash(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
         b
@@ -148,8 +161,19 @@ impl Superblock {
             catalog_crc: u32_at(b, 36),
             log_off: u64_at(b, 40),
             log_slice_bytes: u64_at(b, 48),
-            log_slices: u32_at(b, 56),
+            log_slices: u32::from(u16_at(b, 56)),
+            control_replicas: b[58],
+            control_member: b[59] == 1,
         };
+        if sb.control_replicas == 0 || b[59] > 1 {
+            return Err(StoreError::Corrupt {
+                node,
+                what: format!(
+                    "control chain of {} members, membership byte {}",
+                    sb.control_replicas, b[59]
+                ),
+            });
+        }
         if sb.node != node {
             return Err(StoreError::Corrupt {
                 node,
@@ -351,6 +375,8 @@ mod tests {
             log_off: 8192,
             log_slice_bytes: 4096,
             log_slices: 16,
+            control_replicas: 2,
+            control_member: false,
         }
     }
 
@@ -366,7 +392,7 @@ mod tests {
         v1[8..12].copy_from_slice(&7u32.to_le_bytes());
         assert_eq!(
             Superblock::decode(2, &v1).unwrap_err().to_string(),
-            "memory node 2 has layout v7, this binary reads v4"
+            "memory node 2 has layout v7, this binary reads v5"
         );
         let mut bad = b;
         bad[20] ^= 1;
@@ -378,6 +404,33 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("has no dtxn pool"));
+    }
+
+    /// A superblock names the control chain's length (at least 1) and whether the node is a
+    /// seeded member; anything else in those bytes is a stranger's or a torn superblock.
+    #[test]
+    fn a_superblock_names_the_control_chain() {
+        let member = Superblock {
+            control_replicas: 3,
+            control_member: true,
+            log_slices: 0xffff,
+            ..sb()
+        };
+        assert_eq!(Superblock::decode(2, &member.encode()), Ok(member));
+        for (k, m) in [(0u8, 0u8), (1, 2)] {
+            let mut b = sb().encode();
+            b[58] = k;
+            b[59] = m;
+            let crc = crc32fast::hash(&b[..60]);
+            b[60..64].copy_from_slice(&crc.to_le_bytes());
+            assert!(
+                Superblock::decode(2, &b)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("control chain"),
+                "{k} {m}"
+            );
+        }
     }
 
     #[test]

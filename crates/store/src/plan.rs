@@ -150,6 +150,9 @@ pub struct Plan {
     pub node_need: Vec<u64>,
     /// The region size of every memory node.
     pub region_bytes: u64,
+    /// The control chain's length `k`: memory nodes `0..k` hold the pool's control words
+    /// (1 unless [`Plan::with_control_replicas`]; see docs/src/control-chain.md).
+    pub control_replicas: u8,
 }
 
 const PAGE: u64 = 4096;
@@ -285,7 +288,23 @@ impl Plan {
             log_off,
             node_need,
             region_bytes,
+            control_replicas: 1,
         })
+    }
+
+    /// The plan with memory nodes `0..k` holding the control words (the control chain), not
+    /// node 0 alone: 1 to the pool's memory nodes, and at most [`MAX_REPLICAS`].
+    pub fn with_control_replicas(mut self, k: u8) -> Result<Plan, StoreError> {
+        let max = (MAX_REPLICAS as u16).min(self.shape.memory_nodes) as u8;
+        if k == 0 || k > max {
+            return Err(StoreError::ControlReplicas {
+                asked: k,
+                nodes: self.shape.memory_nodes,
+                max,
+            });
+        }
+        self.control_replicas = k;
+        Ok(self)
     }
 
     pub fn table(&self, id: u32) -> Option<&TableInfo> {

@@ -86,7 +86,11 @@ impl PoolMap {
             .filter(|&n| !view.is_failed(n))
             .filter_map(|n| match nodes.iter().find(|sb| sb.node == n) {
                 Some(sb) => Some(*sb),
-                None => nodes.first().map(|sb| Superblock { node: n, ..*sb }),
+                None => nodes.first().map(|sb| Superblock {
+                    node: n,
+                    control_member: false,
+                    ..*sb
+                }),
             })
             .collect();
         PoolMap {
@@ -277,9 +281,24 @@ impl PoolMap {
             region_size,
             catalog_entries: entries.len() as u32,
             catalog_crc: crc32fast::hash(&cat),
+            // A blank node holds no control words: a member again only once seeded.
+            control_member: false,
             ..self.nodes[0]
         };
         vec![(CATALOG_OFF, cat), (0, sb.encode().to_vec())]
+    }
+
+    /// The control chain's length `k` the pool was formatted with (memory nodes `0..k`).
+    pub fn control_replicas(&self) -> u8 {
+        self.nodes.first().map_or(1, |sb| sb.control_replicas)
+    }
+
+    /// The control chain in this view, head first: the members (nodes `0..k`) that can be
+    /// read, live ones before rejoined ones, as a table's replicas are ranked. Empty: every
+    /// member failed, and the control words are lost.
+    pub fn control_chain(&self) -> Vec<NodeId> {
+        let members: Vec<NodeId> = (0..NodeId::from(self.control_replicas())).collect();
+        self.view.live(&members)
     }
 
     /// Tables whose every replica failed, ascending.
@@ -505,7 +524,8 @@ impl Plan {
         mem.write(0, &[0u8; SUPERBLOCK_BYTES]);
         mem.write_u64(crate::layout::CLAIM_OFF, 0);
         mem.write_u64(crate::layout::ORACLE_OFF, 0);
-        if node == 0 {
+        let control = node < NodeId::from(self.control_replicas);
+        if control {
             let members = crate::layout::MEMBERSHIP_END;
             mem.write(
                 crate::layout::LEADER_OFF,
@@ -529,6 +549,8 @@ impl Plan {
             log_off: self.log_off,
             log_slice_bytes: self.shape.log_slice_bytes.div_ceil(64) * 64,
             log_slices: self.shape.log_slices,
+            control_replicas: self.control_replicas,
+            control_member: control,
         };
         mem.write(0, &sb.encode());
         Ok(())
@@ -700,6 +722,8 @@ mod tests {
             log_off: 1 << 16,
             log_slice_bytes: 4096,
             log_slices: 4,
+            control_replicas: 2,
+            control_member: node < 2,
         }
     }
 

@@ -3,6 +3,7 @@
 
 use dtxn_fabric::sim::{SimConfig, SimPool};
 use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_store::layout::Superblock;
 use dtxn_store::remote::lookup;
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, StoreError, TableSpec};
 
@@ -165,7 +166,7 @@ fn strangers_and_corruption_are_clear_errors() {
     old.with_local(2, |m| m.write(8, &1u32.to_le_bytes()));
     assert_eq!(
         bootstrap_error(&mut old),
-        "memory node 2 has layout v1, this binary reads v4"
+        "memory node 2 has layout v1, this binary reads v5"
     );
     let (mut bad, _) = build(1, 3, 2);
     bad.with_local(1, |m| {
@@ -295,7 +296,8 @@ fn a_pool_formatted_with_meta_words_reads_them_back() {
 }
 
 /// What a re-replication copier WRITEs to a blank memory node to make it joinable
-/// (`PoolMap::format_image`) is byte for byte the catalog and superblock `Plan::format` gave it.
+/// (`PoolMap::format_image`) is byte for byte the catalog and superblock `Plan::format` gave it,
+/// but for one thing: a blank node is no seeded member of the control chain (node 0 was).
 #[test]
 fn a_blank_nodes_format_image_is_what_the_plan_formatted() {
     for (seed, nodes, replicas) in [(1, 3, 2), (4, 3, 3)] {
@@ -314,8 +316,76 @@ fn a_blank_nodes_format_image_is_what_the_plan_formatted() {
             for (at, bytes) in image {
                 let mut held = vec![0u8; bytes.len()];
                 pool.with_local(node, |m| m.read(at, &mut held));
+                if at == 0 {
+                    let formatted = Superblock::decode(node, &held).unwrap();
+                    let given = Superblock::decode(node, &bytes).unwrap();
+                    assert_eq!(formatted.control_member, node == 0);
+                    assert!(!given.control_member, "node {node}");
+                    held = Superblock {
+                        control_member: false,
+                        ..formatted
+                    }
+                    .encode()
+                    .to_vec();
+                }
                 assert_eq!(held, bytes, "node {node} at {at}");
             }
         }
     }
+}
+
+/// A pool formatted with a control chain of 2 (issue #23): nodes 0 and 1 get the membership
+/// area zeroed and say they are seeded members, node 2 neither; a map's chain is the members
+/// it can read, in a view's order; and a chain longer than the pool, or of none, is refused.
+#[test]
+fn a_control_chain_is_formatted_on_its_members_and_read_in_the_view() {
+    let shape = PoolShape {
+        memory_nodes: 3,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let plan = Plan::new(&specs(), &shape).unwrap();
+    for k in [0, 4] {
+        assert_eq!(
+            plan.clone().with_control_replicas(k).unwrap_err().to_string(),
+            format!("a control chain of {k} memory nodes: it needs 1 to 3 (the pool has 3 memory nodes)")
+        );
+    }
+    let plan = plan.with_control_replicas(2).unwrap();
+    let mut pool = Pool::Sim(SimPool::new(SimConfig::new(1, 3, plan.region_bytes)).unwrap());
+    // What a node held before: the membership area is garbage until format zeroes it.
+    let area = dtxn_store::layout::LEADER_OFF..dtxn_store::layout::MEMBERSHIP_END;
+    for n in 0..3 {
+        pool.with_local(n, |m| {
+            m.write(area.start, &vec![0xAB; (area.end - area.start) as usize])
+        });
+    }
+    plan.format_pool(&pool).unwrap();
+    for n in 0..3 {
+        let mut b = vec![0u8; (area.end - area.start) as usize];
+        pool.with_local(n, |m| m.read(area.start, &mut b));
+        assert_eq!(b.iter().all(|&x| x == 0), n < 2, "memory node {n}");
+    }
+    let r = pool
+        .run(one(), None, |mut ep: Endpoint| async move {
+            PoolMap::bootstrap(&mut ep).await.unwrap()
+        })
+        .unwrap();
+    let map = r.outputs.into_iter().next().unwrap().unwrap();
+    assert_eq!(map.control_replicas(), 2);
+    let members: Vec<bool> = map.nodes.iter().map(|sb| sb.control_member).collect();
+    assert_eq!(members, [true, true, false]);
+    assert_eq!(map.control_chain(), [0, 1]);
+    let without_0 = map.view().without(&[0]);
+    // (Today's views never fail node 0: the chain without it is what increment 7 needs.)
+    if let Some(v) = without_0 {
+        assert_eq!(map.in_view(v).control_chain(), [1]);
+    }
+    assert_eq!(
+        map.in_view(map.view().without(&[1]).unwrap())
+            .control_chain(),
+        [0]
+    );
 }
