@@ -57,13 +57,10 @@ impl Chain {
         if members.is_empty() {
             return Err(ControlError::Empty);
         }
-        if let Some(&n) = members
-            .iter()
-            .enumerate()
-            .find(|&(i, n)| members[..i].contains(n))
-            .map(|(_, n)| n)
-        {
-            return Err(ControlError::Repeated(n));
+        for (i, &n) in members.iter().enumerate() {
+            if members[..i].contains(&n) {
+                return Err(ControlError::Repeated(n));
+            }
         }
         Ok(Chain { members })
     }

@@ -292,6 +292,17 @@ async fn read_at(ep: &mut Endpoint, chain: &mut Chain) -> String {
     }
 }
 
+/// Writer 1, whose head CAS of W1 over 0 landed on node 0 (the scripts put it there), goes on
+/// with its write at `AT` ns.
+fn writer_1_at<const AT: u64>(
+    mut ep: Endpoint,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Vec<String>>>> {
+    Box::pin(async move {
+        ep.sleep(AT).await;
+        vec![write(&mut ep, &mut all(), 0, W1).await]
+    })
+}
+
 fn all() -> Chain {
     Chain::new((0..NODES).collect()).unwrap()
 }
@@ -320,22 +331,14 @@ fn a_write_whose_head_died_learns_its_fate_at_the_next_head() {
     let (outs, now) = scripted(
         &[(0, W1)],
         1_000,
-        vec![
-            |mut ep| {
-                Box::pin(async move {
-                    ep.sleep(5_000).await;
-                    vec![write(&mut ep, &mut all(), 0, W1).await]
-                })
-            },
-            |mut ep| {
-                Box::pin(async move {
-                    ep.sleep(2_000).await;
-                    let mut chain = all();
-                    let r = read_at(&mut ep, &mut chain).await;
-                    vec![r, write(&mut ep, &mut chain, 0, W2).await]
-                })
-            },
-        ],
+        vec![writer_1_at::<5_000>, |mut ep| {
+            Box::pin(async move {
+                ep.sleep(2_000).await;
+                let mut chain = all();
+                let r = read_at(&mut ep, &mut chain).await;
+                vec![r, write(&mut ep, &mut chain, 0, W2).await]
+            })
+        }],
     );
     assert_eq!(
         outs,
@@ -346,40 +349,26 @@ fn a_write_whose_head_died_learns_its_fate_at_the_next_head() {
     let (outs, now) = scripted(
         &[(0, W1)],
         1_000,
-        vec![
-            |mut ep| {
-                Box::pin(async move {
-                    ep.sleep(5_000).await;
-                    vec![write(&mut ep, &mut all(), 0, W1).await]
-                })
-            },
-            |mut ep| Box::pin(async move { vec![read_at(&mut ep, &mut all()).await] }),
-        ],
+        vec![writer_1_at::<5_000>, |mut ep| {
+            Box::pin(async move { vec![read_at(&mut ep, &mut all()).await] })
+        }],
     );
     assert_eq!(outs[0], ["Done"]);
     assert_eq!(now, [None, Some(W1), Some(W1)]);
     // The same, then writer 3 writes W3 over W1 (at 5 us), and writer 1 goes on at 10 us: it
-    // cannot tell W3's history
-    // from one where W1 died with the head (see the next test): Unknown.
+    // cannot tell W3's history from one where W1 died with the head (see the next test):
+    // Unknown.
     let (outs, now) = scripted(
         &[(0, W1)],
         1_000,
-        vec![
-            |mut ep| {
-                Box::pin(async move {
-                    ep.sleep(10_000).await;
-                    vec![write(&mut ep, &mut all(), 0, W1).await]
-                })
-            },
-            |mut ep| {
-                Box::pin(async move {
-                    let mut chain = all();
-                    let r = read_at(&mut ep, &mut chain).await;
-                    ep.sleep(2_000).await;
-                    vec![r, write(&mut ep, &mut chain, W1, W3).await]
-                })
-            },
-        ],
+        vec![writer_1_at::<10_000>, |mut ep| {
+            Box::pin(async move {
+                let mut chain = all();
+                let r = read_at(&mut ep, &mut chain).await;
+                ep.sleep(2_000).await;
+                vec![r, write(&mut ep, &mut chain, W1, W3).await]
+            })
+        }],
     );
     assert_eq!(outs[0], ["Unknown"]);
     assert_eq!(outs[1], [format!("{W1:#x}"), "Done".into()]);
