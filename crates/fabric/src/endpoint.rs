@@ -3,7 +3,7 @@
 use crate::contract::Fabric;
 use crate::stats::Stats;
 use crate::verbs::{Batch, Op, OpId, OpKind};
-use crate::{FabricError, NodeId};
+use crate::{FabricError, NodeId, NodeSet};
 use rand::SeedableRng;
 use std::cell::Cell;
 use std::future::Future;
@@ -61,14 +61,19 @@ pub struct Endpoint {
     max_flight_ns: u64,
     /// A memory node found down fences this coordinator ([`Endpoint::fence_on_node_down`]).
     fence_on_node_down: bool,
+    /// Memory nodes a batch failed on ([`FabricError::NodeDown`]): fail-stop, so a renewal
+    /// writes no copy there again (its batch would fail every time).
+    down: NodeSet,
 }
 
 /// A lease in the pool, held by one coordinator: a word it alone WRITEs (nobody CASes it),
 /// holding [`Lease::word`]. See [`Endpoint::hold_lease`] for the fencing it implies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lease {
-    pub node: NodeId,
-    /// The lease word (8-byte aligned).
+    /// The memory nodes holding a copy of the word (the control chain's members): a renewal
+    /// WRITEs it on each one not seen down, and a reader takes the latest copy.
+    pub nodes: NodeSet,
+    /// The lease word (8-byte aligned), at this address on each node.
     pub addr: u64,
     /// A renewal at `t` (this coordinator's clock) grants the lease until `t + lease_ns`.
     pub lease_ns: u64,
@@ -164,6 +169,7 @@ impl Endpoint {
             background_gated_at: None,
             max_flight_ns: 0,
             fence_on_node_down: false,
+            down: NodeSet::default(),
         }
     }
 
@@ -179,10 +185,18 @@ impl Endpoint {
 
     /// `r`, noting a memory node's failure (see [`Endpoint::fence_on_node_down`]).
     fn noted<T>(&mut self, r: Result<T, FabricError>) -> Result<T, FabricError> {
-        if self.fence_on_node_down && matches!(r, Err(FabricError::NodeDown(_))) {
-            self.fenced = true;
+        if let Err(FabricError::NodeDown(n)) = r {
+            self.down = self.down.with(n);
+            if self.fence_on_node_down {
+                self.fenced = true;
+            }
         }
         r
+    }
+
+    /// The memory nodes a batch of this coordinator failed on so far.
+    pub fn seen_down(&self) -> NodeSet {
+        self.down
     }
 
     /// Holds `lease` from now on: the next post carries a renewal (a WRITE of the lease word,
@@ -279,13 +293,16 @@ impl Endpoint {
             // `lease` after the instant `deadline` counts from.
             let expiry = self.fabric.lease_now_ns() + h.lease.lease_ns;
             let word = Lease::word(expiry, h.done, h.lease.incarnation);
-            let (node, addr) = (h.lease.node, h.lease.addr);
+            let (nodes, addr) = (h.lease.nodes.minus(self.down), h.lease.addr);
             h.expiry = expiry;
             h.deadline = now + h.lease.lease_ns;
             h.renewed_at = now.max(1);
+            // One copy of the word in the buffer, one WRITE per live copy.
             let data = self.batch.buf.len() as u32;
             self.batch.append_buf(&word.to_le_bytes());
-            self.push_write(node, addr, 8, data);
+            for node in nodes.iter() {
+                self.push_write(node, addr, 8, data);
+            }
         }
         Ok(())
     }

@@ -1,8 +1,8 @@
 //! An endpoint's lease: renewals ride on its posts, and once the lease may have expired it is
 //! fenced: every post is refused, and nothing it asks for reaches memory.
 
-use dtxn_fabric::sim::{SimConfig, SimPool};
-use dtxn_fabric::{Endpoint, FabricError, Lease, Topology};
+use dtxn_fabric::sim::{MemoryCrash, SimConfig, SimPool};
+use dtxn_fabric::{Endpoint, FabricError, Lease, NodeSet, Topology};
 
 const WORD: u64 = 256;
 const DATA: u64 = 4096;
@@ -11,7 +11,7 @@ const DATA: u64 = 4096;
 fn posts_renew_the_lease_and_a_lapsed_one_fences_every_post() {
     let mut pool = SimPool::new(SimConfig::new(7, 1, 1 << 16)).unwrap();
     let lease = Lease {
-        node: 0,
+        nodes: NodeSet::single(0),
         addr: WORD,
         lease_ns: 1_000_000,
         guard_ns: 100_000,
@@ -54,6 +54,53 @@ fn posts_renew_the_lease_and_a_lapsed_one_fences_every_post() {
     assert_eq!(data, u64::from_le_bytes([1u8; 8]));
 }
 
+/// A lease with copies on several memory nodes (the control chain's members): each renewal
+/// WRITEs every copy; a node found down fails one batch, and later renewals leave it out.
+#[test]
+fn a_renewal_writes_every_copy_but_those_on_nodes_seen_down() {
+    let mut cfg = SimConfig::new(7, 3, 1 << 16);
+    cfg.faults.memory_crashes.push(MemoryCrash {
+        at_ns: 500_000,
+        node: 1,
+        down_ns: u64::MAX / 4,
+    });
+    let mut pool = SimPool::new(cfg).unwrap();
+    let lease = Lease {
+        nodes: NodeSet::first(3),
+        addr: WORD,
+        lease_ns: 1_000_000,
+        guard_ns: 100_000,
+        incarnation: 2,
+    };
+    let one = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = pool
+        .run(one, None, move |mut ep: Endpoint| async move {
+            ep.hold_lease(lease);
+            ep.renew_lease().await.unwrap();
+            let first = ep.lease().unwrap().1;
+            // Past node 1's death, a renewal on the way of a WRITE to node 2 fails once.
+            ep.sleep(600_000).await;
+            ep.write(2, DATA, &[1u8; 8]);
+            let failed = ep.post().await;
+            let seen = ep.seen_down();
+            ep.renew_lease().await.unwrap();
+            let last = ep.lease().unwrap().1;
+            (first, failed, seen, last)
+        })
+        .unwrap();
+    let (first, failed, seen, last) = r.outputs[0].clone().unwrap();
+    assert_eq!(failed, Err(FabricError::NodeDown(1)));
+    assert_eq!(seen, NodeSet::single(1));
+    assert!(last > first + 600_000, "{first} {last}");
+    let word = |n| pool.with_local(n, |m| m.read_u64(WORD));
+    assert_eq!(Lease::parse(word(0)), (last, false, 2));
+    assert_eq!(Lease::parse(word(2)), (last, false, 2));
+}
+
 /// On `shm` (and `ucx`) the lease word is on the wall clock, which other processes read; the
 /// holder fences itself on its own monotonic clock, `lease - guard` after its last renewal.
 #[test]
@@ -66,7 +113,7 @@ fn on_shm_the_lease_word_is_on_the_wall_clock_and_fencing_on_the_local_one() {
     })
     .unwrap();
     let lease = Lease {
-        node: 0,
+        nodes: NodeSet::single(0),
         addr: WORD,
         lease_ns: 40_000_000,
         guard_ns: 10_000_000,

@@ -37,7 +37,13 @@
 //! through that head, from ours), `Lost` (another write from the same word won), or `Unknown`
 //! (the head that took ours died before ours was seen past it, and a later member shows a
 //! later write: ours may or may not have committed first). Callers resolve `Unknown` from the
-//! committed word, which names its writer.
+//! committed word, which names its writer. An `Err` from [`cas`] once its head CAS may have
+//! landed is an `Unknown` too.
+//!
+//! **Batches.** Each step posts its own batch; the endpoint's lease renewals ride in them
+//! (a copy on every member, [`dtxn_fabric::Lease::nodes`]), so a batch may fail naming a member
+//! other than the one its verb went to: that member is dropped, and the step goes on from
+//! wherever its own member now stands. Call with no ops of the caller's own in the batch.
 
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
 
@@ -208,7 +214,14 @@ pub async fn cas(
         let n = chain.members[i];
         let op = ep.cas(n, off, expect, new);
         if let Err(e) = ep.post().await {
+            // The batch may name another member than `n` (a lease renewal rides in it): the
+            // chain shifts under `i`, so find `n` again and post its CAS again (it may have
+            // landed: ours is accepted there). If `n` itself was dropped, its successor now
+            // stands at `i`.
             down(chain, e, counts)?;
+            if let Some(at) = chain.members.iter().position(|&m| m == n) {
+                i = at;
+            }
             continue;
         }
         let old = ep.old(op);
@@ -223,18 +236,29 @@ pub async fn cas(
         if tag(old) <= tag(new) {
             return Ok(Write::Lost);
         }
-        let _ = ep.read(head, off, 8);
-        return Ok(match ep.post().await {
-            Ok(()) => Write::Done,
-            Err(FabricError::NodeDown(d)) if d == head => {
-                chain.drop_member(head)?;
-                counts.dropped += 1;
-                Write::Unknown
-            }
-            Err(e) => return Err(e.into()),
-        });
+        return probe(ep, chain, head, off, counts).await;
     }
     Ok(Write::Done)
+}
+
+/// A write that took `head` found a later word past it: `Done` while that head is up (every
+/// later write went through it, from ours), `Unknown` once it is down.
+async fn probe(
+    ep: &mut Endpoint,
+    chain: &mut Chain,
+    head: NodeId,
+    off: u64,
+    counts: &mut Counts,
+) -> Result<Write, ControlError> {
+    while chain.members.contains(&head) {
+        let _ = ep.read(head, off, 8);
+        match ep.post().await {
+            Ok(()) => return Ok(Write::Done),
+            // Another member's failure (a renewal rode along) says nothing of the head.
+            Err(e) => down(chain, e, counts)?,
+        }
+    }
+    Ok(Write::Unknown)
 }
 
 /// A batch failed: drops the member it names as down, or passes any other error up.

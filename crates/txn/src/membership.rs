@@ -115,7 +115,7 @@
 use crate::failover;
 use crate::recovery::{recover_within, Recovered};
 use crate::registry::Protocol;
-use dtxn_fabric::{Endpoint, FabricError, Lease, OpId};
+use dtxn_fabric::{Endpoint, FabricError, Lease, NodeSet, OpId};
 use dtxn_store::layout::{
     ACK_OFF, LEADER_OFF, LEASE_OFF, MAX_MEMBERS, RECOVERED_OFF, REPAIRED_OFF, VIEW_OFF,
 };
@@ -271,7 +271,7 @@ pub async fn read_members(ep: &mut Endpoint, n: u32) -> Result<Members, FabricEr
 /// The lease of coordinator `index`'s incarnation `incarnation`.
 pub fn lease_of(index: u32, cfg: LeaseConfig, incarnation: u16) -> Lease {
     Lease {
-        node: 0,
+        nodes: NodeSet::single(0),
         addr: LEASE_OFF + 8 * u64::from(index),
         lease_ns: cfg.lease_ns,
         guard_ns: cfg.guard_ns,

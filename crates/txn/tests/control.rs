@@ -392,6 +392,36 @@ fn a_write_past_the_head_is_done_only_while_the_head_that_took_it_is_up() {
     }
 }
 
+/// A write whose batches carry its coordinator's lease renewals (a copy on every member):
+/// the head dies after taking ours, so the next batch, a CAS to node 1, fails naming node 0.
+/// The endpoint leaves node 0 out of later renewals, and the write goes on down the shorter
+/// chain to the tail: `Done`, every live member holding ours. (The write also posts node 1's
+/// CAS again rather than trust the failed batch; on `sim`, as the contract says, that CAS
+/// executed all the same, so this test cannot tell the two apart.)
+#[test]
+fn a_write_finds_its_member_again_when_a_batch_fails_on_another() {
+    let (outs, now) = scripted(
+        &[],
+        1_200,
+        vec![|mut ep| {
+            Box::pin(async move {
+                ep.hold_lease(dtxn_fabric::Lease {
+                    nodes: dtxn_fabric::NodeSet::first(NODES),
+                    addr: 128,
+                    lease_ns: 3_000,
+                    guard_ns: 100,
+                    incarnation: 1,
+                });
+                let mut chain = all();
+                let w = write(&mut ep, &mut chain, 0, W1).await;
+                vec![w, format!("{:?}", chain.members())]
+            })
+        }],
+    );
+    assert_eq!(outs, [["Done", "[1, 2]"]]);
+    assert_eq!(now, [None, Some(W1), Some(W1)]);
+}
+
 /// A write refuses a new word whose tag is not its expected word's plus one.
 #[test]
 fn a_write_must_raise_the_tag_by_one() {

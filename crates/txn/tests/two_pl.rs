@@ -251,7 +251,7 @@ fn stalled_reader(protocol: Protocol, code: u64, leases: bool) -> (Steps, Steps)
         if leases {
             let index = c.endpoint().id().index;
             c.endpoint().hold_lease(dtxn_fabric::Lease {
-                node: 0,
+                nodes: dtxn_fabric::NodeSet::single(0),
                 addr: dtxn_store::layout::LEASE_OFF + 8 * u64::from(index),
                 lease_ns: LEASE,
                 guard_ns: 20_000,
@@ -351,7 +351,7 @@ fn a_read_share_given_back_after_its_expiry_is_left_to_expire() {
     let hold = |c: &mut Coordinator| {
         let index = c.endpoint().id().index;
         c.endpoint().hold_lease(dtxn_fabric::Lease {
-            node: 0,
+            nodes: dtxn_fabric::NodeSet::single(0),
             addr: dtxn_store::layout::LEASE_OFF + 8 * u64::from(index),
             lease_ns: LEASE,
             guard_ns: 20_000,
