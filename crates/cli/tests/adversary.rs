@@ -385,6 +385,72 @@ fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
     }
 }
 
+/// `control=2`: every lease and view acknowledgement has a copy on memory nodes 0 and 1 (the
+/// control chain, issue #23). Node 1, the chain's tail, fails mid-run with a compute node:
+/// renewals whose copy there fails do not fail the transactions they ride with, the
+/// detectors read the copies left, the acknowledgements of the view change go to node 0
+/// alone, and the run recovers the crashed coordinators and verifies.
+#[test]
+fn with_lease_copies_on_two_members_the_tail_fails_and_the_run_verifies() {
+    for (protocol, seed) in [("ford", "3"), ("motor", "3"), ("sundial", "2")] {
+        let o = dtxn(&[
+            "bench",
+            "--backend",
+            "sim",
+            "--workload",
+            "smallbank",
+            "--protocol",
+            protocol,
+            "--memory-nodes",
+            "2",
+            "--replicas",
+            "2",
+            "--compute-nodes",
+            "2",
+            "--threads",
+            "2",
+            "--coroutines",
+            "2",
+            "--txns",
+            "2000",
+            "--seed",
+            seed,
+            "--faults",
+            "memory=1,compute=1,control=2",
+            "--quiet",
+        ]);
+        let t = text(&o);
+        assert!(o.status.success(), "{protocol}: {t}");
+        for want in [
+            "memory-node failures: memory node 1 at",
+            "the pool ends in view 1 (memory node 1 failed)",
+            "4 coordinators crashed, 4 recovered",
+            "no anomalies",
+            "verify: consistent",
+        ] {
+            assert!(t.contains(want), "{protocol}: want {want:?} in {t}");
+        }
+    }
+    // The chain has at most as many members as the pool has memory nodes.
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--memory-nodes",
+        "2",
+        "--compute-nodes",
+        "2",
+        "--faults",
+        "compute=1,control=3",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("--faults control=3: the control chain's members: 1 to 2"),
+        "{}",
+        text(&o)
+    );
+}
+
 /// The history line's "N committed, M aborted".
 fn committed_and_aborted(t: &str) -> (u64, u64) {
     let line = t

@@ -50,7 +50,10 @@ use std::task::Poll;
 /// [`FabricError::NodeDown`]; that node's ops of it may have executed as a prefix. Its ops to
 /// the other nodes still execute (each node has its own QP), and the failed batch completes
 /// only once they have, so a roll-back's WRITEs to the live replicas land although the dead
-/// one's cannot.
+/// one's cannot. The completed batch names every node it failed on ([`crate::Batch::failed`];
+/// the error names one of them), and a `NodeDown` error means no other kind of failure
+/// happened in it: the endpoint relies on both to pass over a failure that hit only lease
+/// renewals.
 ///
 /// G9 (one NIC per region) and G10 (atomics serialize per `addr mod 4096` slot) are performance
 /// facts, modelled by the `sim` hardware profile, not ordering rules.

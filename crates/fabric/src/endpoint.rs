@@ -186,12 +186,37 @@ impl Endpoint {
     /// `r`, noting a memory node's failure (see [`Endpoint::fence_on_node_down`]).
     fn noted<T>(&mut self, r: Result<T, FabricError>) -> Result<T, FabricError> {
         if let Err(FabricError::NodeDown(n)) = r {
-            self.down = self.down.with(n);
+            // (A batch's `failed` is empty, or names nodes that did fail.)
+            self.down = self.down.union(self.batch.failed).with(n);
             if self.fence_on_node_down {
                 self.fenced = true;
             }
         }
         r
+    }
+
+    /// An awaited batch failed only on memory nodes where it did nothing but renew the lease:
+    /// the failure is noted and not reported. Every other op of the batch executed (the
+    /// contract: a failed batch's ops to live nodes still do, and it completes after them),
+    /// and a lease copy on a node that died is never read again, so the caller's batch did
+    /// all it asked. (Without this, a renewal's copy on a control member that died would fail
+    /// whatever transaction or recovery step it rode with.)
+    fn unless_renewals_only(&mut self, r: Result<(), FabricError>) -> Result<(), FabricError> {
+        let (Err(FabricError::NodeDown(n)), Some(h)) = (&r, &self.lease) else {
+            return r;
+        };
+        let failed = self.batch.failed.with(*n);
+        // A renewal is a WRITE of the lease word, which nobody else writes.
+        let renewal = |op: &Op| op.kind == OpKind::Write && op.addr == h.lease.addr && op.len == 8;
+        match self
+            .batch
+            .ops
+            .iter()
+            .any(|op| failed.contains(op.node) && !renewal(op))
+        {
+            true => r,
+            false => Ok(()),
+        }
     }
 
     /// The memory nodes a batch of this coordinator failed on so far.
@@ -774,6 +799,7 @@ impl Future for Post<'_> {
                         let gated = ep.gated_at.take();
                         ep.observed(gated);
                         let r = ep.noted(r);
+                        let r = ep.unless_renewals_only(r);
                         // RPC responses' sizes are known only now (the rest was counted
                         // at post).
                         if ep.batch.mn_cpu_ns != 0 || !ep.batch.resp.is_empty() {

@@ -31,6 +31,11 @@ impl NodeSet {
         }
     }
 
+    /// The nodes of this set and of `other`.
+    pub fn union(self, other: NodeSet) -> NodeSet {
+        NodeSet(self.0 | other.0)
+    }
+
     /// This set without the nodes of `other`.
     pub fn minus(self, other: NodeSet) -> NodeSet {
         NodeSet(self.0 & !other.0)
@@ -85,9 +90,11 @@ mod tests {
             let s: NodeSet = nodes.iter().copied().collect();
             let o: NodeSet = out.iter().copied().collect();
             let left = s.minus(o);
+            let both = s.union(o);
             for n in 0..80 {
                 prop_assert_eq!(s.contains(n), n < 64 && nodes.contains(&n));
                 prop_assert_eq!(left.contains(n), s.contains(n) && !o.contains(n));
+                prop_assert_eq!(both.contains(n), s.contains(n) || o.contains(n));
             }
             prop_assert_eq!(s.iter().count(), s.len());
             prop_assert!(s.iter().collect::<Vec<_>>().windows(2).all(|w| w[0] < w[1]));

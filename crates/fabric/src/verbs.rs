@@ -1,6 +1,6 @@
 //! The ops of a doorbell batch and the buffers they read from and complete into.
 
-use crate::NodeId;
+use crate::{NodeId, NodeSet};
 
 /// The one-sided verbs (and the optional two-sided RPC).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -85,6 +85,9 @@ pub struct Batch {
     /// one doorbell, a work request each). `None`: every request shares its node's message.
     /// Set by the endpoint ([`crate::Endpoint::set_rpc_pack_limit`]); kept across `clear`.
     pub rpc_pack_limit: Option<u32>,
+    /// After a completion that failed with [`crate::FabricError::NodeDown`]: every memory node
+    /// the batch failed on (the error names one of them). Written by the backend.
+    pub failed: NodeSet,
     /// Counts `clear`s: the [`OpId`]s of the ops pushed since carry it.
     generation: u32,
 }
@@ -97,6 +100,7 @@ impl Batch {
         self.words.clear();
         self.resp.clear();
         self.mn_cpu_ns = 0;
+        self.failed = NodeSet::default();
     }
 
     pub fn is_empty(&self) -> bool {
@@ -112,6 +116,7 @@ impl Batch {
         self.resp.clone_from(&from.resp);
         self.mn_cpu_ns = from.mn_cpu_ns;
         self.rpc_pack_limit = from.rpc_pack_limit;
+        self.failed = from.failed;
     }
 
     /// Copies a completed batch's results (READ data, old values, RPC responses) from `from`,
@@ -125,6 +130,7 @@ impl Batch {
         self.resp.clear();
         self.resp.extend_from_slice(&from.resp);
         self.mn_cpu_ns = from.mn_cpu_ns;
+        self.failed = from.failed;
     }
 
     /// Memory nodes that RPC ops of this batch go to, in order of first use: one message each.

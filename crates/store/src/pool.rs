@@ -9,7 +9,7 @@ use crate::layout::{
 use crate::plan::Plan;
 use crate::record::RecordHeader;
 use crate::view::View;
-use dtxn_fabric::{Endpoint, FabricError, LocalMem, NodeId, Pool};
+use dtxn_fabric::{Endpoint, FabricError, LocalMem, NodeId, NodeSet, Pool};
 use std::collections::BTreeMap;
 
 /// Everything a coordinator needs to find data and logs, in one view of the pool
@@ -299,6 +299,12 @@ impl PoolMap {
     pub fn control_chain(&self) -> Vec<NodeId> {
         let members: Vec<NodeId> = (0..NodeId::from(self.control_replicas())).collect();
         self.view.live(&members)
+    }
+
+    /// The control chain's members in this view, as a set: where lease and acknowledgement
+    /// words have their copies.
+    pub fn control_set(&self) -> NodeSet {
+        self.control_chain().into_iter().collect()
     }
 
     /// Tables whose every replica failed, ascending.

@@ -41,9 +41,11 @@
 //! landed is an `Unknown` too.
 //!
 //! **Batches.** Each step posts its own batch; the endpoint's lease renewals ride in them
-//! (a copy on every member, [`dtxn_fabric::Lease::nodes`]), so a batch may fail naming a member
-//! other than the one its verb went to: that member is dropped, and the step goes on from
-//! wherever its own member now stands. Call with no ops of the caller's own in the batch.
+//! (a copy on every member, [`dtxn_fabric::Lease::nodes`]). A batch that failed on renewals
+//! alone succeeds (the endpoint notes the node down), and [`read`] and [`cas`] drop the
+//! members it saw down before they post; a batch that fails names a member, maybe another
+//! than the one its verb went to: that member is dropped, and the step goes on from wherever
+//! its own member now stands. Call with no ops of the caller's own in the batch.
 
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
 
@@ -136,6 +138,7 @@ pub async fn read(
     counts: &mut Counts,
 ) -> Result<u64, ControlError> {
     let mut rereads = 0;
+    seen_down(ep, chain, counts)?;
     'read: loop {
         let ops: Vec<_> = chain.members.iter().map(|&n| ep.read(n, off, 8)).collect();
         if let Err(e) = ep.post().await {
@@ -184,6 +187,7 @@ pub async fn cas(
             new_tag: tag(new),
         });
     }
+    seen_down(ep, chain, counts)?;
     // The head: where our word is made. A head found down may have taken it (a failed verb's
     // effect is unknown) and a reader may have carried it on from there: ours is then found
     // at the next head, as a success.
@@ -259,6 +263,18 @@ async fn probe(
         }
     }
     Ok(Write::Unknown)
+}
+
+/// Drops the members the endpoint saw down (a batch of the caller's, or one whose failure
+/// hit only lease renewals, [`Endpoint::seen_down`]), before a step posts to them.
+fn seen_down(ep: &Endpoint, chain: &mut Chain, counts: &mut Counts) -> Result<(), ControlError> {
+    for n in ep.seen_down().iter() {
+        if chain.members.contains(&n) {
+            counts.dropped += 1;
+            chain.drop_member(n)?;
+        }
+    }
+    Ok(())
 }
 
 /// A batch failed: drops the member it names as down, or passes any other error up.

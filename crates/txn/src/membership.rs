@@ -7,6 +7,16 @@
 //! own). A lease word holds an expiry on the run's clock, a done bit and an incarnation
 //! ([`dtxn_fabric::Lease::word`]); the recovered word the last incarnation recovery settled.
 //!
+//! **Copies on the control chain** (issue #23, `docs/src/control-chain.md`, increment 3).
+//! With the pool's control chain on nodes `0..k` ([`PoolMap::control_set`]), each lease word
+//! and view acknowledgement has a copy at the same offset on every member: a renewal WRITEs
+//! each copy in the batch it rides with (the endpoint leaves out members it saw down, and a
+//! batch that failed only on renewals does not fail its caller), an acknowledgement is
+//! written to each, and [`read_members`] takes the latest copy (greatest expiry, greatest
+//! acknowledgement). Detection stays sound when a member dies: a renewal posted before the
+//! holder's deadline lands on every live member, so the survivors hold it. The leader, view,
+//! repaired and recovered words are still node 0's alone, and node 0 still never fails.
+//!
 //! **Renewal and fencing** are the endpoint's ([`dtxn_fabric::Endpoint::hold_lease`]): every
 //! post once a quarter of the lease has passed carries a renewal `expiry = now + lease`, and
 //! a coordinator posts nothing at or after `expiry - guard` (its own clock), ever again: its
@@ -225,8 +235,6 @@ pub struct Members {
     pub members: Vec<Member>,
 }
 
-/// Reads the leader, view and repaired words and the first `n` coordinators' records (one
-/// round trip).
 /// Posts the CAS of the view word from `view` to `next`, and a FLUSH of node 0 after it (an
 /// atomic executes before later ops on its QP): in persistent-memory mode a pool that loses
 /// power must come back in its last view, not in one where a node failed over since is
@@ -238,40 +246,85 @@ pub fn change_view(ep: &mut Endpoint, view: View, next: View) -> OpId {
     c
 }
 
-pub async fn read_members(ep: &mut Endpoint, n: u32) -> Result<Members, FabricError> {
+/// Reads the leader, view and repaired words and the first `n` coordinators' records (one
+/// round trip). A lease or acknowledgement word is read on each of its `copies` (the control
+/// chain's members, [`PoolMap::control_set`]) but those the endpoint saw down, and the latest
+/// copy counts: the greatest expiry, the greatest acknowledgement. A copy's node found down
+/// is left out and the READ posted again.
+pub async fn read_members(
+    ep: &mut Endpoint,
+    n: u32,
+    copies: NodeSet,
+) -> Result<Members, FabricError> {
     let n = n.min(MAX_MEMBERS) as usize;
-    let posted_ns = ep.lease_now_ns();
-    let line = ep.read(0, LEADER_OFF, (REPAIRED_OFF + 8 - LEADER_OFF) as usize);
-    let leases = ep.read(0, LEASE_OFF, 8 * n.max(1));
-    let recovered = ep.read(0, RECOVERED_OFF, 8 * n.max(1));
-    let acks = ep.read(0, ACK_OFF, 8 * n.max(1));
-    ep.post().await?;
-    let members = (0..n)
-        .map(|i| {
-            let (expiry_ns, done, incarnation) =
-                Lease::parse_near(ep.word(leases, 8 * i), posted_ns);
-            Member {
-                expiry_ns,
-                done,
-                incarnation,
-                recovered: ep.word(recovered, 8 * i) as u16,
-                ack: ep.word(acks, 8 * i),
-            }
-        })
-        .collect();
-    Ok(Members {
-        posted_ns,
-        leader: ep.word(line, 0),
-        view: View::parse(ep.word(line, (VIEW_OFF - LEADER_OFF) as usize)),
-        repaired: View::parse(ep.word(line, (REPAIRED_OFF - LEADER_OFF) as usize)),
-        members,
-    })
+    loop {
+        let others = copies.minus(ep.seen_down()).minus(NodeSet::single(0));
+        let posted_ns = ep.lease_now_ns();
+        // Node 0's READs first, in the order they had before leases had copies.
+        let line = ep.read(0, LEADER_OFF, (REPAIRED_OFF + 8 - LEADER_OFF) as usize);
+        let mut leases = vec![ep.read(0, LEASE_OFF, 8 * n.max(1))];
+        let recovered = ep.read(0, RECOVERED_OFF, 8 * n.max(1));
+        let mut acks = vec![ep.read(0, ACK_OFF, 8 * n.max(1))];
+        for m in others.iter() {
+            leases.push(ep.read(m, LEASE_OFF, 8 * n.max(1)));
+            acks.push(ep.read(m, ACK_OFF, 8 * n.max(1)));
+        }
+        match ep.post().await {
+            Err(FabricError::NodeDown(d)) if others.contains(d) => continue,
+            r => r?,
+        }
+        let members = (0..n)
+            .map(|i| {
+                let (expiry_ns, done, incarnation) = leases
+                    .iter()
+                    .map(|&op| Lease::parse_near(ep.word(op, 8 * i), posted_ns))
+                    .max_by_key(|&(expiry, _, _)| expiry)
+                    .expect("node 0's copy");
+                let ack = acks.iter().map(|&op| ep.word(op, 8 * i)).max();
+                Member {
+                    expiry_ns,
+                    done,
+                    incarnation,
+                    recovered: ep.word(recovered, 8 * i) as u16,
+                    ack: ack.expect("node 0's copy"),
+                }
+            })
+            .collect();
+        return Ok(Members {
+            posted_ns,
+            leader: ep.word(line, 0),
+            view: View::parse(ep.word(line, (VIEW_OFF - LEADER_OFF) as usize)),
+            repaired: View::parse(ep.word(line, (REPAIRED_OFF - LEADER_OFF) as usize)),
+            members,
+        });
+    }
 }
 
-/// The lease of coordinator `index`'s incarnation `incarnation`.
-pub fn lease_of(index: u32, cfg: LeaseConfig, incarnation: u16) -> Lease {
+/// WRITEs `word` at `off` on each of `copies` but those the endpoint saw down (one round
+/// trip; posted again without a copy whose node is found down).
+async fn write_copies(
+    ep: &mut Endpoint,
+    copies: NodeSet,
+    off: u64,
+    word: u64,
+) -> Result<(), FabricError> {
+    loop {
+        let live = copies.minus(ep.seen_down());
+        for m in live.iter() {
+            ep.write(m, off, &word.to_le_bytes());
+        }
+        match ep.post().await {
+            Err(FabricError::NodeDown(d)) if d != 0 && live.contains(d) => continue,
+            r => return r,
+        }
+    }
+}
+
+/// The lease of coordinator `index`'s incarnation `incarnation`, with a copy of its word on
+/// each of `copies` ([`PoolMap::control_set`]).
+pub fn lease_of(index: u32, cfg: LeaseConfig, incarnation: u16, copies: NodeSet) -> Lease {
     Lease {
-        nodes: NodeSet::single(0),
+        nodes: copies,
         addr: LEASE_OFF + 8 * u64::from(index),
         lease_ns: cfg.lease_ns,
         guard_ns: cfg.guard_ns,
@@ -279,16 +332,21 @@ pub fn lease_of(index: u32, cfg: LeaseConfig, incarnation: u16) -> Lease {
     }
 }
 
-/// Coordinator `ep` joins: takes its slot's next incarnation and holds its lease (renewed
-/// once, awaited, before this returns). Its slot's previous incarnation must be settled.
-pub async fn join(ep: &mut Endpoint, cfg: LeaseConfig) -> Result<u16, FabricError> {
+/// Coordinator `ep` joins: takes its slot's next incarnation and holds its lease, with its
+/// word's copies on the control chain's members `copies` ([`PoolMap::control_set`]), renewed
+/// once, awaited, before this returns. Its slot's previous incarnation must be settled.
+pub async fn join(
+    ep: &mut Endpoint,
+    cfg: LeaseConfig,
+    copies: NodeSet,
+) -> Result<u16, FabricError> {
     let index = ep.id().index;
     if index >= MAX_MEMBERS {
         return Err(FabricError::Setup(format!(
             "coordinator {index}: the membership area holds {MAX_MEMBERS} coordinators"
         )));
     }
-    let m = read_members(ep, index + 1).await?.members[index as usize];
+    let m = read_members(ep, index + 1, copies).await?.members[index as usize];
     if !m.settled() {
         return Err(FabricError::Setup(format!(
             "coordinator {index}: its previous incarnation {} was never recovered",
@@ -296,7 +354,7 @@ pub async fn join(ep: &mut Endpoint, cfg: LeaseConfig) -> Result<u16, FabricErro
         )));
     }
     let incarnation = Lease::next_incarnation(m.incarnation.max(m.recovered));
-    ep.hold_lease(lease_of(index, cfg, incarnation));
+    ep.hold_lease(lease_of(index, cfg, incarnation, copies));
     ep.renew_lease().await?;
     Ok(incarnation)
 }
@@ -577,8 +635,8 @@ impl Service {
             }
             if settled {
                 let me = ep.id().index;
-                ep.write(0, ACK_OFF + 8 * u64::from(me), &ACK_GONE.to_le_bytes());
-                return ep.post().await;
+                let copies = self.map.control_set();
+                return write_copies(ep, copies, ACK_OFF + 8 * u64::from(me), ACK_GONE).await;
             }
             // Until the next expiry, renewing our own lease on the way (a scan per period).
             // (An expiry already past is a dead coordinator a live leader is recovering.)
@@ -600,9 +658,9 @@ impl Service {
 
     async fn scan(&mut self, ep: &mut Endpoint) -> Result<Scan, FabricError> {
         self.next_scan_ns = ep.now_ns() + self.period_ns();
-        let mut m = read_members(ep, self.members).await?;
+        let mut m = read_members(ep, self.members, self.map.control_set()).await?;
         if self.probe(ep, m.view).await? {
-            m = read_members(ep, self.members).await?;
+            m = read_members(ep, self.members, self.map.control_set()).await?;
         }
         while m.view != self.map.view() || self.unacknowledged(ep, &m) {
             m = self.adopt(ep, m.view).await?;
@@ -662,12 +720,12 @@ impl Service {
     /// where they are full replicas. Gives the leader word back when a coordinator died
     /// (recovery of a dead holder of what is left needs the word), keeping what it did.
     async fn copy_step(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
-        let m = read_members(ep, self.members).await?;
+        let m = read_members(ep, self.members, self.map.control_set()).await?;
         let Some(mine) = self.lead(ep, &m).await? else {
             return Ok(());
         };
         let view = self.map.view();
-        let m = read_members(ep, self.members).await?;
+        let m = read_members(ep, self.members, self.map.control_set()).await?;
         if m.view != view || m.repaired.number != view.number {
             return self.give_back(ep, mine).await;
         }
@@ -707,7 +765,7 @@ impl Service {
             let me = ep.id().index;
             let slices = self.protocol.copies_in_slices();
             if slices {
-                let m = read_members(ep, self.members).await?;
+                let m = read_members(ep, self.members, self.map.control_set()).await?;
                 let others_settled = m
                     .members
                     .iter()
@@ -800,7 +858,7 @@ impl Service {
             }
             // What is locked now is soon released (or its dead holder recovered).
             ep.sleep(self.period_ns() / 16).await;
-            let m = read_members(ep, self.members).await?;
+            let m = read_members(ep, self.members, self.map.control_set()).await?;
             let me = ep.id().index as usize;
             let dead = m
                 .members
@@ -885,15 +943,11 @@ impl Service {
             ep.reconnect(n);
         }
         self.map = Rc::new(self.map.in_view(view));
-        ep.write(
-            0,
-            ACK_OFF + 8 * u64::from(me),
-            &u64::from(view.number).to_le_bytes(),
-        );
-        ep.post().await?;
+        let copies = self.map.control_set();
+        write_copies(ep, copies, ACK_OFF + 8 * u64::from(me), view.number.into()).await?;
         let mut repaired = 0;
         loop {
-            let m = read_members(ep, self.members).await?;
+            let m = read_members(ep, self.members, self.map.control_set()).await?;
             if m.view != view {
                 return Ok(m);
             }
@@ -965,7 +1019,7 @@ impl Service {
             ep.sleep(self.period_ns() / 4).await;
             return Ok(0);
         };
-        let m = read_members(ep, self.members).await?;
+        let m = read_members(ep, self.members, self.map.control_set()).await?;
         let mut tables = 0;
         if m.view == view && m.repaired.number != view.number {
             // Only what changed since the view repaired last (every promoted table after a
@@ -1059,7 +1113,7 @@ impl Service {
         // marks a recovered word, so what this READ shows stays true while we lead. (It
         // may show a newer view: then we recover nobody, adopt it first, and come back.)
         let (first_dead, first_ns) = (dead, m.posted_ns);
-        let m = read_members(ep, self.members).await?;
+        let m = read_members(ep, self.members, self.map.control_set()).await?;
         let dead: Vec<u32> = (0..m.members.len() as u32)
             .filter(|&i| i != me && m.members[i as usize].dead(m.posted_ns))
             .collect();

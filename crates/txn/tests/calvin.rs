@@ -666,7 +666,9 @@ fn crash_run(
             let (txn, marks, history) = (txn.clone(), marks.clone(), history.clone());
             async move {
                 let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                membership::join(&mut ep, lease).await.unwrap();
+                membership::join(&mut ep, lease, map.control_set())
+                    .await
+                    .unwrap();
                 let me = ep.id().index;
                 let mut service = Service::new(Protocol::Calvin, lease, 2, map.clone());
                 let mut c = Coordinator::new(ep, map, txn);
@@ -993,7 +995,9 @@ fn a_zombie_coordinator_publishes_nothing_after_its_recovery() {
                 let (txn, history) = (txn.clone(), history.clone());
                 async move {
                     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                    membership::join(&mut ep, lease).await.unwrap();
+                    membership::join(&mut ep, lease, map.control_set())
+                        .await
+                        .unwrap();
                     let me = ep.id().index;
                     let mut service = Service::new(Protocol::Calvin, lease, 2, map.clone());
                     let mut c = Coordinator::new(ep, map, txn);

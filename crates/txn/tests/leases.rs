@@ -117,7 +117,9 @@ fn replicas_of(pool: &Pool, plan: &Plan, k: u64) -> Vec<u64> {
 /// One of two FORD coordinators holding leases: its index, its recovery service, and it.
 async fn ford_member(mut ep: Endpoint, lease: LeaseConfig) -> (u32, Service, Coordinator) {
     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-    membership::join(&mut ep, lease).await.unwrap();
+    membership::join(&mut ep, lease, map.control_set())
+        .await
+        .unwrap();
     let me = ep.id().index;
     let service = Service::new(Protocol::Ford, lease, 2, map.clone());
     (
@@ -522,4 +524,76 @@ fn on_shm_a_coordinator_that_stops_holding_a_lock_is_recovered_online() {
     );
     assert!(e.noticed_ns >= e.expired_ns, "{e:?}");
     assert_eq!(replicas_of(&pool, &plan, 0), vec![777, 777]);
+}
+
+/// With the control chain on nodes 0 and 1 (`Plan::with_control_replicas(2)`), a lease word
+/// and a view acknowledgement have a copy on each, and a detector takes the latest copy: the
+/// greatest expiry (with its word's done bit and incarnation), the greatest acknowledgement.
+/// Once node 1 died, a READ of the area leaves its copies out (posted again without them),
+/// and reads node 0's.
+#[test]
+fn a_detector_takes_the_latest_copy_of_each_lease_and_leaves_a_dead_members_out() {
+    use dtxn_fabric::sim::MemoryCrash;
+    use dtxn_fabric::Lease;
+    use dtxn_store::layout::{ACK_OFF, LEASE_OFF};
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let spec = TableSpec::new(T, "t", 64, KEYS);
+    let plan = Plan::new(&[spec], &shape)
+        .unwrap()
+        .with_control_replicas(2)
+        .unwrap();
+    let mut cfg = SimConfig::new(5, 2, plan.region_bytes);
+    cfg.faults.memory_crashes.push(MemoryCrash {
+        at_ns: 50_000,
+        node: 1,
+        down_ns: MemoryCrash::FOREVER,
+    });
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let Pool::Sim(mut sim) = pool else {
+        unreachable!()
+    };
+    // Slot 0: node 1's copy is the later one (node 0's missed a renewal); slot 1: node 0's;
+    // slot 2: the acknowledgements differ the other way.
+    let at = |slot: u64| LEASE_OFF + 8 * slot;
+    sim.with_local(0, |m| {
+        m.write(at(0), &Lease::word(100_000, false, 3).to_le_bytes());
+        m.write(at(1), &Lease::word(900_000, true, 2).to_le_bytes());
+        m.write(ACK_OFF + 16, &7u64.to_le_bytes());
+    });
+    sim.with_local(1, |m| {
+        m.write(at(0), &Lease::word(400_000, true, 4).to_le_bytes());
+        m.write(at(1), &Lease::word(200_000, false, 1).to_le_bytes());
+        m.write(ACK_OFF + 16, &5u64.to_le_bytes());
+        m.write(ACK_OFF, &9u64.to_le_bytes());
+    });
+    let r = sim
+        .run(topo(1, 1), None, |mut ep: Endpoint| async move {
+            let map = PoolMap::bootstrap(&mut ep).await.unwrap();
+            let copies = map.control_set();
+            let before = membership::read_members(&mut ep, 3, copies).await.unwrap();
+            // Past node 1's death, which this endpoint has not seen yet.
+            ep.sleep(100_000).await;
+            let seen = ep.seen_down();
+            let after = membership::read_members(&mut ep, 3, copies).await.unwrap();
+            (copies, before.members, seen, after.members, ep.seen_down())
+        })
+        .unwrap();
+    let (copies, before, seen, after, seen_after) = r.outputs[0].clone().unwrap();
+    assert_eq!(copies, dtxn_fabric::NodeSet::first(2));
+    let lease = |m: &membership::Member| (m.expiry_ns, m.done, m.incarnation);
+    assert_eq!(lease(&before[0]), (400_000, true, 4));
+    assert_eq!(lease(&before[1]), (900_000, true, 2));
+    assert_eq!((before[0].ack, before[2].ack), (9, 7));
+    assert!(seen.is_empty());
+    // Node 0's copies alone.
+    assert_eq!(lease(&after[0]), (100_000, false, 3));
+    assert_eq!((after[0].ack, after[2].ack), (0, 7));
+    assert_eq!(seen_after, dtxn_fabric::NodeSet::single(1));
 }

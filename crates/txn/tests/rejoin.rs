@@ -213,7 +213,9 @@ async fn member(
 ) {
     VALUE.with(|n| n.set(value_size(protocol)));
     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-    membership::join(&mut ep, lease).await.unwrap();
+    membership::join(&mut ep, lease, map.control_set())
+        .await
+        .unwrap();
     let me = ep.id().index;
     let mut service = Service::new(protocol, lease, COORDINATORS, map.clone()).with_rejoin(true);
     match control {

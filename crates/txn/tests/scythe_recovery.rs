@@ -159,7 +159,9 @@ fn a_survivor_queued_behind_a_crashed_coordinators_ticket_commits_after_recovery
                 let held = held.clone();
                 async move {
                     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-                    membership::join(&mut ep, lease).await.unwrap();
+                    membership::join(&mut ep, lease, map.control_set())
+                        .await
+                        .unwrap();
                     let me = ep.id().index;
                     let mut service = Service::new(Protocol::Scythe, lease, 2, map.clone());
                     let mut c = Coordinator::new(ep, map, tocc());

@@ -106,7 +106,9 @@ async fn transfer(c: &mut Coordinator, from: u64, to: u64) -> Result<(), AbortRe
 
 async fn member(mut ep: Endpoint, protocol: Protocol, lease: LeaseConfig, seen: Rc<RefCell<Seen>>) {
     let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
-    membership::join(&mut ep, lease).await.unwrap();
+    membership::join(&mut ep, lease, map.control_set())
+        .await
+        .unwrap();
     let me = ep.id().index;
     let mut service = Service::new(protocol, lease, COORDINATORS, map.clone());
     let cfg = TxnConfig {

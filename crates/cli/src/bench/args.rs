@@ -209,7 +209,10 @@ pub struct BenchArgs {
     /// copy while its schedule holds every install), `within=DURATION` of the
     /// start (default: about the run's length), `delay_prob=P` and `delay=DURATION` (ops
     /// delayed on the way), `lease=DURATION` and `guard=DURATION` (default: from the fabric's
-    /// longest op flight and the adversary's longest stall; checked against both).
+    /// longest op flight and the adversary's longest stall; checked against both),
+    /// `control=K` (the pool's control chain on memory nodes 0..K, default 1: every lease and
+    /// view acknowledgement has a copy on each, and a detector reads the latest; the other
+    /// control words stay on node 0, which still never fails).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// shm, ucx: every coordinator holds a lease on the wall clock and serves the recovery

@@ -411,7 +411,7 @@ async fn coordinator<W: Workload>(
     );
     let mut service = match sh.lease {
         Some(l) => {
-            membership::join(&mut ep, l)
+            membership::join(&mut ep, l, map.control_set())
                 .await
                 .map_err(|e| format!("coordinator {index}: joining: {e}"))?;
             let sink = sh.clone();

@@ -691,8 +691,13 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
     }
     let w = choose(&a.workload, expected_txns(a, topo))?;
     let shape = shape(a, topo.coordinators(), w.log_slice_bytes())?;
-    let plan = Plan::new(&w.tables(cfg.protocol, versions(a, &cfg)), &shape)
+    let mut plan = Plan::new(&w.tables(cfg.protocol, versions(a, &cfg)), &shape)
         .map_err(|e| anyhow!("{e}"))?;
+    if let Some(k) = faults.as_ref().and_then(|(_, knobs)| knobs.control) {
+        plan = plan
+            .with_control_replicas(k)
+            .map_err(|e| anyhow!("--faults control={k}: {e}"))?;
+    }
     check_fits(a, &plan, topo.coordinators(), &cfg)?;
     for name in cfg
         .ford
@@ -873,6 +878,8 @@ pub fn host_lease_terms(spec: &str) -> Result<HostLeases> {
 struct LeaseKnobs {
     lease_ns: Option<u64>,
     guard_ns: Option<u64>,
+    /// `control=K`: the pool's control chain has `K` members.
+    control: Option<u8>,
 }
 
 /// The lease terms of a `--faults` run on `pool` (sim): derived from the fabric's longest op
@@ -1459,6 +1466,18 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
             "delay" => rates.delay_max_ns = duration()?,
             "lease" => knobs.lease_ns = Some(duration()?.max(1)),
             "guard" => knobs.guard_ns = Some(duration()?),
+            "control" => {
+                let max = a.memory_nodes.min(dtxn_store::layout::MAX_REPLICAS as u16);
+                knobs.control = match value.parse::<u8>() {
+                    Ok(k) if k >= 1 && u16::from(k) <= max => Some(k),
+                    _ => {
+                        return Err(bad(&format!(
+                            "the control chain's members: 1 to {max} (--memory-nodes {})",
+                            a.memory_nodes
+                        )))
+                    }
+                };
+            }
             _ => bail!(
                 "--faults: unknown knob '{knob}' (knobs: {})",
                 FAULT_KNOBS.join(", ")
@@ -1479,7 +1498,7 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
 }
 
 /// The knobs `--faults` takes.
-const FAULT_KNOBS: [&str; 8] = [
+const FAULT_KNOBS: [&str; 9] = [
     "compute",
     "memory",
     "rejoin",
@@ -1488,6 +1507,7 @@ const FAULT_KNOBS: [&str; 8] = [
     "delay",
     "lease",
     "guard",
+    "control",
 ];
 
 fn set_faults(pool: &mut dtxn_fabric::Pool, f: Faults) {
@@ -1568,7 +1588,11 @@ fn recover_and_mark(
     let r = pool.run(one_coordinator(1), None, move |mut ep| {
         let marks = marks.clone();
         async move {
-            let m = dtxn_txn::membership::read_members(&mut ep, members).await?;
+            let copies = match dtxn_store::PoolMap::bootstrap(&mut ep).await {
+                Ok(map) => map.control_set(),
+                Err(e) => return Err(dtxn_fabric::FabricError::Setup(e.to_string())),
+            };
+            let m = dtxn_txn::membership::read_members(&mut ep, members, copies).await?;
             for i in marks {
                 let x = m.members[i as usize];
                 let at = dtxn_store::layout::RECOVERED_OFF + 8 * u64::from(i);

@@ -955,7 +955,9 @@ impl World {
         let op = rec.batch.ops[i as usize];
         let node = op.node as usize;
         if !self.nodes[node].up || self.nodes[node].epoch != rec.epochs[i as usize] {
-            self.recs[r as usize].error = Some(FabricError::NodeDown(op.node));
+            let rec = &mut self.recs[r as usize];
+            rec.error = Some(FabricError::NodeDown(op.node));
+            rec.batch.failed = rec.batch.failed.with(op.node);
             return;
         }
         if line == 0 || line == WHOLE {
@@ -1100,7 +1102,9 @@ impl World {
         let node = m.node;
         let mn = &self.nodes[node as usize];
         if !mn.up || mn.epoch != m.epoch {
-            self.recs[r as usize].error = Some(FabricError::NodeDown(node));
+            let rec = &mut self.recs[r as usize];
+            rec.error = Some(FabricError::NodeDown(node));
+            rec.batch.failed = rec.batch.failed.with(node);
             return self.rpc_served(r, k);
         }
         if self.now > self.cutoff[cn as usize] {

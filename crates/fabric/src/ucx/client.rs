@@ -490,24 +490,37 @@ impl InFlight {
         std::mem::forget(self);
     }
 
+    /// Fails the batch with `e`. Every node it failed on is noted in the batch; an error other
+    /// than `NodeDown` takes precedence, so that a `NodeDown` returned means only nodes
+    /// failed (the endpoint may then mask a failure that hit lease renewals alone).
     fn fail(&mut self, e: FabricError) {
-        self.error.get_or_insert(e);
+        match e {
+            FabricError::NodeDown(n) => {
+                self.batch.failed = self.batch.failed.with(n);
+                self.error.get_or_insert(e);
+            }
+            e => {
+                if matches!(self.error, None | Some(FabricError::NodeDown(_))) {
+                    self.error = Some(e);
+                }
+            }
+        }
     }
 
     /// Polls the requests; true when none is left.
     fn poll_reqs(&mut self) -> bool {
-        let mut err = None;
+        let mut failed = Vec::new();
         self.reqs.retain_mut(|(node, r)| match r.poll() {
             None => true,
             Some(st) => {
-                if st < 0 && err.is_none() {
-                    err = Some(FabricError::NodeDown(*node));
+                if st < 0 {
+                    failed.push(*node);
                 }
                 false
             }
         });
-        if let Some(e) = err {
-            self.fail(e);
+        for node in failed {
+            self.fail(FabricError::NodeDown(node));
         }
         self.reqs.is_empty()
     }
