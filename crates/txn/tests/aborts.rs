@@ -230,6 +230,11 @@ fn bad_requests_are_aborts_not_panics() {
             let mut tx = c.begin(TxKind::ReadOnly);
             out.push(tx.read_for_update(T, 1).await.map(|_| ())); // update in a read-only txn
             let mut tx = c.begin(TxKind::ReadWrite);
+            out.push(tx.insert(T, 1_000, &[0u8; 3]).await); // an insert's value of the wrong size
+            let mut tx = c.begin(TxKind::ReadWrite);
+            let row = v(1);
+            out.push(tx.insert_many(&[(T, 1_001, &row), (T, 1_001, &row)]).await); // one key twice
+            let mut tx = c.begin(TxKind::ReadWrite);
             tx.read_for_update(T, 2).await.unwrap();
             tx.rollback().await;
             // The rollback released the lock.
@@ -247,6 +252,8 @@ fn bad_requests_are_aborts_not_panics() {
             Some(AbortReason::BadRequest),
             Some(AbortReason::BadRequest),
             Some(AbortReason::BadRequest),
+            Some(AbortReason::BadRequest),
+            Some(AbortReason::Exists),
             None
         ]
     );
