@@ -1,6 +1,6 @@
 //! The fabric contract: what a backend promises a coordinator, and nothing more.
 
-use crate::{Batch, FabricError, NodeId};
+use crate::{Batch, FabricError, NodeId, NodeSet};
 use std::task::Poll;
 
 /// One coordinator's connection to the memory pool: its worker thread's queue pairs (QPs), one
@@ -50,10 +50,10 @@ use std::task::Poll;
 /// [`FabricError::NodeDown`]; that node's ops of it may have executed as a prefix. Its ops to
 /// the other nodes still execute (each node has its own QP), and the failed batch completes
 /// only once they have, so a roll-back's WRITEs to the live replicas land although the dead
-/// one's cannot. The completed batch names every node it failed on ([`crate::Batch::failed`];
-/// the error names one of them), and a `NodeDown` error means no other kind of failure
-/// happened in it: the endpoint relies on both to pass over a failure that hit only lease
-/// renewals.
+/// one's cannot. The completed batch names every node it failed on ([`crate::Batch::failed`],
+/// and [`Fabric::background_failed`] for a background batch; the error names one of them),
+/// and a `NodeDown` error means no other kind of failure happened in it: the endpoint relies
+/// on both to pass over a failure that hit only lease renewals.
 ///
 /// G9 (one NIC per region) and G10 (atomics serialize per `addr mod 4096` slot) are performance
 /// facts, modelled by the `sim` hardware profile, not ordering rules.
@@ -104,6 +104,14 @@ pub trait Fabric {
     /// Ready when the background batch (if any) has completed, with its outcome.
     fn poll_background(&mut self) -> Poll<Result<(), FabricError>> {
         Poll::Ready(Ok(()))
+    }
+
+    /// After [`Fabric::poll_background`] was `Ready` with an error: every memory node that
+    /// background batch failed on, as [`Batch::failed`] for an awaited one. A backend whose
+    /// background batches can fail must name them all (the default suits backends whose
+    /// background batches never fail).
+    fn background_failed(&self) -> NodeSet {
+        NodeSet::default()
     }
 
     /// Polls the one outstanding awaited batch; when it is complete, writes the results (READ

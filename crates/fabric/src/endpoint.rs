@@ -64,6 +64,9 @@ pub struct Endpoint {
     /// Memory nodes a batch failed on ([`FabricError::NodeDown`]): fail-stop, so a renewal
     /// writes no copy there again (its batch would fail every time).
     down: NodeSet,
+    /// The nodes the outstanding background batch does its caller's work on (its ops but
+    /// the lease renewals): a failure elsewhere is passed over, as for an awaited batch.
+    background_callers: NodeSet,
 }
 
 /// A lease in the pool, held by one coordinator: a word it alone WRITEs (nobody CASes it),
@@ -170,6 +173,7 @@ impl Endpoint {
             max_flight_ns: 0,
             fence_on_node_down: false,
             down: NodeSet::default(),
+            background_callers: NodeSet::default(),
         }
     }
 
@@ -185,9 +189,17 @@ impl Endpoint {
 
     /// `r`, noting a memory node's failure (see [`Endpoint::fence_on_node_down`]).
     fn noted<T>(&mut self, r: Result<T, FabricError>) -> Result<T, FabricError> {
+        self.noted_with(r, NodeSet::default())
+    }
+
+    /// [`Endpoint::noted`], with `failed` the other nodes the batch failed on.
+    fn noted_with<T>(
+        &mut self,
+        r: Result<T, FabricError>,
+        failed: NodeSet,
+    ) -> Result<T, FabricError> {
         if let Err(FabricError::NodeDown(n)) = r {
-            // (A batch's `failed` is empty, or names nodes that did fail.)
-            self.down = self.down.union(self.batch.failed).with(n);
+            self.down = self.down.union(failed).with(n);
             if self.fence_on_node_down {
                 self.fenced = true;
             }
@@ -195,28 +207,48 @@ impl Endpoint {
         r
     }
 
-    /// An awaited batch failed only on memory nodes where it did nothing but renew the lease:
-    /// the failure is noted and not reported. Every other op of the batch executed (the
+    /// A batch (awaited, or background) failed only on memory nodes where it did nothing but
+    /// renew the lease (`failed`: every node it failed on; `callers`: the nodes of its other
+    /// ops): the failure is noted and not reported. Every other op of the batch executed (the
     /// contract: a failed batch's ops to live nodes still do, and it completes after them),
-    /// and a lease copy on a node that died is never read again, so the caller's batch did
+    /// and a lease copy on a node that failed is not read while it is down, nor after it
+    /// comes back (a node failed in a view is no control member), so the caller's batch did
     /// all it asked. (Without this, a renewal's copy on a control member that died would fail
     /// whatever transaction or recovery step it rode with.)
-    fn unless_renewals_only(&mut self, r: Result<(), FabricError>) -> Result<(), FabricError> {
-        let (Err(FabricError::NodeDown(n)), Some(h)) = (&r, &self.lease) else {
-            return r;
+    fn unless_renewals_only(
+        r: Result<(), FabricError>,
+        failed: NodeSet,
+        callers: NodeSet,
+    ) -> Result<(), FabricError> {
+        match &r {
+            Err(FabricError::NodeDown(n)) if !callers.contains(*n) => {
+                match failed.iter().any(|f| callers.contains(f)) {
+                    true => r,
+                    false => Ok(()),
+                }
+            }
+            _ => r,
+        }
+    }
+
+    /// The nodes the batch being posted does its caller's work on: the nodes of its ops but
+    /// the lease renewals (a WRITE of the lease word on one of its copies: nobody else writes
+    /// it).
+    fn callers(&self) -> NodeSet {
+        let renewal = |op: &Op| {
+            self.lease.is_some_and(|h| {
+                op.kind == OpKind::Write
+                    && op.addr == h.lease.addr
+                    && op.len == 8
+                    && h.lease.nodes.contains(op.node)
+            })
         };
-        let failed = self.batch.failed.with(*n);
-        // A renewal is a WRITE of the lease word, which nobody else writes.
-        let renewal = |op: &Op| op.kind == OpKind::Write && op.addr == h.lease.addr && op.len == 8;
-        match self
-            .batch
+        self.batch
             .ops
             .iter()
-            .any(|op| failed.contains(op.node) && !renewal(op))
-        {
-            true => r,
-            false => Ok(()),
-        }
+            .filter(|op| !renewal(op))
+            .map(|op| op.node)
+            .collect()
     }
 
     /// The memory nodes a batch of this coordinator failed on so far.
@@ -313,7 +345,9 @@ impl Endpoint {
         }
         self.gated_at = Some(now);
         let renew = h.renewed_at == 0 || now >= h.renewed_at + h.lease.lease_ns / 4;
-        if renew {
+        // With no copy left to write (every node of the lease seen down) nothing renews it:
+        // the lease runs out, and the gate fences this coordinator then.
+        if renew && !h.lease.nodes.minus(self.down).is_empty() {
             // The lease clock is read after the local one: the expiry it grants is at least
             // `lease` after the instant `deadline` counts from.
             let expiry = self.fabric.lease_now_ns() + h.lease.lease_ns;
@@ -705,6 +739,7 @@ impl Endpoint {
             return Err(e);
         }
         self.background_gated_at = self.gated_at.take();
+        self.background_callers = self.callers();
         self.count(false);
         let r = self.timed(|f, b| f.submit_background(b));
         let r = self.noted(r);
@@ -798,8 +833,9 @@ impl Future for Post<'_> {
                         this.state = Err(None);
                         let gated = ep.gated_at.take();
                         ep.observed(gated);
-                        let r = ep.noted(r);
-                        let r = ep.unless_renewals_only(r);
+                        let failed = ep.batch.failed;
+                        let r = ep.noted_with(r, failed);
+                        let r = Endpoint::unless_renewals_only(r, failed, ep.callers());
                         // RPC responses' sizes are known only now (the rest was counted
                         // at post).
                         if ep.batch.mn_cpu_ns != 0 || !ep.batch.resp.is_empty() {
@@ -866,7 +902,10 @@ impl Future for WaitBackground<'_> {
                 ep.background = false;
                 let gated = ep.background_gated_at.take();
                 ep.observed(gated);
-                Poll::Ready(ep.noted(r))
+                let failed = ep.fabric.background_failed();
+                let r = ep.noted_with(r, failed);
+                let callers = std::mem::take(&mut ep.background_callers);
+                Poll::Ready(Endpoint::unless_renewals_only(r, failed, callers))
             }
         }
     }

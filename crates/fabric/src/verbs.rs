@@ -116,7 +116,7 @@ impl Batch {
         self.resp.clone_from(&from.resp);
         self.mn_cpu_ns = from.mn_cpu_ns;
         self.rpc_pack_limit = from.rpc_pack_limit;
-        self.failed = from.failed;
+        self.failed = NodeSet::default();
     }
 
     /// Copies a completed batch's results (READ data, old values, RPC responses) from `from`,

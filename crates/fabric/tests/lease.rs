@@ -120,6 +120,77 @@ fn renewals_write_every_live_copy_and_their_failure_alone_is_not_the_callers() {
     );
 }
 
+/// A background batch too (FORD's undo log) passes over a failure that hit only its
+/// renewals, and reports one on its own ops. A lease whose every copy is on nodes seen down
+/// renews nowhere: it runs out, and the endpoint fences itself.
+#[test]
+fn background_batches_pass_over_renewal_failures_and_a_lease_with_no_copy_left_runs_out() {
+    let mut cfg = SimConfig::new(9, 3, 1 << 16);
+    for (node, at_ns) in [(1, 100_000), (2, 100_000)] {
+        cfg.faults.memory_crashes.push(MemoryCrash {
+            at_ns,
+            node,
+            down_ns: u64::MAX / 4,
+        });
+    }
+    let mut pool = SimPool::new(cfg).unwrap();
+    let one = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = pool
+        .run(one, None, move |mut ep: Endpoint| async move {
+            ep.hold_lease(Lease {
+                nodes: NodeSet::first(2),
+                addr: WORD,
+                lease_ns: 1_000_000,
+                guard_ns: 100_000,
+                incarnation: 1,
+            });
+            ep.renew_lease().await.unwrap();
+            // Node 1 (a copy) and node 2 (no copy) died. A background WRITE to node 0 with a
+            // renewal on nodes 0 and 1: the failure on node 1 is the renewal's alone.
+            ep.sleep(300_000).await;
+            ep.write(0, DATA, &[1u8; 8]);
+            ep.post_background().unwrap();
+            let renewal_only = ep.wait_background().await;
+            // A background WRITE to node 2: its own op failed.
+            ep.write(2, DATA, &[2u8; 8]);
+            ep.post_background().unwrap();
+            let own = ep.wait_background().await;
+            // A lease on node 1 alone: nothing renews it, and a lease later it is fenced.
+            ep.hold_lease(Lease {
+                nodes: NodeSet::single(1),
+                addr: WORD,
+                lease_ns: 1_000_000,
+                guard_ns: 100_000,
+                incarnation: 2,
+            });
+            let mut posts = 0;
+            let fenced = loop {
+                ep.write(0, DATA + 8, &[3u8; 8]);
+                match ep.post().await {
+                    Ok(()) if posts == 50 => break FabricError::Setup("never fenced".into()),
+                    Ok(()) => posts += 1,
+                    Err(e) => break e,
+                }
+                ep.sleep(100_000).await;
+            };
+            (renewal_only, own, posts, fenced)
+        })
+        .unwrap();
+    let (renewal_only, own, posts, fenced) = r.outputs[0].clone().unwrap();
+    assert_eq!(renewal_only, Ok(()));
+    assert_eq!(own, Err(FabricError::NodeDown(2)));
+    // Posts every 100 us until lease - guard (900 us) after it was held.
+    assert_eq!((posts, fenced), (9, FabricError::LeaseExpired));
+    assert_eq!(
+        pool.with_local(0, |m| m.read_u64(DATA)),
+        u64::from_le_bytes([1u8; 8])
+    );
+}
+
 /// On `shm` (and `ucx`) the lease word is on the wall clock, which other processes read; the
 /// holder fences itself on its own monotonic clock, `lease - guard` after its last renewal.
 #[test]

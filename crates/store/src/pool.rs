@@ -293,12 +293,17 @@ impl PoolMap {
         self.nodes.first().map_or(1, |sb| sb.control_replicas)
     }
 
-    /// The control chain in this view, head first: the members (nodes `0..k`) that can be
-    /// read, live ones before rejoined ones, as a table's replicas are ranked. Empty: every
-    /// member failed, and the control words are lost.
+    /// The control chain in this view, head first: the members (nodes `0..k`) that never
+    /// failed. A failed one that rejoined comes back as a data replica only: its control
+    /// words are blank, and re-seeding them is the design's last increment
+    /// (`docs/src/control-chain.md`, 4.10). Empty: every member failed, and the control
+    /// words are lost.
     pub fn control_chain(&self) -> Vec<NodeId> {
-        let members: Vec<NodeId> = (0..NodeId::from(self.control_replicas())).collect();
-        self.view.live(&members)
+        (0..NodeId::from(self.control_replicas()))
+            .filter(|&n| {
+                !self.view.is_failed(n) && !self.view.is_joining(n) && !self.view.is_rejoined(n)
+            })
+            .collect()
     }
 
     /// The control chain's members in this view, as a set: where lease and acknowledgement

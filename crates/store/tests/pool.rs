@@ -2,7 +2,7 @@
 //! look every key up on every replica.
 
 use dtxn_fabric::sim::{SimConfig, SimPool};
-use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_fabric::{Endpoint, NodeSet, Pool, Topology};
 use dtxn_store::layout::Superblock;
 use dtxn_store::remote::lookup;
 use dtxn_store::{Loader, Plan, PoolMap, PoolShape, StoreError, TableSpec};
@@ -383,9 +383,14 @@ fn a_control_chain_is_formatted_on_its_members_and_read_in_the_view() {
     if let Some(v) = without_0 {
         assert_eq!(map.in_view(v).control_chain(), [1]);
     }
-    assert_eq!(
-        map.in_view(map.view().without(&[1]).unwrap())
-            .control_chain(),
-        [0]
-    );
+    let without_1 = map.view().without(&[1]).unwrap();
+    assert_eq!(map.in_view(without_1).control_chain(), [0]);
+    // Node 1 back as a blank replacement, joining and then rejoined: a data replica again,
+    // no control member (its control words were never re-seeded).
+    let joining = without_1.joining(1).unwrap();
+    assert_eq!(map.in_view(joining).control_chain(), [0]);
+    let rejoined = joining.joined(1).unwrap();
+    assert!(rejoined.is_rejoined(1));
+    assert_eq!(map.in_view(rejoined).control_chain(), [0]);
+    assert_eq!(map.in_view(rejoined).control_set(), NodeSet::single(0));
 }

@@ -142,7 +142,7 @@ pub async fn read(
     'read: loop {
         let ops: Vec<_> = chain.members.iter().map(|&n| ep.read(n, off, 8)).collect();
         if let Err(e) = ep.post().await {
-            down(chain, e, counts)?;
+            down(ep, chain, e, counts)?;
             continue;
         }
         let mut words: Vec<u64> = ops.iter().map(|&op| ep.word(op, 0)).collect();
@@ -154,7 +154,7 @@ pub async fn read(
                 let n = chain.members[i];
                 let op = ep.cas(n, off, words[i], words[i - 1]);
                 if let Err(e) = ep.post().await {
-                    down(chain, e, counts)?;
+                    down(ep, chain, e, counts)?;
                     continue 'read;
                 }
                 if !ep.cas_ok(op) {
@@ -196,7 +196,7 @@ pub async fn cas(
         let head = chain.members[0];
         let op = ep.cas(head, off, expect, new);
         if let Err(e) = ep.post().await {
-            down(chain, e, counts)?;
+            down(ep, chain, e, counts)?;
             maybe_taken = true;
             continue;
         }
@@ -222,7 +222,7 @@ pub async fn cas(
             // chain shifts under `i`, so find `n` again and post its CAS again (it may have
             // landed: ours is accepted there). If `n` itself was dropped, its successor now
             // stands at `i`.
-            down(chain, e, counts)?;
+            down(ep, chain, e, counts)?;
             if let Some(at) = chain.members.iter().position(|&m| m == n) {
                 i = at;
             }
@@ -259,7 +259,7 @@ async fn probe(
         match ep.post().await {
             Ok(()) => return Ok(Write::Done),
             // Another member's failure (a renewal rode along) says nothing of the head.
-            Err(e) => down(chain, e, counts)?,
+            Err(e) => down(ep, chain, e, counts)?,
         }
     }
     Ok(Write::Unknown)
@@ -277,14 +277,22 @@ fn seen_down(ep: &Endpoint, chain: &mut Chain, counts: &mut Counts) -> Result<()
     Ok(())
 }
 
-/// A batch failed: drops the member it names as down, or passes any other error up.
-fn down(chain: &mut Chain, e: FabricError, counts: &mut Counts) -> Result<(), ControlError> {
-    match e {
-        FabricError::NodeDown(n) if chain.members.contains(&n) => {
-            counts.dropped += 1;
-            chain.drop_member(n)
-        }
-        e => Err(e.into()),
+/// A batch failed: drops the members it failed on (the endpoint saw every node it failed on;
+/// the error names one of them, maybe not a member), or passes the error up if it dropped
+/// none (a failure of no member's, or of another kind).
+fn down(
+    ep: &Endpoint,
+    chain: &mut Chain,
+    e: FabricError,
+    counts: &mut Counts,
+) -> Result<(), ControlError> {
+    let before = chain.members.len();
+    if let FabricError::NodeDown(_) = e {
+        seen_down(ep, chain, counts)?;
+    }
+    match chain.members.len() < before {
+        true => Ok(()),
+        false => Err(e.into()),
     }
 }
 

@@ -247,10 +247,12 @@ pub fn change_view(ep: &mut Endpoint, view: View, next: View) -> OpId {
 }
 
 /// Reads the leader, view and repaired words and the first `n` coordinators' records (one
-/// round trip). A lease or acknowledgement word is read on each of its `copies` (the control
-/// chain's members, [`PoolMap::control_set`]) but those the endpoint saw down, and the latest
-/// copy counts: the greatest expiry, the greatest acknowledgement. A copy's node found down
-/// is left out and the READ posted again.
+/// round trip, unless a copy's node is found down). A lease or acknowledgement word is read
+/// on each of its `copies` (the control chain's members, [`PoolMap::control_set`]) but those
+/// the endpoint saw down, and the latest copy counts: the greatest expiry, the greatest
+/// acknowledgement; a copy never written (0) counts for nothing (on a real host's clock a 0
+/// word would read as an expiry far ahead). A copy's node found down is left out and the
+/// READ posted again.
 pub async fn read_members(
     ep: &mut Endpoint,
     n: u32,
@@ -270,16 +272,23 @@ pub async fn read_members(
             acks.push(ep.read(m, ACK_OFF, 8 * n.max(1)));
         }
         match ep.post().await {
-            Err(FabricError::NodeDown(d)) if others.contains(d) => continue,
+            // (The error names one of the nodes the batch failed on; the endpoint saw all.)
+            Err(FabricError::NodeDown(_))
+                if !ep.seen_down().contains(0) && others.minus(ep.seen_down()) != others =>
+            {
+                continue
+            }
             r => r?,
         }
         let members = (0..n)
             .map(|i| {
                 let (expiry_ns, done, incarnation) = leases
                     .iter()
-                    .map(|&op| Lease::parse_near(ep.word(op, 8 * i), posted_ns))
+                    .map(|&op| ep.word(op, 8 * i))
+                    .filter(|&w| w != 0)
+                    .map(|w| Lease::parse_near(w, posted_ns))
                     .max_by_key(|&(expiry, _, _)| expiry)
-                    .expect("node 0's copy");
+                    .unwrap_or_default();
                 let ack = acks.iter().map(|&op| ep.word(op, 8 * i)).max();
                 Member {
                     expiry_ns,
@@ -314,7 +323,14 @@ async fn write_copies(
             ep.write(m, off, &word.to_le_bytes());
         }
         match ep.post().await {
-            Err(FabricError::NodeDown(d)) if d != 0 && live.contains(d) => continue,
+            // A copy's node found down (the error names one node the batch failed on; the
+            // endpoint saw them all): again without it. Node 0's copy is the one that counts
+            // while the other control words are node 0's alone.
+            Err(FabricError::NodeDown(_))
+                if !ep.seen_down().contains(0) && live.minus(ep.seen_down()) != live =>
+            {
+                continue
+            }
             r => return r,
         }
     }

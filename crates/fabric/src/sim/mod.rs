@@ -18,7 +18,7 @@ pub use world::TraceEntry;
 use crate::contract::{Fabric, LocalMem, RpcHandler};
 use crate::runtime::{poll_once, task, RunReport, Task, Topology};
 use crate::stats::Stats;
-use crate::{Batch, CoordId, Endpoint, FabricError, NodeId};
+use crate::{Batch, CoordId, Endpoint, FabricError, NodeId, NodeSet};
 use std::cell::RefCell;
 use std::future::Future;
 use std::rc::Rc;
@@ -138,6 +138,7 @@ impl SimPool {
                 world: self.world.clone(),
                 coord: id.index,
                 sizes: sizes.clone(),
+                background_failed: NodeSet::default(),
             };
             let ep = Endpoint::new(*id, seed, Box::new(port));
             cells.push(ep.stats_cell());
@@ -217,6 +218,8 @@ struct SimPort {
     world: Rc<RefCell<World>>,
     coord: u32,
     sizes: Vec<u64>,
+    /// The nodes the last background batch failed on.
+    background_failed: NodeSet,
 }
 
 impl Fabric for SimPort {
@@ -236,10 +239,18 @@ impl Fabric for SimPort {
     }
 
     fn poll_background(&mut self) -> Poll<Result<(), FabricError>> {
-        match self.world.borrow_mut().take_background(self.coord) {
-            Some(r) => Poll::Ready(r),
+        let taken = self.world.borrow_mut().take_background(self.coord);
+        match taken {
+            Some((r, failed)) => {
+                self.background_failed = failed;
+                Poll::Ready(r)
+            }
             None => Poll::Pending,
         }
+    }
+
+    fn background_failed(&self) -> NodeSet {
+        self.background_failed
     }
 
     fn poll_complete(&mut self, batch: &mut Batch) -> Poll<Result<(), FabricError>> {

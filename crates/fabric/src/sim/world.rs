@@ -17,7 +17,7 @@ use super::config::{Adversary, SimConfig};
 use crate::contract::{check_op, LocalMem, RpcHandler};
 use crate::profile::Profile;
 use crate::verbs::{lines_of, Batch, OpKind, LINE};
-use crate::{FabricError, NodeId};
+use crate::{FabricError, NodeId, NodeSet};
 use rand::{Rng, SeedableRng};
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashSet, VecDeque};
@@ -780,10 +780,11 @@ impl World {
         Some(result)
     }
 
-    /// If the coordinator's background batch is complete (or there is none), its outcome.
-    pub fn take_background(&mut self, coord: u32) -> Option<Result<(), FabricError>> {
+    /// If the coordinator's background batch is complete (or there is none), its outcome and
+    /// the nodes it failed on.
+    pub fn take_background(&mut self, coord: u32) -> Option<(Result<(), FabricError>, NodeSet)> {
         let Some(r) = self.coords[coord as usize].bg else {
-            return Some(Ok(()));
+            return Some((Ok(()), NodeSet::default()));
         };
         let rec = &mut self.recs[r as usize];
         if !rec.complete {
@@ -793,9 +794,10 @@ impl World {
             Some(e) => Err(e),
             None => Ok(()),
         };
+        let failed = std::mem::take(&mut rec.batch.failed);
         self.coords[coord as usize].bg = None;
         self.free_recs.push(r);
-        Some(result)
+        Some((result, failed))
     }
 
     /// Executes the next event. Returns false when there is none.

@@ -1353,17 +1353,17 @@ impl Fabric for UcxPort {
             // A response from a node UCX found dead never comes: the batch fails. The live
             // nodes' responses are still awaited, so that a failed batch too completes only
             // once what it asked of the live nodes is done.
-            let (mut waiting, mut dead) = (false, None);
+            let (mut waiting, mut dead) = (false, Vec::new());
             for &(node, id) in f.rpcs.iter().chain(&f.persist_ids) {
                 if !inbox.borrow().contains_key(&id) {
                     if q.lost(f, node) {
-                        dead = Some(node);
+                        dead.push(node);
                     } else {
                         waiting = true;
                     }
                 }
             }
-            if let Some(node) = dead {
+            for node in dead {
                 f.fail(FabricError::NodeDown(node));
             }
             if waiting {
