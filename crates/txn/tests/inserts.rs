@@ -213,3 +213,83 @@ fn inserts_deletes_and_absent_reads_are_serializable() {
         );
     }
 }
+
+/// One transaction inserts five keys of one chain whose buckets hold two slots: two go into
+/// the home bucket, and the rest into overflow buckets this insert chains, two slots each,
+/// then a second one. Each key is found afterwards, by a coordinator whose address cache is
+/// cold, with its value (a row placed past its overflow bucket's slots would sit where no
+/// chain leads: read absent).
+#[test]
+fn one_insert_of_many_keys_of_one_chain_chains_overflow_buckets_and_fills_them() {
+    let mut spec = TableSpec::new(T, "kv", VALUE, 12);
+    spec.slots_per_bucket = 2;
+    spec.load_factor = 1.0;
+    spec.overflow_fraction = 8.0;
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let plan = Plan::new(&[spec], &shape).unwrap();
+    let t = plan.table(T).unwrap();
+    let home = t.home_bucket(0);
+    let keys: Vec<u64> = (0..10_000)
+        .filter(|&k| t.home_bucket(k) == home)
+        .take(5)
+        .collect();
+    assert_eq!(keys.len(), 5);
+    let sim = SimPool::new(SimConfig::new(3, 2, plan.region_bytes)).unwrap();
+    let pool = dtxn_fabric::Pool::Sim(sim);
+    plan.format_pool(&pool).unwrap();
+    let dtxn_fabric::Pool::Sim(mut sim) = pool else {
+        unreachable!()
+    };
+    // Coordinator 0 inserts; coordinator 1, whose address cache is cold, reads them
+    // afterwards along the chain.
+    let two = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 2,
+    };
+    let r = sim
+        .run(two, None, |mut ep: Endpoint| {
+            let keys = keys.clone();
+            async move {
+                let me = ep.id().index;
+                let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
+                let mut c = Coordinator::new(ep, map, Rc::new(TxnConfig::default()));
+                let values: Vec<Vec<u8>> = keys.iter().map(|&k| value(k, k)).collect();
+                if me == 0 {
+                    let rows: Vec<(u32, u64, &[u8])> = keys
+                        .iter()
+                        .zip(&values)
+                        .map(|(&k, v)| (T, k, v.as_slice()))
+                        .collect();
+                    let mut tx = c.begin(TxKind::ReadWrite);
+                    tx.insert_many(&rows).await.unwrap();
+                    tx.commit().await.unwrap();
+                    return (values, Vec::new());
+                }
+                c.endpoint().sleep(1_000_000).await;
+                let mut tx = c.begin(TxKind::ReadOnly);
+                let reads: Vec<Access> = keys.iter().map(|&k| Access::read(T, k)).collect();
+                tx.fetch(&reads).await.unwrap();
+                let found: Vec<Option<Vec<u8>>> = keys
+                    .iter()
+                    .map(|&k| tx.get(T, k).map(<[u8]>::to_vec))
+                    .collect();
+                tx.commit().await.unwrap();
+                (values, found)
+            }
+        })
+        .unwrap();
+    let (values, found) = r.outputs[1].clone().unwrap();
+    let t = plan.table(T).unwrap();
+    let claimed = sim.with_local(t.primary(), |m| m.read_u64(t.overflow_counter()));
+    assert_eq!(claimed, 2, "overflow buckets chained");
+    for (i, (v, f)) in values.iter().zip(&found).enumerate() {
+        assert_eq!(f.as_ref(), Some(v), "key {} (row {i})", keys[i]);
+    }
+}
