@@ -16,7 +16,7 @@
 # MUTANTS_TESTS=fast judges each mutant by one test binary, `judge` (crates/workloads/tests/
 # judge.rs: the txn crate's scripted aborts, bank runs, Hermitage, round trips, 2PL, SUNDIAL,
 # MVCC, CALVIN and Motor scripts, Motor's round trips, failure, failover, insert, lease, lock-journal and recovery tests and
-# the workloads' sim matrix, 183 tests in 15 to 25 s, built as one crate; with a store or txn file mutated, that crate's unit tests too), in place (the source
+# the workloads' sim matrix, 187 tests in 15 to 25 s, built as one crate; with a store or txn file mutated, that crate's unit tests too), in place (the source
 # tree is mutated and restored: leave it alone while it runs; its incremental build is what
 # makes a mutant cost a minute, not a ten-minute copy and rebuild; the `judge` profile is the
 # test profile without debug info, a third less to link), and under `nice` so that
