@@ -323,6 +323,37 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
     }
 }
 
+/// `dtxn bench` of SmallBank on 2 memory nodes (2 replicas) and 2 compute nodes of 2 threads
+/// of 2 coroutines, 2,000 transactions, with `--faults faults`.
+fn two_node_failover(protocol: &str, seed: &str, faults: &str) -> Output {
+    dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "smallbank",
+        "--protocol",
+        protocol,
+        "--memory-nodes",
+        "2",
+        "--replicas",
+        "2",
+        "--compute-nodes",
+        "2",
+        "--threads",
+        "2",
+        "--coroutines",
+        "2",
+        "--txns",
+        "2000",
+        "--seed",
+        seed,
+        "--faults",
+        faults,
+        "--quiet",
+    ])
+}
+
 /// A memory node fails for good mid-run (with a compute node too): the survivors change the
 /// view, promote the backup of the table it was the primary of, repair it, and the run goes
 /// on and verifies: history, invariants, the pool's live replicas. With two memory nodes the
@@ -336,32 +367,7 @@ fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
         ("motor", "3"),
         ("calvin", "1"),
     ] {
-        let o = dtxn(&[
-            "bench",
-            "--backend",
-            "sim",
-            "--workload",
-            "smallbank",
-            "--protocol",
-            protocol,
-            "--memory-nodes",
-            "2",
-            "--replicas",
-            "2",
-            "--compute-nodes",
-            "2",
-            "--threads",
-            "2",
-            "--coroutines",
-            "2",
-            "--txns",
-            "2000",
-            "--seed",
-            seed,
-            "--faults",
-            "memory=1,compute=1",
-            "--quiet",
-        ]);
+        let o = two_node_failover(protocol, seed, "memory=1,compute=1");
         let t = text(&o);
         assert!(o.status.success(), "{protocol}: {t}");
         for want in [
@@ -393,32 +399,7 @@ fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
 #[test]
 fn with_lease_copies_on_two_members_the_tail_fails_and_the_run_verifies() {
     for (protocol, seed) in [("ford", "3"), ("motor", "3"), ("sundial", "2")] {
-        let o = dtxn(&[
-            "bench",
-            "--backend",
-            "sim",
-            "--workload",
-            "smallbank",
-            "--protocol",
-            protocol,
-            "--memory-nodes",
-            "2",
-            "--replicas",
-            "2",
-            "--compute-nodes",
-            "2",
-            "--threads",
-            "2",
-            "--coroutines",
-            "2",
-            "--txns",
-            "2000",
-            "--seed",
-            seed,
-            "--faults",
-            "memory=1,compute=1,control=2",
-            "--quiet",
-        ]);
+        let o = two_node_failover(protocol, seed, "memory=1,compute=1,control=2");
         let t = text(&o);
         assert!(o.status.success(), "{protocol}: {t}");
         for want in [

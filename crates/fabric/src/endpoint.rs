@@ -64,9 +64,10 @@ pub struct Endpoint {
     /// Memory nodes a batch failed on ([`FabricError::NodeDown`]): fail-stop, so a renewal
     /// writes no copy there again (its batch would fail every time).
     down: NodeSet,
-    /// The nodes the outstanding background batch does its caller's work on (its ops but
-    /// the lease renewals): a failure elsewhere is passed over, as for an awaited batch.
-    background_callers: NodeSet,
+    /// With a lease held, the nodes the outstanding background batch does its caller's work
+    /// on (its ops but the lease renewals): a failure elsewhere is passed over, as for an
+    /// awaited batch. `None`: no lease, so no renewal rode in it.
+    background_callers: Option<NodeSet>,
 }
 
 /// A lease in the pool, held by one coordinator: a word it alone WRITEs (nobody CASes it),
@@ -173,7 +174,7 @@ impl Endpoint {
             max_flight_ns: 0,
             fence_on_node_down: false,
             down: NodeSet::default(),
-            background_callers: NodeSet::default(),
+            background_callers: None,
         }
     }
 
@@ -218,16 +219,16 @@ impl Endpoint {
     fn unless_renewals_only(
         r: Result<(), FabricError>,
         failed: NodeSet,
-        callers: NodeSet,
+        callers: impl FnOnce() -> NodeSet,
     ) -> Result<(), FabricError> {
-        match &r {
-            Err(FabricError::NodeDown(n)) if !callers.contains(*n) => {
-                match failed.iter().any(|f| callers.contains(f)) {
-                    true => r,
-                    false => Ok(()),
-                }
-            }
-            _ => r,
+        let Err(FabricError::NodeDown(n)) = r else {
+            return r;
+        };
+        // Looked at only on a failure: a batch that succeeds costs nothing here.
+        let callers = callers();
+        match failed.with(n).iter().any(|f| callers.contains(f)) {
+            true => r,
+            false => Ok(()),
         }
     }
 
@@ -739,7 +740,8 @@ impl Endpoint {
             return Err(e);
         }
         self.background_gated_at = self.gated_at.take();
-        self.background_callers = self.callers();
+        // Without a lease no renewal rides in the batch: nothing to look for.
+        self.background_callers = self.lease.is_some().then(|| self.callers());
         self.count(false);
         let r = self.timed(|f, b| f.submit_background(b));
         let r = self.noted(r);
@@ -835,7 +837,7 @@ impl Future for Post<'_> {
                         ep.observed(gated);
                         let failed = ep.batch.failed;
                         let r = ep.noted_with(r, failed);
-                        let r = Endpoint::unless_renewals_only(r, failed, ep.callers());
+                        let r = Endpoint::unless_renewals_only(r, failed, || ep.callers());
                         // RPC responses' sizes are known only now (the rest was counted
                         // at post).
                         if ep.batch.mn_cpu_ns != 0 || !ep.batch.resp.is_empty() {
@@ -904,8 +906,10 @@ impl Future for WaitBackground<'_> {
                 ep.observed(gated);
                 let failed = ep.fabric.background_failed();
                 let r = ep.noted_with(r, failed);
-                let callers = std::mem::take(&mut ep.background_callers);
-                Poll::Ready(Endpoint::unless_renewals_only(r, failed, callers))
+                Poll::Ready(match ep.background_callers.take() {
+                    Some(callers) => Endpoint::unless_renewals_only(r, failed, || callers),
+                    None => r,
+                })
             }
         }
     }

@@ -6,6 +6,12 @@ use dtxn_fabric::{Endpoint, FabricError, Lease, NodeSet, Topology};
 
 const WORD: u64 = 256;
 const DATA: u64 = 4096;
+/// One coordinator.
+const ONE: Topology = Topology {
+    compute_nodes: 1,
+    threads: 1,
+    coroutines: 1,
+};
 
 #[test]
 fn posts_renew_the_lease_and_a_lapsed_one_fences_every_post() {
@@ -17,13 +23,8 @@ fn posts_renew_the_lease_and_a_lapsed_one_fences_every_post() {
         guard_ns: 100_000,
         incarnation: 3,
     };
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
     let r = pool
-        .run(one, None, move |mut ep: Endpoint| async move {
+        .run(ONE, None, move |mut ep: Endpoint| async move {
             ep.hold_lease(lease);
             ep.renew_lease().await.unwrap();
             let first = ep.lease().unwrap().1;
@@ -76,13 +77,8 @@ fn renewals_write_every_live_copy_and_their_failure_alone_is_not_the_callers() {
         guard_ns: 100_000,
         incarnation: 2,
     };
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
     let r = pool
-        .run(one, None, move |mut ep: Endpoint| async move {
+        .run(ONE, None, move |mut ep: Endpoint| async move {
             ep.hold_lease(lease);
             ep.renew_lease().await.unwrap();
             // Nodes 1 and 3 died: a WRITE to node 3 with a renewal (node 1 among its copies)
@@ -134,13 +130,8 @@ fn background_batches_pass_over_renewal_failures_and_a_lease_with_no_copy_left_r
         });
     }
     let mut pool = SimPool::new(cfg).unwrap();
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
     let r = pool
-        .run(one, None, move |mut ep: Endpoint| async move {
+        .run(ONE, None, move |mut ep: Endpoint| async move {
             ep.hold_lease(Lease {
                 nodes: NodeSet::first(2),
                 addr: WORD,
@@ -209,14 +200,9 @@ fn on_shm_the_lease_word_is_on_the_wall_clock_and_fencing_on_the_local_one() {
         guard_ns: 10_000_000,
         incarnation: 5,
     };
-    let one = Topology {
-        compute_nodes: 1,
-        threads: 1,
-        coroutines: 1,
-    };
     let before = dtxn_fabric::wall_clock_ns();
     let r = pool
-        .run(one, None, move |mut ep: Endpoint| async move {
+        .run(ONE, None, move |mut ep: Endpoint| async move {
             ep.hold_lease(lease);
             ep.renew_lease().await.unwrap();
             let granted = ep.lease().unwrap().1;

@@ -272,12 +272,7 @@ pub async fn read_members(
             acks.push(ep.read(m, ACK_OFF, 8 * n.max(1)));
         }
         match ep.post().await {
-            // (The error names one of the nodes the batch failed on; the endpoint saw all.)
-            Err(FabricError::NodeDown(_))
-                if !ep.seen_down().contains(0) && others.minus(ep.seen_down()) != others =>
-            {
-                continue
-            }
+            Err(FabricError::NodeDown(_)) if lost_a_copy(ep, others) => continue,
             r => r?,
         }
         let members = (0..n)
@@ -323,17 +318,18 @@ async fn write_copies(
             ep.write(m, off, &word.to_le_bytes());
         }
         match ep.post().await {
-            // A copy's node found down (the error names one node the batch failed on; the
-            // endpoint saw them all): again without it. Node 0's copy is the one that counts
-            // while the other control words are node 0's alone.
-            Err(FabricError::NodeDown(_))
-                if !ep.seen_down().contains(0) && live.minus(ep.seen_down()) != live =>
-            {
-                continue
-            }
+            Err(FabricError::NodeDown(_)) if lost_a_copy(ep, live) => continue,
             r => return r,
         }
     }
+}
+
+/// Whether a failed batch over `copies` lost one of them but node 0's, which is to be posted
+/// again without it: the error names one node the batch failed on, the endpoint saw them all,
+/// and node 0's copy is the one that counts while the other control words are node 0's alone.
+fn lost_a_copy(ep: &Endpoint, copies: NodeSet) -> bool {
+    let down = ep.seen_down();
+    !down.contains(0) && copies.minus(down) != copies
 }
 
 /// The lease of coordinator `index`'s incarnation `incarnation`, with a copy of its word on

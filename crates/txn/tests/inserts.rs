@@ -29,28 +29,34 @@ fn value(key: u64, n: u64) -> Vec<u8> {
     v
 }
 
+/// A formatted pool (2 memory nodes, 2 replicas) of one table of 12 keys whose buckets hold
+/// 2 slots, with room for many overflow buckets: chains grow long.
+fn small_chains(seed: u64) -> (Plan, SimPool) {
+    let mut spec = TableSpec::new(T, "kv", VALUE, 12);
+    spec.slots_per_bucket = 2;
+    spec.load_factor = 1.0;
+    spec.overflow_fraction = 8.0;
+    let shape = PoolShape {
+        memory_nodes: 2,
+        replicas: 2,
+        log_slices: 32,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let plan = Plan::new(&[spec], &shape).unwrap();
+    let sim = SimPool::new(SimConfig::new(seed, 2, plan.region_bytes)).unwrap();
+    let pool = dtxn_fabric::Pool::Sim(sim);
+    plan.format_pool(&pool).unwrap();
+    let dtxn_fabric::Pool::Sim(sim) = pool else {
+        unreachable!()
+    };
+    (plan, sim)
+}
+
 #[test]
 fn inserts_deletes_and_absent_reads_are_serializable() {
     for seed in 1..=12 {
-        let mut spec = TableSpec::new(T, "kv", VALUE, 12);
-        spec.slots_per_bucket = 2;
-        spec.load_factor = 1.0;
-        spec.overflow_fraction = 8.0;
-        let shape = PoolShape {
-            memory_nodes: 2,
-            replicas: 2,
-            log_slices: 32,
-            log_slice_bytes: 4096,
-            region_bytes: None,
-        };
-        let plan = Plan::new(&[spec], &shape).unwrap();
-        let mut sim = SimPool::new(SimConfig::new(seed, 2, plan.region_bytes)).unwrap();
-        let pool = dtxn_fabric::Pool::Sim(sim);
-        plan.format_pool(&pool).unwrap();
-        let dtxn_fabric::Pool::Sim(s) = pool else {
-            unreachable!()
-        };
-        sim = s;
+        let (plan, mut sim) = small_chains(seed);
         let history = Rc::new(RefCell::new(Vec::new()));
         let cfg = Rc::new(TxnConfig::default());
         let topo = Topology {
@@ -221,18 +227,7 @@ fn inserts_deletes_and_absent_reads_are_serializable() {
 /// chain leads: read absent).
 #[test]
 fn one_insert_of_many_keys_of_one_chain_chains_overflow_buckets_and_fills_them() {
-    let mut spec = TableSpec::new(T, "kv", VALUE, 12);
-    spec.slots_per_bucket = 2;
-    spec.load_factor = 1.0;
-    spec.overflow_fraction = 8.0;
-    let shape = PoolShape {
-        memory_nodes: 2,
-        replicas: 2,
-        log_slices: 4,
-        log_slice_bytes: 4096,
-        region_bytes: None,
-    };
-    let plan = Plan::new(&[spec], &shape).unwrap();
+    let (plan, mut sim) = small_chains(3);
     let t = plan.table(T).unwrap();
     let home = t.home_bucket(0);
     let keys: Vec<u64> = (0..10_000)
@@ -240,12 +235,6 @@ fn one_insert_of_many_keys_of_one_chain_chains_overflow_buckets_and_fills_them()
         .take(5)
         .collect();
     assert_eq!(keys.len(), 5);
-    let sim = SimPool::new(SimConfig::new(3, 2, plan.region_bytes)).unwrap();
-    let pool = dtxn_fabric::Pool::Sim(sim);
-    plan.format_pool(&pool).unwrap();
-    let dtxn_fabric::Pool::Sim(mut sim) = pool else {
-        unreachable!()
-    };
     // Coordinator 0 inserts; coordinator 1, whose address cache is cold, reads them
     // afterwards along the chain.
     let two = Topology {
