@@ -395,7 +395,8 @@ fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
 /// control chain, issue #23). Node 1, the chain's tail, fails mid-run with a compute node:
 /// renewals whose copy there fails do not fail the transactions they ride with, the
 /// detectors read the copies left, the acknowledgements of the view change go to node 0
-/// alone, and the run recovers the crashed coordinators and verifies.
+/// alone, the leader, view, repaired and recovered words go down the chain (node 0 alone once
+/// node 1 is gone), and the run recovers the crashed coordinators and verifies.
 #[test]
 fn with_lease_copies_on_two_members_the_tail_fails_and_the_run_verifies() {
     for (protocol, seed) in [("ford", "3"), ("motor", "3"), ("sundial", "2")] {
@@ -406,6 +407,7 @@ fn with_lease_copies_on_two_members_the_tail_fails_and_the_run_verifies() {
             "memory-node failures: memory node 1 at",
             "the pool ends in view 1 (memory node 1 failed)",
             "4 coordinators crashed, 4 recovered",
+            "control chain of 2 members:",
             "no anomalies",
             "verify: consistent",
         ] {

@@ -5,9 +5,11 @@
 //! 0          superblock (one line)
 //! 64         node 0 only: the compute processes' claim word (the rest of the page reserved)
 //! 128        node 0 only: the timestamp oracle (FAA only)
-//! 192        node 0 only: membership (leases): the recovery service's leader word, the view
-//!            word, the repaired-view word, then a lease word per coordinator, then a recovered word per coordinator
-//! 4096       node 0 only: a view-acknowledgement word per coordinator
+//! 192        control-chain members (nodes 0..k): membership: the recovery service's leader
+//!            word, the view word, the repaired-view word (chain-replicated CAS words),
+//!            then a lease word per coordinator (a copy on each member), then a recovered
+//!            word per coordinator (CAS, chain-replicated)
+//! 4096       control-chain members: a view-acknowledgement word per coordinator (a copy on each)
 //! 8192       catalog: one 256-byte entry per table replica on this node
 //! log_off    log region: log_slices x log_slice_bytes, one slice per coordinator
 //! ...        tables (hash buckets, then their overflow area), at the same offsets on
@@ -55,8 +57,8 @@ pub const CLAIM_EXCLUSIVE: u64 = 1 << 63;
 /// Memory node 0: the timestamp oracle of multi-version protocols (Motor), a counter taken
 /// with FAA only (never written by a verb: a WRITE may be lost under a concurrent FAA, G8).
 pub const ORACLE_OFF: u64 = 128;
-/// Memory node 0: the recovery service's leader word (CAS only): 0, or the lock-owner id of
-/// the coordinator running recovery (`dtxn_txn::membership`). Alone on its line.
+/// The recovery service's leader word ([`LeaderWord`], CAS only; a control-chain word, on
+/// each member, `dtxn_txn::control`). Alone on its line with the view and repaired words.
 pub const LEADER_OFF: u64 = 192;
 /// Memory node 0: the pool's view ([`crate::view::View`]: its number and each memory node's
 /// state: live, failed, joining, rejoined), CAS only, on the leader word's line.
@@ -70,8 +72,9 @@ pub const REPAIRED_OFF: u64 = 208;
 pub const LEASE_OFF: u64 = 256;
 /// How many coordinators the membership area holds.
 pub const MAX_MEMBERS: u32 = 240;
-/// Memory node 0: coordinator `i`'s recovered word at `RECOVERED_OFF + 8 i` (CAS only): the
-/// last incarnation of `i` that recovery settled. On lines of their own: no WRITE lands there.
+/// Coordinator `i`'s recovered word at `RECOVERED_OFF + 8 i` ([`RecoveredWord`], CAS only; a
+/// control-chain word): the last incarnation of `i` that recovery settled. On lines of their
+/// own: no WRITE lands there.
 pub const RECOVERED_OFF: u64 = LEASE_OFF + 8 * MAX_MEMBERS as u64;
 /// Memory node 0: coordinator `i`'s view acknowledgement at `ACK_OFF + 8 i`, WRITten by `i`
 /// alone: the number of the newest view it works in (`dtxn_txn::membership`).
@@ -79,6 +82,81 @@ pub const ACK_OFF: u64 = 4096;
 /// The end of memory node 0's membership area.
 pub const MEMBERSHIP_END: u64 = ACK_OFF + 8 * MAX_MEMBERS as u64;
 pub const CATALOG_OFF: u64 = 8192;
+
+/// The leader word: `seq:48 | owner:16`. `owner` is 0 while nobody leads, else the leading
+/// coordinator's index plus one; `seq` counts the word's writes, its **tag** on the control
+/// chain (each write raises it by one, so no word recurs and a member behind another is
+/// known by its lower tag). A blank word (0) is free, at tag 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaderWord {
+    pub seq: u64,
+    pub owner: u16,
+}
+
+impl LeaderWord {
+    pub fn word(self) -> u64 {
+        (self.seq << 16) | u64::from(self.owner)
+    }
+
+    pub fn parse(w: u64) -> LeaderWord {
+        LeaderWord {
+            seq: w >> 16,
+            owner: w as u16,
+        }
+    }
+
+    /// The word's tag on the control chain.
+    pub fn tag(w: u64) -> u64 {
+        w >> 16
+    }
+
+    /// The next write: `owner` takes (or, with 0, gives back) the word.
+    pub fn then(self, owner: u16) -> LeaderWord {
+        LeaderWord {
+            seq: self.seq + 1,
+            owner,
+        }
+    }
+}
+
+/// A recovered word: `seq:32 | writer:16 | incarnation:16`. `incarnation` is the last one
+/// recovery settled (a blank word: none, 0); `writer` the leader that marked it (index plus
+/// one); `seq` its tag on the control chain. The low 16 bits are the incarnation, as in the
+/// word before it had a tag.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecoveredWord {
+    pub seq: u32,
+    pub writer: u16,
+    pub incarnation: u16,
+}
+
+impl RecoveredWord {
+    pub fn word(self) -> u64 {
+        (u64::from(self.seq) << 32) | (u64::from(self.writer) << 16) | u64::from(self.incarnation)
+    }
+
+    pub fn parse(w: u64) -> RecoveredWord {
+        RecoveredWord {
+            seq: (w >> 32) as u32,
+            writer: (w >> 16) as u16,
+            incarnation: w as u16,
+        }
+    }
+
+    /// The word's tag on the control chain.
+    pub fn tag(w: u64) -> u64 {
+        w >> 32
+    }
+
+    /// The next write: `writer` marks `incarnation` recovered.
+    pub fn then(self, writer: u16, incarnation: u16) -> RecoveredWord {
+        RecoveredWord {
+            seq: self.seq + 1,
+            writer,
+            incarnation,
+        }
+    }
+}
 pub const ENTRY_BYTES: usize = 256;
 pub const MAX_REPLICAS: usize = 8;
 pub const NAME_BYTES: usize = 48;
@@ -364,6 +442,34 @@ impl CatalogEntry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn control_words_round_trip_and_each_write_raises_the_tag_by_one(
+            seq in 0u64..(1 << 47), owner: u16, next: u16,
+            rseq in 0u32..u32::MAX, writer: u16, incarnation: u16, w2: u16, i2: u16,
+        ) {
+            let l = LeaderWord { seq, owner };
+            prop_assert_eq!(LeaderWord::parse(l.word()), l);
+            prop_assert_eq!(LeaderWord::tag(l.word()), seq);
+            prop_assert_eq!(LeaderWord::tag(l.then(next).word()), seq + 1);
+            prop_assert_eq!(LeaderWord::parse(l.then(next).word()).owner, next);
+            let r = RecoveredWord { seq: rseq, writer, incarnation };
+            prop_assert_eq!(RecoveredWord::parse(r.word()), r);
+            prop_assert_eq!(r.word() as u16, incarnation);
+            prop_assert_eq!(RecoveredWord::tag(r.word()), u64::from(rseq));
+            prop_assert_eq!(RecoveredWord::tag(r.then(w2, i2).word()), u64::from(rseq) + 1);
+            prop_assert_ne!(r.then(w2, i2).word(), r.then(w2.wrapping_add(1), i2).word());
+        }
+    }
+
+    #[test]
+    fn a_blank_control_word_is_free_at_tag_zero() {
+        assert_eq!(LeaderWord::parse(0), LeaderWord::default());
+        assert_eq!(RecoveredWord::parse(0), RecoveredWord::default());
+        assert_eq!(LeaderWord::default().then(3).word(), (1 << 16) | 3);
+    }
 
     fn sb() -> Superblock {
         Superblock {

@@ -299,11 +299,7 @@ impl PoolMap {
     /// (`docs/src/control-chain.md`, 4.10). Empty: every member failed, and the control
     /// words are lost.
     pub fn control_chain(&self) -> Vec<NodeId> {
-        (0..NodeId::from(self.control_replicas()))
-            .filter(|&n| {
-                !self.view.is_failed(n) && !self.view.is_joining(n) && !self.view.is_rejoined(n)
-            })
-            .collect()
+        self.view.control_chain(self.control_replicas())
     }
 
     /// The control chain's members in this view, as a set: where lease and acknowledgement

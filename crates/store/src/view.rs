@@ -43,6 +43,15 @@ const JOINING: u64 = 2;
 const REJOINED: u64 = 3;
 
 impl View {
+    /// The control chain of a pool whose first `k` memory nodes hold the control words, in
+    /// this view, head first: those that never failed (a failed one that rejoined is a data
+    /// replica only: its control words are blank). Empty: every member failed.
+    pub fn control_chain(self, k: u8) -> Vec<NodeId> {
+        (0..NodeId::from(k))
+            .filter(|&n| !self.is_failed(n) && !self.is_joining(n) && !self.is_rejoined(n))
+            .collect()
+    }
+
     /// The view word: the number in the high 16 bits, two bits of state per node in the low 48.
     pub fn word(self) -> u64 {
         let mut w = u64::from(self.number) << (2 * MAX_VIEW_NODES);

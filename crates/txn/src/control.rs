@@ -107,6 +107,18 @@ pub struct Counts {
     pub dropped: u64,
     /// Reads started again (a member moved between the READ and the help's CAS).
     pub reread: u64,
+    /// Writes that came to [`Write::Unknown`].
+    pub unknown: u64,
+}
+
+impl Counts {
+    /// Adds `o`'s counts to these.
+    pub fn add(&mut self, o: &Counts) {
+        self.helped += o.helped;
+        self.dropped += o.dropped;
+        self.reread += o.reread;
+        self.unknown += o.unknown;
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -181,68 +193,149 @@ pub async fn cas(
     tag: TagOf,
     counts: &mut Counts,
 ) -> Result<Write, ControlError> {
-    if tag(new) != tag(expect) + 1 {
+    let words = [Cas { off, expect, new }];
+    let out = cas_many(ep, chain, &words, tag, Opts::default(), counts).await?;
+    Ok(out[0])
+}
+
+/// How [`cas_many`] writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Opts {
+    /// Each member's batch ends with a FLUSH of that member (an atomic executes before later
+    /// ops on its QP: the words are persistent once the batch completes, in
+    /// persistent-memory mode).
+    pub flush: bool,
+    /// The words are written by one writer at a time, from the committed word (those the
+    /// recovery leader alone writes, under the leader word): a write may raise the tag by
+    /// more than one (the repaired word goes from the view last repaired to the current
+    /// one). Where two writers may write from one word, the outcomes lean on the raise by
+    /// one: a later word is then one written from ours.
+    pub one_writer: bool,
+}
+
+/// One word's write in [`cas_many`]: `new` over `expect` at `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cas {
+    pub off: u64,
+    pub expect: u64,
+    pub new: u64,
+}
+
+/// [`cas`] of several words of one encoding at once: each member's CASes go in one batch (at
+/// the head, then down the chain), so that a chain of one member costs what one batch of
+/// CASes did before the words were replicated. Each word's outcome, in order.
+pub async fn cas_many(
+    ep: &mut Endpoint,
+    chain: &mut Chain,
+    words: &[Cas],
+    tag: TagOf,
+    opts: Opts,
+    counts: &mut Counts,
+) -> Result<Vec<Write>, ControlError> {
+    let flush = opts.flush;
+    let raised = |w: &Cas| match opts.one_writer {
+        true => tag(w.new) > tag(w.expect),
+        false => tag(w.new) == tag(w.expect) + 1,
+    };
+    if let Some(w) = words.iter().find(|w| !raised(w)) {
         return Err(ControlError::BadTag {
-            expect_tag: tag(expect),
-            new_tag: tag(new),
+            expect_tag: tag(w.expect),
+            new_tag: tag(w.new),
         });
     }
+    let mut out: Vec<Option<Write>> = vec![None; words.len()];
+    if words.is_empty() {
+        return Ok(Vec::new());
+    }
     seen_down(ep, chain, counts)?;
-    // The head: where our word is made. A head found down may have taken it (a failed verb's
-    // effect is unknown) and a reader may have carried it on from there: ours is then found
-    // at the next head, as a success.
+    // The head: where our words are made. A head found down may have taken them (a failed
+    // verb's effect is unknown) and a reader may have carried them on from there: ours are
+    // then found at the next head, as a success.
     let mut maybe_taken = false;
     let head = loop {
         let head = chain.members[0];
-        let op = ep.cas(head, off, expect, new);
+        let ops: Vec<_> = words
+            .iter()
+            .map(|w| ep.cas(head, w.off, w.expect, w.new))
+            .collect();
+        if flush {
+            ep.flush(head);
+        }
         if let Err(e) = ep.post().await {
             down(ep, chain, e, counts)?;
             maybe_taken = true;
             continue;
         }
-        let old = ep.old(op);
-        if old == expect || old == new {
-            break head;
+        for ((w, &op), o) in words.iter().zip(&ops).zip(&mut out) {
+            let old = ep.old(op);
+            if old == w.expect || old == w.new {
+                continue;
+            }
+            // Another word at the head. With our tag, another write from the same word won
+            // here (had ours committed, this member would have held it before). Above it,
+            // where a head that died may have taken ours, a later write may descend from ours.
+            *o = Some(match maybe_taken && tag(old) > tag(w.new) {
+                true => Write::Unknown,
+                false => Write::Lost,
+            });
         }
-        // Another word at the head. With our tag, another write from the same word won here
-        // (had ours committed, this member would have held it before). Above it, where a head
-        // that died may have taken ours, a later write may descend from ours.
-        return Ok(match maybe_taken && tag(old) > tag(new) {
-            true => Write::Unknown,
-            false => Write::Lost,
-        });
+        break head;
     };
-    // Down the chain: each member from the expected word to ours.
+    // Down the chain: each member from the expected words to ours.
+    let mut past_ours = Vec::new();
     let mut i = 1;
     while i < chain.members.len() {
+        let going: Vec<usize> = (0..words.len())
+            .filter(|&j| out[j].is_none() && !past_ours.contains(&j))
+            .collect();
+        if going.is_empty() {
+            break;
+        }
         let n = chain.members[i];
-        let op = ep.cas(n, off, expect, new);
+        let ops: Vec<_> = going
+            .iter()
+            .map(|&j| ep.cas(n, words[j].off, words[j].expect, words[j].new))
+            .collect();
+        if flush {
+            ep.flush(n);
+        }
         if let Err(e) = ep.post().await {
             // The batch may name another member than `n` (a lease renewal rides in it): the
-            // chain shifts under `i`, so find `n` again and post its CAS again (it may have
-            // landed: ours is accepted there). If `n` itself was dropped, its successor now
-            // stands at `i`.
+            // chain shifts under `i`, so find `n` again and post its CASes again (they may
+            // have landed: ours are accepted there). If `n` itself was dropped, its successor
+            // now stands at `i`.
             down(ep, chain, e, counts)?;
             if let Some(at) = chain.members.iter().position(|&m| m == n) {
                 i = at;
             }
             continue;
         }
-        let old = ep.old(op);
-        if old == expect || old == new {
-            i += 1;
-            continue;
+        for (&j, &op) in going.iter().zip(&ops) {
+            let (w, old) = (words[j], ep.old(op));
+            if old == w.expect || old == w.new {
+                continue;
+            }
+            // Moved past the expected word to another. With our tag: a write from the same
+            // word at a later head (ours died with the head that took it) won. Above it: a
+            // write from ours (then ours committed), unless the head that took ours died and
+            // a later head's writes overtook it here.
+            if tag(old) <= tag(w.new) {
+                out[j] = Some(Write::Lost);
+            } else {
+                past_ours.push(j);
+            }
         }
-        // Moved past the expected word to another. With our tag: a write from the same word
-        // at a later head (ours died with the head that took it) won. Above it: a write from
-        // ours (then ours committed), unless the head that took ours died and a later head's
-        // writes overtook it here.
-        if tag(old) <= tag(new) {
-            return Ok(Write::Lost);
-        }
-        return probe(ep, chain, head, off, counts).await;
+        i += 1;
     }
-    Ok(Write::Done)
+    if let Some(&j) = past_ours.first() {
+        let found = probe(ep, chain, head, words[j].off, counts).await?;
+        for j in past_ours {
+            out[j] = Some(found);
+        }
+    }
+    let out: Vec<Write> = out.into_iter().map(|o| o.unwrap_or(Write::Done)).collect();
+    counts.unknown += out.iter().filter(|&&w| w == Write::Unknown).count() as u64;
+    Ok(out)
 }
 
 /// A write that took `head` found a later word past it: `Done` while that head is up (every

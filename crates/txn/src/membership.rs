@@ -1,8 +1,8 @@
 //! Leases, membership and the online recovery service (FaRM's leases; FORD section 4.8 and
 //! Motor section 4.2 detect a dead coordinator "with leases"; issue #23).
 //!
-//! **The membership area** is memory node 0's reserved page (`dtxn_store::layout`): a leader
-//! word (CAS only), then one lease word per coordinator, WRITten by that coordinator alone
+//! **The membership area** is memory node 0's reserved page (`dtxn_store::layout`), copied on
+//! every member of the control chain (below): a leader word (CAS only), then one lease word per coordinator, WRITten by that coordinator alone
 //! (nobody CASes it), then one recovered word per coordinator (CAS only, on lines of their
 //! own). A lease word holds an expiry on the run's clock, a done bit and an incarnation
 //! ([`dtxn_fabric::Lease::word`]); the recovered word the last incarnation recovery settled.
@@ -15,7 +15,12 @@
 //! written to each, and [`read_members`] takes the latest copy (greatest expiry, greatest
 //! acknowledgement). Detection stays sound when a member dies: a renewal posted before the
 //! holder's deadline lands on every live member, so the survivors hold it. The leader, view,
-//! repaired and recovered words are still node 0's alone, and node 0 still never fails.
+//! repaired and recovered words (increment 4) are the chain's CAS words
+//! ([`crate::control`]): written at the head and down the chain, read at the tail, a member
+//! behind its predecessor helped forward by whoever reads it; each carries a tag
+//! ([`LeaderWord`], [`RecoveredWord`], the view's number) that every write raises. Node 0,
+//! the head, still never fails, so the claim word and the oracle stay its alone, and
+//! bootstrap reads the view there (the head's word is the one every later read returns).
 //!
 //! **Renewal and fencing** are the endpoint's ([`dtxn_fabric::Endpoint::hold_lease`]): every
 //! post once a quarter of the lease has passed carries a renewal `expiry = now + lease`, and
@@ -122,12 +127,14 @@
 //! slice of `COPY_SLICE_CHUNKS` rounds at a time, the copier's own transactions (and so
 //! everyone's) going on between slices.
 
+use crate::control::{self, Chain, ControlError, Counts, Opts, Write};
 use crate::failover;
 use crate::recovery::{recover_within, Recovered};
 use crate::registry::Protocol;
-use dtxn_fabric::{Endpoint, FabricError, Lease, NodeSet, OpId};
+use dtxn_fabric::{Endpoint, FabricError, Lease, NodeSet};
 use dtxn_store::layout::{
-    ACK_OFF, LEADER_OFF, LEASE_OFF, MAX_MEMBERS, RECOVERED_OFF, REPAIRED_OFF, VIEW_OFF,
+    LeaderWord, RecoveredWord, ACK_OFF, LEADER_OFF, LEASE_OFF, MAX_MEMBERS, RECOVERED_OFF,
+    REPAIRED_OFF, VIEW_OFF,
 };
 use dtxn_store::{PoolMap, View};
 use std::cell::Cell;
@@ -191,8 +198,9 @@ pub struct Member {
     pub done: bool,
     /// 0: the slot was never held.
     pub incarnation: u16,
-    /// The last incarnation recovery settled.
+    /// The last incarnation recovery settled, and its word ([`RecoveredWord`]).
     pub recovered: u16,
+    pub recovered_word: u64,
     /// The newest view it works in ([`ACK_GONE`]: it left).
     pub ack: u64,
 }
@@ -227,7 +235,8 @@ impl Member {
 pub struct Members {
     /// When the READ was posted.
     pub posted_ns: u64,
-    /// 0, or the lock-owner id of the recovery leader.
+    /// The leader word ([`LeaderWord`]: its owner is 0, or the lock-owner id of the recovery
+    /// leader).
     pub leader: u64,
     /// The pool's view, and the newest view whose promoted primaries were repaired.
     pub view: View,
@@ -235,28 +244,107 @@ pub struct Members {
     pub members: Vec<Member>,
 }
 
-/// Posts the CAS of the view word from `view` to `next`, and a FLUSH of node 0 after it (an
-/// atomic executes before later ops on its QP): in persistent-memory mode a pool that loses
-/// power must come back in its last view, not in one where a node failed over since is
-/// live again or a rejoined one is still joining. Everywhere else the FLUSH costs its
-/// completion, once per view change. Returns the CAS.
-pub fn change_view(ep: &mut Endpoint, view: View, next: View) -> OpId {
-    let c = ep.cas(0, VIEW_OFF, view.word(), next.word());
-    ep.flush(0);
-    c
+/// A view word's tag on the control chain: its number (each change adds one).
+fn view_tag(w: u64) -> u64 {
+    u64::from(View::parse(w).number)
+}
+
+/// The control chain over `copies` ([`PoolMap::control_set`]) but the members the endpoint
+/// saw down, head first.
+fn chain_of(ep: &Endpoint, copies: NodeSet) -> Result<Chain, FabricError> {
+    Chain::new(copies.minus(ep.seen_down()).iter().collect()).map_err(fabric)
+}
+
+/// A control chain's error as the fabric's: every member down is the last member's failure
+/// (the pool's control words are lost, as node 0's loss lost them before they had copies).
+fn fabric(e: ControlError) -> FabricError {
+    match e {
+        ControlError::Fabric(e) => e,
+        ControlError::AllDown(n) => FabricError::NodeDown(n),
+        e => FabricError::Setup(e.to_string()),
+    }
+}
+
+/// CASes the view word from `view` to `next` down the control chain over `copies`
+/// ([`PoolMap::control_set`]), each member's CAS followed by a FLUSH of it in the same
+/// batch (an atomic executes before later ops on its QP): in persistent-memory mode a pool
+/// that loses power must come back in its last view, not in one where a node failed over
+/// since is live again or a rejoined one is still joining. Everywhere else the FLUSH costs
+/// its completion, once per view change. With one member, one batch: CAS and FLUSH.
+pub async fn change_view(
+    ep: &mut Endpoint,
+    copies: NodeSet,
+    view: View,
+    next: View,
+) -> Result<Write, FabricError> {
+    change_view_counted(ep, copies, view, next, &mut Counts::default()).await
+}
+
+async fn change_view_counted(
+    ep: &mut Endpoint,
+    copies: NodeSet,
+    view: View,
+    next: View,
+    counts: &mut Counts,
+) -> Result<Write, FabricError> {
+    let mut chain = chain_of(ep, copies)?;
+    let word = control::Cas {
+        off: VIEW_OFF,
+        expect: view.word(),
+        new: next.word(),
+    };
+    let opts = Opts {
+        flush: true,
+        one_writer: false,
+    };
+    let out = control::cas_many(ep, &mut chain, &[word], view_tag, opts, counts).await;
+    Ok(out.map_err(fabric)?[0])
+}
+
+/// Reads the committed view on the control chain over `copies` ([`PoolMap::control_set`]).
+pub async fn read_view(ep: &mut Endpoint, copies: NodeSet) -> Result<View, FabricError> {
+    let w = read_word(ep, copies, VIEW_OFF, view_tag, &mut Counts::default()).await?;
+    Ok(View::parse(w))
+}
+
+/// Reads the committed word at `off` on the control chain over `copies` (helping members
+/// behind forward).
+async fn read_word(
+    ep: &mut Endpoint,
+    copies: NodeSet,
+    off: u64,
+    tag: control::TagOf,
+    counts: &mut Counts,
+) -> Result<u64, FabricError> {
+    let mut chain = chain_of(ep, copies)?;
+    control::read(ep, &mut chain, off, tag, counts)
+        .await
+        .map_err(fabric)
 }
 
 /// Reads the leader, view and repaired words and the first `n` coordinators' records (one
-/// round trip, unless a copy's node is found down). A lease or acknowledgement word is read
-/// on each of its `copies` (the control chain's members, [`PoolMap::control_set`]) but those
-/// the endpoint saw down, and the latest copy counts: the greatest expiry, the greatest
-/// acknowledgement; a copy never written (0) counts for nothing (on a real host's clock a 0
-/// word would read as an expiry far ahead). A copy's node found down is left out and the
+/// round trip, unless a copy's node is found down or a chain word is helped). Every word
+/// is read on each of its `copies` (the control chain's members, [`PoolMap::control_set`])
+/// but those the endpoint saw down. A lease or acknowledgement word's latest copy counts:
+/// the greatest expiry, the greatest acknowledgement; a copy never written (0) counts for
+/// nothing (on a real host's clock a 0 word would read as an expiry far ahead). A CAS word
+/// (leader, view, repaired, recovered: [`control`]'s register) is the tail's, the committed
+/// one; where a member is behind its predecessor, the word is read again through
+/// [`control::read`], which helps it forward. A copy's node found down is left out and the
 /// READ posted again.
 pub async fn read_members(
     ep: &mut Endpoint,
     n: u32,
     copies: NodeSet,
+) -> Result<Members, FabricError> {
+    read_members_counted(ep, n, copies, &mut Counts::default()).await
+}
+
+async fn read_members_counted(
+    ep: &mut Endpoint,
+    n: u32,
+    copies: NodeSet,
+    counts: &mut Counts,
 ) -> Result<Members, FabricError> {
     let n = n.min(MAX_MEMBERS) as usize;
     loop {
@@ -267,15 +355,20 @@ pub async fn read_members(
         let mut leases = vec![ep.read(0, LEASE_OFF, 8 * n.max(1))];
         let recovered = ep.read(0, RECOVERED_OFF, 8 * n.max(1));
         let mut acks = vec![ep.read(0, ACK_OFF, 8 * n.max(1))];
+        let (mut lines, mut recovereds) = (vec![line], vec![recovered]);
         for m in others.iter() {
             leases.push(ep.read(m, LEASE_OFF, 8 * n.max(1)));
             acks.push(ep.read(m, ACK_OFF, 8 * n.max(1)));
+            lines.push(ep.read(m, LEADER_OFF, (REPAIRED_OFF + 8 - LEADER_OFF) as usize));
+            recovereds.push(ep.read(m, RECOVERED_OFF, 8 * n.max(1)));
         }
         match ep.post().await {
             Err(FabricError::NodeDown(_)) if lost_a_copy(ep, others) => continue,
             r => r?,
         }
-        let members = (0..n)
+        // Each coordinator's lease and acknowledgement: the latest copy (read before any
+        // help below posts: an op's results are gone once the next batch begins).
+        let mut members: Vec<Member> = (0..n)
             .map(|i| {
                 let (expiry_ns, done, incarnation) = leases
                     .iter()
@@ -289,16 +382,60 @@ pub async fn read_members(
                     expiry_ns,
                     done,
                     incarnation,
-                    recovered: ep.word(recovered, 8 * i) as u16,
                     ack: ack.expect("node 0's copy"),
+                    ..Member::default()
                 }
             })
             .collect();
+        // The CAS words, as each member holds them (head first: node 0, then the others
+        // ascending, the chain's order), by offset: the tail's is committed unless a member
+        // is behind its predecessor (a write under way, or one whose writer died half-way),
+        // read again then, and helped. (Read later than the leases: a recovered mark or a
+        // leader seen there is no older than what the leases showed.)
+        let chain_words = |at: u64, ops: &[dtxn_fabric::OpId], base: u64| -> Vec<u64> {
+            ops.iter()
+                .map(|&op| ep.word(op, (at - base) as usize))
+                .collect()
+        };
+        let mut words: Vec<(u64, control::TagOf, Vec<u64>)> = vec![
+            (
+                LEADER_OFF,
+                LeaderWord::tag,
+                chain_words(LEADER_OFF, &lines, LEADER_OFF),
+            ),
+            (
+                VIEW_OFF,
+                view_tag,
+                chain_words(VIEW_OFF, &lines, LEADER_OFF),
+            ),
+            (
+                REPAIRED_OFF,
+                view_tag,
+                chain_words(REPAIRED_OFF, &lines, LEADER_OFF),
+            ),
+        ];
+        for i in 0..n as u64 {
+            let at = RECOVERED_OFF + 8 * i;
+            let w = chain_words(at, &recovereds, RECOVERED_OFF);
+            words.push((at, RecoveredWord::tag, w));
+        }
+        let mut committed = Vec::with_capacity(words.len());
+        for (off, tag, held) in words {
+            let behind = held.windows(2).any(|p| tag(p[1]) < tag(p[0]));
+            committed.push(match behind {
+                true => read_word(ep, copies, off, tag, counts).await?,
+                false => *held.last().expect("node 0's copy"),
+            });
+        }
+        for (x, &w) in members.iter_mut().zip(&committed[3..]) {
+            x.recovered_word = w;
+            x.recovered = RecoveredWord::parse(w).incarnation;
+        }
         return Ok(Members {
             posted_ns,
-            leader: ep.word(line, 0),
-            view: View::parse(ep.word(line, (VIEW_OFF - LEADER_OFF) as usize)),
-            repaired: View::parse(ep.word(line, (REPAIRED_OFF - LEADER_OFF) as usize)),
+            leader: committed[0],
+            view: View::parse(committed[1]),
+            repaired: View::parse(committed[2]),
             members,
         });
     }
@@ -325,11 +462,42 @@ async fn write_copies(
 }
 
 /// Whether a failed batch over `copies` lost one of them but node 0's, which is to be posted
-/// again without it: the error names one node the batch failed on, the endpoint saw them all,
-/// and node 0's copy is the one that counts while the other control words are node 0's alone.
+/// again without it: the error names one node the batch failed on, and the endpoint saw them
+/// all. (Node 0, the chain's head, never fails yet: its loss is the pool's.)
 fn lost_a_copy(ep: &Endpoint, copies: NodeSet) -> bool {
     let down = ep.seen_down();
     !down.contains(0) && copies.minus(down) != copies
+}
+
+/// Marks coordinators `dead` recovered: CASes each one's recovered word in `m` to its
+/// incarnation there, down the control chain over `copies` (one batch a member). Only the
+/// recovery leader marks (or, after a run, the one process left). Each mark's outcome.
+pub async fn mark_recovered(
+    ep: &mut Endpoint,
+    copies: NodeSet,
+    m: &Members,
+    dead: &[u32],
+    counts: &mut Counts,
+) -> Result<Vec<Write>, FabricError> {
+    let writer = ep.id().index as u16 + 1;
+    let words: Vec<_> = dead
+        .iter()
+        .map(|&i| {
+            let x = m.members[i as usize];
+            control::Cas {
+                off: RECOVERED_OFF + 8 * u64::from(i),
+                expect: x.recovered_word,
+                new: RecoveredWord::parse(x.recovered_word)
+                    .then(writer, x.incarnation)
+                    .word(),
+            }
+        })
+        .collect();
+    let mut chain = chain_of(ep, copies)?;
+    let opts = Opts::default();
+    control::cas_many(ep, &mut chain, &words, RecoveredWord::tag, opts, counts)
+        .await
+        .map_err(fabric)
 }
 
 /// The lease of coordinator `index`'s incarnation `incarnation`, with a copy of its word on
@@ -437,6 +605,8 @@ pub struct Service {
     /// Rejoin probes at most every `.1` ns of the endpoint's clock, the next one due at the
     /// shared cell's instant ([`Service::with_probe_limit`]); `None`: at every scan.
     probe_limit: Option<(Rc<Cell<u64>>, u64)>,
+    /// What the control chain counted of this coordinator's reads and writes of its words.
+    pub control: Counts,
 }
 
 /// Passes over what a copy found locked before its leader gives the word back between them.
@@ -513,6 +683,7 @@ impl Service {
             joins: Vec::new(),
             join_sink: None,
             probe_limit: None,
+            control: Counts::default(),
         }
     }
 
@@ -604,6 +775,23 @@ impl Service {
         self.suspect = true;
     }
 
+    /// The membership area, as [`read_members`] reads it, counting what the chain did.
+    async fn read(&mut self, ep: &mut Endpoint) -> Result<Members, FabricError> {
+        let copies = self.map.control_set();
+        read_members_counted(ep, self.members, copies, &mut self.control).await
+    }
+
+    /// [`change_view`], counting what the chain did.
+    async fn change_view(
+        &mut self,
+        ep: &mut Endpoint,
+        view: View,
+        next: View,
+    ) -> Result<Write, FabricError> {
+        let copies = self.map.control_set();
+        change_view_counted(ep, copies, view, next, &mut self.control).await
+    }
+
     fn period_ns(&self) -> u64 {
         (self.cfg.lease_ns / 4).max(1)
     }
@@ -670,9 +858,9 @@ impl Service {
 
     async fn scan(&mut self, ep: &mut Endpoint) -> Result<Scan, FabricError> {
         self.next_scan_ns = ep.now_ns() + self.period_ns();
-        let mut m = read_members(ep, self.members, self.map.control_set()).await?;
+        let mut m = self.read(ep).await?;
         if self.probe(ep, m.view).await? {
-            m = read_members(ep, self.members, self.map.control_set()).await?;
+            m = self.read(ep).await?;
         }
         while m.view != self.map.view() || self.unacknowledged(ep, &m) {
             m = self.adopt(ep, m.view).await?;
@@ -723,8 +911,8 @@ impl Service {
         }
         let next = view.joining(n).expect("failed");
         // If another coordinator changed the view first, its view is the one adopted.
-        change_view(ep, view, next);
-        ep.post().await
+        self.change_view(ep, view, next).await?;
+        Ok(())
     }
 
     /// The leader copies the joining nodes' tables (a pass over everything, then passes over
@@ -732,12 +920,12 @@ impl Service {
     /// where they are full replicas. Gives the leader word back when a coordinator died
     /// (recovery of a dead holder of what is left needs the word), keeping what it did.
     async fn copy_step(&mut self, ep: &mut Endpoint) -> Result<(), FabricError> {
-        let m = read_members(ep, self.members, self.map.control_set()).await?;
+        let m = self.read(ep).await?;
         let Some(mine) = self.lead(ep, &m).await? else {
             return Ok(());
         };
         let view = self.map.view();
-        let m = read_members(ep, self.members, self.map.control_set()).await?;
+        let m = self.read(ep).await?;
         if m.view != view || m.repaired.number != view.number {
             return self.give_back(ep, mine).await;
         }
@@ -777,7 +965,7 @@ impl Service {
             let me = ep.id().index;
             let slices = self.protocol.copies_in_slices();
             if slices {
-                let m = read_members(ep, self.members, self.map.control_set()).await?;
+                let m = self.read(ep).await?;
                 let others_settled = m
                     .members
                     .iter()
@@ -870,7 +1058,7 @@ impl Service {
             }
             // What is locked now is soon released (or its dead holder recovered).
             ep.sleep(self.period_ns() / 16).await;
-            let m = read_members(ep, self.members, self.map.control_set()).await?;
+            let m = self.read(ep).await?;
             let me = ep.id().index as usize;
             let dead = m
                 .members
@@ -883,9 +1071,17 @@ impl Service {
             }
         }
         let next = view.all_joined().expect("joining");
-        let c = change_view(ep, view, next);
-        ep.post().await?;
-        if ep.cas_ok(c) {
+        let ours = match self.change_view(ep, view, next).await? {
+            Write::Done => true,
+            Write::Lost => false,
+            // Only the leader writes this view from the joining one: it is ours if committed.
+            Write::Unknown => {
+                let copies = self.map.control_set();
+                let w = read_word(ep, copies, VIEW_OFF, view_tag, &mut self.control).await?;
+                w == next.word()
+            }
+        };
+        if ours {
             let e = JoinEvent {
                 joining: view,
                 joined: next,
@@ -930,8 +1126,7 @@ impl Service {
             return Ok(false);
         };
         // If another coordinator changed it first, its view is the one adopted.
-        change_view(ep, view, next);
-        ep.post().await?;
+        self.change_view(ep, view, next).await?;
         Ok(true)
     }
 
@@ -959,7 +1154,7 @@ impl Service {
         write_copies(ep, copies, ACK_OFF + 8 * u64::from(me), view.number.into()).await?;
         let mut repaired = 0;
         loop {
-            let m = read_members(ep, self.members, self.map.control_set()).await?;
+            let m = self.read(ep).await?;
             if m.view != view {
                 return Ok(m);
             }
@@ -1031,7 +1226,7 @@ impl Service {
             ep.sleep(self.period_ns() / 4).await;
             return Ok(0);
         };
-        let m = read_members(ep, self.members, self.map.control_set()).await?;
+        let m = self.read(ep).await?;
         let mut tables = 0;
         if m.view == view && m.repaired.number != view.number {
             // Only what changed since the view repaired last (every promoted table after a
@@ -1046,36 +1241,64 @@ impl Service {
                 }
                 Err(e) => return Err(e),
             }
-            ep.cas(0, REPAIRED_OFF, m.repaired.word(), view.word());
-            ep.flush(0); // as the view word (`change_view`)
-            ep.post().await?;
+            // Flushed as the view word (`change_view`); from the view repaired last, so the
+            // tag may rise by more than one: the leader alone writes the word.
+            let word = control::Cas {
+                off: REPAIRED_OFF,
+                expect: m.repaired.word(),
+                new: view.word(),
+            };
+            let opts = Opts {
+                flush: true,
+                one_writer: true,
+            };
+            let mut chain = chain_of(ep, self.map.control_set())?;
+            control::cas_many(ep, &mut chain, &[word], view_tag, opts, &mut self.control)
+                .await
+                .map_err(fabric)?;
         }
         self.give_back(ep, mine).await?;
         Ok(tables)
     }
 
-    /// Takes the leader word: ours from 0, or from a leader that died with it (its lease
-    /// expired before our READ left: by the argument above it does nothing more). Our leader
-    /// value, or `None` if a live leader holds it.
+    /// Takes the leader word: ours from a free word, or from a leader that died with it (its
+    /// lease expired before our READ left: by the argument above it does nothing more). Our
+    /// leader word, or `None` if a live leader holds it (or another took it first).
     async fn lead(&mut self, ep: &mut Endpoint, m: &Members) -> Result<Option<u64>, FabricError> {
-        let mine = u64::from(ep.id().index) + 1;
-        let from = match m.leader {
-            0 => 0,
-            l if l == mine => l,
-            l => {
-                let expired = m
-                    .members
-                    .get(l as usize - 1)
-                    .is_none_or(|x| m.posted_ns >= x.expiry_ns);
-                if !expired {
-                    return Ok(None); // a live leader is on it
-                }
-                l
+        let mine = ep.id().index as u16 + 1;
+        let from = LeaderWord::parse(m.leader);
+        if from.owner != 0 && from.owner != mine {
+            let expired = m
+                .members
+                .get(usize::from(from.owner) - 1)
+                .is_none_or(|x| m.posted_ns >= x.expiry_ns);
+            if !expired {
+                return Ok(None); // a live leader is on it
+            }
+        }
+        let new = from.then(mine).word();
+        let mut chain = chain_of(ep, self.map.control_set())?;
+        let counts = &mut self.control;
+        let out = control::cas(
+            ep,
+            &mut chain,
+            LEADER_OFF,
+            m.leader,
+            new,
+            LeaderWord::tag,
+            counts,
+        );
+        let ours = match out.await.map_err(fabric)? {
+            Write::Done => true,
+            Write::Lost => false,
+            // Ours, if it is the committed word: a later one is written from ours by us alone
+            // while we live (nobody takes a live leader's word).
+            Write::Unknown => {
+                let copies = self.map.control_set();
+                read_word(ep, copies, LEADER_OFF, LeaderWord::tag, counts).await? == new
             }
         };
-        let c = ep.cas(0, LEADER_OFF, from, mine);
-        ep.post().await?;
-        Ok(ep.cas_ok(c).then_some(mine))
+        Ok(ours.then_some(new))
     }
 
     fn report(&mut self, e: RecoveryEvent) {
@@ -1085,9 +1308,24 @@ impl Service {
         self.events.push(e);
     }
 
+    /// Gives our leader word `mine` back (to owner 0). Whatever the outcome: lost or
+    /// overtaken, another took it from us (we were taken for dead).
     async fn give_back(&mut self, ep: &mut Endpoint, mine: u64) -> Result<(), FabricError> {
-        ep.cas(0, LEADER_OFF, mine, 0);
-        ep.post().await
+        let free = LeaderWord::parse(mine).then(0).word();
+        let mut chain = chain_of(ep, self.map.control_set())?;
+        let counts = &mut self.control;
+        control::cas(
+            ep,
+            &mut chain,
+            LEADER_OFF,
+            mine,
+            free,
+            LeaderWord::tag,
+            counts,
+        )
+        .await
+        .map_err(fabric)?;
+        Ok(())
     }
 
     /// Finds the dead coordinators in `m` and, if it becomes the leader, recovers them in
@@ -1125,7 +1363,7 @@ impl Service {
         // marks a recovered word, so what this READ shows stays true while we lead. (It
         // may show a newer view: then we recover nobody, adopt it first, and come back.)
         let (first_dead, first_ns) = (dead, m.posted_ns);
-        let m = read_members(ep, self.members, self.map.control_set()).await?;
+        let m = self.read(ep).await?;
         let dead: Vec<u32> = (0..m.members.len() as u32)
             .filter(|&i| i != me && m.members[i as usize].dead(m.posted_ns))
             .collect();
@@ -1216,18 +1454,11 @@ impl Service {
         for (&i, (outcome, locks_released, _)) in dead.iter().zip(settled) {
             self.report(event(i, outcome, locks_released, finished_ns));
         }
-        let marks: Vec<_> = done
-            .iter()
-            .map(|&i| {
-                let x = m.members[i as usize];
-                let at = RECOVERED_OFF + 8 * u64::from(i);
-                ep.cas(0, at, u64::from(x.recovered), u64::from(x.incarnation))
-            })
-            .collect();
-        ep.post().await?;
-        // Only a leader writes them, and we are the leader: a failed CAS is a bug.
+        let copies = self.map.control_set();
+        let marks = mark_recovered(ep, copies, &m, &done, &mut self.control).await?;
+        // Only a leader writes them, and we are the leader: a lost CAS is a bug.
         debug_assert!(
-            marks.iter().all(|&c| ep.cas_ok(c)),
+            marks.iter().all(|&w| w != Write::Lost),
             "a recovered word moved"
         );
         scan.unsettled -= done.len() as u32;
@@ -1262,6 +1493,7 @@ mod tests {
             done: false,
             incarnation: 2,
             recovered: 1,
+            recovered_word: 1,
             ack: 0,
         };
         assert!(!m.dead(99));
@@ -1282,6 +1514,7 @@ mod tests {
             done: false,
             incarnation: 1,
             recovered: 0,
+            recovered_word: 0,
             ack: 0,
         };
         assert!(!live.agrees(v1, 50));

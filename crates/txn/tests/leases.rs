@@ -597,3 +597,102 @@ fn a_detector_takes_the_latest_copy_of_each_lease_and_leaves_a_dead_members_out(
     assert_eq!((after[0].ack, after[2].ack), (0, 7));
     assert_eq!(seen_after, dtxn_fabric::NodeSet::single(1));
 }
+
+/// The CAS words on a control chain of two members (issue #23, increment 4): a writer that
+/// crashed after its head CAS left its leader word, view and recovered mark on node 0 alone.
+/// A read of the membership area returns them (committed: the head never fails here) and
+/// carries them to node 1; writes then go down the chain (both hold them), and one whose
+/// tail died mid-way is done on the head alone.
+#[test]
+fn a_read_carries_a_dead_writers_control_words_down_the_chain() {
+    use dtxn_fabric::sim::MemoryCrash;
+    use dtxn_store::layout::{LeaderWord, RecoveredWord, LEADER_OFF, RECOVERED_OFF, VIEW_OFF};
+    use dtxn_store::View;
+    use dtxn_txn::control::Write;
+    let shape = PoolShape {
+        memory_nodes: 3,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let spec = TableSpec::new(T, "t", 64, KEYS);
+    let plan = Plan::new(&[spec], &shape)
+        .unwrap()
+        .with_control_replicas(2)
+        .unwrap();
+    const FAIL_NS: u64 = 500_000;
+    let mut cfg = SimConfig::new(7, 3, plan.region_bytes);
+    cfg.faults.memory_crashes.push(MemoryCrash {
+        at_ns: FAIL_NS,
+        node: 1,
+        down_ns: MemoryCrash::FOREVER,
+    });
+    let pool = Pool::Sim(SimPool::new(cfg).unwrap());
+    plan.format_pool(&pool).unwrap();
+    let Pool::Sim(mut sim) = pool else {
+        unreachable!()
+    };
+    let leader = LeaderWord { seq: 1, owner: 3 }.word();
+    let v1 = View::default().without(&[2]).unwrap();
+    let mark = RecoveredWord {
+        seq: 1,
+        writer: 3,
+        incarnation: 1,
+    }
+    .word();
+    sim.with_local(0, |m| {
+        m.write(LEADER_OFF, &leader.to_le_bytes());
+        m.write(VIEW_OFF, &v1.word().to_le_bytes());
+        m.write(RECOVERED_OFF + 16, &mark.to_le_bytes());
+    });
+    let words = |sim: &SimPool, n: u16| {
+        sim.with_local(n, |m| {
+            (
+                m.read_u64(LEADER_OFF),
+                m.read_u64(VIEW_OFF),
+                m.read_u64(RECOVERED_OFF + 16),
+            )
+        })
+    };
+    assert_eq!(words(&sim, 1), (0, 0, 0), "node 1 behind");
+    let v2 = v1.joining(2).unwrap();
+    let v3 = v2.without(&[1]).unwrap();
+    let r = sim
+        .run(topo(1, 1), None, move |mut ep: Endpoint| async move {
+            let map = PoolMap::bootstrap(&mut ep).await.unwrap();
+            let copies = map.control_set();
+            let m = membership::read_members(&mut ep, 3, copies).await.unwrap();
+            let read = (
+                m.leader,
+                m.view,
+                m.members[2].recovered,
+                m.members[2].recovered_word,
+            );
+            let changed = membership::change_view(&mut ep, copies, v1, v2).await;
+            let marked =
+                membership::mark_recovered(&mut ep, copies, &m, &[2], &mut Default::default())
+                    .await;
+            // What the tail holds now.
+            let tail = [LEADER_OFF, VIEW_OFF, RECOVERED_OFF + 16].map(|off| ep.read(1, off, 8));
+            ep.post().await.unwrap();
+            let tail = tail.map(|op| ep.word(op, 0));
+            // Past node 1's death, which this endpoint has not seen: the tail's CAS fails.
+            ep.sleep(FAIL_NS).await;
+            let alone = membership::change_view(&mut ep, copies, v2, v3).await;
+            let after = membership::read_view(&mut ep, copies).await;
+            (copies, read, changed, marked, tail, alone, after)
+        })
+        .unwrap();
+    let (copies, read, changed, marked, tail, alone, after) = r.outputs[0].clone().unwrap();
+    assert_eq!(copies, dtxn_fabric::NodeSet::first(2));
+    assert_eq!(read, (leader, v1, 1, mark), "the head's words, committed");
+    assert_eq!(changed, Ok(Write::Done));
+    assert_eq!(marked, Ok(vec![Write::Done]));
+    assert_eq!(alone, Ok(Write::Done), "done on the head alone");
+    assert_eq!(after, Ok(v3));
+    // Node 2's mark went from the dead writer's (carried to node 1 by the read) to ours.
+    let ours = RecoveredWord::parse(mark).then(1, 0).word();
+    assert_eq!(tail, [leader, v2.word(), ours]);
+    assert_eq!(words(&sim, 0), (leader, v3.word(), ours));
+}

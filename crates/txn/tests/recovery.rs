@@ -365,9 +365,9 @@ fn recovery_in_a_joining_view_gives_the_joiner_every_record_of_a_commit_it_rolls
             let failed = View::default().without(&[1]).unwrap();
             let joining = failed.joining(1).unwrap();
             for (from, to) in [(View::default(), failed), (failed, joining)] {
-                let cas = dtxn_txn::membership::change_view(ep, from, to);
-                ep.post().await.unwrap();
-                assert!(ep.cas_ok(cas));
+                let one = dtxn_fabric::NodeSet::single(0);
+                let out = dtxn_txn::membership::change_view(ep, one, from, to).await;
+                assert_eq!(out, Ok(dtxn_txn::control::Write::Done));
             }
             let map = PoolMap::bootstrap(ep).await.unwrap();
             let t = map.table(T).unwrap().clone();
@@ -945,9 +945,9 @@ fn promoted_after_a_dead_install(
             let now = ep.now_ns();
             ep.sleep(2 * FAIL_NS - now.min(FAIL_NS)).await;
             let next = View::default().without(&[1]).unwrap();
-            let cas = dtxn_txn::membership::change_view(ep, View::default(), next);
-            ep.post().await.unwrap();
-            assert!(ep.cas_ok(cas));
+            let one = dtxn_fabric::NodeSet::single(0);
+            let out = dtxn_txn::membership::change_view(ep, one, View::default(), next).await;
+            assert_eq!(out, Ok(dtxn_txn::control::Write::Done));
             let map = PoolMap::bootstrap(ep).await.unwrap();
             let t = map.table(b).unwrap().clone();
             assert_ne!(t.primary(), 1, "promoted");

@@ -556,9 +556,10 @@ fn cut_commit(fail_ns: u64, crash_ns: u64) -> Cut {
         ep.read(1, 0, 8);
         if ep.post().await.is_err() {
             let next = dtxn_store::View::default().without(&[1]).unwrap();
-            let cas = membership::change_view(&mut ep, dtxn_store::View::default(), next);
-            ep.post().await.unwrap();
-            assert!(ep.cas_ok(cas));
+            let one = dtxn_fabric::NodeSet::single(0);
+            let out =
+                membership::change_view(&mut ep, one, dtxn_store::View::default(), next).await;
+            assert_eq!(out, Ok(dtxn_txn::control::Write::Done));
         }
         let map = PoolMap::bootstrap(&mut ep).await.unwrap();
         dtxn_txn::recovery::recover_all_in_views(&mut ep, &map, Protocol::Scythe, &[(0, true)])
@@ -731,9 +732,9 @@ fn cut_recovery(crash_ns: Option<u64>) -> (Vec<u8>, Vec<u8>, u64) {
     });
     sim.run(ONE, None, |mut ep: Endpoint| async move {
         let next = dtxn_store::View::default().without(&[1]).unwrap();
-        let cas = membership::change_view(&mut ep, dtxn_store::View::default(), next);
-        ep.post().await.unwrap();
-        assert!(ep.cas_ok(cas));
+        let one = dtxn_fabric::NodeSet::single(0);
+        let out = membership::change_view(&mut ep, one, dtxn_store::View::default(), next).await;
+        assert_eq!(out, Ok(dtxn_txn::control::Write::Done));
         let map = PoolMap::bootstrap(&mut ep).await.unwrap();
         dtxn_txn::recovery::recover_all_in_views(&mut ep, &map, Protocol::Scythe, &[(DEAD, true)])
             .await

@@ -211,8 +211,10 @@ pub struct BenchArgs {
     /// delayed on the way), `lease=DURATION` and `guard=DURATION` (default: from the fabric's
     /// longest op flight and the adversary's longest stall; checked against both),
     /// `control=K` (the pool's control chain on memory nodes 0..K, default 1: every lease and
-    /// view acknowledgement has a copy on each, and a detector reads the latest; the other
-    /// control words stay on node 0, which still never fails).
+    /// view acknowledgement has a copy on each, and a detector reads the latest; the leader,
+    /// view, repaired and recovered words are CASed down the chain and read at its tail, a
+    /// member behind helped forward; the report counts what the chain did; the claim word
+    /// and the oracle stay on node 0, which still never fails).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// shm, ucx: every coordinator holds a lease on the wall clock and serves the recovery

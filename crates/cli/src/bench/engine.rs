@@ -11,7 +11,7 @@
 
 use dtxn_check::HistoryWriter;
 use dtxn_fabric::FabricError;
-use dtxn_fabric::{Endpoint, Pool, Topology};
+use dtxn_fabric::{Endpoint, NodeSet, Pool, Topology};
 use dtxn_store::{PoolMap, StoreError, View};
 use dtxn_txn::membership::{self, JoinEvent, LeaseConfig, RecoveryEvent, Service, ViewEvent};
 use dtxn_txn::Breakdown;
@@ -244,6 +244,10 @@ pub struct Shared {
     pub tso_groups: Vec<Arc<dtxn_txn::TsoGroup>>,
     /// `--faults`: every coordinator holds a lease on these terms and serves recovery.
     pub lease: Option<LeaseConfig>,
+    /// `--faults control=K`: the pool's control chain has `K` members (else 1).
+    pub control_replicas: u8,
+    /// What the control chain counted, over the coordinators that finished.
+    control: Mutex<dtxn_txn::control::Counts>,
     /// What the coordinators' recovery service did.
     recoveries: Mutex<Vec<RecoveryEvent>>,
     /// Every coordinator's view changes (`--faults memory=N`), as they became active.
@@ -370,7 +374,10 @@ const PROGRESS_EVERY: u64 = 256;
 /// word), and the pool learnt again in the new view: a node that dies before a coordinator
 /// starts is not an error then. The recovery service adopts that view (waits until it is
 /// active) before the first transaction.
-async fn bootstrap(ep: &mut Endpoint, failover: bool) -> Result<PoolMap, StoreError> {
+///
+/// The view is read on the control chain of the pool's first `control` memory nodes (their
+/// members in the view node 0 holds: one that failed since is found down, and left out).
+async fn bootstrap(ep: &mut Endpoint, failover: bool, control: u8) -> Result<PoolMap, StoreError> {
     let mut tries = 0;
     loop {
         match PoolMap::bootstrap(ep).await {
@@ -380,11 +387,15 @@ async fn bootstrap(ep: &mut Endpoint, failover: bool) -> Result<PoolMap, StoreEr
                 tries += 1;
                 let w = ep.read(0, dtxn_store::layout::VIEW_OFF, 8);
                 ep.post().await?;
-                let view = View::parse(ep.word(w, 0));
+                let head = View::parse(ep.word(w, 0));
+                let copies: NodeSet = head.control_chain(control).into_iter().collect();
+                let view = match copies.len() {
+                    1 => head,
+                    _ => membership::read_view(ep, copies).await?,
+                };
                 if let Some(next) = view.without(&[n]) {
                     // If another coordinator changed it first, its view is the one learnt.
-                    dtxn_txn::membership::change_view(ep, view, next);
-                    ep.post().await?;
+                    membership::change_view(ep, copies, view, next).await?;
                 }
             }
             r => return r,
@@ -405,7 +416,7 @@ async fn coordinator<W: Workload>(
     ep.fence_on_node_down(sh.fence_on_node_down);
     ep.set_rpc_pack_limit(sh.rpc_pack_limit);
     let map = Rc::new(
-        bootstrap(&mut ep, sh.lease.is_some())
+        bootstrap(&mut ep, sh.lease.is_some(), sh.control_replicas)
             .await
             .map_err(|e| format!("coordinator {index}: bootstrap: {e}"))?,
     );
@@ -617,6 +628,9 @@ async fn coordinator<W: Workload>(
             // other one is done or recovered.
             fenced = serve(s.drain(c.endpoint()).await)?;
         }
+        if let Ok(mut counts) = sh.control.lock() {
+            counts.add(&s.control);
+        }
     }
     Ok(CoordEnd {
         all,
@@ -695,6 +709,8 @@ impl Shared {
             tso_groups: Vec::new(),
             local_oracle: None,
             lease: None,
+            control_replicas: 1,
+            control: Mutex::default(),
             recoveries: Mutex::default(),
             views: Mutex::default(),
             rejoin: false,
@@ -714,6 +730,14 @@ impl Shared {
     /// The copies to rejoining memory nodes that completed.
     pub fn take_joins(&self) -> Vec<JoinEvent> {
         take(&self.joins)
+    }
+
+    /// What the control chain counted, over the coordinators that finished (crashed ones'
+    /// counts are lost with them).
+    pub fn control_counts(&self) -> dtxn_txn::control::Counts {
+        self.control
+            .lock()
+            .map_or_else(|_| Default::default(), |c| *c)
     }
 
     pub fn take_recoveries(&self) -> Vec<RecoveryEvent> {

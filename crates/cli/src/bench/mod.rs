@@ -1024,6 +1024,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         None => None,
     };
     sh.lease = lease.or(host_leases.map(|h| h.terms));
+    sh.control_replicas = lease_knobs.control.unwrap_or(1);
     sh.rejoin = faults
         .as_ref()
         .is_some_and(|f| !f.memory_rejoins.is_empty())
@@ -1088,6 +1089,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     let mut online = sh.take_recoveries();
     let views = sh.take_views();
     let joins = sh.take_joins();
+    let control = (sh.control_replicas > 1).then(|| (sh.control_replicas, sh.control_counts()));
     if host_leases.is_some_and(|h| h.rejoin) {
         // A memory node re-replicated during the run (here or by another process) is a new
         // incarnation: the checks below reach it by a new connection.
@@ -1335,6 +1337,15 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
         );
         view_report(&mut f, fplan, &views, final_view, run_start_ns);
         f.joins = join_lines(Some(fplan), &joins, &views, run_start_ns);
+        if let Some((members, c)) = control {
+            f.control = Some(report::ControlLine {
+                members,
+                helped: c.helped,
+                unknown: c.unknown,
+                dropped: c.dropped,
+                reread: c.reread,
+            });
+        }
         let gone: Vec<u32> = out.crashed.iter().chain(&out.fenced).copied().collect();
         f.liveness = survivors_commit(&f, &history, &gone);
         report.faults = Some(f);
@@ -1593,12 +1604,9 @@ fn recover_and_mark(
                 Err(e) => return Err(dtxn_fabric::FabricError::Setup(e.to_string())),
             };
             let m = dtxn_txn::membership::read_members(&mut ep, members, copies).await?;
-            for i in marks {
-                let x = m.members[i as usize];
-                let at = dtxn_store::layout::RECOVERED_OFF + 8 * u64::from(i);
-                ep.cas(0, at, u64::from(x.recovered), u64::from(x.incarnation));
-            }
-            ep.post().await
+            let mut counts = dtxn_txn::control::Counts::default();
+            dtxn_txn::membership::mark_recovered(&mut ep, copies, &m, &marks, &mut counts).await?;
+            Ok(())
         }
     })?;
     match r.outputs.into_iter().next().flatten() {

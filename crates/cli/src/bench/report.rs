@@ -390,6 +390,23 @@ pub struct FaultReport {
     pub views: Vec<ViewLine>,
     /// Failed memory nodes that came back and were re-replicated (`rejoin=`).
     pub joins: Vec<JoinLine>,
+    /// `control=K` with K > 1: what the control chain did (`dtxn_txn::control`).
+    pub control: Option<ControlLine>,
+}
+
+/// The control chain's work over a run, summed over the coordinators that finished.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ControlLine {
+    pub members: u8,
+    /// Members behind their predecessor that a read carried forward (a write under way, or
+    /// one whose writer died half-way down the chain).
+    pub helped: u64,
+    /// Writes whose head died before they were seen past it while a later write was:
+    /// resolved from the committed word.
+    pub unknown: u64,
+    /// Members dropped, found down, and reads started again.
+    pub dropped: u64,
+    pub reread: u64,
 }
 
 impl FaultReport {
@@ -931,6 +948,14 @@ impl BenchReport {
                     f.final_view
                 );
                 let opt = |x: Option<f64>| x.map_or("-".to_string(), |v| format!("{v:.1} us"));
+                if let Some(c) = &f.control {
+                    let _ = writeln!(
+                        s,
+                        "  control chain of {} members: {} words helped forward, {} writes \
+                         unknown, {} members dropped, {} reads again",
+                        c.members, c.helped, c.unknown, c.dropped, c.reread
+                    );
+                }
                 for v in &f.views {
                     let _ = writeln!(
                         s,
