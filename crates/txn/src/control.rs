@@ -10,7 +10,9 @@
 //!
 //! **Words are tagged.** The caller's encoding gives every word a tag, and each write raises it
 //! by one ([`cas`] refuses a new word whose tag is not its expected word's plus one), with the
-//! writer's identity in the word, so that no two writes make the same word.
+//! writer's identity in the word, so that no two writes make the same word. Where two writers
+//! may make the same word from the same one (two probes failing the same memory node make one
+//! view), the word means the same whoever wrote it: each of them takes it for its own (`Done`).
 //!
 //! **A write** CASes the head from the expected word to the new one, then each later member
 //! in chain order, one round trip each. **A read** READs every member in one batch and returns
@@ -281,7 +283,9 @@ pub async fn cas_many(
         }
         break head;
     };
-    // Down the chain: each member from the expected words to ours.
+    // Down the chain: each member from the expected words to ours. `passed`: the members
+    // that hold ours (or a word past it), in chain order.
+    let mut passed = vec![head];
     let mut past_ours = Vec::new();
     let mut i = 1;
     while i < chain.members.len() {
@@ -300,14 +304,16 @@ pub async fn cas_many(
             ep.flush(n);
         }
         if let Err(e) = ep.post().await {
-            // The batch may name another member than `n` (a lease renewal rides in it): the
-            // chain shifts under `i`, so find `n` again and post its CASes again (they may
-            // have landed: ours are accepted there). If `n` itself was dropped, its successor
-            // now stands at `i`.
+            // The batch may have failed on other members than `n` (a lease renewal rides in
+            // it), `n` among them or not: the chain shifts under `i`, so go on from the first
+            // member not passed yet (`n` again if it is up: ours may have landed there, and
+            // is accepted).
             down(ep, chain, e, counts)?;
-            if let Some(at) = chain.members.iter().position(|&m| m == n) {
-                i = at;
-            }
+            i = chain
+                .members
+                .iter()
+                .take_while(|m| passed.contains(m))
+                .count();
             continue;
         }
         for (&j, &op) in going.iter().zip(&ops) {
@@ -325,6 +331,7 @@ pub async fn cas_many(
                 past_ours.push(j);
             }
         }
+        passed.push(n);
         i += 1;
     }
     if let Some(&j) = past_ours.first() {

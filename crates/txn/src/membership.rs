@@ -252,7 +252,12 @@ fn view_tag(w: u64) -> u64 {
 /// The control chain over `copies` ([`PoolMap::control_set`]) but the members the endpoint
 /// saw down, head first.
 fn chain_of(ep: &Endpoint, copies: NodeSet) -> Result<Chain, FabricError> {
-    Chain::new(copies.minus(ep.seen_down()).iter().collect()).map_err(fabric)
+    let live: Vec<_> = copies.minus(ep.seen_down()).iter().collect();
+    match copies.iter().last() {
+        // Every member seen down: the control words are lost with the last of them.
+        Some(last) if live.is_empty() => Err(FabricError::NodeDown(last)),
+        _ => Chain::new(live).map_err(fabric),
+    }
 }
 
 /// A control chain's error as the fabric's: every member down is the last member's failure
@@ -347,6 +352,7 @@ async fn read_members_counted(
     counts: &mut Counts,
 ) -> Result<Members, FabricError> {
     let n = n.min(MAX_MEMBERS) as usize;
+    let mut helps = 0;
     loop {
         let others = copies.minus(ep.seen_down()).minus(NodeSet::single(0));
         let posted_ns = ep.lease_now_ns();
@@ -388,10 +394,12 @@ async fn read_members_counted(
             })
             .collect();
         // The CAS words, as each member holds them (head first: node 0, then the others
-        // ascending, the chain's order), by offset: the tail's is committed unless a member
-        // is behind its predecessor (a write under way, or one whose writer died half-way),
-        // read again then, and helped. (Read later than the leases: a recovered mark or a
-        // leader seen there is no older than what the leases showed.)
+        // ascending, the chain's order), by offset: the tail's is the committed one, at the
+        // instant of the leases' READ too. Where a member is behind its predecessor (a write
+        // under way, or one whose writer died half-way), the word is read again through
+        // [`control::read`], which helps it forward, and the whole area READ again, so that
+        // every field comes from one batch (a leader word read later than the leases could
+        // name a coordinator that joined since and took it, as if it had expired).
         let chain_words = |at: u64, ops: &[dtxn_fabric::OpId], base: u64| -> Vec<u64> {
             ops.iter()
                 .map(|&op| ep.word(op, (at - base) as usize))
@@ -419,14 +427,20 @@ async fn read_members_counted(
             let w = chain_words(at, &recovereds, RECOVERED_OFF);
             words.push((at, RecoveredWord::tag, w));
         }
-        let mut committed = Vec::with_capacity(words.len());
-        for (off, tag, held) in words {
-            let behind = held.windows(2).any(|p| tag(p[1]) < tag(p[0]));
-            committed.push(match behind {
-                true => read_word(ep, copies, off, tag, counts).await?,
-                false => *held.last().expect("node 0's copy"),
-            });
+        let behind = |(_, tag, held): &(u64, control::TagOf, Vec<u64>)| {
+            held.windows(2).any(|p| tag(p[1]) < tag(p[0]))
+        };
+        if helps < MAX_HELPS && words.iter().any(behind) {
+            helps += 1;
+            for (off, tag, _) in words.into_iter().filter(|w| behind(w)) {
+                read_word(ep, copies, off, tag, counts).await?;
+            }
+            continue;
         }
+        let committed: Vec<u64> = words
+            .iter()
+            .map(|(_, _, held)| *held.last().expect("node 0's copy"))
+            .collect();
         for (x, &w) in members.iter_mut().zip(&committed[3..]) {
             x.recovered_word = w;
             x.recovered = RecoveredWord::parse(w).incarnation;
@@ -440,6 +454,11 @@ async fn read_members_counted(
         });
     }
 }
+
+/// How many times [`read_members`] helps members behind and READs the area again before it
+/// takes the tails' words as they are (committed all the same; writers that keep moving a
+/// word could otherwise hold it for ever).
+const MAX_HELPS: u32 = 4;
 
 /// WRITEs `word` at `off` on each of `copies` but those the endpoint saw down (one round
 /// trip; posted again without a copy whose node is found down).
@@ -1074,7 +1093,10 @@ impl Service {
         let ours = match self.change_view(ep, view, next).await? {
             Write::Done => true,
             Write::Lost => false,
-            // Only the leader writes this view from the joining one: it is ours if committed.
+            // Only the leader makes this word (the joining view with its nodes rejoined; a
+            // probe's write from the joining view makes another): ours if committed. (If the
+            // view moved past it since, the join is not reported: unreachable while the
+            // head never fails, as `Unknown` is.)
             Write::Unknown => {
                 let copies = self.map.control_set();
                 let w = read_word(ep, copies, VIEW_OFF, view_tag, &mut self.control).await?;

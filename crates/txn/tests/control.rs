@@ -456,3 +456,136 @@ fn a_write_must_raise_the_tag_by_one() {
     );
     assert_eq!(now, [None, Some(0), Some(0)]);
 }
+
+/// Four members, a lease with a copy on each (its renewals ride in the chain's batches), and
+/// members 1 and 2 dying together at each instant of a write's first microseconds in turn: a
+/// batch that fails may fail on a member before the one it was for, and the write goes on
+/// from the first member that does not hold its word yet. A `Done` write is on every live
+/// member. (Before, the write went on past the member after the one it had posted to, and
+/// returned `Done` with the tail never written.)
+#[test]
+fn a_write_done_is_on_every_live_member_whichever_members_die_together() {
+    const MEMBERS: u16 = 4;
+    let mut done = 0;
+    for at in (0..6_000).step_by(25) {
+        let mut cfg = SimConfig::new(1, MEMBERS as usize, 4096);
+        cfg.profile = dtxn_fabric::Profile::ideal();
+        cfg.adversary = Adversary::off();
+        for node in [1, 2] {
+            cfg.faults.memory_crashes.push(MemoryCrash {
+                at_ns: at,
+                node,
+                down_ns: u64::MAX / 4,
+            });
+        }
+        let mut sim = SimPool::new(cfg).unwrap();
+        let topo = Topology {
+            compute_nodes: 1,
+            threads: 1,
+            coroutines: 1,
+        };
+        let r = sim
+            .run(topo, None, |mut ep: Endpoint| async move {
+                ep.hold_lease(dtxn_fabric::Lease {
+                    nodes: dtxn_fabric::NodeSet::first(MEMBERS),
+                    addr: 128,
+                    lease_ns: 3_000,
+                    guard_ns: 100,
+                    incarnation: 1,
+                });
+                let mut chain = Chain::new((0..MEMBERS).collect()).unwrap();
+                let mut counts = Counts::default();
+                let w = control::cas(&mut ep, &mut chain, OFF, 0, W1, tag, &mut counts).await;
+                (w, chain.members().to_vec())
+            })
+            .unwrap();
+        let (w, members) = r.outputs[0].clone().unwrap();
+        if w == Ok(Write::Done) {
+            done += 1;
+            // (Nodes 1 and 2 read back blank once they died, whenever that was.)
+            for n in [0, 3] {
+                let now = sim.with_local(n, |m| m.read_u64(OFF));
+                assert_eq!(
+                    now, W1,
+                    "crash at {at} ns: done, but member {n} holds {now:#x}"
+                );
+            }
+            assert_eq!(members.last(), Some(&3), "crash at {at} ns");
+        }
+    }
+    assert!(done > 200, "{done} writes done");
+}
+
+/// Several words in one write (`cas_many`, one batch a member): each has its own outcome (one
+/// expected at the head goes down the chain, one whose head held another word is `Lost` and
+/// goes no further), and a tag that rises by more than one is refused unless the words have
+/// one writer at a time.
+#[test]
+fn words_written_together_each_have_their_outcome() {
+    const OFF2: u64 = OFF + 8;
+    let mut cfg = SimConfig::new(1, NODES as usize, 4096);
+    cfg.profile = dtxn_fabric::Profile::ideal();
+    cfg.adversary = Adversary::off();
+    let mut sim = SimPool::new(cfg).unwrap();
+    // Writer 2 won the second word at the head and crashed there.
+    sim.with_local(0, |m| m.write(OFF2, &W2.to_le_bytes()));
+    let topo = Topology {
+        compute_nodes: 1,
+        threads: 1,
+        coroutines: 1,
+    };
+    let r = sim
+        .run(topo, None, |mut ep: Endpoint| async move {
+            let mut chain = all();
+            let mut counts = Counts::default();
+            let words = [
+                control::Cas {
+                    off: OFF,
+                    expect: 0,
+                    new: W1,
+                },
+                control::Cas {
+                    off: OFF2,
+                    expect: 0,
+                    new: W1,
+                },
+            ];
+            let opts = control::Opts::default();
+            let both = control::cas_many(&mut ep, &mut chain, &words, tag, opts, &mut counts)
+                .await
+                .unwrap();
+            let round_trips = ep.stats().round_trips;
+            // W1 to W3 skips no tag; 0 to W3 skips one.
+            let jump = [control::Cas {
+                off: OFF,
+                expect: W1,
+                new: W3 + (1 << 32),
+            }];
+            let refused =
+                control::cas_many(&mut ep, &mut chain, &jump, tag, opts, &mut counts).await;
+            let one_writer = control::Opts {
+                one_writer: true,
+                ..opts
+            };
+            let jumped =
+                control::cas_many(&mut ep, &mut chain, &jump, tag, one_writer, &mut counts).await;
+            (both, round_trips, refused, jumped)
+        })
+        .unwrap();
+    let (both, round_trips, refused, jumped) = r.outputs[0].clone().unwrap();
+    assert_eq!(both, [Write::Done, Write::Lost]);
+    assert_eq!(round_trips, u64::from(NODES), "one batch a member");
+    assert_eq!(
+        refused,
+        Err(control::ControlError::BadTag {
+            expect_tag: 1,
+            new_tag: 3
+        })
+    );
+    assert_eq!(jumped, Ok(vec![Write::Done]));
+    for n in 0..NODES {
+        let (first, second) = sim.with_local(n, |m| (m.read_u64(OFF), m.read_u64(OFF2)));
+        assert_eq!(first, W3 + (1 << 32), "member {n}");
+        assert_eq!(second, if n == 0 { W2 } else { 0 }, "member {n}");
+    }
+}

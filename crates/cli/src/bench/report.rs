@@ -391,6 +391,7 @@ pub struct FaultReport {
     /// Failed memory nodes that came back and were re-replicated (`rejoin=`).
     pub joins: Vec<JoinLine>,
     /// `control=K` with K > 1: what the control chain did (`dtxn_txn::control`).
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub control: Option<ControlLine>,
 }
 

@@ -284,6 +284,25 @@ mod tests {
             prop_assert_eq!(one_less(w), Some(0));
         }
 
+        /// Near the field's wrap (every 2^45 units), an expiry reads back exactly from clocks
+        /// on either side of it up to a quarter of the field away: a reader whose clock lags
+        /// the writer's (the expiry then looks a period ahead, and is taken back), or runs
+        /// past the wrap while the expiry is before it (the expiry looks a period behind).
+        #[test]
+        fn an_expiry_reads_back_across_the_fields_wrap(
+            wrap in 1u64..(1 << 7),
+            x_off in -(1i64 << 40)..(1i64 << 40),
+            d in -(1i64 << 43)..(1i64 << 43),
+        ) {
+            let x_units = ((wrap << EXP_BITS) as i64 + x_off) as u64;
+            prop_assume!(x_units & ((1 << EXP_BITS) - 1) != 0);
+            let x = x_units << UNIT;
+            let w = SHARED | 1 | with_expiry(x);
+            let reader = (x_units as i64 + d) as u64;
+            prop_assert_eq!(expiry_ns(w, reader << UNIT), Some(x));
+            prop_assert_eq!(expiry_ns(w, (reader << UNIT) + (1 << UNIT) - 1), Some(x));
+        }
+
         /// Taking and giving back shares keeps the count exact and never touches the flags.
         #[test]
         fn shares_count_exactly(n in 1u64..200, now in 0u64..(1 << 50)) {
