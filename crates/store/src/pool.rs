@@ -333,15 +333,27 @@ impl PoolMap {
     /// trips). If a memory node does not answer, the view is read alone first and only the
     /// nodes it holds live are asked (one more round trip); a node down that the view still
     /// holds live is an error (nobody has changed the view yet).
+    ///
+    /// With a control chain of more than one member (`k > 1`, in the superblocks), the view
+    /// word read at node 0, the chain's head, may be a write not yet committed: the view is
+    /// the **tail**'s word, the last member that answers (one more round trip). The members
+    /// are the nodes below `k` whose superblock says they were seeded and never failed (a
+    /// replacement is formatted as no member). Node 0 down: the superblocks of the others
+    /// give `k`, and the tail the view, which must have failed node 0 (else node 0's
+    /// `NodeDown`, as for any node the view holds live). With `k = 1` node 0 holds the view
+    /// alone, and its loss is the pool's.
     pub async fn bootstrap(ep: &mut Endpoint) -> Result<PoolMap, StoreError> {
         let n = ep.node_sizes().len();
         let view = ep.read(0, VIEW_OFF, 8);
-        let view_read = view;
         let reads: Vec<_> = (0..n)
             .map(|node| ep.read(node as NodeId, 0, SUPERBLOCK_BYTES))
             .collect();
-        let (view, reads) = match ep.post().await {
-            Ok(()) => (View::parse(ep.word(view, 0)), reads),
+        // Each node's superblock, where it was read.
+        let (head_view, sbs): (Option<View>, Vec<Option<Vec<u8>>>) = match ep.post().await {
+            Ok(()) => {
+                let sbs = reads.iter().map(|&r| Some(ep.bytes(r).to_vec())).collect();
+                (Some(View::parse(ep.word(view, 0))), sbs)
+            }
             Err(FabricError::NodeDown(down)) if down != 0 => {
                 let w = ep.read(0, VIEW_OFF, 8);
                 ep.post().await?;
@@ -353,17 +365,55 @@ impl PoolMap {
                     .map(|node| (!view.is_failed(node)).then(|| ep.read(node, 0, SUPERBLOCK_BYTES)))
                     .collect::<Vec<_>>();
                 ep.post().await?;
-                let reads = reads.into_iter().map(|r| r.unwrap_or(view_read)).collect();
-                (view, reads)
+                let sbs = reads
+                    .into_iter()
+                    .map(|r| r.map(|r| ep.bytes(r).to_vec()))
+                    .collect();
+                (Some(view), sbs)
             }
+            Err(FabricError::NodeDown(_)) => (None, read_superblocks(ep, n).await?),
             Err(e) => return Err(e.into()),
         };
-        // A failed node's superblock is not read (it may answer again, with nothing).
+        // The chain's length, from any superblock that decodes.
+        let decoded: Vec<Option<Superblock>> = sbs
+            .iter()
+            .enumerate()
+            .map(|(node, b)| {
+                b.as_ref()
+                    .and_then(|b| Superblock::decode(node as NodeId, b).ok())
+            })
+            .collect();
+        let k = decoded
+            .iter()
+            .flatten()
+            .map(|sb| sb.control_replicas)
+            .next()
+            .unwrap_or(1);
+        let view = match (head_view, k) {
+            (Some(v), 1) => v,
+            (None, 1) => return Err(FabricError::NodeDown(0).into()),
+            _ => {
+                let members: Vec<NodeId> = decoded
+                    .iter()
+                    .flatten()
+                    .filter(|sb| sb.node < NodeId::from(k) && sb.control_member)
+                    .map(|sb| sb.node)
+                    .collect();
+                tail_view(ep, &members).await?
+            }
+        };
+        // A node the view holds live whose superblock was not read is down, and nobody
+        // has changed the view yet. (A failed node's superblock is not decoded: it may
+        // answer again, with nothing.)
         let mut nodes = Vec::with_capacity(n);
-        for (node, id) in reads.into_iter().enumerate() {
+        for (node, b) in sbs.iter().enumerate() {
             let node = node as NodeId;
-            if !view.is_failed(node) {
-                nodes.push(Superblock::decode(node, ep.bytes(id))?);
+            if view.is_failed(node) {
+                continue;
+            }
+            match b {
+                Some(b) => nodes.push(Superblock::decode(node, b)?),
+                None => return Err(FabricError::NodeDown(node).into()),
             }
         }
         for sb in &nodes {
@@ -666,6 +716,42 @@ impl<'a> Loader<'a> {
         }
         Ok(slot)
     }
+}
+
+/// The superblocks of every memory node that answers (node 0 among those that do not), in one
+/// batch, posted again without a node found down.
+async fn read_superblocks(ep: &mut Endpoint, n: usize) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+    loop {
+        let down = ep.seen_down();
+        let reads: Vec<_> = (0..n as NodeId)
+            .map(|node| (!down.contains(node)).then(|| ep.read(node, 0, SUPERBLOCK_BYTES)))
+            .collect();
+        match ep.post().await {
+            Ok(()) => {
+                return Ok(reads
+                    .into_iter()
+                    .map(|r| r.map(|r| ep.bytes(r).to_vec()))
+                    .collect())
+            }
+            Err(FabricError::NodeDown(_)) if ep.seen_down() != down => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// The committed view of a control chain over `members` (ascending): the tail's word, the
+/// last member that answers. Every member down: node 0's `NodeDown` (the control words are
+/// lost).
+async fn tail_view(ep: &mut Endpoint, members: &[NodeId]) -> Result<View, StoreError> {
+    for &tail in members.iter().rev() {
+        let w = ep.read(tail, VIEW_OFF, 8);
+        match ep.post().await {
+            Ok(()) => return Ok(View::parse(ep.word(w, 0))),
+            Err(FabricError::NodeDown(_)) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(FabricError::NodeDown(0).into())
 }
 
 #[cfg(test)]

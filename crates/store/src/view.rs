@@ -115,11 +115,13 @@ impl View {
     }
 
     /// The next view: this one with `nodes` failed too (`None` if they already were, or if
-    /// one is node 0 or beyond what a view can name). A joining or rejoined node may fail.
+    /// one is beyond what a view can name). A joining or rejoined node may fail, and so may
+    /// a member of the control chain: a view whose [`View::control_chain`] is empty has lost
+    /// the pool's control words, and is for the caller to refuse.
     pub fn without(self, nodes: &[NodeId]) -> Option<View> {
         let mut failed = self.failed;
         for &n in nodes {
-            if n == 0 || n as usize >= MAX_VIEW_NODES {
+            if n as usize >= MAX_VIEW_NODES {
                 return None;
             }
             failed |= 1 << n;
@@ -285,7 +287,19 @@ mod tests {
         let v1 = v0.without(&[2]).unwrap();
         assert_eq!((v1.number, v1.failed), (1, 0b100));
         assert_eq!(v1.without(&[2]), None, "already failed");
-        assert_eq!(v1.without(&[0]), None, "node 0 holds the view");
+        let lost = v1.without(&[0]).unwrap();
+        assert_eq!(
+            lost.control_chain(1),
+            Vec::<NodeId>::new(),
+            "node 0 held the view alone"
+        );
+        assert_eq!(lost.control_chain(2), [1]);
+        assert_eq!(v1.control_chain(3), [0, 1], "node 2 failed");
+        assert_eq!(
+            v1.joining(2).unwrap().control_chain(3),
+            [0, 1],
+            "a joiner is no member"
+        );
         assert_eq!(v1.without(&[24]), None);
         let v2 = v1.without(&[1, 2]).unwrap();
         assert_eq!((v2.number, v2.failed), (2, 0b110));

@@ -378,11 +378,8 @@ fn a_control_chain_is_formatted_on_its_members_and_read_in_the_view() {
     let members: Vec<bool> = map.nodes.iter().map(|sb| sb.control_member).collect();
     assert_eq!(members, [true, true, false]);
     assert_eq!(map.control_chain(), [0, 1]);
-    let without_0 = map.view().without(&[0]);
-    // (Today's views never fail node 0: the chain without it is what increment 7 needs.)
-    if let Some(v) = without_0 {
-        assert_eq!(map.in_view(v).control_chain(), [1]);
-    }
+    let without_0 = map.view().without(&[0]).unwrap();
+    assert_eq!(map.in_view(without_0).control_chain(), [1]);
     let without_1 = map.view().without(&[1]).unwrap();
     assert_eq!(map.in_view(without_1).control_chain(), [0]);
     // Node 1 back as a blank replacement, joining and then rejoined: a data replica again,
@@ -393,4 +390,85 @@ fn a_control_chain_is_formatted_on_its_members_and_read_in_the_view() {
     assert!(rejoined.is_rejoined(1));
     assert_eq!(map.in_view(rejoined).control_chain(), [0]);
     assert_eq!(map.in_view(rejoined).control_set(), NodeSet::single(0));
+}
+
+/// With a control chain of two members, bootstrap reads the view at the chain's tail (node 1):
+/// a view word at the head alone (node 0) is a write not yet committed. With node 0 down, the
+/// tail's view must have failed it (else node 0's `NodeDown`, as for any node the view holds
+/// live); with one member, node 0's loss is the pool's.
+#[test]
+fn bootstrap_reads_the_view_at_the_chains_tail_and_past_a_dead_head() {
+    use dtxn_fabric::sim::MemoryCrash;
+    use dtxn_store::layout::VIEW_OFF;
+    use dtxn_store::View;
+    let shape = PoolShape {
+        memory_nodes: 3,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let without_2 = View::default().without(&[2]).unwrap();
+    let without_0 = View::default().without(&[0]).unwrap();
+    // (k, node 0 dead, the head's view word, the tail's) -> the view bootstrap learns.
+    let cases = [
+        (2, false, without_2, View::default(), Ok(View::default())),
+        (2, false, without_2, without_2, Ok(without_2)),
+        (2, true, View::default(), without_0, Ok(without_0)),
+        (
+            2,
+            true,
+            View::default(),
+            View::default(),
+            Err("memory node 0 is down".to_string()),
+        ),
+        (
+            1,
+            true,
+            View::default(),
+            View::default(),
+            Err("memory node 0 is down".to_string()),
+        ),
+    ];
+    for (i, (k, dead, head, tail, want)) in cases.into_iter().enumerate() {
+        let plan = Plan::new(&specs(), &shape)
+            .unwrap()
+            .with_control_replicas(k)
+            .unwrap();
+        let mut cfg = SimConfig::new(1, 3, plan.region_bytes);
+        if dead {
+            cfg.faults.memory_crashes.push(MemoryCrash {
+                at_ns: 0,
+                node: 0,
+                down_ns: MemoryCrash::FOREVER,
+            });
+        }
+        let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
+        plan.format_pool(&pool).unwrap();
+        pool.with_local(0, |m| m.write(VIEW_OFF, &head.word().to_le_bytes()));
+        pool.with_local(1, |m| m.write(VIEW_OFF, &tail.word().to_le_bytes()));
+        let r = pool
+            .run(one(), None, |mut ep: Endpoint| async move {
+                PoolMap::bootstrap(&mut ep)
+                    .await
+                    .map(|m| {
+                        (
+                            m.view(),
+                            m.nodes.iter().map(|sb| sb.node).collect::<Vec<_>>(),
+                        )
+                    })
+                    .map_err(|e| e.to_string())
+            })
+            .unwrap();
+        let got = r.outputs.into_iter().next().unwrap().unwrap();
+        assert_eq!(
+            got.as_ref().map(|g| g.0),
+            want.as_ref().copied(),
+            "case {i}"
+        );
+        if let Ok((view, nodes)) = got {
+            let live: Vec<u16> = (0..3).filter(|&n| !view.is_failed(n)).collect();
+            assert_eq!(nodes, live, "case {i}");
+        }
+    }
 }

@@ -1147,6 +1147,11 @@ impl Service {
         let Some(next) = view.without(&down) else {
             return Ok(false);
         };
+        if next.control_chain(self.map.control_replicas()).is_empty() {
+            // Every member of the control chain down: the pool's control words are lost
+            // (with one member, node 0's loss), and no view can say so.
+            return Ok(false);
+        }
         // If another coordinator changed it first, its view is the one adopted.
         self.change_view(ep, view, next).await?;
         Ok(true)
