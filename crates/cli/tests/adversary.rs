@@ -391,29 +391,58 @@ fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
     }
 }
 
-/// `control=2`: every lease and view acknowledgement has a copy on memory nodes 0 and 1 (the
-/// control chain, issue #23). Node 1, the chain's tail, fails mid-run with a compute node:
-/// renewals whose copy there fails do not fail the transactions they ride with, the
-/// detectors read the copies left, the acknowledgements of the view change go to node 0
-/// alone, the leader, view, repaired and recovered words go down the chain (node 0 alone once
-/// node 1 is gone), and the run recovers the crashed coordinators and verifies.
+/// `control=2`: every control word has a copy on memory nodes 0 and 1 (the control chain,
+/// issue #23), and either may fail mid-run with a compute node. Node 1, the tail: renewals
+/// whose copy there fails do not fail the transactions they ride with, the detectors read the
+/// copies left, and the chain's CAS words go on at node 0 alone. Node 0, the head (and the
+/// primary of some tables): the survivors read and change the view at node 1, which becomes
+/// the chain, and promote node 0's backups. Motor keeps its timestamp oracle on node 0 alone:
+/// under it, node 0 never fails. Every run recovers the crashed coordinators and verifies.
 #[test]
-fn with_lease_copies_on_two_members_the_tail_fails_and_the_run_verifies() {
-    for (protocol, seed) in [("ford", "3"), ("motor", "3"), ("sundial", "2")] {
+fn with_control_words_on_two_members_either_fails_and_the_run_verifies() {
+    for (protocol, seed, node) in [
+        ("ford", "3", 0),
+        ("sundial", "2", 1),
+        ("sundial", "1", 0),
+        ("motor", "3", 1),
+    ] {
         let o = two_node_failover(protocol, seed, "memory=1,compute=1,control=2");
         let t = text(&o);
         assert!(o.status.success(), "{protocol}: {t}");
         for want in [
-            "memory-node failures: memory node 1 at",
-            "the pool ends in view 1 (memory node 1 failed)",
-            "4 coordinators crashed, 4 recovered",
-            "control chain of 2 members:",
-            "no anomalies",
-            "verify: consistent",
+            format!("memory-node failures: memory node {node} at"),
+            format!("the pool ends in view 1 (memory node {node} failed)"),
+            "4 coordinators crashed, 4 recovered".to_string(),
+            "control chain of 2 members:".to_string(),
+            "no anomalies".to_string(),
+            "verify: consistent".to_string(),
         ] {
-            assert!(t.contains(want), "{protocol}: want {want:?} in {t}");
+            assert!(
+                t.contains(&want),
+                "{protocol} seed {seed}: want {want:?} in {t}"
+            );
         }
     }
+    // Node 0 may fail too: at least one member must survive.
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--memory-nodes",
+        "3",
+        "--replicas",
+        "3",
+        "--compute-nodes",
+        "2",
+        "--faults",
+        "memory=2,control=2",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("memory=2 with control=2: at most 1"),
+        "{}",
+        text(&o)
+    );
     // The chain has at most as many members as the pool has memory nodes.
     let o = dtxn(&[
         "bench",

@@ -302,6 +302,12 @@ impl PoolMap {
         self.view.control_chain(self.control_replicas())
     }
 
+    /// Whether memory node `n` is the control chain's last member in this view: its loss
+    /// is the pool's (the control words go with it). With one member, node 0.
+    pub fn holds_control_alone(&self, n: NodeId) -> bool {
+        self.control_chain() == [n]
+    }
+
     /// The control chain's members in this view, as a set: where lease and acknowledgement
     /// words have their copies.
     pub fn control_set(&self) -> NodeSet {
@@ -715,6 +721,30 @@ impl<'a> Loader<'a> {
             });
         }
         Ok(slot)
+    }
+}
+
+impl PoolMap {
+    /// The committed view and the control chain's members that answer (ascending), read
+    /// without a map: every superblock that answers, then the view at the tail (the last
+    /// member; with one member, node 0). For a coordinator that must change the view before
+    /// it can bootstrap (a node the view holds live is down).
+    pub async fn control_view(ep: &mut Endpoint) -> Result<(View, NodeSet), StoreError> {
+        let n = ep.node_sizes().len();
+        let sbs = read_superblocks(ep, n).await?;
+        let decoded: Vec<Superblock> = sbs
+            .iter()
+            .enumerate()
+            .filter_map(|(node, b)| Superblock::decode(node as NodeId, b.as_ref()?).ok())
+            .collect();
+        let k = decoded.first().map_or(1, |sb| sb.control_replicas);
+        let members: Vec<NodeId> = decoded
+            .iter()
+            .filter(|sb| sb.node < NodeId::from(k) && sb.control_member)
+            .map(|sb| sb.node)
+            .collect();
+        let view = tail_view(ep, &members).await?;
+        Ok((view, members.into_iter().collect()))
     }
 }
 

@@ -38,8 +38,9 @@ use crate::registry::Protocol;
 use dtxn_fabric::{Endpoint, FabricError, NodeId};
 use dtxn_store::{PoolMap, TableInfo, View};
 
-/// The memory nodes of `map`'s view (but node 0, which holds the view) that do not answer a
-/// READ: one round trip per node found down, one more when none is.
+/// The memory nodes of `map`'s view that do not answer a READ: one round trip per node found
+/// down, one more when none is. The control chain's last member down is an error: the pool's
+/// control words are lost with it (with one member, node 0).
 pub async fn probe(ep: &mut Endpoint, map: &PoolMap) -> Result<Vec<NodeId>, FabricError> {
     let mut down = Vec::new();
     loop {
@@ -49,7 +50,9 @@ pub async fn probe(ep: &mut Endpoint, map: &PoolMap) -> Result<Vec<NodeId>, Fabr
         }
         match ep.post().await {
             Ok(()) => return Ok(down),
-            Err(FabricError::NodeDown(n)) if n != 0 && asked.contains(&n) => down.push(n),
+            Err(FabricError::NodeDown(n)) if !map.holds_control_alone(n) && asked.contains(&n) => {
+                down.push(n)
+            }
             Err(e) => return Err(e),
         }
     }

@@ -18,9 +18,11 @@
 //! repaired and recovered words (increment 4) are the chain's CAS words
 //! ([`crate::control`]): written at the head and down the chain, read at the tail, a member
 //! behind its predecessor helped forward by whoever reads it; each carries a tag
-//! ([`LeaderWord`], [`RecoveredWord`], the view's number) that every write raises. Node 0,
-//! the head, still never fails, so the claim word and the oracle stay its alone, and
-//! bootstrap reads the view there (the head's word is the one every later read returns).
+//! ([`LeaderWord`], [`RecoveredWord`], the view's number) that every write raises. So node 0
+//! may fail like any member (increment 7): the chain goes on without it, and nothing here
+//! names it ([`PoolMap::holds_control_alone`] says whose loss is the pool's). The claim word
+//! and the timestamp oracle are still node 0's alone (Motor, Scythe and CALVIN keep node 0
+//! from failing: `Protocol::on_node0`).
 //!
 //! **Renewal and fencing** are the endpoint's ([`dtxn_fabric::Endpoint::hold_lease`]): every
 //! post once a quarter of the lease has passed carries a renewal `expiry = now + lease`, and
@@ -354,13 +356,19 @@ async fn read_members_counted(
     let n = n.min(MAX_MEMBERS) as usize;
     let mut helps = 0;
     loop {
-        let others = copies.minus(ep.seen_down()).minus(NodeSet::single(0));
+        let live = copies.minus(ep.seen_down());
+        let Some(head) = live.iter().next() else {
+            // Every member down: the control words are lost.
+            return Err(FabricError::NodeDown(copies.iter().last().unwrap_or(0)));
+        };
+        let others = live.minus(NodeSet::single(head));
         let posted_ns = ep.lease_now_ns();
-        // Node 0's READs first, in the order they had before leases had copies.
-        let line = ep.read(0, LEADER_OFF, (REPAIRED_OFF + 8 - LEADER_OFF) as usize);
-        let mut leases = vec![ep.read(0, LEASE_OFF, 8 * n.max(1))];
-        let recovered = ep.read(0, RECOVERED_OFF, 8 * n.max(1));
-        let mut acks = vec![ep.read(0, ACK_OFF, 8 * n.max(1))];
+        // The head's READs first (node 0's while it lives), in the order they had before
+        // the words had copies.
+        let line = ep.read(head, LEADER_OFF, (REPAIRED_OFF + 8 - LEADER_OFF) as usize);
+        let mut leases = vec![ep.read(head, LEASE_OFF, 8 * n.max(1))];
+        let recovered = ep.read(head, RECOVERED_OFF, 8 * n.max(1));
+        let mut acks = vec![ep.read(head, ACK_OFF, 8 * n.max(1))];
         let (mut lines, mut recovereds) = (vec![line], vec![recovered]);
         for m in others.iter() {
             leases.push(ep.read(m, LEASE_OFF, 8 * n.max(1)));
@@ -369,7 +377,7 @@ async fn read_members_counted(
             recovereds.push(ep.read(m, RECOVERED_OFF, 8 * n.max(1)));
         }
         match ep.post().await {
-            Err(FabricError::NodeDown(_)) if lost_a_copy(ep, others) => continue,
+            Err(FabricError::NodeDown(_)) if lost_a_copy(ep, live) => continue,
             r => r?,
         }
         // Each coordinator's lease and acknowledgement: the latest copy (read before any
@@ -393,8 +401,8 @@ async fn read_members_counted(
                 }
             })
             .collect();
-        // The CAS words, as each member holds them (head first: node 0, then the others
-        // ascending, the chain's order), by offset: the tail's is the committed one, at the
+        // The CAS words, as each member holds them (head first, then the others ascending,
+        // the chain's order), by offset: the tail's is the committed one, at the
         // instant of the leases' READ too. Where a member is behind its predecessor (a write
         // under way, or one whose writer died half-way), the word is read again through
         // [`control::read`], which helps it forward, and the whole area READ again, so that
@@ -480,12 +488,13 @@ async fn write_copies(
     }
 }
 
-/// Whether a failed batch over `copies` lost one of them but node 0's, which is to be posted
-/// again without it: the error names one node the batch failed on, and the endpoint saw them
-/// all. (Node 0, the chain's head, never fails yet: its loss is the pool's.)
+/// Whether a failed batch over `copies` lost some of them and left others, so that it is to
+/// be posted again without the lost: the error names one node the batch failed on, and the
+/// endpoint saw them all. (None left: the control words are lost, and the error is the
+/// caller's; with one member, node 0's loss, as before the words had copies.)
 fn lost_a_copy(ep: &Endpoint, copies: NodeSet) -> bool {
-    let down = ep.seen_down();
-    !down.contains(0) && copies.minus(down) != copies
+    let left = copies.minus(ep.seen_down());
+    left != copies && !left.is_empty()
 }
 
 /// Marks coordinators `dead` recovered: CASes each one's recovered word in `m` to its
@@ -912,7 +921,7 @@ impl Service {
         }
         let back = match failover::probe_failed(ep, &self.map).await {
             Ok(b) => b,
-            Err(FabricError::NodeDown(n)) if n != 0 => {
+            Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
                 self.suspect = true;
                 return Ok(());
             }
@@ -965,7 +974,7 @@ impl Service {
             for n in view.joining_nodes() {
                 match failover::format_joiner(ep, &self.map, n).await {
                     Ok(()) => {}
-                    Err(FabricError::NodeDown(n)) if n != 0 => {
+                    Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
                         self.suspect = true;
                         return self.give_back(ep, mine).await;
                     }
@@ -1019,7 +1028,7 @@ impl Service {
                     self.next_scan_ns = ep.now_ns();
                     return Ok(());
                 }
-                Err(FabricError::NodeDown(n)) if n != 0 => {
+                Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
                     self.suspect = true;
                     return self.give_back(ep, mine).await;
                 }
@@ -1043,7 +1052,7 @@ impl Service {
             .await;
             let pass = match pass {
                 Ok(p) => p,
-                Err(FabricError::NodeDown(n)) if n != 0 => {
+                Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
                     self.suspect = true;
                     return self.give_back(ep, mine).await;
                 }
@@ -1094,13 +1103,16 @@ impl Service {
             Write::Done => true,
             Write::Lost => false,
             // Only the leader makes this word (the joining view with its nodes rejoined; a
-            // probe's write from the joining view makes another): ours if committed. (If the
-            // view moved past it since, the join is not reported: unreachable while the
-            // head never fails, as `Unknown` is.)
+            // probe's write from the joining view makes another): ours if committed, or if
+            // the committed view is a later one where the nodes are rejoined (nobody else
+            // makes them so).
             Write::Unknown => {
                 let copies = self.map.control_set();
                 let w = read_word(ep, copies, VIEW_OFF, view_tag, &mut self.control).await?;
+                let now = View::parse(w);
                 w == next.word()
+                    || (now.number > next.number
+                        && view.joining_nodes().all(|n| now.is_rejoined(n)))
             }
         };
         if ours {
@@ -1229,7 +1241,9 @@ impl Service {
             // Ours only, between transactions, our last release landed (the guard above).
             let now = ep.now_ns();
             match self.protocol.release_owed(ep, &self.map, me, now).await {
-                Err(FabricError::NodeDown(n)) if n != 0 => self.suspect = true,
+                Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
+                    self.suspect = true
+                }
                 Err(e) => return Err(e),
                 Ok(_) => {}
             }
@@ -1261,7 +1275,7 @@ impl Service {
             let since = Some(m.repaired);
             match failover::repair_promoted(ep, &self.map, self.protocol, since).await {
                 Ok(n) => tables = n,
-                Err(FabricError::NodeDown(n)) if n != 0 => {
+                Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
                     self.suspect = true;
                     self.give_back(ep, mine).await?;
                     return Ok(0);
@@ -1453,7 +1467,7 @@ impl Service {
             // the next recovery finds nothing pending (a roll forward reported by nobody
             // would be a commit the run never counts), with the locks it released (the next
             // recovery finds them free). Not marked recovered.
-            Err(FabricError::NodeDown(n)) if n != 0 => {
+            Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
                 let finished_ns = ep.lease_now_ns();
                 let outcomes = early
                     .into_iter()
@@ -1482,12 +1496,10 @@ impl Service {
             self.report(event(i, outcome, locks_released, finished_ns));
         }
         let copies = self.map.control_set();
-        let marks = mark_recovered(ep, copies, &m, &done, &mut self.control).await?;
-        // Only a leader writes them, and we are the leader: a lost CAS is a bug.
-        debug_assert!(
-            marks.iter().all(|&w| w != Write::Lost),
-            "a recovered word moved"
-        );
+        // Only a leader writes them, and we are the leader: a mark lost (to a dead leader's,
+        // carried on) or unknown leaves its coordinator to be recovered again at a later scan
+        // (idempotent), which marks it then.
+        mark_recovered(ep, copies, &m, &done, &mut self.control).await?;
         scan.unsettled -= done.len() as u32;
         self.give_back(ep, mine).await?;
         Ok(scan)

@@ -61,6 +61,10 @@ pub(crate) trait Protocol: Sized + 'static {
     /// slice at a time between the copier's transactions (CALVIN's, whose installs take no
     /// lock); otherwise a whole pass at once under the slots' locks.
     const COPY_IN_SLICES: bool = false;
+    /// Keeps state of its own on memory node 0 alone (the timestamp oracle, CALVIN's
+    /// schedule): node 0 may not fail under it, whatever copies the pool's control words
+    /// have (`docs/src/control-chain.md`, increments 5 and 7).
+    const ON_NODE0: bool = false;
     /// The stages that have an RPC form (served by the memory nodes' CPUs).
     const RPC_FORMS: Stages = Stages::NONE;
     /// What the protocol keeps of an item beside the mechanisms' fields of [`Item`].

@@ -140,6 +140,13 @@ macro_rules! registry {
                 }
             }
 
+            /// Keeps state of its own on memory node 0 alone, which may then not fail.
+            pub fn on_node0(self) -> bool {
+                match self {
+                    $( Protocol::$variant => <$ty>::ON_NODE0, )*
+                }
+            }
+
             /// Re-replication copies in slices while the schedule holds every install.
             pub(crate) fn copies_in_slices(self) -> bool {
                 match self {

@@ -202,8 +202,9 @@ pub struct BenchArgs {
     /// rolled-forward transactions), the workload's invariants (implies --verify) and the
     /// pool (no log slice pending, replicas identical, no record torn), and prints detection and repair
     /// times. Knobs: `compute=N` nodes crash (default 1, or 0 when `memory=` is given; never
-    /// all), `memory=N` memory nodes fail for good (never node 0; at most replicas - 1: the
-    /// survivors change the view and promote backups; every protocol), `rejoin=DURATION`
+    /// all), `memory=N` memory nodes fail for good (never node 0 unless `control=K` with K > 1;
+    /// at most replicas - 1: the survivors change the view and promote backups; every
+    /// protocol), `rejoin=DURATION`
     /// (each failed node comes back blank that long after its failure, joins and is
     /// re-replicated while transactions run; every protocol with one-sided stages, calvin's
     /// copy while its schedule holds every install), `within=DURATION` of the
@@ -213,8 +214,9 @@ pub struct BenchArgs {
     /// `control=K` (the pool's control chain on memory nodes 0..K, default 1: every lease and
     /// view acknowledgement has a copy on each, and a detector reads the latest; the leader,
     /// view, repaired and recovered words are CASed down the chain and read at its tail, a
-    /// member behind helped forward; the report counts what the chain did; the claim word
-    /// and the oracle stay on node 0, which still never fails).
+    /// member behind helped forward; the report counts what the chain did; with K > 1 node 0
+    /// may fail like any node, with at most K - 1 memory failures, except under motor,
+    /// scythe and calvin, which keep a timestamp oracle or a schedule on node 0 alone).
     #[arg(long, value_name = "KNOB=VALUE,...", num_args = 0..=1, default_missing_value = "compute=1")]
     pub faults: Option<String>,
     /// shm, ucx: every coordinator holds a lease on the wall clock and serves the recovery

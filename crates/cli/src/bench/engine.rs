@@ -375,25 +375,28 @@ const PROGRESS_EVERY: u64 = 256;
 /// starts is not an error then. The recovery service adopts that view (waits until it is
 /// active) before the first transaction.
 ///
-/// The view is read on the control chain of the pool's first `control` memory nodes (their
-/// members in the view node 0 holds: one that failed since is found down, and left out).
+/// With a control chain of `control > 1` members, the committed view is read at its tail
+/// ([`PoolMap::control_view`]) and changed down the chain; node 0 may then be the node down.
 async fn bootstrap(ep: &mut Endpoint, failover: bool, control: u8) -> Result<PoolMap, StoreError> {
     let mut tries = 0;
     loop {
         match PoolMap::bootstrap(ep).await {
             Err(StoreError::Fabric(FabricError::NodeDown(n)))
-                if failover && n != 0 && tries < 8 =>
+                if failover && (n != 0 || control > 1) && tries < 8 =>
             {
                 tries += 1;
-                let w = ep.read(0, dtxn_store::layout::VIEW_OFF, 8);
-                ep.post().await?;
-                let head = View::parse(ep.word(w, 0));
-                let copies: NodeSet = head.control_chain(control).into_iter().collect();
-                let view = match copies.len() {
-                    1 => head,
-                    _ => membership::read_view(ep, copies).await?,
+                let (view, copies) = match control {
+                    1 => {
+                        let w = ep.read(0, dtxn_store::layout::VIEW_OFF, 8);
+                        ep.post().await?;
+                        (View::parse(ep.word(w, 0)), NodeSet::single(0))
+                    }
+                    _ => PoolMap::control_view(ep).await?,
                 };
-                if let Some(next) = view.without(&[n]) {
+                let next = view
+                    .without(&[n])
+                    .filter(|v| !v.control_chain(control).is_empty());
+                if let Some(next) = next {
                     // If another coordinator changed it first, its view is the one learnt.
                     membership::change_view(ep, copies, view, next).await?;
                 }

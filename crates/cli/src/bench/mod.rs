@@ -620,7 +620,7 @@ pub fn run(a: &BenchArgs, progress: bool) -> Result<BenchReport> {
                 bail!("--faults is for --backend sim (crashes are simulated, and replay from the seed)");
             }
             check_recoverable("--faults", &cfg, topo, a.localized_validation)?;
-            let (plan, knobs) = faults(spec, a, topo)?;
+            let (plan, knobs) = faults(spec, a, topo, cfg.protocol)?;
             // Every protocol fails over (`--faults memory=N`): CALVIN since its batches
             // moved to node 0 and its installs finish on the live replicas.
             if !plan.memory_rejoins.is_empty() {
@@ -1100,8 +1100,7 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
     }
     // The pool as the run left it: with failed memory nodes, each table's live replicas
     // (every check below reads those).
-    let final_view =
-        dtxn_store::View::parse(pool.with_local(0, |m| m.read_u64(dtxn_store::layout::VIEW_OFF)));
+    let final_view = committed_view(&pool, control.map_or(1, |(k, _)| k));
     let plan = &plan.in_view(final_view)?;
     let recovered = match (&out, &faults) {
         (Ok(out), Some(_)) => {
@@ -1153,7 +1152,10 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             outage = Some((o.fenced.clone(), settled, started.elapsed()));
         }
     }
-    release_claim(&mut pool, attachment, claim_nodes)?;
+    // The claim word is node 0's alone (the control chain's increment 6): it went with node 0.
+    if !final_view.is_failed(0) {
+        release_claim(&mut pool, attachment, claim_nodes)?;
+    }
     let mut out = out?;
     let mut outage_report = None;
     if let Some((local, settled, waited)) = outage {
@@ -1396,7 +1398,12 @@ fn check_recoverable(option: &str, cfg: &TxnConfig, topo: Topology, lv: bool) ->
 }
 
 /// The fault plan `--faults SPEC` draws from the seed, and the lease terms it asks for.
-fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKnobs)> {
+fn faults(
+    spec: &str,
+    a: &BenchArgs,
+    topo: Topology,
+    protocol: dtxn_txn::Protocol,
+) -> Result<(Faults, LeaseKnobs)> {
     let mut knobs = LeaseKnobs::default();
     let mut rates = FaultRates {
         compute_crashes: 1,
@@ -1448,8 +1455,7 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
                 }
                 if n >= u32::from(a.memory_nodes) {
                     return Err(bad(&format!(
-                        "at most {} (--memory-nodes {}: node 0 holds the pool's view and never \
-                         fails)",
+                        "at most {} (--memory-nodes {}: one must hold the pool's control words)",
                         a.memory_nodes - 1,
                         a.memory_nodes
                     )));
@@ -1497,6 +1503,22 @@ fn faults(spec: &str, a: &BenchArgs, topo: Topology) -> Result<(Faults, LeaseKno
     }
     if rates.memory_rejoin_ns > 0 && rates.memory_failures == 0 {
         bail!("--faults {spec}: rejoin= brings failed memory nodes back: it needs memory=N");
+    }
+    // With the control words on K > 1 members, node 0 may fail like any node, unless the
+    // protocol keeps state of its own there alone (the timestamp oracle, CALVIN's schedule);
+    // and at least one member must survive.
+    if let Some(k) = knobs.control.filter(|&k| k > 1) {
+        if !protocol.on_node0() {
+            rates.node0 = true;
+            if rates.memory_failures >= u32::from(k) {
+                bail!(
+                    "--faults {spec}: memory={} with control={k}: at most {} (node 0 may \
+                     fail too, and one of the control chain's members must survive)",
+                    rates.memory_failures,
+                    k - 1
+                );
+            }
+        }
     }
     let plan = Faults::draw(
         a.backend.seed,
@@ -2158,6 +2180,20 @@ pub(crate) fn one_coordinator(compute_nodes: u32) -> Topology {
         threads: 1,
         coroutines: 1,
     }
+}
+
+/// The pool's view after a run (sim, read in place): the word at the control chain's tail,
+/// the last of its `k` first nodes whose superblock says it is a member (a failed node reads
+/// back blank). With `k = 1`, node 0's.
+fn committed_view(pool: &dtxn_fabric::Pool, k: u8) -> dtxn_store::View {
+    use dtxn_store::layout::{Superblock, SUPERBLOCK_BYTES, VIEW_OFF};
+    let member = |n: u16| {
+        let mut b = [0u8; SUPERBLOCK_BYTES];
+        pool.with_local(n, |m| m.read(0, &mut b));
+        Superblock::decode(n, &b).is_ok_and(|sb| sb.control_member)
+    };
+    let tail = (1..u16::from(k)).rev().find(|&n| member(n)).unwrap_or(0);
+    dtxn_store::View::parse(pool.with_local(tail, |m| m.read_u64(VIEW_OFF)))
 }
 
 /// Attaches this process to the pool (see `dtxn_txn::attach`).

@@ -110,10 +110,14 @@ pub struct FaultRates {
     pub memory_crashes: u32,
     /// How long a crashed memory node stays down.
     pub memory_down_ns: u64,
-    /// Memory nodes that fail for good (fail-stop: distinct nodes, never node 0, which
-    /// holds the pool's view): the survivors change the view and promote backups.
+    /// Memory nodes that fail for good (fail-stop: distinct nodes, never node 0 unless
+    /// `node0`): the survivors change the view and promote backups.
     #[serde(default)]
     pub memory_failures: u32,
+    /// Node 0 may be one of them (the pool's control words have copies on other nodes: a
+    /// control chain of more than one member).
+    #[serde(default)]
+    pub node0: bool,
     /// Each failed memory node comes back blank this long after its failure (0: never).
     #[serde(default)]
     pub memory_rejoin_ns: u64,
@@ -153,7 +157,8 @@ impl Faults {
             })
             .collect::<Vec<_>>();
         // Drawn after the others, so that plans without failures stay what they were.
-        let mut candidates: Vec<u16> = (1..memory_nodes).collect();
+        let first = if rates.node0 { 0 } else { 1 };
+        let mut candidates: Vec<u16> = (first..memory_nodes).collect();
         let mut memory_rejoins = Vec::new();
         for _ in 0..(rates.memory_failures as usize).min(candidates.len()) {
             let i = rng.random_range(0..candidates.len());

@@ -242,6 +242,8 @@ impl Protocol for Calvin {
     const RECORDS: RecordFormat = RecordFormat::Single;
     const OPTIONS: Option<&'static str> = Some("rcc");
     const COPY_IN_SLICES: bool = true;
+    /// Node 0 holds its schedule (epoch, done and closed-epoch words, batches) alone.
+    const ON_NODE0: bool = true;
     const RPC_FORMS: Stages = Stages::of(&Stage::COMMON);
     type Item = ();
     type Txn = CalvinTxn;

@@ -151,6 +151,8 @@ impl Protocol for Scythe {
     const META_WORDS: u8 = takeout::WORDS;
     const LIVE_META: bool = true;
     const NEEDS_HANDLERS: bool = true;
+    /// Node 0 holds TOCC's timestamp oracle alone.
+    const ON_NODE0: bool = true;
     // Journaled: its header locks are taken by the shared mechanisms alone (TOCC's ordered locks at
     // execution, OCC's lock round, inserts' chain locks), which journal each; its takeout
     // tickets are released from the grant journals instead.

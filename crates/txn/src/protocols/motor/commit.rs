@@ -528,7 +528,9 @@ pub(crate) async fn install(tx: &mut Tx<'_, Motor>, tc: u64) -> Result<(), Abort
             // nobody else writes these records). The promoted backup's record is then
             // installed before the view that promotes it is active (our acknowledgement
             // waits for these ops to land), and our release clears the live primaries.
-            Err((FabricError::NodeDown(n), _)) if tx.c.failover && n != 0 && !down.contains(&n) => {
+            Err((FabricError::NodeDown(n), _))
+                if tx.c.failover && !map.holds_control_alone(n) && !down.contains(&n) =>
+            {
                 down.push(n)
             }
             r => break r,

@@ -98,6 +98,8 @@ pub(crate) struct MotorTxn {
 impl Protocol for Motor {
     const RECORDS: RecordFormat = RecordFormat::Cvt;
     const OPTIONS: Option<&'static str> = Some("motor");
+    /// Node 0 holds the timestamp oracle alone.
+    const ON_NODE0: bool = true;
     // Every lock CAS (execution's hitchhiked CVT locks, the chains' insert locks, the commit's
     // claims of free slots) is journaled before it, in its batch.
     const JOURNALED: bool = true;
