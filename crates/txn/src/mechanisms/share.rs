@@ -217,6 +217,11 @@ mod tests {
         assert_eq!(one_more(7, None), None);
         assert_eq!(one_more(INVISIBLE | SHARED | 1, None), None);
         assert_eq!(one_more(SHARED | COUNT, None), None);
+        // What a run's checks clear after it: words counting shares (maybe none); not an
+        // exclusive lock, an installing word or a free one.
+        assert!(is_read_share_word(SHARED | 3) && is_read_share_word(SHARED));
+        assert!(!is_read_share_word(7) && !is_read_share_word(0));
+        assert!(!is_read_share_word(INVISIBLE | SHARED | 1));
     }
 
     #[test]
