@@ -423,6 +423,80 @@ fn with_control_words_on_two_members_either_fails_and_the_run_verifies() {
             );
         }
     }
+    // Persistent memory: a failed tail keeps its old superblock and view word (what it
+    // persisted), and the run's final view is still the newest one, without it.
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "smallbank",
+        "--protocol",
+        "ford",
+        "--memory-nodes",
+        "2",
+        "--replicas",
+        "2",
+        "--compute-nodes",
+        "2",
+        "--threads",
+        "2",
+        "--coroutines",
+        "2",
+        "--txns",
+        "2000",
+        "--seed",
+        "2",
+        "--profile",
+        "cx5-100g-pm",
+        "--faults",
+        "memory=1,compute=1,control=2",
+        "--quiet",
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("the pool ends in view 1 (memory node 1 failed)"),
+        "{t}"
+    );
+    assert!(t.contains("verify: consistent"), "{t}");
+    // Three members, two fail (node 0 and another): the survivors, and a bootstrap after the
+    // run, read the view at the last one.
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--workload",
+        "smallbank",
+        "--protocol",
+        "ford",
+        "--memory-nodes",
+        "3",
+        "--replicas",
+        "3",
+        "--compute-nodes",
+        "3",
+        "--threads",
+        "2",
+        "--coroutines",
+        "2",
+        "--txns",
+        "2000",
+        "--seed",
+        "4",
+        "--adversary",
+        "harsh",
+        "--faults",
+        "memory=2,compute=1,control=3",
+        "--quiet",
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("the pool ends in view 2 (memory nodes 0, 1 failed)"),
+        "{t}"
+    );
+    assert!(t.contains("verify: consistent"), "{t}");
     // Node 0 may fail too: at least one member must survive.
     let o = dtxn(&[
         "bench",

@@ -361,21 +361,10 @@ impl PoolMap {
                 (Some(View::parse(ep.word(view, 0))), sbs)
             }
             Err(FabricError::NodeDown(down)) if down != 0 => {
-                let w = ep.read(0, VIEW_OFF, 8);
-                ep.post().await?;
-                let view = View::parse(ep.word(w, 0));
-                if !view.is_failed(down) {
-                    return Err(FabricError::NodeDown(down).into());
+                match past_one_down(ep, n, down).await? {
+                    Some(found) => found,
+                    None => (None, read_superblocks(ep, n).await?),
                 }
-                let reads = (0..n as NodeId)
-                    .map(|node| (!view.is_failed(node)).then(|| ep.read(node, 0, SUPERBLOCK_BYTES)))
-                    .collect::<Vec<_>>();
-                ep.post().await?;
-                let sbs = reads
-                    .into_iter()
-                    .map(|r| r.map(|r| ep.bytes(r).to_vec()))
-                    .collect();
-                (Some(view), sbs)
             }
             Err(FabricError::NodeDown(_)) => (None, read_superblocks(ep, n).await?),
             Err(e) => return Err(e.into()),
@@ -397,7 +386,12 @@ impl PoolMap {
             .unwrap_or(1);
         let view = match (head_view, k) {
             (Some(v), 1) => v,
-            (None, 1) => return Err(FabricError::NodeDown(0).into()),
+            // Node 0 holds the view alone (and may be down: then so is the pool).
+            (None, 1) => {
+                let w = ep.read(0, VIEW_OFF, 8);
+                ep.post().await?;
+                View::parse(ep.word(w, 0))
+            }
             _ => {
                 let members: Vec<NodeId> = decoded
                     .iter()
@@ -746,6 +740,47 @@ impl PoolMap {
         let view = tail_view(ep, &members).await?;
         Ok((view, members.into_iter().collect()))
     }
+}
+
+/// Bootstrap's way past memory node `down` (not node 0) found down, as with one control
+/// member: the view at node 0, then the superblocks of the nodes it holds live; with one
+/// member, that view and those superblocks. `None` where node 0's view is not the one to go
+/// by, or is not known: node 0 down too, its view holding `down` live (a control chain's tail
+/// may have failed it; with one member, the caller finds `down` live and down), or a chain of
+/// more than one member (`Some` with no view: the tail's is read then).
+#[allow(clippy::type_complexity)]
+async fn past_one_down(
+    ep: &mut Endpoint,
+    n: usize,
+    down: NodeId,
+) -> Result<Option<(Option<View>, Vec<Option<Vec<u8>>>)>, StoreError> {
+    let w = ep.read(0, VIEW_OFF, 8);
+    match ep.post().await {
+        Ok(()) => {}
+        Err(FabricError::NodeDown(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let view = View::parse(ep.word(w, 0));
+    if !view.is_failed(down) {
+        return Ok(None);
+    }
+    let reads = (0..n as NodeId)
+        .map(|node| (!view.is_failed(node)).then(|| ep.read(node, 0, SUPERBLOCK_BYTES)))
+        .collect::<Vec<_>>();
+    match ep.post().await {
+        Ok(()) => {}
+        Err(FabricError::NodeDown(_)) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let sbs: Vec<Option<Vec<u8>>> = reads
+        .into_iter()
+        .map(|r| r.map(|r| ep.bytes(r).to_vec()))
+        .collect();
+    let one_member = sbs[0]
+        .as_ref()
+        .and_then(|b| Superblock::decode(0, b).ok())
+        .is_some_and(|sb| sb.control_replicas == 1);
+    Ok(Some((one_member.then_some(view), sbs)))
 }
 
 /// The superblocks of every memory node that answers (node 0 among those that do not), in one

@@ -410,43 +410,77 @@ fn bootstrap_reads_the_view_at_the_chains_tail_and_past_a_dead_head() {
     };
     let without_2 = View::default().without(&[2]).unwrap();
     let without_0 = View::default().without(&[0]).unwrap();
-    // (k, node 0 dead, the head's view word, the tail's) -> the view bootstrap learns.
+    let without_0_2 = without_0.without(&[2]).unwrap();
+    let rejoined_0 = without_0_2.joining(0).unwrap().joined(0).unwrap();
+    let down = |n: u16| Err(format!("memory node {n} is down"));
+    // (k, nodes dead, node 0 a member, the head's view word (node 0's), the others') -> the
+    // view bootstrap learns.
     let cases = [
-        (2, false, without_2, View::default(), Ok(View::default())),
-        (2, false, without_2, without_2, Ok(without_2)),
-        (2, true, View::default(), without_0, Ok(without_0)),
         (
             2,
+            vec![],
             true,
+            without_2,
             View::default(),
-            View::default(),
-            Err("memory node 0 is down".to_string()),
+            Ok(View::default()),
         ),
+        (2, vec![], true, without_2, without_2, Ok(without_2)),
+        (2, vec![0], true, View::default(), without_0, Ok(without_0)),
+        (2, vec![0], true, View::default(), View::default(), down(0)),
+        (1, vec![0], true, View::default(), View::default(), down(0)),
+        // Node 0 down and another (the batch may name either).
         (
-            1,
+            3,
+            vec![0, 2],
             true,
             View::default(),
-            View::default(),
-            Err("memory node 0 is down".to_string()),
+            without_0_2,
+            Ok(without_0_2),
         ),
+        // Node 0 back as a blank data replica (no member; its view word blank), node 2 down.
+        (
+            3,
+            vec![2],
+            false,
+            View::default(),
+            rejoined_0,
+            Ok(rejoined_0),
+        ),
+        // With one member: node 2 down and failed in node 0's view; or held live there.
+        (1, vec![2], true, without_2, View::default(), Ok(without_2)),
+        (1, vec![2], true, View::default(), View::default(), down(2)),
     ];
-    for (i, (k, dead, head, tail, want)) in cases.into_iter().enumerate() {
+    for (i, (k, dead, member, head, tail, want)) in cases.into_iter().enumerate() {
         let plan = Plan::new(&specs(), &shape)
             .unwrap()
             .with_control_replicas(k)
             .unwrap();
         let mut cfg = SimConfig::new(1, 3, plan.region_bytes);
-        if dead {
+        for node in dead {
             cfg.faults.memory_crashes.push(MemoryCrash {
                 at_ns: 0,
-                node: 0,
+                node,
                 down_ns: MemoryCrash::FOREVER,
             });
         }
         let mut pool = Pool::Sim(SimPool::new(cfg).unwrap());
         plan.format_pool(&pool).unwrap();
         pool.with_local(0, |m| m.write(VIEW_OFF, &head.word().to_le_bytes()));
-        pool.with_local(1, |m| m.write(VIEW_OFF, &tail.word().to_le_bytes()));
+        for n in 1..3 {
+            pool.with_local(n, |m| m.write(VIEW_OFF, &tail.word().to_le_bytes()));
+        }
+        if !member {
+            pool.with_local(0, |m| {
+                let mut b = [0u8; dtxn_store::layout::SUPERBLOCK_BYTES];
+                m.read(0, &mut b);
+                let sb = dtxn_store::layout::Superblock::decode(0, &b).unwrap();
+                let blank = dtxn_store::layout::Superblock {
+                    control_member: false,
+                    ..sb
+                };
+                m.write(0, &blank.encode());
+            });
+        }
         let r = pool
             .run(one(), None, |mut ep: Endpoint| async move {
                 PoolMap::bootstrap(&mut ep)

@@ -1332,8 +1332,9 @@ impl Service {
         let ours = match out.await.map_err(fabric)? {
             Write::Done => true,
             Write::Lost => false,
-            // Ours, if it is the committed word: a later one is written from ours by us alone
-            // while we live (nobody takes a live leader's word).
+            // A later word than ours stands past the head. While we live nobody writes from
+            // ours (nobody takes a live leader's word), so ours did not commit: the committed
+            // word, read to make sure, is not ours.
             Write::Unknown => {
                 let copies = self.map.control_set();
                 read_word(ep, copies, LEADER_OFF, LeaderWord::tag, counts).await? == new

@@ -1152,8 +1152,9 @@ fn go<W: Workload + report::Described>(ctx: Go<'_>, w: W) -> Result<BenchReport>
             outage = Some((o.fenced.clone(), settled, started.elapsed()));
         }
     }
-    // The claim word is node 0's alone (the control chain's increment 6): it went with node 0.
-    if !final_view.is_failed(0) {
+    // The claim word is node 0's alone (the control chain's increment 6): it went with node 0
+    // if node 0 failed (a replacement that rejoined holds a blank one).
+    if !(final_view.is_failed(0) || final_view.is_joining(0) || final_view.is_rejoined(0)) {
         release_claim(&mut pool, attachment, claim_nodes)?;
     }
     let mut out = out?;
@@ -2182,18 +2183,28 @@ pub(crate) fn one_coordinator(compute_nodes: u32) -> Topology {
     }
 }
 
-/// The pool's view after a run (sim, read in place): the word at the control chain's tail,
-/// the last of its `k` first nodes whose superblock says it is a member (a failed node reads
-/// back blank). With `k = 1`, node 0's.
+/// The pool's view after a run (sim, read in place): with `k = 1`, node 0's; else the word at
+/// the control chain's tail in the newest view any member holds (a member that failed may
+/// read back with its old superblock and view: in persistent-memory mode it keeps what it
+/// persisted, and the newest view has it failed).
 fn committed_view(pool: &dtxn_fabric::Pool, k: u8) -> dtxn_store::View {
     use dtxn_store::layout::{Superblock, SUPERBLOCK_BYTES, VIEW_OFF};
+    use dtxn_store::View;
+    let view_at = |n: u16| View::parse(pool.with_local(n, |m| m.read_u64(VIEW_OFF)));
     let member = |n: u16| {
         let mut b = [0u8; SUPERBLOCK_BYTES];
         pool.with_local(n, |m| m.read(0, &mut b));
         Superblock::decode(n, &b).is_ok_and(|sb| sb.control_member)
     };
-    let tail = (1..u16::from(k)).rev().find(|&n| member(n)).unwrap_or(0);
-    dtxn_store::View::parse(pool.with_local(tail, |m| m.read_u64(VIEW_OFF)))
+    let members: Vec<u16> = (0..u16::from(k)).filter(|&n| member(n)).collect();
+    let Some(newest) = members.iter().map(|&n| view_at(n)).max_by_key(|v| v.number) else {
+        return view_at(0);
+    };
+    let chain = newest.control_chain(k);
+    match chain.iter().rev().find(|n| members.contains(n)) {
+        Some(&tail) => view_at(tail),
+        None => newest,
+    }
 }
 
 /// Attaches this process to the pool (see `dtxn_txn::attach`).
