@@ -326,7 +326,19 @@ fn bad_presets_and_knobs_are_one_line_and_exit_2() {
 /// `dtxn bench` of SmallBank on 2 memory nodes (2 replicas) and 2 compute nodes of 2 threads
 /// of 2 coroutines, 2,000 transactions, with `--faults faults`.
 fn two_node_failover(protocol: &str, seed: &str, faults: &str) -> Output {
-    dtxn(&[
+    failover_run(protocol, seed, faults, ["2", "2", "2"], &[])
+}
+
+/// SmallBank under `protocol` on sim with `--faults faults`, on `[memory nodes, replicas,
+/// compute nodes]`, 2 threads of 2 coroutines each, and `extra` flags.
+fn failover_run(
+    protocol: &str,
+    seed: &str,
+    faults: &str,
+    [memory, replicas, compute]: [&str; 3],
+    extra: &[&str],
+) -> Output {
+    let mut args = vec![
         "bench",
         "--backend",
         "sim",
@@ -335,11 +347,11 @@ fn two_node_failover(protocol: &str, seed: &str, faults: &str) -> Output {
         "--protocol",
         protocol,
         "--memory-nodes",
-        "2",
+        memory,
         "--replicas",
-        "2",
+        replicas,
         "--compute-nodes",
-        "2",
+        compute,
         "--threads",
         "2",
         "--coroutines",
@@ -351,7 +363,9 @@ fn two_node_failover(protocol: &str, seed: &str, faults: &str) -> Output {
         "--faults",
         faults,
         "--quiet",
-    ])
+    ];
+    args.extend_from_slice(extra);
+    dtxn(&args)
 }
 
 /// A memory node fails for good mid-run (with a compute node too): the survivors change the
@@ -425,34 +439,14 @@ fn with_control_words_on_two_members_either_fails_and_the_run_verifies() {
     }
     // Persistent memory: a failed tail keeps its old superblock and view word (what it
     // persisted), and the run's final view is still the newest one, without it.
-    let o = dtxn(&[
-        "bench",
-        "--backend",
-        "sim",
-        "--workload",
-        "smallbank",
-        "--protocol",
+    let pm = ["--profile", "cx5-100g-pm"];
+    let o = failover_run(
         "ford",
-        "--memory-nodes",
         "2",
-        "--replicas",
-        "2",
-        "--compute-nodes",
-        "2",
-        "--threads",
-        "2",
-        "--coroutines",
-        "2",
-        "--txns",
-        "2000",
-        "--seed",
-        "2",
-        "--profile",
-        "cx5-100g-pm",
-        "--faults",
         "memory=1,compute=1,control=2",
-        "--quiet",
-    ]);
+        ["2", "2", "2"],
+        &pm,
+    );
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(
@@ -462,34 +456,14 @@ fn with_control_words_on_two_members_either_fails_and_the_run_verifies() {
     assert!(t.contains("verify: consistent"), "{t}");
     // Three members, two fail (node 0 and another): the survivors, and a bootstrap after the
     // run, read the view at the last one.
-    let o = dtxn(&[
-        "bench",
-        "--backend",
-        "sim",
-        "--workload",
-        "smallbank",
-        "--protocol",
+    let faults = "memory=2,compute=1,control=3";
+    let o = failover_run(
         "ford",
-        "--memory-nodes",
-        "3",
-        "--replicas",
-        "3",
-        "--compute-nodes",
-        "3",
-        "--threads",
-        "2",
-        "--coroutines",
-        "2",
-        "--txns",
-        "2000",
-        "--seed",
         "4",
-        "--adversary",
-        "harsh",
-        "--faults",
-        "memory=2,compute=1,control=3",
-        "--quiet",
-    ]);
+        faults,
+        ["3", "3", "3"],
+        &["--adversary", "harsh"],
+    );
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(

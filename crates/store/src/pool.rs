@@ -355,7 +355,7 @@ impl PoolMap {
             .map(|node| ep.read(node as NodeId, 0, SUPERBLOCK_BYTES))
             .collect();
         // Each node's superblock, where it was read.
-        let (head_view, sbs): (Option<View>, Vec<Option<Vec<u8>>>) = match ep.post().await {
+        let (head_view, sbs): (Option<View>, Superblocks) = match ep.post().await {
             Ok(()) => {
                 let sbs = reads.iter().map(|&r| Some(ep.bytes(r).to_vec())).collect();
                 (Some(View::parse(ep.word(view, 0))), sbs)
@@ -378,12 +378,7 @@ impl PoolMap {
                     .and_then(|b| Superblock::decode(node as NodeId, b).ok())
             })
             .collect();
-        let k = decoded
-            .iter()
-            .flatten()
-            .map(|sb| sb.control_replicas)
-            .next()
-            .unwrap_or(1);
+        let (k, members) = chain_members(decoded.iter().flatten());
         let view = match (head_view, k) {
             (Some(v), 1) => v,
             // Node 0 holds the view alone (and may be down: then so is the pool).
@@ -392,15 +387,7 @@ impl PoolMap {
                 ep.post().await?;
                 View::parse(ep.word(w, 0))
             }
-            _ => {
-                let members: Vec<NodeId> = decoded
-                    .iter()
-                    .flatten()
-                    .filter(|sb| sb.node < NodeId::from(k) && sb.control_member)
-                    .map(|sb| sb.node)
-                    .collect();
-                tail_view(ep, &members).await?
-            }
+            _ => tail_view(ep, &members).await?,
         };
         // A node the view holds live whose superblock was not read is down, and nobody
         // has changed the view yet. (A failed node's superblock is not decoded: it may
@@ -731,12 +718,7 @@ impl PoolMap {
             .enumerate()
             .filter_map(|(node, b)| Superblock::decode(node as NodeId, b.as_ref()?).ok())
             .collect();
-        let k = decoded.first().map_or(1, |sb| sb.control_replicas);
-        let members: Vec<NodeId> = decoded
-            .iter()
-            .filter(|sb| sb.node < NodeId::from(k) && sb.control_member)
-            .map(|sb| sb.node)
-            .collect();
+        let (_, members) = chain_members(decoded.iter());
         let view = tail_view(ep, &members).await?;
         Ok((view, members.into_iter().collect()))
     }
@@ -748,12 +730,11 @@ impl PoolMap {
 /// by, or is not known: node 0 down too, its view holding `down` live (a control chain's tail
 /// may have failed it; with one member, the caller finds `down` live and down), or a chain of
 /// more than one member (`Some` with no view: the tail's is read then).
-#[allow(clippy::type_complexity)]
 async fn past_one_down(
     ep: &mut Endpoint,
     n: usize,
     down: NodeId,
-) -> Result<Option<(Option<View>, Vec<Option<Vec<u8>>>)>, StoreError> {
+) -> Result<Option<(Option<View>, Superblocks)>, StoreError> {
     let w = ep.read(0, VIEW_OFF, 8);
     match ep.post().await {
         Ok(()) => {}
@@ -772,7 +753,7 @@ async fn past_one_down(
         Err(FabricError::NodeDown(_)) => return Ok(None),
         Err(e) => return Err(e.into()),
     }
-    let sbs: Vec<Option<Vec<u8>>> = reads
+    let sbs: Superblocks = reads
         .into_iter()
         .map(|r| r.map(|r| ep.bytes(r).to_vec()))
         .collect();
@@ -783,9 +764,24 @@ async fn past_one_down(
     Ok(Some((one_member.then_some(view), sbs)))
 }
 
+/// The control chain's length `k` (any superblock's; 1 if none decoded) and its members among
+/// the decoded superblocks, ascending: the nodes below `k` seeded at format that never failed
+/// (a replacement is formatted as no member).
+fn chain_members<'a>(decoded: impl Iterator<Item = &'a Superblock> + Clone) -> (u8, Vec<NodeId>) {
+    let k = decoded.clone().next().map_or(1, |sb| sb.control_replicas);
+    let members = decoded
+        .filter(|sb| sb.node < NodeId::from(k) && sb.control_member)
+        .map(|sb| sb.node)
+        .collect();
+    (k, members)
+}
+
+/// Each memory node's superblock bytes, where they were read.
+type Superblocks = Vec<Option<Vec<u8>>>;
+
 /// The superblocks of every memory node that answers (node 0 among those that do not), in one
 /// batch, posted again without a node found down.
-async fn read_superblocks(ep: &mut Endpoint, n: usize) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+async fn read_superblocks(ep: &mut Endpoint, n: usize) -> Result<Superblocks, StoreError> {
     loop {
         let down = ep.seen_down();
         let reads: Vec<_> = (0..n as NodeId)

@@ -337,15 +337,20 @@ fn a_blank_nodes_format_image_is_what_the_plan_formatted() {
 /// A pool formatted with a control chain of 2 (issue #23): nodes 0 and 1 get the membership
 /// area zeroed and say they are seeded members, node 2 neither; a map's chain is the members
 /// it can read, in a view's order; and a chain longer than the pool, or of none, is refused.
-#[test]
-fn a_control_chain_is_formatted_on_its_members_and_read_in_the_view() {
-    let shape = PoolShape {
+/// Three memory nodes, two replicas a table, small log slices.
+fn three_nodes() -> PoolShape {
+    PoolShape {
         memory_nodes: 3,
         replicas: 2,
         log_slices: 4,
         log_slice_bytes: 4096,
         region_bytes: None,
-    };
+    }
+}
+
+#[test]
+fn a_control_chain_is_formatted_on_its_members_and_read_in_the_view() {
+    let shape = three_nodes();
     let plan = Plan::new(&specs(), &shape).unwrap();
     for k in [0, 4] {
         assert_eq!(
@@ -401,13 +406,7 @@ fn bootstrap_reads_the_view_at_the_chains_tail_and_past_a_dead_head() {
     use dtxn_fabric::sim::MemoryCrash;
     use dtxn_store::layout::VIEW_OFF;
     use dtxn_store::View;
-    let shape = PoolShape {
-        memory_nodes: 3,
-        replicas: 2,
-        log_slices: 4,
-        log_slice_bytes: 4096,
-        region_bytes: None,
-    };
+    let shape = three_nodes();
     let without_2 = View::default().without(&[2]).unwrap();
     let without_0 = View::default().without(&[0]).unwrap();
     let without_0_2 = without_0.without(&[2]).unwrap();

@@ -240,9 +240,7 @@ fn scripted(
     node0_dies_at: u64,
     scripts: Vec<Script>,
 ) -> (Vec<Vec<String>>, Vec<Option<u64>>) {
-    let mut cfg = SimConfig::new(1, NODES as usize, 4096);
-    cfg.profile = dtxn_fabric::Profile::ideal();
-    cfg.adversary = Adversary::off();
+    let mut cfg = ideal(NODES);
     cfg.faults.memory_crashes.push(MemoryCrash {
         at_ns: node0_dies_at,
         node: 0,
@@ -269,6 +267,14 @@ fn scripted(
         .map(|n| (n != 0).then(|| sim.with_local(n, |m| m.read_u64(OFF))))
         .collect();
     (outs, now)
+}
+
+/// `nodes` memory nodes on an ideal fabric, no adversary: the scripts' timings hold exactly.
+fn ideal(nodes: u16) -> SimConfig {
+    let mut cfg = SimConfig::new(1, nodes as usize, 4096);
+    cfg.profile = dtxn_fabric::Profile::ideal();
+    cfg.adversary = Adversary::off();
+    cfg
 }
 
 /// Writer 1's word (tag 1), writer 2's (tag 1), writer 3's (tag 2, over writer 1's).
@@ -468,9 +474,7 @@ fn a_write_done_is_on_every_live_member_whichever_members_die_together() {
     const MEMBERS: u16 = 4;
     let mut done = 0;
     for at in (0..6_000).step_by(25) {
-        let mut cfg = SimConfig::new(1, MEMBERS as usize, 4096);
-        cfg.profile = dtxn_fabric::Profile::ideal();
-        cfg.adversary = Adversary::off();
+        let mut cfg = ideal(MEMBERS);
         for node in [1, 2] {
             cfg.faults.memory_crashes.push(MemoryCrash {
                 at_ns: at,
@@ -523,9 +527,7 @@ fn a_write_done_is_on_every_live_member_whichever_members_die_together() {
 #[test]
 fn words_written_together_each_have_their_outcome() {
     const OFF2: u64 = OFF + 8;
-    let mut cfg = SimConfig::new(1, NODES as usize, 4096);
-    cfg.profile = dtxn_fabric::Profile::ideal();
-    cfg.adversary = Adversary::off();
+    let cfg = ideal(NODES);
     let mut sim = SimPool::new(cfg).unwrap();
     // Writer 2 won the second word at the head and crashed there.
     sim.with_local(0, |m| m.write(OFF2, &W2.to_le_bytes()));

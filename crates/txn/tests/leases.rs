@@ -61,6 +61,23 @@ fn txn_cfg(protocol: Protocol) -> Rc<TxnConfig> {
     })
 }
 
+/// One table of `KEYS` keys on `memory_nodes` nodes, 2 replicas, the control words on a chain
+/// of two members (nodes 0 and 1).
+fn control_plan(memory_nodes: u16) -> Plan {
+    let shape = PoolShape {
+        memory_nodes,
+        replicas: 2,
+        log_slices: 4,
+        log_slice_bytes: 4096,
+        region_bytes: None,
+    };
+    let spec = TableSpec::new(T, "t", 64, KEYS);
+    Plan::new(&[spec], &shape)
+        .unwrap()
+        .with_control_replicas(2)
+        .unwrap()
+}
+
 fn topo(compute_nodes: u32, coroutines: u32) -> Topology {
     Topology {
         compute_nodes,
@@ -536,18 +553,7 @@ fn a_detector_takes_the_latest_copy_of_each_lease_and_leaves_a_dead_members_out(
     use dtxn_fabric::sim::MemoryCrash;
     use dtxn_fabric::Lease;
     use dtxn_store::layout::{ACK_OFF, LEASE_OFF};
-    let shape = PoolShape {
-        memory_nodes: 2,
-        replicas: 2,
-        log_slices: 4,
-        log_slice_bytes: 4096,
-        region_bytes: None,
-    };
-    let spec = TableSpec::new(T, "t", 64, KEYS);
-    let plan = Plan::new(&[spec], &shape)
-        .unwrap()
-        .with_control_replicas(2)
-        .unwrap();
+    let plan = control_plan(2);
     let mut cfg = SimConfig::new(5, 2, plan.region_bytes);
     cfg.faults.memory_crashes.push(MemoryCrash {
         at_ns: 50_000,
@@ -609,18 +615,7 @@ fn a_read_carries_a_dead_writers_control_words_down_the_chain() {
     use dtxn_store::layout::{LeaderWord, RecoveredWord, LEADER_OFF, RECOVERED_OFF, VIEW_OFF};
     use dtxn_store::View;
     use dtxn_txn::control::Write;
-    let shape = PoolShape {
-        memory_nodes: 3,
-        replicas: 2,
-        log_slices: 4,
-        log_slice_bytes: 4096,
-        region_bytes: None,
-    };
-    let spec = TableSpec::new(T, "t", 64, KEYS);
-    let plan = Plan::new(&[spec], &shape)
-        .unwrap()
-        .with_control_replicas(2)
-        .unwrap();
+    let plan = control_plan(3);
     const FAIL_NS: u64 = 500_000;
     let mut cfg = SimConfig::new(7, 3, plan.region_bytes);
     cfg.faults.memory_crashes.push(MemoryCrash {
