@@ -32,6 +32,11 @@ pub struct PoolArgs {
     /// cx5-100g].
     #[arg(long)]
     pub profile: Option<String>,
+    /// sim: the profile with some of its fields replaced, e.g. `link_gbps=0,cn_link_gbps=0`
+    /// (links of unlimited bandwidth) or `mn_cores=10` (the fields are listed in the book's
+    /// backends chapter; 0 means unlimited or free).
+    #[arg(long, value_name = "FIELD=VALUE,...")]
+    pub profile_set: Option<String>,
     /// sim: turn the adversarial memory model off (READs atomic, ops in arrival order).
     #[arg(long)]
     pub benign: bool,
@@ -145,7 +150,7 @@ impl BackendArgs {
         match p.kind {
             Backend::Sim => {
                 let mut cfg = SimConfig::new(self.seed, nodes, node_size);
-                cfg.profile = Profile::load(p.profile())?;
+                cfg.profile = p.sim_profile()?;
                 cfg.persistent = cfg.profile.pm_write_gbps > 0.0;
                 if p.benign {
                     cfg.adversary = Adversary::off();
@@ -193,7 +198,7 @@ impl BackendArgs {
         match p.kind {
             Backend::Sim => format!(
                 "sim (profile {}, {}, seed {}; times are virtual)",
-                p.profile(),
+                p.profile_shown(),
                 match (&p.adversary, p.benign) {
                     (Some(spec), _) => format!("adversary {spec}"),
                     (None, true) => "benign".to_string(),
@@ -292,6 +297,25 @@ impl PoolArgs {
         self.profile.as_deref().unwrap_or(DEFAULT_PROFILE)
     }
 
+    /// The sim's hardware profile, loaded, with `--profile-set`'s fields replaced.
+    pub fn sim_profile(&self) -> Result<Profile> {
+        let p = Profile::load(self.profile())?;
+        match &self.profile_set {
+            Some(spec) => p
+                .with_fields(spec)
+                .map_err(|e| anyhow::anyhow!("--profile-set: {e}")),
+            None => Ok(p),
+        }
+    }
+
+    /// The profile's name in reports: `--profile`, and `--profile-set`'s fields if given.
+    fn profile_shown(&self) -> String {
+        match &self.profile_set {
+            Some(spec) => format!("{} with {spec}", self.profile()),
+            None => self.profile().to_string(),
+        }
+    }
+
     /// shm's emulated latency per round trip (`--delay-ns`, or 0).
     pub fn delay_ns(&self) -> u64 {
         self.delay_ns.unwrap_or(0)
@@ -307,6 +331,7 @@ impl PoolArgs {
             ("--ucx-tls", self.ucx_tls.is_some(), Backend::Ucx),
             ("--ucx-devices", self.ucx_devices.is_some(), Backend::Ucx),
             ("--profile", self.profile.is_some(), Backend::Sim),
+            ("--profile-set", self.profile_set.is_some(), Backend::Sim),
             ("--benign", self.benign, Backend::Sim),
             ("--adversary", self.adversary.is_some(), Backend::Sim),
             ("--shm-dir", self.shm_dir.is_some(), Backend::Shm),
@@ -327,6 +352,10 @@ impl PoolArgs {
                 bail!("--benign and --adversary: give one (--benign is --adversary off)");
             }
             adversary(spec, 0)?;
+        }
+        if self.profile_set.is_some() {
+            // A misspelt field is refused before anything is loaded.
+            self.sim_profile()?;
         }
         if self.delay_ns() > MAX_DELAY_NS {
             bail!(
@@ -351,7 +380,7 @@ impl PoolArgs {
     /// A short description for reports.
     pub fn describe(&self) -> String {
         match self.kind {
-            Backend::Sim => format!("sim (profile {})", self.profile()),
+            Backend::Sim => format!("sim (profile {})", self.profile_shown()),
             Backend::Shm => format!(
                 "shm ({}, delay {} ns)",
                 self.shm_dir

@@ -405,6 +405,18 @@ fn options_of_another_backend_are_refused_naming_theirs() {
             "--profile is an option of --backend sim, not of shm",
         ),
         (
+            vec!["bench", "--profile-set", "mn_cores=10"],
+            "--profile-set is an option of --backend sim, not of shm",
+        ),
+        (
+            vec!["bench", "--backend", "sim", "--profile-set", "mn_core=10"],
+            "--profile-set: `mn_core` is not a profile field (fields: atomic_slot_ns,",
+        ),
+        (
+            vec!["bench", "--backend", "sim", "--profile-set", "mn_cores=1.5"],
+            "--profile-set: `mn_cores=1.5`: ",
+        ),
+        (
             vec!["bench", "--backend", "sim", "--delay-ns", "100"],
             "--delay-ns is an option of --backend shm, not of sim",
         ),

@@ -10,6 +10,9 @@ use std::future::Future;
 use std::sync::Arc;
 
 /// The backends, behind one interface: what the CLI, the store and the tests hold.
+// One pool per run, never moved in a loop: its size does not matter, and which variant is
+// the largest depends on whether UCX is installed (without it `UcxPool` is a stub).
+#[allow(clippy::large_enum_variant)]
 pub enum Pool {
     Sim(SimPool),
     Shm(ShmPool),

@@ -210,6 +210,55 @@ impl Profile {
         Ok(p)
     }
 
+    /// This profile with some fields replaced: `FIELD=VALUE,...`, each value as TOML writes it
+    /// (`link_gbps=0,mn_cores=10`); named after the replacements, so that a report shows them.
+    /// A field that does not exist, or a value of the wrong type, is refused with the fields'
+    /// names.
+    pub fn with_fields(&self, spec: &str) -> Result<Profile, String> {
+        let fields = || {
+            let mut names: Vec<String> = match toml::Value::try_from(self) {
+                Ok(toml::Value::Table(t)) => t.keys().filter(|k| *k != "name").cloned().collect(),
+                _ => Vec::new(),
+            };
+            names.sort();
+            names.join(", ")
+        };
+        let Ok(toml::Value::Table(mut table)) = toml::Value::try_from(self) else {
+            return Err("the profile does not serialize as a table".into());
+        };
+        let mut any = false;
+        for kv in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let Some((key, value)) = kv.split_once('=') else {
+                return Err(format!("`{kv}`: expected FIELD=VALUE"));
+            };
+            let key = key.trim();
+            if key == "name" || !table.contains_key(key) {
+                return Err(format!(
+                    "`{key}` is not a profile field (fields: {})",
+                    fields()
+                ));
+            }
+            let value = toml::from_str::<toml::Table>(&format!("v = {}", value.trim()))
+                .ok()
+                .and_then(|mut t| t.remove("v"))
+                .ok_or_else(|| format!("`{kv}`: the value is not a number"))?;
+            table.insert(key.to_string(), value);
+            any = true;
+        }
+        if !any {
+            return Err(format!("no FIELD=VALUE given (fields: {})", fields()));
+        }
+        table.insert(
+            "name".into(),
+            toml::Value::String(format!("{} with {}", self.name, spec.trim())),
+        );
+        let p: Profile = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| format!("`{}`: {}", spec.trim(), e.message()))?;
+        p.validate()?;
+        Ok(p)
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         for (name, v) in [
             ("link_gbps", self.link_gbps),
@@ -297,6 +346,42 @@ mod tests {
             let text = toml::to_string(&p).unwrap();
             assert_eq!(Profile::from_toml(&text).unwrap(), p);
         }
+    }
+
+    #[test]
+    fn fields_are_replaced_by_name_and_bad_ones_refused() {
+        let base = Profile::cx5_100g_papers();
+        let p = base
+            .with_fields("link_gbps=0, cn_link_gbps=0,mn_cores=10")
+            .unwrap();
+        assert_eq!((p.link_gbps, p.cn_link_gbps, p.mn_cores), (0.0, 0.0, 10));
+        assert_eq!(p.nic_mops, base.nic_mops);
+        assert_eq!(
+            p.name,
+            "cx5-100g-papers with link_gbps=0, cn_link_gbps=0,mn_cores=10"
+        );
+        // A float where the field is one, and an integer where a float is asked.
+        assert_eq!(base.with_fields("nic_mops=12.5").unwrap().nic_mops, 12.5);
+        let e = base.with_fields("link_gbs=0").unwrap_err();
+        assert!(
+            e.contains("`link_gbs` is not a profile field") && e.contains("link_gbps"),
+            "{e}"
+        );
+        assert!(base.with_fields("name=x").is_err());
+        assert!(base.with_fields("mn_cores=1.5").is_err());
+        assert!(base
+            .with_fields("mn_cores")
+            .unwrap_err()
+            .contains("FIELD=VALUE"));
+        assert!(base
+            .with_fields("mn_cores=ten")
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(base
+            .with_fields("link_gbps=-1")
+            .unwrap_err()
+            .contains("non-negative"));
+        assert!(base.with_fields(" , ").is_err());
     }
 
     #[test]

@@ -64,9 +64,14 @@ pub struct ReproduceArgs {
     /// created if missing, refused if it holds other files.
     #[arg(long, default_value = "reproduce")]
     pub out: PathBuf,
-    /// Seed of every run.
+    /// Seed of every run (the first, with `--seeds`).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run every comparison with this many seeds (`--seed` and the ones after it) and report
+    /// the median ratio, with the range: one seed's abort storm can move a ratio by 15%
+    /// [default: 3; with `--quick`, 1]. Not for `sync`, whose probe is one run.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=21))]
+    pub seeds: Option<u32>,
     /// No progress lines on stderr.
     #[arg(long, short)]
     pub quiet: bool,
@@ -153,10 +158,17 @@ struct Row {
     paper: Claim,
     /// Where the paper's number is.
     source: &'static str,
-    /// Our number: a ratio of the two runs, or (sync) a measured value.
+    /// Our number: a ratio of the two runs (the median over the seeds), or (sync) a measured
+    /// value.
     ours: f64,
-    /// The two bench runs behind `ours` (a / b), with the metric compared.
+    /// With more than one seed: each seed's ratio, in seed order.
+    seeds: Vec<f64>,
+    /// The two bench runs behind `ours` (a / b), with the metric compared: the seed's whose
+    /// ratio is nearest the median.
     runs: Option<(Metric, Run, Run)>,
+    /// Why ours misses the paper's (Markdown): the mechanism, the numbers of the runs that
+    /// show it, and the probe's ratio. Only for a row that misses.
+    why: Option<String>,
     /// Without runs: what was measured, in words, and how to measure it again (Markdown).
     detail: String,
     how: Vec<String>,
@@ -168,12 +180,49 @@ impl Row {
     }
 
     fn ours_text(&self) -> String {
+        self.number(self.ours)
+    }
+
+    fn number(&self, v: f64) -> String {
         if self.paper.is_count() {
-            format!("{:.0}", self.ours)
+            format!("{v:.0}")
         } else {
-            format!("{:.2}", self.ours)
+            format!("{v:.2}")
         }
     }
+
+    /// The seeds' range, e.g. `1.45-1.69 (3 seeds)`; `1 seed` for one.
+    fn spread_text(&self) -> String {
+        let (lo, hi) = self
+            .seeds
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
+                (l.min(v), h.max(v))
+            });
+        match self.seeds.len() {
+            0 | 1 => "1 seed".into(),
+            n => format!("{}-{} ({n} seeds)", self.number(lo), self.number(hi)),
+        }
+    }
+}
+
+/// The median of `v` (the mean of the middle two for an even count; NaN counts as the
+/// largest), and the index of the value nearest it.
+fn median(v: &[f64]) -> (f64, usize) {
+    let mut sorted = v.to_vec();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let n = sorted.len();
+    let m = if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        sorted[n / 2]
+    } else {
+        (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+    };
+    let nearest = (0..v.len())
+        .min_by(|&i, &j| (v[i] - m).abs().total_cmp(&(v[j] - m).abs()))
+        .unwrap_or(0);
+    (m, nearest)
 }
 
 /// The paper's cluster, as `dtxn bench` options (sim, `cx5-100g-papers`).
@@ -274,10 +323,11 @@ fn setup(paper: Paper, quick: bool) -> Vec<&'static str> {
 }
 
 /// `base` with every option that `over` sets taken out (with its value), then `over`:
-/// an experiment's own `--coroutines` replaces the setup's.
+/// an experiment's own `--coroutines` replaces the setup's, a probe's `--vnum` the
+/// experiment's.
 fn merge(base: &[&'static str], over: &[&'static str]) -> Vec<&'static str> {
     // Every setup option takes one value except these flags.
-    const FLAGS: [&str; 2] = ["--warm-caches", "--retry"];
+    const FLAGS: [&str; 3] = ["--warm-caches", "--retry", "--localized-validation"];
     let mut out = Vec::with_capacity(base.len() + over.len());
     let mut i = 0;
     while i < base.len() {
@@ -315,6 +365,9 @@ fn quick_workload(w: &[&'static str]) -> Vec<&'static str> {
 }
 
 pub fn run(a: ReproduceArgs) -> Result<ExitCode> {
+    if a.paper == Paper::Sync && a.seeds.is_some_and(|n| n > 1) {
+        anyhow::bail!("--seeds: `reproduce sync` runs its probe once (give --seed to change it)");
+    }
     prepare_out(&a.out)?;
     let started = Instant::now();
     let rows = if a.paper == Paper::Sync {
@@ -323,7 +376,7 @@ pub fn run(a: ReproduceArgs) -> Result<ExitCode> {
         bench_rows(&a)?
     };
     let wall = started.elapsed().as_secs_f64();
-    let md = report_md(a.paper, a.quick, &rows, wall);
+    let md = report_md(&a, &rows, wall);
     write(&a.out.join("report.md"), &md)?;
     write(&a.out.join("ratios.csv"), &report_csv(&rows))?;
     plot(&rows, &a.out.join("ratios.png"), true)?;
@@ -341,59 +394,104 @@ pub fn run(a: ReproduceArgs) -> Result<ExitCode> {
 
 fn bench_rows(a: &ReproduceArgs) -> Result<Vec<Row>> {
     let list = experiments::of(a.paper);
-    let seed = a.seed.to_string();
+    let seeds: Vec<u64> = (0..seeds_of(a)).map(|i| a.seed + u64::from(i)).collect();
     let base = setup(a.paper, a.quick);
     let mut rows = Vec::with_capacity(list.len());
     // Rows share runs (one-sided MVCC on SmallBank is in two): each distinct run runs once.
     let mut done: HashMap<Vec<String>, Rc<BenchReport>> = HashMap::new();
     for (i, e) in list.iter().enumerate() {
-        let mut run_one = |side: &[&'static str]| -> Result<Run> {
-            let mut over = if a.quick {
-                quick_workload(e.workload)
-            } else {
-                e.workload.to_vec()
+        let mut run_one =
+            |side: &[&'static str], extra: &[&'static str], seed: u64| -> Result<Run> {
+                let mut over = if a.quick {
+                    quick_workload(e.workload)
+                } else {
+                    e.workload.to_vec()
+                };
+                over.extend_from_slice(side);
+                // A probe's options replace the run's own (`--vnum 1` for its `--vnum 2`).
+                let over = merge(&over, extra);
+                let mut args: Vec<String> =
+                    merge(&base, &over).into_iter().map(String::from).collect();
+                args.extend([
+                    "--seed".to_string(),
+                    seed.to_string(),
+                    "--quiet".to_string(),
+                ]);
+                if let Some(r) = done.get(&args) {
+                    return Ok(Run {
+                        args,
+                        report: r.clone(),
+                    });
+                }
+                let mut argv: Vec<OsString> = vec!["bench".into()];
+                argv.extend(args.iter().map(OsString::from));
+                let b = parse_bench(argv).with_context(|| e.what)?;
+                let report = Rc::new(crate::bench::run(&b, false).with_context(|| e.what)?);
+                done.insert(args.clone(), report.clone());
+                Ok(Run { args, report })
             };
-            over.extend_from_slice(side);
-            let mut args: Vec<String> = merge(&base, &over).into_iter().map(String::from).collect();
-            args.extend(["--seed".to_string(), seed.clone(), "--quiet".to_string()]);
-            if let Some(r) = done.get(&args) {
-                return Ok(Run {
-                    args,
-                    report: r.clone(),
-                });
-            }
-            let mut argv: Vec<OsString> = vec!["bench".into()];
-            argv.extend(args.iter().map(OsString::from));
-            let b = parse_bench(argv).with_context(|| e.what)?;
-            let report = Rc::new(crate::bench::run(&b, false).with_context(|| e.what)?);
-            done.insert(args.clone(), report.clone());
-            Ok(Run { args, report })
-        };
-        let ra = run_one(e.a)?;
-        let rb = run_one(e.b)?;
+        let mut pairs = Vec::with_capacity(seeds.len());
+        for &seed in &seeds {
+            pairs.push((run_one(e.a, &[], seed)?, run_one(e.b, &[], seed)?));
+        }
+        let each: Vec<f64> = pairs
+            .iter()
+            .map(|(ra, rb)| ratio(e.metric, &ra.report, &rb.report))
+            .collect();
+        let (ours, nearest) = median(&each);
         let what = if a.quick && e.workload.contains(&"--warehouses") {
             let w = e.what.split(" (").next().unwrap_or(e.what);
             format!("{w} (1 warehouse: --quick)")
         } else {
             e.what.to_string()
         };
-        let ours = ratio(e.metric, &ra.report, &rb.report);
-        let row = Row {
+        let (ra, rb) = pairs.swap_remove(nearest);
+        let mut row = Row {
             what,
             paper: e.paper,
             source: e.source,
             ours,
-            runs: Some((e.metric, ra, rb)),
+            seeds: if each.len() > 1 { each } else { Vec::new() },
+            runs: None,
             detail: String::new(),
             how: Vec::new(),
+            why: None,
         };
+        if !row.within() {
+            if let Some(w) = &e.why {
+                let mut text = w.text.to_string();
+                if let Some(evidence) = w.evidence {
+                    let _ = write!(text, " Measured: {}.", evidence(&ra.report, &rb.report));
+                }
+                if let Some(p) = &w.probe {
+                    let seed = seeds[nearest];
+                    let (pa, pb) = (run_one(e.a, p.args, seed)?, run_one(e.b, p.args, seed)?);
+                    let v = ratio(e.metric, &pa.report, &pb.report);
+                    let _ = write!(
+                        text,
+                        " {} (`{}`, seed {seed}): {}{}.",
+                        p.what,
+                        p.args.join(" "),
+                        row.number(v),
+                        if row.paper.holds(v) {
+                            ", which reproduces the paper's"
+                        } else {
+                            ""
+                        }
+                    );
+                }
+                row.why = Some(text);
+            }
+        }
+        row.runs = Some((e.metric, ra, rb));
         if !a.quiet {
             eprintln!(
-                "[{}/{}] {}: {} (paper {}){}",
+                "[{}/{}] {}: {} [{}] (paper {}){}",
                 i + 1,
                 list.len(),
                 row.what,
                 row.ours_text(),
+                row.spread_text(),
                 row.paper.show(),
                 if row.within() { "" } else { ", not reproduced" }
             );
@@ -401,6 +499,11 @@ fn bench_rows(a: &ReproduceArgs) -> Result<Vec<Row>> {
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// How many seeds each comparison runs with.
+fn seeds_of(a: &ReproduceArgs) -> u32 {
+    a.seeds.unwrap_or(if a.quick { 1 } else { 3 })
 }
 
 /// Run a's metric over run b's.
@@ -468,19 +571,20 @@ fn table(rows: &[Row]) -> String {
         return t;
     }
     let mut t = String::from(
-        "| comparison | paper | dtxn | reproduced | metric | committed/s (a / b) | p50 us (a / b) | p99 us (a / b) | round trips (a / b) | abort rate (a / b) |\n\
-         |---|---|---|---|---|---|---|---|---|---|\n",
+        "| comparison | paper | dtxn | reproduced | over seeds | metric | committed/s (a / b) | p50 us (a / b) | p99 us (a / b) | round trips (a / b) | abort rate (a / b) |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         let Some((m, ra, rb)) = &r.runs else { continue };
         let (a, b) = (&ra.report.all, &rb.report.all);
         let _ = writeln!(
             t,
-            "| {} | {} | {} | {} | {} | {} / {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} / {:.2} | {:.1}% / {:.1}% |",
+            "| {} | {} | {} | {} | {} | {} | {} / {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} / {:.2} | {:.1}% / {:.1}% |",
             r.what,
             r.paper.show(),
             r.ours_text(),
             if r.within() { "yes" } else { "no" },
+            r.spread_text(),
             m.name(),
             thousands(a.committed_per_s),
             thousands(b.committed_per_s),
@@ -497,7 +601,8 @@ fn table(rows: &[Row]) -> String {
     t
 }
 
-fn report_md(paper: Paper, quick: bool, rows: &[Row], wall: f64) -> String {
+fn report_md(a: &ReproduceArgs, rows: &[Row], wall: f64) -> String {
+    let (paper, quick) = (a.paper, a.quick);
     let name = paper.name();
     let mut md = if paper == Paper::Sync {
         format!(
@@ -519,7 +624,16 @@ fn report_md(paper: Paper, quick: bool, rows: &[Row], wall: f64) -> String {
              transactions per second unless the *metric* column says otherwise; virtual time, \
              sim profile `cx5-100g-papers`), beside the paper's number; *reproduced* is within \
              25% of a number (and on its side of 1), or the direction (> 1, < 1) holding by more \
-             than 5%. {}Wall time: {wall:.0} s.\n\n",
+             than 5%. {}{}Wall time: {wall:.0} s.\n\n",
+            match seeds_of(a) {
+                1 => format!("One seed ({}). ", a.seed),
+                n => format!(
+                    "Each ratio is the median of {n} seeds ({} to {}), the runs shown the seed's \
+                     nearest it. ",
+                    a.seed,
+                    a.seed + u64::from(n) - 1
+                ),
+            },
             if quick {
                 "**`--quick`**: 4 coordinators, 1 ms runs, TPC-C on one warehouse, a tenth of \
                  the keys and accounts: the report's shape, not the paper's setup. "
@@ -530,6 +644,7 @@ fn report_md(paper: Paper, quick: bool, rows: &[Row], wall: f64) -> String {
     };
     md.push_str(&table(rows));
     md.push_str("\n![ratios](ratios.png)\n\n");
+    md.push_str(&missed(rows, quick));
     md.push_str(experiments::notes(paper));
     md.push_str("\n## Commands\n\n");
     for r in rows {
@@ -555,9 +670,38 @@ fn report_md(paper: Paper, quick: bool, rows: &[Row], wall: f64) -> String {
     md
 }
 
+/// The rows that miss the paper, each with why (or saying that the report does not know).
+fn missed(rows: &[Row], quick: bool) -> String {
+    let missed: Vec<&Row> = rows.iter().filter(|r| !r.within()).collect();
+    if missed.is_empty() {
+        return String::new();
+    }
+    let mut md = String::from("## Not reproduced, and why\n\n");
+    if quick {
+        md.push_str(
+            "What misses at the paper's setup, and why (a `--quick` run is not that setup: \
+             its numbers, and the probes', say little of the paper's).\n\n",
+        );
+    }
+    for r in missed {
+        let _ = writeln!(
+            md,
+            "- **{}** ({} against the paper's {}): {}",
+            r.what,
+            r.ours_text(),
+            r.paper.show(),
+            r.why
+                .as_deref()
+                .unwrap_or("not explained by this report (see the book's results chapter).")
+        );
+    }
+    md.push('\n');
+    md
+}
+
 fn report_csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "comparison,paper,dtxn,reproduced,metric,a_committed_per_s,b_committed_per_s,a_p50_us,b_p50_us,a_p99_us,b_p99_us\n",
+        "comparison,paper,dtxn,reproduced,metric,a_committed_per_s,b_committed_per_s,a_p50_us,b_p50_us,a_p99_us,b_p99_us,seeds\n",
     );
     for r in rows {
         let _ = write!(
@@ -571,9 +715,9 @@ fn report_csv(rows: &[Row]) -> String {
         match &r.runs {
             Some((m, ra, rb)) => {
                 let (a, b) = (&ra.report.all, &rb.report.all);
-                let _ = writeln!(
+                let _ = write!(
                     s,
-                    "{},{:.0},{:.0},{:.2},{:.2},{:.2},{:.2}",
+                    "{},{:.0},{:.0},{:.2},{:.2},{:.2},{:.2},",
                     m.name(),
                     a.committed_per_s,
                     b.committed_per_s,
@@ -583,8 +727,11 @@ fn report_csv(rows: &[Row]) -> String {
                     b.latency_us.p99,
                 );
             }
-            None => s.push_str("value,,,,,,\n"),
+            None => s.push_str("value,,,,,,,"),
         }
+        // Each seed's number, `;`-separated (empty for one seed).
+        let each: Vec<String> = r.seeds.iter().map(|v| format!("{v:.4}")).collect();
+        let _ = writeln!(s, "{}", each.join(";"));
     }
     s
 }
@@ -689,6 +836,18 @@ mod tests {
             ["--warm-caches", "--threads", "20", "--coroutines", "1"]
         );
         assert_eq!(merge(&base, &[]), base);
+    }
+
+    #[test]
+    fn the_median_and_the_run_nearest_it() {
+        assert_eq!(median(&[1.52, 1.45, 1.69]), (1.52, 0));
+        assert_eq!(median(&[2.0]), (2.0, 0));
+        // An even count: the middle two's mean, and the first of the two nearest it.
+        assert_eq!(median(&[1.0, 4.0, 2.0, 3.0]), (2.5, 2));
+        // A NaN (a run that committed nothing) sorts last and is never the one shown.
+        let (m, i) = median(&[f64::NAN, 1.0, 3.0]);
+        assert_eq!((m, i), (3.0, 2));
+        assert!(median(&[]).0.is_nan());
     }
 
     #[test]

@@ -97,6 +97,8 @@ pub(super) fn measure(quick: bool, seed: u64, progress: bool) -> Result<Vec<Row>
             source: "sync section 6.4: torn reads above 128 B; broken scheme",
             ours: c.torn_undetected as f64,
             runs: None,
+            seeds: Vec::new(),
+            why: None,
             detail: detail(&c),
             how: vec![probe_cmd(256)],
         });
@@ -136,6 +138,8 @@ pub(super) fn measure(quick: bool, seed: u64, progress: bool) -> Result<Vec<Row>
             source,
             ours: sum.torn_undetected as f64,
             runs: None,
+            seeds: Vec::new(),
+            why: None,
             detail: detail(&sum),
             how: vec![probe_cmd(size)],
         });
@@ -192,6 +196,8 @@ pub(super) fn measure(quick: bool, seed: u64, progress: bool) -> Result<Vec<Row>
             source,
             ours: mops,
             runs: None,
+            seeds: Vec::new(),
+            why: None,
             detail: format!(
                 "{workers} workers on 4 compute nodes, one CAS at a time each, {} us of virtual time, sim cx5-100g",
                 atomics_ns / 1000
