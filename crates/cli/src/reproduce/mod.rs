@@ -473,17 +473,15 @@ fn bench_rows(a: &ReproduceArgs) -> Result<Vec<Row>> {
                     let seed = seeds[nearest];
                     let (pa, pb) = (run_one(e.a, p.args, seed)?, run_one(e.b, p.args, seed)?);
                     let v = ratio(e.metric, &pa.report, &pb.report);
+                    // The probe changes the setup: its number is evidence, not the paper's
+                    // comparison, so it is given beside the paper's without a verdict.
                     let _ = write!(
                         text,
-                        " {} (`{}`, seed {seed}): {}{}.",
+                        " {} (`{}`, seed {seed}): {} (the paper: {}).",
                         p.what,
                         p.args.join(" "),
                         row.number(v),
-                        if row.paper.holds(v) {
-                            ", which reproduces the paper's"
-                        } else {
-                            ""
-                        }
+                        row.paper.show()
                     );
                 }
                 row.why = Some(text);
