@@ -646,6 +646,70 @@ mod tests {
         assert_eq!(big.read_u64(16), 0, "nothing granted");
     }
 
+    /// The largest timestamp GRANT holds is 2^48 - 1, and it reads back as granted; 2^48
+    /// would lose its top bit to the shift, and is refused.
+    #[test]
+    fn the_largest_timestamp_fits_its_word_and_the_next_is_refused() {
+        assert_eq!(MAX_TS, (1 << 48) - 1);
+        let mut m = lock(0, 0, 0);
+        let r = grant(&mut m, 16, (1 << 48) - 1, HOT_WATERMARK).unwrap();
+        assert!(r.granted);
+        assert_eq!(queued_ts(m.read_u64(16)), (1 << 48) - 1);
+        assert_eq!(lower(m.read_u64(16)), 1);
+        assert!(grant(&mut m, 16, 1 << 48, HOT_WATERMARK).is_none());
+    }
+
+    /// A memory whose journal lock word at `journal` reads held for the first `busy` CASes
+    /// on it, as while another handler core journals its grant.
+    struct Busy {
+        mem: Mem,
+        journal: u64,
+        busy: u32,
+    }
+
+    impl LocalMem for Busy {
+        fn size(&self) -> u64 {
+            self.mem.size()
+        }
+        fn read(&mut self, addr: u64, buf: &mut [u8]) {
+            self.mem.read(addr, buf)
+        }
+        fn write(&mut self, addr: u64, data: &[u8]) {
+            self.mem.write(addr, data)
+        }
+        fn cas(&mut self, addr: u64, expect: u64, new: u64) -> u64 {
+            if addr == self.journal && self.busy > 0 {
+                self.busy -= 1;
+                return JOURNAL_HELD;
+            }
+            self.mem.cas(addr, expect, new)
+        }
+        fn faa(&mut self, addr: u64, add: u64) -> u64 {
+            self.mem.faa(addr, add)
+        }
+    }
+
+    /// A journal held by another core is waited for (a grant holds it for a few accesses),
+    /// up to `JOURNAL_SPINS` tries; one that stays held longer is no journal.
+    #[test]
+    fn a_journal_held_by_another_core_is_waited_for_up_to_a_bound() {
+        let j = 2048;
+        let busy = |busy| Busy {
+            mem: Mem(vec![0; 4096]),
+            journal: j,
+            busy,
+        };
+        let mut m = busy(1000);
+        let r = grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).unwrap();
+        assert!(r.granted);
+        assert_eq!(entry(&mut m.mem, j, 0), (16, 0));
+        let mut m = busy(JOURNAL_SPINS);
+        assert!(grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).is_some());
+        let mut m = busy(JOURNAL_SPINS + 1);
+        assert!(grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).is_none());
+        assert_eq!(m.mem.read_u64(16), 0, "nothing granted");
+    }
+
     /// Journal entry `e` of the journal at `j`: (GRANT address, full ticket).
     fn entry(m: &mut Mem, j: u64, e: u64) -> (u64, u64) {
         let at = j + JOURNAL_HEAD + ENTRY_BYTES * e;
