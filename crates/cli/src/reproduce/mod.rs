@@ -182,7 +182,13 @@ struct Row {
 
 impl Row {
     fn within(&self) -> bool {
-        self.paper.holds(self.ours)
+        match (&self.runs, self.paper) {
+            // A share in percent, not a ratio: 1 is no threshold for it.
+            (Some((Metric::AbortPct(_), _, _)), Claim::Ratio(p)) => {
+                self.ours.is_finite() && (self.ours / p - 1.0).abs() <= 0.25
+            }
+            _ => self.paper.holds(self.ours),
+        }
     }
 
     fn ours_text(&self) -> String {
@@ -205,8 +211,15 @@ impl Row {
             .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &v| {
                 (l.min(v), h.max(v))
             });
+        let nan = self.seeds.iter().filter(|v| v.is_nan()).count();
         match self.seeds.len() {
             0 | 1 => "1 seed".into(),
+            n if nan == n => format!("none ({n} seeds, none measured)"),
+            n if nan > 0 => format!(
+                "{}-{} ({n} seeds, {nan} not measured)",
+                self.number(lo),
+                self.number(hi)
+            ),
             n => format!("{}-{} ({n} seeds)", self.number(lo), self.number(hi)),
         }
     }
@@ -328,12 +341,13 @@ fn setup(paper: Paper, quick: bool) -> Vec<&'static str> {
     v
 }
 
+/// The options of the runs that take no value (every other takes one).
+pub(crate) const FLAGS: [&str; 3] = ["--warm-caches", "--retry", "--localized-validation"];
+
 /// `base` with every option that `over` sets taken out (with its value), then `over`:
 /// an experiment's own `--coroutines` replaces the setup's, a probe's `--vnum` the
 /// experiment's.
 fn merge(base: &[&'static str], over: &[&'static str]) -> Vec<&'static str> {
-    // Every setup option takes one value except these flags.
-    const FLAGS: [&str; 3] = ["--warm-caches", "--retry", "--localized-validation"];
     let mut out = Vec::with_capacity(base.len() + over.len());
     let mut i = 0;
     while i < base.len() {
@@ -374,6 +388,14 @@ pub fn run(a: ReproduceArgs) -> Result<ExitCode> {
     if a.paper == Paper::Sync && a.seeds.is_some_and(|n| n > 1) {
         anyhow::bail!("--seeds: `reproduce sync` runs its probe once (give --seed to change it)");
     }
+    if a.seed.checked_add(u64::from(seeds_of(&a)) - 1).is_none() {
+        anyhow::bail!(
+            "--seed {} with --seeds {}: the seeds run past the largest ({})",
+            a.seed,
+            seeds_of(&a),
+            u64::MAX
+        );
+    }
     prepare_out(&a.out)?;
     let started = Instant::now();
     let rows = if a.paper == Paper::Sync {
@@ -389,7 +411,7 @@ pub fn run(a: ReproduceArgs) -> Result<ExitCode> {
     plot(&rows, &a.out.join("ratios.svg"), false)?;
     print!("{}", table(&rows));
     println!(
-        "{} of {} reproduced (within 25% of the paper, or its direction); report in {} ({:.0} s)",
+        "{} of {} reproduced (within 25% of the paper with its effect showing, or its direction); report in {} ({:.0} s)",
         rows.iter().filter(|r| r.within()).count(),
         rows.len(),
         a.out.join("report.md").display(),
@@ -452,13 +474,14 @@ fn bench_rows(a: &ReproduceArgs) -> Result<Vec<Row>> {
             e.what.to_string()
         };
         let (ra, rb) = pairs.swap_remove(nearest);
+        let (report_a, report_b) = (ra.report.clone(), rb.report.clone());
         let mut row = Row {
             what,
             paper: e.paper,
             source: e.source,
             ours,
             seeds: if each.len() > 1 { each } else { Vec::new() },
-            runs: None,
+            runs: Some((e.metric, ra, rb)),
             detail: String::new(),
             how: Vec::new(),
             why: None,
@@ -467,7 +490,7 @@ fn bench_rows(a: &ReproduceArgs) -> Result<Vec<Row>> {
             if let Some(w) = &e.why {
                 let mut text = w.text.to_string();
                 if let Some(evidence) = w.evidence {
-                    let _ = write!(text, " Measured: {}.", evidence(&ra.report, &rb.report));
+                    let _ = write!(text, " Measured: {}.", evidence(&report_a, &report_b));
                 }
                 if let Some(p) = &w.probe {
                     let seed = seeds[nearest];
@@ -487,7 +510,6 @@ fn bench_rows(a: &ReproduceArgs) -> Result<Vec<Row>> {
                 row.why = Some(text);
             }
         }
-        row.runs = Some((e.metric, ra, rb));
         if !a.quiet {
             eprintln!(
                 "[{}/{}] {}: {} [{}] (paper {}){}",
@@ -684,8 +706,9 @@ fn missed(rows: &[Row], quick: bool) -> String {
     let mut md = String::from("## Not reproduced, and why\n\n");
     if quick {
         md.push_str(
-            "What misses at the paper's setup, and why (a `--quick` run is not that setup: \
-             its numbers, and the probes', say little of the paper's).\n\n",
+            "The rows this `--quick` run missed, each with what explains its miss at the \
+             paper's setup (this run is not that setup: its numbers, and the probes', say \
+             little of the paper's).\n\n",
         );
     }
     for r in missed {
@@ -722,7 +745,7 @@ fn report_csv(rows: &[Row]) -> String {
                 let (a, b) = (&ra.report.all, &rb.report.all);
                 let _ = write!(
                     s,
-                    "{},{:.0},{:.0},{:.2},{:.2},{:.2},{:.2},",
+                    "\"{}\",{:.0},{:.0},{:.2},{:.2},{:.2},{:.2},",
                     m.name(),
                     a.committed_per_s,
                     b.committed_per_s,
