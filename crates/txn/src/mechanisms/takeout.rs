@@ -710,6 +710,23 @@ mod tests {
         assert_eq!(m.mem.read_u64(16), 0, "nothing granted");
     }
 
+    /// A journal entry naming no lock of the region (misaligned, or past its end: garbage in
+    /// a slot never written by a grant) reads as released, and its slot is taken first.
+    #[test]
+    fn an_entry_naming_no_lock_is_a_free_slot() {
+        let j = 2048;
+        for garbage in [2049, 4096 - 8, u64::MAX - 7] {
+            let mut m = Mem(vec![0; 4096]);
+            let e0 = j + JOURNAL_HEAD;
+            m.write_u64(e0, garbage);
+            // Were it read as a lock, its UPPER would never pass this ticket.
+            m.write_u64(e0 + 8, u64::MAX);
+            let r = grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).unwrap();
+            assert!(r.granted, "{garbage}");
+            assert_eq!(entry(&mut m, j, 0), (16, 0), "{garbage}");
+        }
+    }
+
     /// Journal entry `e` of the journal at `j`: (GRANT address, full ticket).
     fn entry(m: &mut Mem, j: u64, e: u64) -> (u64, u64) {
         let at = j + JOURNAL_HEAD + ENTRY_BYTES * e;
