@@ -727,6 +727,36 @@ mod tests {
         }
     }
 
+    /// A slot whose ticket is not released is passed over, wherever the search starts; a
+    /// journal with none free grants nothing and says so, with the lock's words.
+    #[test]
+    fn a_busy_slot_is_passed_over_and_a_full_journal_says_so() {
+        let j = 2048;
+        let mut m = Mem(vec![0; 4096]);
+        // A lock at 32 whose UPPER (0) has not passed ticket 5: entry 0 is busy.
+        let busy = |m: &mut Mem, e: u64| {
+            let at = j + JOURNAL_HEAD + ENTRY_BYTES * e;
+            m.write_u64(at, 32);
+            m.write_u64(at + 8, 5);
+        };
+        busy(&mut m, 0);
+        let r = grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).unwrap();
+        assert!(r.granted && !r.full);
+        assert_eq!(entry(&mut m, j, 1), (16, 0));
+        assert_eq!(entry(&mut m, j, 0), (32, 5), "the busy slot is kept");
+        // Every slot busy: not granted, not rejected, and the reply carries GRANT and UPPER.
+        for e in 0..JOURNAL_ENTRIES {
+            busy(&mut m, e);
+        }
+        m.write_u64(24, 7 << 16 | 1);
+        let before = m.read_u64(16);
+        let r = grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).unwrap();
+        assert!(!r.granted && r.full);
+        assert_eq!((r.grant, r.upper), (before, 7 << 16 | 1));
+        assert_eq!(m.read_u64(16), before, "nothing granted");
+        assert_eq!(m.read_u64(j), 0, "the journal's lock word is free again");
+    }
+
     /// Journal entry `e` of the journal at `j`: (GRANT address, full ticket).
     fn entry(m: &mut Mem, j: u64, e: u64) -> (u64, u64) {
         let at = j + JOURNAL_HEAD + ENTRY_BYTES * e;
