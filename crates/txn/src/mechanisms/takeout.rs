@@ -757,6 +757,31 @@ mod tests {
         assert_eq!(m.read_u64(j), 0, "the journal's lock word is free again");
     }
 
+    /// The search for a free slot starts at the journal's hint, the slot after the last one
+    /// taken, kept in the journal's head; nothing outside the journal is written (the words
+    /// before it are the requester's undo log).
+    #[test]
+    fn the_next_slot_is_hinted_in_the_journals_head_and_nothing_else_is_written() {
+        let j = 2048;
+        let mut m = Mem(vec![0; 4096]);
+        for w in (j - 64..j).step_by(8) {
+            m.write_u64(w, 0x5a5a_5a5a_5a5a_5a5a);
+        }
+        m.write_u64(j + 8, 5);
+        let r = grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).unwrap();
+        assert!(r.granted);
+        assert_eq!(entry(&mut m, j, 5), (16, 0));
+        assert_eq!(m.read_u64(j + 8), 6);
+        // The last slot's successor is the first.
+        m.write_u64(j + 8, JOURNAL_ENTRIES - 1);
+        assert!(grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).unwrap().granted);
+        assert_eq!(entry(&mut m, j, JOURNAL_ENTRIES - 1), (16, 1));
+        assert_eq!(m.read_u64(j + 8), 0);
+        for w in (j - 64..j).step_by(8) {
+            assert_eq!(m.read_u64(w), 0x5a5a_5a5a_5a5a_5a5a, "{w}");
+        }
+    }
+
     /// Journal entry `e` of the journal at `j`: (GRANT address, full ticket).
     fn entry(m: &mut Mem, j: u64, e: u64) -> (u64, u64) {
         let at = j + JOURNAL_HEAD + ENTRY_BYTES * e;
