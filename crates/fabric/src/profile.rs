@@ -226,7 +226,7 @@ impl Profile {
         let Ok(toml::Value::Table(mut table)) = toml::Value::try_from(self) else {
             return Err("the profile does not serialize as a table".into());
         };
-        let mut any = false;
+        let mut seen: Vec<&str> = Vec::new();
         for kv in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let Some((key, value)) = kv.split_once('=') else {
                 return Err(format!("`{kv}`: expected FIELD=VALUE"));
@@ -238,14 +238,17 @@ impl Profile {
                     fields()
                 ));
             }
+            if seen.contains(&key) {
+                return Err(format!("`{key}` is given twice"));
+            }
+            seen.push(key);
             let value = toml::from_str::<toml::Table>(&format!("v = {}", value.trim()))
                 .ok()
                 .and_then(|mut t| t.remove("v"))
                 .ok_or_else(|| format!("`{kv}`: the value is not a number"))?;
             table.insert(key.to_string(), value);
-            any = true;
         }
-        if !any {
+        if seen.is_empty() {
             return Err(format!("no FIELD=VALUE given (fields: {})", fields()));
         }
         table.insert(
@@ -382,6 +385,8 @@ mod tests {
             .unwrap_err()
             .contains("non-negative"));
         assert!(base.with_fields(" , ").is_err());
+        let e = base.with_fields("mn_cores=1,mn_cores=2").unwrap_err();
+        assert!(e.contains("`mn_cores` is given twice"), "{e}");
     }
 
     #[test]
