@@ -412,6 +412,54 @@ fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
 /// primary of some tables): the survivors read and change the view at node 1, which becomes
 /// the chain, and promote node 0's backups. Motor keeps its timestamp oracle on node 0 alone:
 /// under it, node 0 never fails. Every run recovers the crashed coordinators and verifies.
+/// Helping, end to end (the control chain's increment 4): a survivor's read of a control
+/// word finds the chain's tail behind its head (a write under way, or one whose writer
+/// crashed half-way down the chain) and carries the word forward before it answers; the run
+/// recovers its crashed coordinators, changes the view, and verifies. (Seed 21 of this setup
+/// is one where a read meets such a word: 1 of 120 seeds of FORD, Motor and SUNDIAL here.)
+#[test]
+fn a_control_word_found_behind_on_the_tail_is_helped_forward_and_the_run_verifies() {
+    let o = dtxn(&[
+        "bench",
+        "--backend",
+        "sim",
+        "--protocol",
+        "sundial",
+        "--compute-nodes",
+        "2",
+        "--memory-nodes",
+        "3",
+        "--accounts",
+        "2000",
+        "--txns",
+        "2000",
+        "--seed",
+        "21",
+        "--faults",
+        "memory=1,compute=1,control=2",
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    let line = t
+        .lines()
+        .find(|l| l.contains("control chain of 2 members:"))
+        .unwrap_or_else(|| panic!("{t}"));
+    let helped: u64 = line
+        .split("members: ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(helped >= 1, "no word helped forward: {line}");
+    for want in [
+        "32 coordinators crashed, 32 recovered",
+        "no anomalies",
+        "verify: consistent",
+    ] {
+        assert!(t.contains(want), "want {want:?} in {t}");
+    }
+}
+
 #[test]
 fn with_control_words_on_two_members_either_fails_and_the_run_verifies() {
     for (protocol, seed, node) in [

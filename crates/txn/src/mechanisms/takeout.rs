@@ -774,7 +774,11 @@ mod tests {
         assert_eq!(m.read_u64(j + 8), 6);
         // The last slot's successor is the first.
         m.write_u64(j + 8, JOURNAL_ENTRIES - 1);
-        assert!(grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j).unwrap().granted);
+        assert!(
+            grant_journaled(&mut m, 16, 1, HOT_WATERMARK, j)
+                .unwrap()
+                .granted
+        );
         assert_eq!(entry(&mut m, j, JOURNAL_ENTRIES - 1), (16, 1));
         assert_eq!(m.read_u64(j + 8), 0);
         for w in (j - 64..j).step_by(8) {
