@@ -412,6 +412,39 @@ fn a_memory_node_fails_its_backup_takes_over_and_the_run_verifies() {
 /// primary of some tables): the survivors read and change the view at node 1, which becomes
 /// the chain, and promote node 0's backups. Motor keeps its timestamp oracle on node 0 alone:
 /// under it, node 0 never fails. Every run recovers the crashed coordinators and verifies.
+/// A coordinator that has drained (its `--txns` quota reached: its lease marked done, so
+/// nobody would recover it) leads the copy to a rejoining node, and its compute node crashes
+/// mid-copy: its lease is live again while it copies, so its death is recovered and the
+/// scan frees its copy locks; the liveness phase ends and the pool verifies. (Until
+/// 2026-11-29 it never ended: every later copier found those locks and gave up.)
+#[test]
+fn a_drained_coordinator_that_dies_copying_is_recovered_and_the_run_ends() {
+    let o = failover_run(
+        "ford",
+        "79",
+        "memory=1,compute=1,rejoin=100us,within=50ms",
+        ["2", "2", "2"],
+        &[],
+    );
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    for want in [
+        "the pool ends in view 3 (memory node 1 rejoined)",
+        "compute node 1 at 35491.3 us",
+        "liveness after the faults: ok",
+        "verify: consistent",
+    ] {
+        assert!(t.contains(want), "want {want:?} in {t}");
+    }
+    let released: u64 = t
+        .split(" locks released")
+        .next()
+        .and_then(|h| h.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(released > 0, "no copy lock released: {t}");
+}
+
 /// Helping, end to end (the control chain's increment 4): a survivor's read of a control
 /// word finds the chain's tail behind its head (a write under way, or one whose writer
 /// crashed half-way down the chain) and carries the word forward before it answers; the run

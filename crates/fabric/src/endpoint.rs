@@ -299,6 +299,21 @@ impl Endpoint {
         self.force_renewal();
     }
 
+    /// Marks the held lease live again, undoing [`Endpoint::lease_done`], with the renewal
+    /// that says so in the next batch; true if it was done. A done coordinator counts as
+    /// settled (nobody recovers it), so one that takes locks again, as the re-replication
+    /// copier does, must be live for as long as it may hold them.
+    pub fn lease_undone(&mut self) -> bool {
+        let was = self.lease.as_ref().is_some_and(|h| h.done);
+        if was {
+            if let Some(h) = &mut self.lease {
+                h.done = false;
+            }
+            self.force_renewal();
+        }
+        was
+    }
+
     fn force_renewal(&mut self) {
         if let Some(h) = &mut self.lease {
             h.renewed_at = 0;

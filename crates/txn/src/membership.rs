@@ -627,6 +627,9 @@ pub struct Service {
     write_joiners: bool,
     /// This coordinator's copy in progress: its view and what it has done.
     copy: Option<CopyState>,
+    /// Its lease was done (drained) and is live again while it leads a copy: done again when
+    /// it gives the leader word back.
+    undone_for_copy: bool,
     /// The copies this coordinator completed, in order.
     pub joins: Vec<JoinEvent>,
     join_sink: Option<JoinSink>,
@@ -708,6 +711,7 @@ impl Service {
             },
             write_joiners: true,
             copy: None,
+            undone_for_copy: false,
             joins: Vec::new(),
             join_sink: None,
             probe_limit: None,
@@ -983,6 +987,24 @@ impl Service {
             }
         }
         let owner = u64::from(ep.id().index) + 1;
+        // A drained coordinator is settled: nobody would recover it, and the copy locks it is
+        // about to take (unjournaled) would stay set if it died holding them. Live again
+        // before its first copy lock (the renewal saying so rides a READ of the leader word,
+        // awaited), done again at the give-back.
+        if ep.lease_undone() {
+            self.undone_for_copy = true;
+            if let Some(n) = self.map.control_set().minus(ep.seen_down()).iter().next() {
+                ep.read(n, LEADER_OFF, 8);
+                match ep.post().await {
+                    Ok(()) => {}
+                    Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
+                        self.suspect = true;
+                        return self.give_back(ep, mine).await;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        }
         // Passes until nothing is left, holding the leader word (another leader would start
         // over: what is left is known to this coordinator only), unless a coordinator died
         // (it may hold what is left, and its recovery needs the word) or the view moved.
@@ -1353,6 +1375,10 @@ impl Service {
     /// Gives our leader word `mine` back (to owner 0). Whatever the outcome: lost or
     /// overtaken, another took it from us (we were taken for dead).
     async fn give_back(&mut self, ep: &mut Endpoint, mine: u64) -> Result<(), FabricError> {
+        if std::mem::take(&mut self.undone_for_copy) {
+            // Holding no copy lock any more (the leader word goes after its pass).
+            ep.lease_done();
+        }
         let free = LeaderWord::parse(mine).then(0).word();
         let mut chain = chain_of(ep, self.map.control_set())?;
         let counts = &mut self.control;
