@@ -786,6 +786,29 @@ mod tests {
         }
     }
 
+    /// A request whose lock words lie beside the journal, just before it or just after, is
+    /// served; one whose words overlap the journal is refused (a grant would journal into its
+    /// own lock, or the lock's CAS land in a journal entry).
+    #[test]
+    fn a_lock_beside_the_journal_is_served_and_one_inside_it_refused() {
+        let j = 1024;
+        let mut resp = Vec::new();
+        for (at, served) in [
+            (j - 16, true),
+            (j + JOURNAL_BYTES, true),
+            (j - 8, false),
+            (j + 8, false),
+            (j + JOURNAL_BYTES - 8, false),
+        ] {
+            let mut m = Mem(vec![0; 4096]);
+            let req: Vec<u8> = [TICKET, at, 7, 3, j]
+                .iter()
+                .flat_map(|w| w.to_le_bytes())
+                .collect();
+            assert_eq!(serve(&mut m, &req, &mut resp).is_some(), served, "{at}");
+        }
+    }
+
     /// Journal entry `e` of the journal at `j`: (GRANT address, full ticket).
     fn entry(m: &mut Mem, j: u64, e: u64) -> (u64, u64) {
         let at = j + JOURNAL_HEAD + ENTRY_BYTES * e;
