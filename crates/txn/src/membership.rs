@@ -989,20 +989,17 @@ impl Service {
         let owner = u64::from(ep.id().index) + 1;
         // A drained coordinator is settled: nobody would recover it, and the copy locks it is
         // about to take (unjournaled) would stay set if it died holding them. Live again
-        // before its first copy lock (the renewal saying so rides a READ of the leader word,
-        // awaited), done again at the give-back.
+        // before its first copy lock (the renewal saying so awaited), done again at the
+        // give-back.
         if ep.lease_undone() {
             self.undone_for_copy = true;
-            if let Some(n) = self.map.control_set().minus(ep.seen_down()).iter().next() {
-                ep.read(n, LEADER_OFF, 8);
-                match ep.post().await {
-                    Ok(()) => {}
-                    Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
-                        self.suspect = true;
-                        return self.give_back(ep, mine).await;
-                    }
-                    Err(e) => return Err(e),
+            match ep.renew_lease().await {
+                Ok(()) => {}
+                Err(FabricError::NodeDown(n)) if !self.map.holds_control_alone(n) => {
+                    self.suspect = true;
+                    return self.give_back(ep, mine).await;
                 }
+                Err(e) => return Err(e),
             }
         }
         // Passes until nothing is left, holding the leader word (another leader would start

@@ -123,13 +123,8 @@ fn recovered(pool: &mut Pool, crash_at: Option<u64>) -> (Option<(u32, u64, u64)>
     recovered_by(pool, crash_at, Protocol::Ford)
 }
 
-/// [`recovered`], of a coordinator that ran `protocol`.
-fn recovered_by(
-    pool: &mut Pool,
-    crash_at: Option<u64>,
-    protocol: Protocol,
-) -> (Option<(u32, u64, u64)>, u64) {
-    let Pool::Sim(sim) = pool else { unreachable!() };
+/// Faults that crash compute node 0 `crash_at` ns into the run, if given.
+fn crashing(crash_at: Option<u64>) -> dtxn_fabric::sim::Faults {
     let mut f = dtxn_fabric::sim::Faults::default();
     if let Some(at_ns) = crash_at {
         f.compute_crashes.push(ComputeCrash {
@@ -137,7 +132,17 @@ fn recovered_by(
             compute_node: 0,
         });
     }
-    sim.set_faults(f);
+    f
+}
+
+/// [`recovered`], of a coordinator that ran `protocol`.
+fn recovered_by(
+    pool: &mut Pool,
+    crash_at: Option<u64>,
+    protocol: Protocol,
+) -> (Option<(u32, u64, u64)>, u64) {
+    let Pool::Sim(sim) = pool else { unreachable!() };
+    sim.set_faults(crashing(crash_at));
     let two = Topology {
         compute_nodes: 2,
         ..one()
@@ -303,14 +308,7 @@ fn joining(pool: &Pool) {
 /// into the run if given. The run's length.
 fn copied(pool: &mut Pool, crash_at: Option<u64>) -> u64 {
     let Pool::Sim(sim) = pool else { unreachable!() };
-    let mut f = dtxn_fabric::sim::Faults::default();
-    if let Some(at_ns) = crash_at {
-        f.compute_crashes.push(ComputeCrash {
-            at_ns,
-            compute_node: 0,
-        });
-    }
-    sim.set_faults(f);
+    sim.set_faults(crashing(crash_at));
     let r = sim
         .run(one(), None, move |mut ep: Endpoint| async move {
             let map = Rc::new(PoolMap::bootstrap(&mut ep).await.unwrap());
